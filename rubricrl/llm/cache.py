@@ -1,0 +1,64 @@
+"""A persistent, content-addressed cache of model responses, so that re-running any stage never pays twice.
+
+The key is a hash of what determines an answer: model, messages, sampling parameters and the sample index
+(the i-th of n samples is its own entry, so a sampled call is cached per sample instead of collapsing every
+sample into one). The endpoint URL and the API key are not part of it: the same model behind another URL
+answers the same call.
+
+SQLite in WAL mode with one autocommitted row per answer: any number of processes may read and write at once,
+and a process killed with SIGKILL loses at most the calls still in flight; everything it finished is on disk.
+"""
+
+import hashlib
+import json
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from rubricrl.home import rubricrl_home
+
+
+def default_cache_path() -> Path:
+    return rubricrl_home() / "cache" / "responses.sqlite"
+
+
+def cache_key(model: str, messages: list[dict[str, Any]], params: dict[str, Any], sample_index: int) -> str:
+    request = {"model": model, "messages": messages, "params": params, "sample": sample_index}
+    canonical = json.dumps(request, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+class ResponseCache:
+    def __init__(self, path: str | Path | None = None):
+        self.path = Path(path) if path else default_cache_path()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # isolation_level=None: autocommit, each put is durable on its own. timeout: wait for other writers.
+        self._db = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")  # in WAL mode still safe against a killed process
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL NOT NULL)"
+        )
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        row = self._db.execute("SELECT value FROM responses WHERE key = ?", (key,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def put(self, key: str, value: dict[str, Any]) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO responses (key, value, created) VALUES (?, ?, ?)",
+            (key, json.dumps(value, ensure_ascii=False), time.time()),
+        )
+
+    def __len__(self) -> int:
+        return self._db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+
+    def clear(self) -> int:
+        """Delete every entry; returns how many there were."""
+        removed = self._db.execute("DELETE FROM responses").rowcount
+        self._db.execute("VACUUM")
+        return removed
+
+    def close(self) -> None:
+        self._db.close()

@@ -1,0 +1,225 @@
+"""The one LLM client: every model call of every stage goes through `LLMClient.chat`.
+
+Async, on the openai SDK, against any OpenAI-compatible endpoint. What it adds to the SDK:
+- roles (endpoint + model + sampling parameters) chosen by name;
+- bounded concurrency (one semaphore for all calls of this client) and a per-call timeout;
+- retries: the SDK's own, with exponential backoff, jitter and Retry-After, on 408/409/429/5xx, timeouts and
+  connection errors (`max_retries` bounds them); plus a bounded retry of 200 answers whose body is not a valid
+  chat completion (garbage, truncated JSON), which the SDK passes through;
+- structured outputs (`schema=`): a bounded JSON schema as `response_format`, the reply parsed and validated,
+  a fresh sample drawn (bounded) when a reply does not parse;
+- n > 1 sampling, cached per sample index; token usage per role;
+- the response cache (cache.py): a call already answered is never sent again.
+"""
+
+import asyncio
+import contextlib
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import openai
+import pydantic
+
+from rubricrl.llm.cache import ResponseCache, cache_key
+from rubricrl.llm.roles import Role
+from rubricrl.llm.structured import StructuredOutputError, json_schema_format, parse_structured
+
+Message = dict[str, Any]
+
+
+class LLMError(RuntimeError):
+    """A call failed for good (after its retries). The message names the role, model and endpoint."""
+
+
+@dataclass
+class Usage:
+    """Calls and tokens of one role. Cache hits cost nothing and are counted apart."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cache_hits: int = 0
+    retries: int = 0
+    """Answers that did not parse (invalid body or off-schema JSON) and were asked for again."""
+
+    def add(self, other: "Usage") -> None:
+        for name in self.__dataclass_fields__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+@dataclass
+class ChatResult:
+    texts: list[str]
+    """One text per sample (n of them)."""
+    finish_reasons: list[str | None]
+    messages: list[Message]
+    """Exactly the messages that were sent: the first thing to read when an answer looks wrong."""
+    role: str
+    model: str
+    cached: int = 0
+    """How many of the samples came from the cache."""
+    parsed: list[Any] = field(default_factory=list)
+    """With `schema=`: one validated JSON value per sample."""
+    seconds: float = 0.0
+
+    @property
+    def text(self) -> str:
+        return self.texts[0]
+
+    @property
+    def value(self) -> Any:
+        return self.parsed[0]
+
+
+class LLMClient:
+    def __init__(
+        self,
+        roles: dict[str, Role],
+        *,
+        cache: ResponseCache | None = None,
+        concurrency: int = 16,
+        timeout: float = 120.0,
+        max_retries: int = 5,
+        invalid_answer_retries: int = 2,
+    ):
+        for name, role in roles.items():
+            if role.is_local or role.model is None:
+                raise ValueError(f"role '{name}' has no endpoint or model: bind it to a server first (bind_local)")
+        self.roles = roles
+        self.cache = cache
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.invalid_answer_retries = invalid_answer_retries
+        self.usage: dict[str, Usage] = {name: Usage() for name in roles}
+        self._semaphore = asyncio.Semaphore(concurrency)
+        self._sdk_clients: dict[tuple[str, str], openai.AsyncOpenAI] = {}
+
+    async def chat(
+        self,
+        role: str,
+        messages: str | list[Message],
+        *,
+        n: int = 1,
+        schema: dict[str, Any] | None = None,
+        schema_name: str = "output",
+        **params: Any,
+    ) -> ChatResult:
+        """Ask `role` for n answers to `messages` (a string is one user message). `params` override the role's
+        sampling parameters for this call. With `schema`, every answer is validated JSON, in `result.parsed`."""
+        spec = self.roles[role]
+        messages = [{"role": "user", "content": messages}] if isinstance(messages, str) else list(messages)
+        request = {**spec.sampling_params(), **params}
+        if schema is not None and spec.structured_outputs:
+            request["response_format"] = json_schema_format(schema, schema_name)
+        started = time.monotonic()
+        samples = await self._samples(role, spec, messages, request, list(range(n)))
+        result = ChatResult(texts=[s["text"] for s in samples], finish_reasons=[s["finish_reason"] for s in samples],
+                            messages=messages, role=role, model=spec.model,
+                            cached=sum(s.get("cached", False) for s in samples))  # fmt: skip
+        if schema is not None:
+            result.parsed = await self._parse_samples(role, spec, messages, request, schema, samples, n)
+            result.texts = [s["text"] for s in samples]
+        result.seconds = time.monotonic() - started
+        return result
+
+    async def _parse_samples(self, role, spec, messages, request, schema, samples, n) -> list[Any]:
+        """Validate each sample; replace one that does not parse with a fresh sample (index n, n+1, ...)."""
+        parsed, next_index = [], n
+        for i, sample in enumerate(samples):
+            for attempt in range(self.invalid_answer_retries + 1):
+                try:
+                    parsed.append(parse_structured(sample["text"], schema))
+                    break
+                except StructuredOutputError as error:
+                    if attempt == self.invalid_answer_retries:
+                        raise LLMError(f"role '{role}' ({spec.model}): no valid JSON after "
+                                       f"{attempt + 1} samples: {error}") from error  # fmt: skip
+                    self.usage[role].retries += 1
+                    sample = (await self._samples(role, spec, messages, request, [next_index]))[0]
+                    samples[i] = sample
+                    next_index += 1
+        return parsed
+
+    async def _samples(self, role, spec, messages, request, indices: list[int]) -> list[dict]:
+        """The samples at `indices`: from the cache where present, the rest in one request with n = missing."""
+        keys = [cache_key(spec.model, messages, request, i) for i in indices]
+        cached = {}
+        for key in keys if self.cache is not None else []:
+            hit = self.cache.get(key)
+            if hit is not None:
+                cached[key] = hit
+        self.usage[role].cache_hits += len(cached)
+        missing = [key for key in keys if key not in cached]
+        fresh = {}
+        if missing:
+            for key, sample in zip(missing, await self._request(role, spec, messages, request, len(missing))):
+                if self.cache is not None:
+                    self.cache.put(key, sample)
+                fresh[key] = sample
+        return [{**cached[key], "cached": True} if key in cached else {**fresh[key], "cached": False} for key in keys]
+
+    async def _request(self, role, spec, messages, request, n) -> list[dict]:
+        sdk = self._sdk_client(spec)
+        kwargs = dict(request)
+        extra_body = kwargs.pop("extra_body", None)
+        for attempt in range(self.invalid_answer_retries + 1):
+            try:
+                async with self._semaphore:
+                    response = await sdk.chat.completions.create(
+                        model=spec.model, messages=messages, n=n, extra_body=extra_body, **kwargs
+                    )
+                choices = sorted(response.choices, key=lambda c: c.index)
+                if len(choices) != n or any(c.message is None for c in choices):
+                    raise _InvalidAnswer(f"expected {n} choice(s), got {len(response.choices or [])}")
+                break
+            except (_InvalidAnswer, json.JSONDecodeError, pydantic.ValidationError, openai.APIResponseValidationError,
+                    AttributeError, TypeError) as error:  # fmt: skip
+                if attempt == self.invalid_answer_retries:
+                    raise LLMError(f"role '{role}' ({spec.model} at {spec.base_url}): invalid response body after "
+                                   f"{attempt + 1} attempts: {error!r}"[:2000]) from error  # fmt: skip
+                self.usage[role].retries += 1
+            except openai.APIError as error:
+                raise LLMError(f"role '{role}' ({spec.model} at {spec.base_url}): {error}"[:2000]) from error
+        usage = self.usage[role]
+        usage.requests += 1
+        if response.usage is not None:
+            usage.prompt_tokens += response.usage.prompt_tokens or 0
+            usage.completion_tokens += response.usage.completion_tokens or 0
+        return [{"text": c.message.content or "", "finish_reason": c.finish_reason} for c in choices]
+
+    def _sdk_client(self, spec: Role) -> openai.AsyncOpenAI:
+        """One SDK client per endpoint and key variable, created inside the running loop (aiohttp binds to it)."""
+        key = (spec.base_url, spec.api_key_env)
+        if key not in self._sdk_clients:
+            self._sdk_clients[key] = openai.AsyncOpenAI(
+                base_url=spec.base_url,
+                api_key=spec.api_key(),
+                timeout=self.timeout,
+                max_retries=self.max_retries,
+                http_client=openai.DefaultAioHttpClient(timeout=self.timeout),
+            )
+        return self._sdk_clients[key]
+
+    def total_usage(self) -> Usage:
+        total = Usage()
+        for usage in self.usage.values():
+            total.add(usage)
+        return total
+
+    async def aclose(self) -> None:
+        for sdk in self._sdk_clients.values():
+            with contextlib.suppress(Exception):
+                await sdk.close()
+        self._sdk_clients.clear()
+
+    async def __aenter__(self) -> "LLMClient":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()
+
+
+class _InvalidAnswer(ValueError):
+    pass

@@ -1,0 +1,100 @@
+"""Roles: who answers a call. A role names an endpoint, a model and the sampling parameters to use.
+
+Every stage asks for roles by name ("reference", "judge", "policy", ...). Resolution order, from weakest:
+`--base-url/--model` on the command line (all roles at once) < `defaults:` in the YAML config < the role's own
+entry under `roles:`. A role left without a base_url is served by the embedded local model.
+"""
+
+import os
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+from urllib.parse import urlsplit
+
+from rubricrl.config import ConfigError, dataclass_from_dict
+
+LOCAL_API_KEY = "EMPTY"  # a local vLLM server accepts any key
+
+
+@dataclass(frozen=True)
+class Role:
+    model: str | None = None
+    """Model name at the endpoint; None: the model the local server serves."""
+    base_url: str | None = None
+    """OpenAI-compatible endpoint, e.g. http://host:8000/v1; None: the local embedded server."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """Name of the environment variable holding the key (the key itself is never stored or logged)."""
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
+    stop: list[str] | None = None
+    structured_outputs: bool = True
+    """Send JSON schemas as `response_format`; False for endpoints without schema support (the reply is then
+    parsed by the tolerant extractor alone)."""
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    """Endpoint-specific request fields, e.g. {"top_k": 20} for vLLM."""
+
+    @property
+    def is_local(self) -> bool:
+        return self.base_url is None
+
+    def sampling_params(self) -> dict[str, Any]:
+        """The request fields that shape the answer (part of the cache key)."""
+        names = ("temperature", "top_p", "max_tokens", "seed", "stop")
+        params = {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+        if self.extra_body:
+            params["extra_body"] = dict(self.extra_body)
+        return params
+
+    def api_key(self) -> str:
+        if self.is_local:
+            return LOCAL_API_KEY
+        key = os.environ.get(self.api_key_env)
+        if key:
+            return key
+        if _is_loopback(self.base_url):
+            return LOCAL_API_KEY
+        raise ConfigError(f"endpoint {self.base_url} needs an API key: set the environment variable {self.api_key_env}")
+
+    def public(self) -> dict[str, Any]:
+        """What may be written to manifests and logs: everything here, since the key is only named."""
+        return asdict(self)
+
+
+def resolve_roles(
+    names: list[str],
+    config: dict[str, Any] | None = None,
+    *,
+    base_url: str | None = None,
+    model: str | None = None,
+    source: str = "config",
+) -> dict[str, Role]:
+    """Build the named roles from the CLI's blanket --base-url/--model and the config's `defaults`/`roles`."""
+    config = config or {}
+    unknown = set(config) - {"defaults", "roles"}
+    if unknown:
+        raise ConfigError(f"{source}: unknown key(s) {sorted(unknown)} in the LLM section (known: defaults, roles)")
+    role_entries = config.get("roles") or {}
+    unused = set(role_entries) - set(names)
+    if unused:
+        raise ConfigError(f"{source}: roles {sorted(unused)} are not used by this command (it uses {names})")
+    blanket = {k: v for k, v in {"base_url": base_url, "model": model}.items() if v is not None}
+    roles = {}
+    for name in names:
+        merged = {**blanket, **(config.get("defaults") or {}), **(role_entries.get(name) or {})}
+        role = dataclass_from_dict(Role, merged, f"{source}: roles.{name}")
+        if role.base_url is not None and role.model is None:
+            raise ConfigError(f"{source}: role '{name}' points at {role.base_url} but names no model")
+        roles[name] = role
+    return roles
+
+
+def bind_local(roles: dict[str, Role], base_url: str, model: str) -> dict[str, Role]:
+    """Point the roles that have no endpoint at a local server."""
+    return {name: replace(role, base_url=base_url, model=role.model or model) if role.is_local else role
+            for name, role in roles.items()}  # fmt: skip
+
+
+def _is_loopback(url: str) -> bool:
+    return (urlsplit(url).hostname or "") in {"127.0.0.1", "localhost", "::1"}
+

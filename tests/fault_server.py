@@ -1,0 +1,117 @@
+"""A scriptable OpenAI-compatible server for what a real server cannot do on demand: 429s with Retry-After,
+5xx, answers slower than the client's timeout, garbage or truncated bodies, canned replies, and exact request
+counts. Never a stand-in for the model in the main paths (those run against the real vLLM server).
+
+Each request takes the next scripted `Fault` (or answers normally once the script is empty). A normal answer is
+a valid chat completion whose content is `reply` (a string, or a function of the request body).
+"""
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Fault:
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+    """Seconds to wait before answering."""
+    body: bytes | None = None
+    """Raw body to send instead of a valid completion."""
+    cut_connection: bool = False
+    """Announce the full length, send half of it, close the connection."""
+
+
+class FaultServer:
+    def __init__(self, reply: str | Callable[[dict], str] = "ok", latency: float = 0.0):
+        self.reply = reply
+        self.latency = latency
+        self.script: list[Fault] = []
+        self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self._lock = threading.Lock()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    @property
+    def count(self) -> int:
+        return len(self.requests)
+
+    def __enter__(self) -> "FaultServer":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def _next(self, body: dict, headers: dict) -> Fault | None:
+        with self._lock:
+            self.requests.append(body)
+            self.headers.append(headers)
+            return self.script.pop(0) if self.script else None
+
+    def completion(self, body: dict) -> bytes:
+        text = self.reply(body) if callable(self.reply) else self.reply
+        n = body.get("n") or 1
+        return json.dumps({
+            "id": f"cmpl-{self.count}", "object": "chat.completion", "created": int(time.time()),
+            "model": body.get("model", "fake"),
+            "choices": [{"index": i, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+                        for i in range(n)],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5 * n, "total_tokens": 10 + 5 * n},
+        }).encode()  # fmt: skip
+
+    def _handler(self):
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):  # quiet
+                pass
+
+            def do_GET(self):
+                self._send(200, json.dumps({"object": "list", "data": [{"id": "fake", "object": "model"}]}).encode())
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                fault = server._next(body, {k.lower(): v for k, v in self.headers.items()}) or Fault()
+                time.sleep(fault.delay or server.latency)
+                payload = fault.body if fault.body is not None else server.completion(body)
+                if fault.status != 200 and fault.body is None:
+                    payload = json.dumps({"error": {"message": f"injected {fault.status}", "type": "fault"}}).encode()
+                if fault.cut_connection:
+                    self.send_response(fault.status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload[: len(payload) // 2])
+                    self.wfile.flush()
+                    self.close_connection = True
+                    return
+                self._send(fault.status, payload, fault.headers)
+
+            def _send(self, status: int, payload: bytes, headers: dict | None = None):
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    for name, value in (headers or {}).items():
+                        self.send_header(name, value)
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout): expected
+                    pass
+
+        return Handler

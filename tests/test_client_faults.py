@@ -1,0 +1,142 @@
+"""Transport faults against a local fault-injecting server: every fault is retried a bounded number of times,
+Retry-After is honoured, and a call that cannot succeed raises LLMError instead of returning something."""
+
+import time
+
+import pytest
+
+from rubricrl.llm import LLMError, Role
+from tests.conftest import ask, run
+from tests.fault_server import Fault
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"verdict": {"type": "boolean"}, "reason": {"type": "string", "maxLength": 200}},
+    "required": ["verdict", "reason"],
+}
+
+
+def roles_for(server, **role):
+    return {"judge": Role(base_url=server.base_url, model="fake", **role)}
+
+
+def test_429_with_retry_after_is_waited_out_then_succeeds(fault_server):
+    fault_server.script = [Fault(429, headers={"Retry-After": "1"})]
+    started = time.monotonic()
+    result, usage = run(ask(roles_for(fault_server), "judge", "hi"))
+    assert result.text == "ok"
+    assert fault_server.count == 2
+    assert time.monotonic() - started >= 0.95  # waited the second the server asked for
+
+
+@pytest.mark.parametrize("status", [500, 502, 503])
+def test_server_errors_are_retried(fault_server, status):
+    fault_server.script = [Fault(status), Fault(status)]
+    result, usage = run(ask(roles_for(fault_server), "judge", "hi"))
+    assert result.text == "ok"
+    assert fault_server.count == 3
+    assert usage.requests == 1  # one successful call; the SDK's retries are not double-counted
+
+
+def test_persistent_503_gives_up_after_bounded_attempts(fault_server):
+    fault_server.script = [Fault(503, headers={"Retry-After": "0"})] * 10
+    with pytest.raises(LLMError, match="503"):
+        run(ask(roles_for(fault_server), "judge", "hi", max_retries=2))
+    assert fault_server.count == 3  # 1 + max_retries
+
+
+def test_client_error_is_not_retried(fault_server):
+    fault_server.script = [Fault(400)]
+    with pytest.raises(LLMError, match="400"):
+        run(ask(roles_for(fault_server), "judge", "hi"))
+    assert fault_server.count == 1
+
+
+def test_slow_answer_times_out_and_is_retried(fault_server):
+    fault_server.script = [Fault(delay=3.0)]
+    result, _ = run(ask(roles_for(fault_server), "judge", "hi", timeout=0.5))
+    assert result.text == "ok"
+    assert fault_server.count == 2
+
+
+def test_always_slow_endpoint_fails_with_timeout(fault_server):
+    fault_server.script = [Fault(delay=2.0)] * 5
+    with pytest.raises(LLMError, match="(?i)timed out|timeout"):
+        run(ask(roles_for(fault_server), "judge", "hi", timeout=0.3, max_retries=1))
+    assert fault_server.count == 2
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        Fault(body=b"<html>502 Bad Gateway</html>"),
+        Fault(body=b'{"id": "cmpl-1", "object": "chat.completion", "choices": [{"index": 0, "mess'),
+        Fault(body=b'{"id": "cmpl-1", "object": "chat.completion", "choices": []}'),
+        Fault(cut_connection=True),
+    ],
+    ids=["html", "truncated-json", "no-choices", "cut-connection"],
+)
+def test_malformed_body_is_retried_then_succeeds(fault_server, fault):
+    fault_server.script = [fault]
+    result, _ = run(ask(roles_for(fault_server), "judge", "hi"))
+    assert result.text == "ok"
+    assert fault_server.count == 2
+
+
+def test_malformed_body_every_time_raises(fault_server):
+    fault_server.script = [Fault(body=b"garbage")] * 10
+    with pytest.raises(LLMError, match="invalid response"):
+        run(ask(roles_for(fault_server), "judge", "hi", invalid_answer_retries=2))
+    assert fault_server.count == 3
+
+
+def test_api_key_is_sent_but_never_appears_in_errors(fault_server, monkeypatch):
+    secret = "sk-test-DO-NOT-LEAK-1234567890"
+    monkeypatch.setenv("RUBRICRL_TEST_KEY", secret)
+    fault_server.script = [Fault(401)]
+    role = Role(base_url=fault_server.base_url.replace("127.0.0.1", "localhost"), model="fake",
+                api_key_env="RUBRICRL_TEST_KEY")  # fmt: skip
+    with pytest.raises(LLMError) as error:
+        run(ask({"judge": role}, "judge", "hi"))
+    assert fault_server.headers[0]["authorization"] == f"Bearer {secret}"
+    assert secret not in str(error.value) and secret not in repr(role.public())
+
+
+def test_remote_endpoint_without_key_is_a_clear_error(monkeypatch):
+    monkeypatch.delenv("MY_PROVIDER_KEY", raising=False)
+    role = Role(base_url="https://api.example.invalid/v1", model="m", api_key_env="MY_PROVIDER_KEY")
+    with pytest.raises(ValueError, match="set the environment variable MY_PROVIDER_KEY"):
+        run(ask({"judge": role}, "judge", "hi"))
+
+
+def test_schema_reply_from_endpoint_without_schema_support(fault_server):
+    fault_server.reply = 'Sure:\n```json\n{"verdict": true, "reason": "covers [a] and [b]"}\n```\nNote: see [1].'
+    result, _ = run(ask(roles_for(fault_server, structured_outputs=False), "judge", "grade", schema=SCHEMA))
+    assert result.value == {"verdict": True, "reason": "covers [a] and [b]"}
+    assert "response_format" not in fault_server.requests[0]
+
+
+def test_schema_is_sent_as_response_format(fault_server):
+    fault_server.reply = '{"verdict": false, "reason": "no"}'
+    result, _ = run(ask(roles_for(fault_server), "judge", "grade", schema=SCHEMA))
+    assert result.value == {"verdict": False, "reason": "no"}
+    sent = fault_server.requests[0]["response_format"]
+    assert sent["type"] == "json_schema" and sent["json_schema"]["schema"] == SCHEMA
+
+
+def test_off_schema_answer_is_sampled_again_bounded(fault_server, cache):
+    replies = iter(['{"verdict": "yes"}', "I think it is fine.", '{"verdict": true, "reason": "ok"}'])
+    fault_server.reply = lambda body: next(replies)
+    result, usage = run(ask(roles_for(fault_server), "judge", "grade", schema=SCHEMA, cache=cache))
+    assert result.value == {"verdict": True, "reason": "ok"}
+    assert fault_server.count == 3 and usage.retries == 2
+    # The rerun replays the same three cached samples: zero new calls, same verdict.
+    again, usage = run(ask(roles_for(fault_server), "judge", "grade", schema=SCHEMA, cache=cache))
+    assert again.value == result.value and fault_server.count == 3 and usage.cache_hits == 3
+
+
+def test_off_schema_every_time_raises(fault_server):
+    fault_server.reply = "no JSON here"
+    with pytest.raises(LLMError, match="no valid JSON after 3 samples"):
+        run(ask(roles_for(fault_server), "judge", "grade", schema=SCHEMA, invalid_answer_retries=2))
+    assert fault_server.count == 3
