@@ -1,0 +1,128 @@
+"""The response cache: a repeated call costs zero requests, keys cover what shapes an answer (and nothing else),
+and the cache survives many writers and a SIGKILL with every finished call in it."""
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from rubricrl.llm import ResponseCache, Role
+from rubricrl.llm.cache import cache_key
+from tests.conftest import ask, run
+from tests.fault_server import FaultServer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def role(server, **params):
+    return {"judge": Role(base_url=server.base_url, model="fake", **params)}
+
+
+def test_repeated_request_makes_zero_server_calls(fault_server, cache):
+    first, usage1 = run(ask(role(fault_server), "judge", "What is 2+2?", cache=cache))
+    second, usage2 = run(ask(role(fault_server), "judge", "What is 2+2?", cache=cache))
+    assert fault_server.count == 1
+    assert second.texts == first.texts and second.cached == 1 and first.cached == 0
+    assert (usage2.requests, usage2.cache_hits, usage2.prompt_tokens) == (0, 1, 0)
+
+
+def test_key_ignores_endpoint_and_key_but_not_model_messages_params(cache, monkeypatch):
+    monkeypatch.setenv("KEY_A", "a")
+    monkeypatch.setenv("KEY_B", "b")
+    with FaultServer(reply="from A") as a, FaultServer(reply="from B") as b:
+        run(ask({"judge": Role(base_url=a.base_url, model="m", api_key_env="KEY_A")}, "judge", "q", cache=cache))
+        moved = {"judge": Role(base_url=b.base_url, model="m", api_key_env="KEY_B")}
+        result, _ = run(ask(moved, "judge", "q", cache=cache))
+        assert result.text == "from A" and b.count == 0  # same model elsewhere: served from the cache
+        run(ask({"judge": Role(base_url=b.base_url, model="other")}, "judge", "q", cache=cache))
+        run(ask(moved, "judge", "q2", cache=cache))
+        run(ask(moved, "judge", "q", cache=cache, temperature=0.7))
+        assert b.count == 3  # another model, other messages, other sampling parameters: all asked
+
+
+def test_n_samples_are_cached_per_index(fault_server, cache):
+    run(ask(role(fault_server, temperature=1.0), "judge", "q", n=2, cache=cache))
+    result, usage = run(ask(role(fault_server, temperature=1.0), "judge", "q", n=3, cache=cache))
+    assert len(result.texts) == 3 and result.cached == 2
+    assert [r.get("n") for r in fault_server.requests] == [2, 1]  # only the missing third sample was asked for
+
+
+def test_no_cache_means_every_call_is_sent(fault_server):
+    run(ask(role(fault_server), "judge", "q", cache=None))
+    run(ask(role(fault_server), "judge", "q", cache=None))
+    assert fault_server.count == 2
+
+
+def test_clear_empties_the_cache(fault_server, cache):
+    run(ask(role(fault_server), "judge", "q", cache=cache))
+    assert len(cache) == 1
+    assert cache.clear() == 1 and len(cache) == 0
+    run(ask(role(fault_server), "judge", "q", cache=cache))
+    assert fault_server.count == 2
+
+
+def test_cache_key_is_stable_and_order_insensitive_in_params():
+    messages = [{"role": "user", "content": "q"}]
+    key = cache_key("m", messages, {"temperature": 0.5, "max_tokens": 9}, 0)
+    assert key == cache_key("m", messages, {"max_tokens": 9, "temperature": 0.5}, 0)
+    assert key != cache_key("m", messages, {"max_tokens": 9, "temperature": 0.5}, 1)
+
+
+WRITER = textwrap.dedent("""
+    import asyncio, sys
+    from rubricrl.llm import LLMClient, ResponseCache, Role
+    base_url, cache_path, tag, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+
+    async def main():
+        roles = {"judge": Role(base_url=base_url, model="fake")}
+        async with LLMClient(roles, cache=ResponseCache(cache_path), concurrency=8) as client:
+            async def one(i):
+                await client.chat("judge", f"{tag} question {i}")
+                print(f"{tag} question {i}", flush=True)  # printed only once the answer is in the cache
+            await asyncio.gather(*(one(i) for i in range(count)))
+
+    asyncio.run(main())
+""")
+
+
+def start_writer(base_url, cache_path, tag, count):
+    return subprocess.Popen([sys.executable, "-c", WRITER, base_url, str(cache_path), tag, str(count)],
+                            stdout=subprocess.PIPE, text=True, cwd=ROOT)  # fmt: skip
+
+
+def cached_questions(cache_path, questions):
+    cache = ResponseCache(cache_path)
+    try:
+        return {q for q in questions if cache.get(cache_key("fake", [{"role": "user", "content": q}], {}, 0))}
+    finally:
+        cache.close()
+
+
+def test_sigkill_leaves_a_readable_cache_with_every_finished_call(tmp_path):
+    cache_path = tmp_path / "responses.sqlite"
+    with FaultServer(latency=0.02) as server:
+        writer = start_writer(server.base_url, cache_path, "killed", 2000)
+        finished = [writer.stdout.readline().strip() for _ in range(150)]
+        os.kill(writer.pid, signal.SIGKILL)
+        writer.wait()
+    assert writer.returncode == -signal.SIGKILL
+    assert sqlite3.connect(cache_path).execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    assert cached_questions(cache_path, finished) == set(finished)
+    assert len(ResponseCache(cache_path)) < 2000  # it really was cut off mid-run
+
+
+def test_concurrent_writer_processes_lose_nothing(tmp_path):
+    cache_path = tmp_path / "responses.sqlite"
+    with FaultServer() as server:
+        writers = [start_writer(server.base_url, cache_path, f"w{i}", 100) for i in range(4)]
+        outputs = [w.communicate()[0].split("\n") for w in writers]
+    assert all(w.returncode == 0 for w in writers)
+    questions = {line for out in outputs for line in out if line}
+    assert len(questions) == 400
+    assert cached_questions(cache_path, questions) == questions

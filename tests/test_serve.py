@@ -1,0 +1,95 @@
+"""`rubricrl serve` and the server a command starts for itself: they answer, and they leave nothing behind."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rubricrl.embedded_model import embedded_model_dir, prepare_embedded_model
+from rubricrl.serve import DEFAULT_PORT, free_port, port_is_free, served_models
+
+pytestmark = [pytest.mark.model, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def home(tmp_path):
+    """A RUBRICRL_HOME of its own (no advertised server) sharing the prepared model."""
+    prepare_embedded_model()
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / embedded_model_dir().name).symlink_to(embedded_model_dir())
+    return tmp_path
+
+
+def rubricrl(*args, home, **kwargs):
+    env = {**os.environ, "RUBRICRL_HOME": str(home)}
+    return subprocess.Popen([sys.executable, "-m", "rubricrl.cli", *args], env=env, cwd=ROOT, text=True, **kwargs)
+
+
+def group_members(pgid: int) -> list[str]:
+    out = subprocess.run(["ps", "-e", "-o", "pgid=,pid=,stat=,comm="], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if line.split()[0] == str(pgid) and not line.split()[2].startswith("Z")]
+
+
+def wait_gone(pgid: int, seconds: float = 60) -> list[str]:
+    deadline = time.monotonic() + seconds
+    while group_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return group_members(pgid)
+
+
+def start_serve(home, port):
+    serve = rubricrl("serve", "--port", str(port), home=home, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    base_url = serve.stdout.readline().strip().removeprefix("base_url: ")
+    model = serve.stdout.readline().strip().removeprefix("model: ")
+    assert base_url == f"http://127.0.0.1:{port}/v1", serve.stderr.read() if serve.poll() is not None else base_url
+    return serve, base_url, model
+
+
+def test_serve_answers_advertises_and_sigterm_leaves_no_process(home):
+    port = free_port()
+    serve, base_url, model = start_serve(home, port)
+    state = json.loads((home / "server.json").read_text())
+    assert state["base_url"] == base_url and state["model"] == model == "SmolLM2-135M-Instruct"
+    vllm_pgid = state["pid"]
+    assert len(group_members(vllm_pgid)) >= 2  # the API server and its engine process
+
+    chat = rubricrl("chat", "Say hello.", "--max-tokens", "8", "--no-cache", home=home,
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    out, err = chat.communicate(timeout=120)
+    assert chat.returncode == 0 and out.strip(), err
+    assert "starting one" not in err  # the advertised server was reused
+
+    serve.send_signal(signal.SIGTERM)
+    assert serve.wait(timeout=60) == 0
+    assert wait_gone(vllm_pgid, 5) == []
+    assert port_is_free(port) and not (home / "server.json").exists()
+
+
+def test_sigkilled_serve_takes_its_server_down(home):
+    port = free_port()
+    serve, base_url, _ = start_serve(home, port)
+    vllm_pgid = json.loads((home / "server.json").read_text())["pid"]
+    serve.kill()
+    serve.wait()
+    assert wait_gone(vllm_pgid, 60) == []
+    assert served_models(base_url) == []
+
+
+def test_command_without_server_starts_one_and_stops_it(home):
+    if not port_is_free(DEFAULT_PORT):
+        pytest.skip(f"a server on the default port {DEFAULT_PORT} would be reused")
+    chat = rubricrl("chat", "Say hello.", "--max-tokens", "8", "--no-cache", home=home,
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    out, err = chat.communicate(timeout=600)
+    assert chat.returncode == 0 and out.strip(), err
+    assert "starting one for this command" in err and "stopping the local server" in err
+    port = int(err.split("local server ready at http://127.0.0.1:")[1].split("/")[0])
+    assert port_is_free(port)
+    leftover = subprocess.run(["pgrep", "-f", f"--port {port}"], capture_output=True, text=True).stdout
+    assert leftover == ""
