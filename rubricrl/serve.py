@@ -50,6 +50,16 @@ def vllm_on_cpu() -> bool:
         return False
 
 
+def cpu_dtype() -> str:
+    """bfloat16 where the CPU computes it natively (AVX512-BF16, AMX), else float32: on an AVX2-only CPU vLLM
+    emulates bf16 and the embedded model decodes ~5x slower (measured: 17.5 vs 90 tokens/s at 32 requests)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "bfloat16"
+    return "bfloat16" if ("avx512_bf16" in flags or "amx_bf16" in flags) else "float32"
+
+
 def state_file() -> Path:
     return rubricrl_home() / "server.json"
 
@@ -99,7 +109,7 @@ class LocalServer:
                    "--max-model-len", str(self.max_model_len)]  # fmt: skip
         if vllm_on_cpu():
             # Eager mode: ready in ~40 s instead of 2-3 min (the CPU build recompiles at every start).
-            command += ["--dtype", "bfloat16", "--enforce-eager"]
+            command += ["--dtype", cpu_dtype(), "--enforce-eager"]
         return command + self.extra_args
 
     def environment(self) -> dict[str, str]:
