@@ -72,9 +72,12 @@ def test_always_slow_endpoint_fails_with_timeout(fault_server):
         Fault(body=b"<html>502 Bad Gateway</html>"),
         Fault(body=b'{"id": "cmpl-1", "object": "chat.completion", "choices": [{"index": 0, "mess'),
         Fault(body=b'{"id": "cmpl-1", "object": "chat.completion", "choices": []}'),
+        Fault(body=b'{"id": "cmpl-1", "object": "chat.completion"}'),
+        Fault(body=b'{"choices": [{"index": 0, "message": null}]}'),
+        Fault(body=b"[1, 2]"),
         Fault(cut_connection=True),
     ],
-    ids=["html", "truncated-json", "no-choices", "cut-connection"],
+    ids=["html", "truncated-json", "no-choices", "choices-missing", "null-message", "json-list", "cut-connection"],
 )
 def test_malformed_body_is_retried_then_succeeds(fault_server, fault):
     fault_server.script = [fault]

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import openai
-import pydantic
+from openai.types.chat import ChatCompletion
+from openai.types.chat.chat_completion import Choice as ChatCompletionChoice
 
 from rubricrl.llm.cache import ResponseCache, cache_key
 from rubricrl.llm.roles import Role
@@ -170,12 +171,9 @@ class LLMClient:
                     response = await sdk.chat.completions.create(
                         model=spec.model, messages=messages, n=n, extra_body=extra_body, **kwargs
                     )
-                choices = sorted(response.choices, key=lambda c: c.index)
-                if len(choices) != n or any(c.message is None for c in choices):
-                    raise _InvalidAnswer(f"expected {n} choice(s), got {len(response.choices or [])}")
+                choices = _checked_choices(response, n)
                 break
-            except (_InvalidAnswer, json.JSONDecodeError, pydantic.ValidationError, openai.APIResponseValidationError,
-                    AttributeError, TypeError) as error:  # fmt: skip
+            except (_InvalidAnswer, json.JSONDecodeError, openai.APIResponseValidationError) as error:
                 if attempt == self.invalid_answer_retries:
                     raise LLMError(f"role '{role}' ({spec.model} at {spec.base_url}): invalid response body after "
                                    f"{attempt + 1} attempts: {error!r}"[:2000]) from error  # fmt: skip
@@ -223,3 +221,14 @@ class LLMClient:
 
 class _InvalidAnswer(ValueError):
     pass
+
+
+def _checked_choices(response: Any, n: int) -> list[ChatCompletionChoice]:
+    """The n choices in index order. The SDK builds its objects without validation, so a 200 whose body is a
+    list, lacks `choices` or has fewer of them than asked for arrives here and must be caught."""
+    if not isinstance(response, ChatCompletion) or not isinstance(response.choices, list):
+        raise _InvalidAnswer(f"not a chat completion: {str(response)[:200]}")
+    choices = sorted(response.choices, key=lambda c: c.index or 0)
+    if len(choices) != n or any(c.message is None or not isinstance(c.message.content, str | None) for c in choices):
+        raise _InvalidAnswer(f"expected {n} choice(s) with a message, got {str(response.choices)[:200]}")
+    return choices
