@@ -1,0 +1,104 @@
+"""Score math, pure and in one place (HealthBench's formulas, as in simple-evals' healthbench_eval.py).
+
+Per example: s = Σ_{met} p_i / Σ_{p_i > 0} p_i, unclipped (penalties can take it below 0). A dataset metric is
+clip(mean, 0, 1), with a seeded bootstrap std. Check: points [7, 5, 10, -6], met [T, F, T, T] -> 11/22 = 0.5.
+
+Verdicts that could not be obtained are None, never False. A score is computed over the decided criteria only
+(numerator and denominator alike) and marked partial; below `min_coverage` (share of criteria decided) it is
+None. Where the decided criteria hold no positive points the score is None too: there is nothing to earn, and
+0 would be a silent, wrong number. None scores are left out of every mean and counted apart.
+"""
+
+import random
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from grading.rubric import Rubric
+
+DEFAULT_MIN_COVERAGE = 0.8
+
+
+@dataclass(frozen=True)
+class ExampleScore:
+    score: float | None
+    """Σ met points / Σ positive points over decided criteria; None when undefined (see module doc)."""
+    decided: int
+    total: int
+
+    @property
+    def coverage(self) -> float:
+        return self.decided / self.total if self.total else 0.0
+
+    @property
+    def partial(self) -> bool:
+        return self.decided < self.total
+
+
+def explicit_score(
+    points: Sequence[int], met: Sequence[bool | None], *, min_coverage: float = DEFAULT_MIN_COVERAGE
+) -> ExampleScore:
+    """HealthBench's per-example score over the decided verdicts.
+
+    >>> explicit_score([7, 5, 10, -6], [True, False, True, True]).score
+    0.5
+    """
+    if len(points) != len(met):
+        raise ValueError(f"{len(points)} criteria but {len(met)} verdicts")
+    decided = [(p, m) for p, m in zip(points, met) if m is not None]
+    possible = sum(p for p, _ in decided if p > 0)
+    if not points or len(decided) / len(points) < min_coverage or possible == 0:
+        return ExampleScore(None, len(decided), len(points))
+    return ExampleScore(sum(p for p, m in decided if m) / possible, len(decided), len(points))
+
+
+def tag_scores(
+    rubric: Rubric, met: Sequence[bool | None], *, min_coverage: float = DEFAULT_MIN_COVERAGE
+) -> dict[str, float]:
+    """HealthBench's per-example metrics: `overall_score`, each example tag (theme:*) at the overall score, and
+    each criterion tag (axis:*, cluster:*, ...) scored over that tag's criteria alone, only where it is defined."""
+    overall = explicit_score([c.points for c in rubric.criteria], met, min_coverage=min_coverage).score
+    if overall is None:
+        return {}
+    metrics = {"overall_score": overall, **{tag: overall for tag in rubric.example_tags}}
+    by_tag: dict[str, list[tuple[int, bool | None]]] = defaultdict(list)
+    for criterion, verdict in zip(rubric.criteria, met):
+        for tag in criterion.tags:
+            by_tag[tag].append((criterion.points, verdict))
+    for tag, pairs in by_tag.items():
+        score = explicit_score([p for p, _ in pairs], [m for _, m in pairs], min_coverage=min_coverage).score
+        if score is not None:
+            metrics[tag] = score
+    return metrics
+
+
+def clipped_mean(values: Sequence[float]) -> float:
+    return min(1.0, max(0.0, sum(values) / len(values)))
+
+
+def bootstrap_std(values: Sequence[float], *, samples: int = 1000, seed: int = 0) -> float:
+    """Std of the clipped mean over `samples` resamples with replacement (seeded: reports reproduce)."""
+    rng = random.Random(seed)
+    means = [clipped_mean(rng.choices(values, k=len(values))) for _ in range(samples)]
+    centre = sum(means) / len(means)
+    return (sum((m - centre) ** 2 for m in means) / len(means)) ** 0.5
+
+
+def aggregate(per_example: Sequence[dict[str, float]], *, samples: int = 1000, seed: int = 0) -> dict[str, dict]:
+    """Dataset metrics from per-example metric dicts: {name: {value, n_samples, bootstrap_std}}, each over the
+    examples where that metric is defined (simple-evals' clipped mean and bootstrap std)."""
+    values: dict[str, list[float]] = defaultdict(list)
+    for metrics in per_example:
+        for name, value in metrics.items():
+            values[name].append(value)
+    return {
+        name: {"value": clipped_mean(vs), "n_samples": len(vs), "bootstrap_std": bootstrap_std(vs, samples=samples, seed=seed)}
+        for name, vs in sorted(values.items())
+    }  # fmt: skip
+
+
+def training_reward(score: float | None, *, clip: bool = True) -> float | None:
+    """The reward for RL: the explicit score clipped to [0, 1] (or raw); None stays None (TRL: excluded)."""
+    if score is None:
+        return None
+    return min(1.0, max(0.0, score)) if clip else score
