@@ -10,6 +10,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from grading.rules import RuleError, validate_rule
+
 
 class RubricError(ValueError):
     """A rubric or criterion is malformed; the message names where (file, row, criterion) and what."""
@@ -23,6 +25,9 @@ class Criterion:
     """HealthBench-style `axis:*`, `theme:*`, `cluster:*`, `level:*` tags."""
     category: str | None = None
     """Essential / Important / Optional / Pitfall, for rubrics that carry categories."""
+    rule: dict[str, Any] | None = field(default=None, hash=False)
+    """A check decided in code instead of by the judge (grading/rules.py), e.g. {"type": "max_words", "value": 100}.
+    Like a judge verdict, the rule says whether the criterion's text holds for the response."""
 
     @property
     def is_penalty(self) -> bool:
@@ -58,7 +63,15 @@ def criterion_from_dict(item: Mapping[str, Any], where: str) -> Criterion:
         raise RubricError(f"{where}: 'tags' must be a list of strings, got {tags!r}")
     if len(set(tags)) != len(list(tags)):
         raise RubricError(f"{where}: 'tags' repeats a tag: {list(tags)}")
-    return Criterion(text=text.strip(), points=points, tags=tuple(tags), category=item.get("category"))
+    rule = item.get("rule")
+    if isinstance(rule, Mapping):  # Arrow gives every rule every key any rule has: drop the absent (None) ones
+        rule = {key: value for key, value in rule.items() if value is not None}
+    if rule is not None:
+        try:
+            validate_rule(rule)
+        except RuleError as error:
+            raise RubricError(f"{where}: rule {rule!r}: {error}") from error
+    return Criterion(text=text.strip(), points=points, tags=tuple(tags), category=item.get("category"), rule=rule)
 
 
 def rubric_from_items(items: Any, where: str, example_tags: Iterable[str] = ()) -> Rubric:

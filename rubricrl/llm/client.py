@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,10 +106,13 @@ class LLMClient:
         n: int = 1,
         schema: dict[str, Any] | None = None,
         schema_name: str = "output",
+        check: Callable[[Any], None] | None = None,
         **params: Any,
     ) -> ChatResult:
         """Ask `role` for n answers to `messages` (a string is one user message). `params` override the role's
-        sampling parameters for this call. With `schema`, every answer is validated JSON, in `result.parsed`."""
+        sampling parameters for this call. With `schema`, every answer is validated JSON, in `result.parsed`;
+        `check(value)` may add what a schema cannot say (e.g. one verdict per id) by raising ValueError, and an
+        answer it rejects is sampled again like one that does not parse."""
         spec = self.roles[role]
         messages = [{"role": "user", "content": messages}] if isinstance(messages, str) else list(messages)
         request = {**spec.sampling_params(), **params}
@@ -120,18 +124,24 @@ class LLMClient:
                             messages=messages, role=role, model=spec.model,
                             cached=sum(s.get("cached", False) for s in samples))  # fmt: skip
         if schema is not None:
-            result.parsed = await self._parse_samples(role, spec, messages, request, schema, samples, n)
+            result.parsed = await self._parse_samples(role, spec, messages, request, schema, check, samples, n)
             result.texts = [s["text"] for s in samples]
         result.seconds = time.monotonic() - started
         return result
 
-    async def _parse_samples(self, role, spec, messages, request, schema, samples, n) -> list[Any]:
+    async def _parse_samples(self, role, spec, messages, request, schema, check, samples, n) -> list[Any]:
         """Validate each sample; replace one that does not parse with a fresh sample (index n, n+1, ...)."""
         parsed, next_index = [], n
         for i, sample in enumerate(samples):
             for attempt in range(self.invalid_answer_retries + 1):
                 try:
-                    parsed.append(parse_structured(sample["text"], schema))
+                    value = parse_structured(sample["text"], schema)
+                    if check is not None:
+                        try:
+                            check(value)
+                        except ValueError as error:
+                            raise StructuredOutputError(f"rejected: {error}", sample["text"]) from error
+                    parsed.append(value)
                     break
                 except StructuredOutputError as error:
                     if attempt == self.invalid_answer_retries:

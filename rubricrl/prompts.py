@@ -1,0 +1,46 @@
+"""Prompt files, rendered one way, strictly.
+
+Prompts live as text files beside the stage that uses them (`synthesis/prompts/`, `grading/prompts/`).
+Placeholders are `{{name}}`: JSON examples inside a prompt keep their single braces untouched, and rendering
+fails on a placeholder without a value or a value without a placeholder, so a typo never ships a half-filled
+prompt. Each prompt carries the hash of its text, recorded with every output it produces.
+"""
+
+import hashlib
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+
+
+class PromptError(KeyError):
+    pass
+
+
+@dataclass(frozen=True)
+class Prompt:
+    name: str
+    text: str
+
+    @property
+    def placeholders(self) -> set[str]:
+        return set(PLACEHOLDER.findall(self.text))
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()
+
+    def render(self, **values: str) -> str:
+        missing = self.placeholders - set(values)
+        unused = set(values) - self.placeholders
+        if missing or unused:
+            raise PromptError(f"prompt {self.name}: missing values for {sorted(missing)}, unused {sorted(unused)}")
+        # One pass with a function: a value that itself contains {{x}} is inserted verbatim, never re-rendered.
+        return PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), self.text)
+
+
+@cache
+def load_prompt(path: Path) -> Prompt:
+    return Prompt(name=f"{path.parent.parent.name}/{path.name}", text=path.read_text(encoding="utf-8").strip() + "\n")
