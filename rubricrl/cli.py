@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from rubricrl import __version__
+from grading.rubric import RubricError
 from rubricrl.config import ConfigError, load_yaml
 
 
@@ -20,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return args.run(args) or 0
-    except ConfigError as error:
+    except (ConfigError, RubricError) as error:
         print(f"rubricrl: error: {error}", file=sys.stderr)
         return 2
 
@@ -52,10 +53,14 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--system", help="system message")
     chat.add_argument("-n", type=int, default=1, help="number of samples")
     chat.add_argument("--schema", type=Path, help="JSON schema file: answer with validated JSON")
-    chat.add_argument("--max-tokens", type=int, default=256)
+    chat.add_argument("--max-tokens", type=int, help="default: the role's (config) or the endpoint's")
     chat.add_argument("--temperature", type=float)
     add_llm_arguments(chat)
     chat.set_defaults(run=run_chat)
+
+    from grading.cli import add_commands as add_grading_commands
+
+    add_grading_commands(commands)
 
     cache = commands.add_parser("cache", help="inspect or clear the response cache")
     cache_commands = cache.add_subparsers(title="cache commands", metavar="<action>", required=True)
@@ -159,9 +164,7 @@ def run_chat(args: argparse.Namespace) -> int:
         {"role": "user", "content": args.prompt}
     ]
     schema = json.loads(args.schema.read_text()) if args.schema else None
-    params = {"max_tokens": args.max_tokens}
-    if args.temperature is not None:
-        params["temperature"] = args.temperature
+    params = {"max_tokens": args.max_tokens, "temperature": args.temperature}  # None: the role's own
 
     async def ask(roles):
         async with LLMClient(roles, **llm_client_options(args)) as client:

@@ -9,6 +9,7 @@ otherwise starts one for the duration of the command.
 
 import contextlib
 import ctypes
+import hashlib
 import importlib.metadata
 import json
 import os
@@ -48,6 +49,20 @@ def vllm_on_cpu() -> bool:
         return True
     except importlib.metadata.PackageNotFoundError:
         return False
+
+
+def served_name_for(model: str) -> str:
+    """The name a local model is served (and cached) under. A hub name is itself; a folder is its name plus a
+    fingerprint of its config and weights, so that retrained weights in the same folder are a new model to
+    the response cache, and a server for another checkpoint is never taken for this one."""
+    folder = Path(model)
+    if not folder.is_dir():
+        return model
+    digest = hashlib.sha256(str(folder.resolve()).encode())
+    for path in sorted(folder.glob("*.json")) + sorted(folder.glob("*.safetensors")) + sorted(folder.glob("*.bin")):
+        stat = path.stat()
+        digest.update(f"{path.name}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+    return f"{folder.resolve().name}@{digest.hexdigest()[:10]}"
 
 
 def cpu_dtype() -> str:
@@ -90,7 +105,7 @@ class LocalServer:
         # No --model means the embedded model; it is prepared (instantly, once done) and served offline.
         self.embedded = model is None
         self.model = model
-        self.served_name = served_name or (EMBEDDED_MODEL_NAME if self.embedded else model)
+        self.served_name = served_name or (EMBEDDED_MODEL_NAME if self.embedded else served_name_for(model))
         self.port = port or free_port()
         self.max_model_len = max_model_len
         self.kv_cache_gib = kv_cache_gib
@@ -128,16 +143,18 @@ class LocalServer:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                             env=self.environment(), start_new_session=True,
                                             preexec_fn=_die_with_parent)  # fmt: skip
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                self.process = None
-                raise RuntimeError(f"vLLM server exited during start-up; log {self.log_path}:\n{self.log_tail()}")
-            if self.served_name in served_models(self.endpoint.base_url, timeout=1.0):
-                return self.endpoint
-            time.sleep(0.5)
-        self.stop()
-        raise TimeoutError(f"vLLM server not ready after {timeout:.0f} s; log {self.log_path}:\n{self.log_tail()}")
+        try:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"vLLM server exited during start-up; log {self.log_path}:\n{self.log_tail()}")
+                if self.served_name in served_models(self.endpoint.base_url, timeout=1.0):
+                    return self.endpoint
+                time.sleep(0.5)
+            raise TimeoutError(f"vLLM server not ready after {timeout:.0f} s; log {self.log_path}:\n{self.log_tail()}")
+        except BaseException:  # Ctrl-C or a failure while waiting: take down whatever was started
+            self.stop()
+            raise
 
     def stop(self, grace: float = 20.0) -> None:
         """SIGTERM the whole process group (vLLM shuts its engine down in ~1 s), then SIGKILL what is left."""
@@ -227,7 +244,7 @@ def find_running(model: str = EMBEDDED_MODEL_NAME) -> Endpoint | None:
 @contextmanager
 def local_endpoint(model: str | None = None) -> Iterator[Endpoint]:
     """The local server for `model` (default: the embedded model): reused if running, else started until exit."""
-    wanted = model or EMBEDDED_MODEL_NAME
+    wanted = served_name_for(model) if model else EMBEDDED_MODEL_NAME
     running = find_running(wanted)
     if running is not None:
         yield running
@@ -235,7 +252,7 @@ def local_endpoint(model: str | None = None) -> Iterator[Endpoint]:
     _stderr(f"no local server for {wanted} is running: starting one for this command (`rubricrl serve` keeps one up)")
     started = time.monotonic()
     with LocalServer(model) as endpoint:
-        _stderr(f"local server ready at {endpoint.base_url} in {time.monotonic() - started:.0f} s")
+        _stderr(f"local server (pid {endpoint.pid}) ready at {endpoint.base_url} in {time.monotonic() - started:.0f} s")
         try:
             yield endpoint
         finally:

@@ -90,7 +90,9 @@ class FaultServer:
                 time.sleep(fault.delay or server.latency)
                 payload = fault.body if fault.body is not None else server.completion(body)
                 if fault.status != 200 and fault.body is None:
-                    payload = json.dumps({"error": {"message": f"injected {fault.status}", "type": "fault"}}).encode()
+                    # Like some gateways, quote the credentials back: the client must keep them out of its errors.
+                    message = f"injected {fault.status}; you sent {self.headers.get('Authorization', 'no key')}"
+                    payload = json.dumps({"error": {"message": message, "type": "fault"}}).encode()
                 if fault.cut_connection:
                     self.send_response(fault.status)
                     self.send_header("Content-Type", "application/json")

@@ -126,3 +126,44 @@ def test_concurrent_writer_processes_lose_nothing(tmp_path):
     questions = {line for out in outputs for line in out if line}
     assert len(questions) == 400
     assert cached_questions(cache_path, questions) == questions
+
+
+def test_identical_calls_in_flight_share_one_request_and_rerun_agrees(fault_server, cache):
+    import asyncio
+    import itertools
+
+    from rubricrl.llm import LLMClient
+
+    counter = itertools.count()
+    fault_server.reply = lambda body: f"answer {next(counter)}"
+    fault_server.latency = 0.1
+
+    async def four_at_once():
+        async with LLMClient(role(fault_server, temperature=1.0), cache=cache) as client:
+            return [r.text for r in await asyncio.gather(*(client.chat("judge", "q") for _ in range(4)))]
+
+    first = run(four_at_once())
+    assert fault_server.count == 1 and first == ["answer 0"] * 4
+    assert run(four_at_once()) == first and fault_server.count == 1
+
+
+def test_first_writer_wins(cache):
+    assert cache.put("k", {"text": "first"}) == {"text": "first"}
+    assert cache.put("k", {"text": "second"}) == {"text": "first"}
+
+
+def test_seeded_role_asks_each_missing_sample_with_its_own_seed(fault_server, cache):
+    run(ask(role(fault_server, temperature=1.0, seed=7), "judge", "q", n=3, cache=cache))
+    assert sorted(r["seed"] for r in fault_server.requests) == [7, 8, 9]
+    assert all(r.get("n") == 1 for r in fault_server.requests)
+
+
+def test_int_and_float_parameters_are_one_request(fault_server, cache):
+    run(ask(role(fault_server, temperature=1), "judge", "q", cache=cache))
+    run(ask(role(fault_server), "judge", "q", cache=cache, temperature=1.0, top_p=None))
+    assert fault_server.count == 1
+
+
+def test_n_below_one_is_refused(fault_server):
+    with pytest.raises(ValueError, match="n must be at least 1"):
+        run(ask(role(fault_server), "judge", "q", n=0))

@@ -13,6 +13,7 @@ SCHEMA = {
     "type": "object",
     "properties": {"verdict": {"type": "boolean"}, "reason": {"type": "string", "maxLength": 200}},
     "required": ["verdict", "reason"],
+    "additionalProperties": False,
 }
 
 
@@ -99,9 +100,12 @@ def test_api_key_is_sent_but_never_appears_in_errors(fault_server, monkeypatch):
     fault_server.script = [Fault(401)]
     role = Role(base_url=fault_server.base_url.replace("127.0.0.1", "localhost"), model="fake",
                 api_key_env="RUBRICRL_TEST_KEY")  # fmt: skip
-    with pytest.raises(LLMError) as error:
+    with pytest.raises(LLMError, match="injected 401") as error:
         run(ask({"judge": role}, "judge", "hi"))
     assert fault_server.headers[0]["authorization"] == f"Bearer {secret}"
+    # The server quoted the key back in its error body; neither the error nor its chain may carry it.
+    assert "you sent Bearer ***" in str(error.value)
+    assert error.value.__cause__ is None and error.value.__suppress_context__
     assert secret not in str(error.value) and secret not in repr(role.public())
 
 
@@ -143,3 +147,37 @@ def test_off_schema_every_time_raises(fault_server):
     with pytest.raises(LLMError, match="no valid JSON after 3 samples"):
         run(ask(roles_for(fault_server), "judge", "grade", schema=SCHEMA, invalid_answer_retries=2))
     assert fault_server.count == 3
+
+
+def test_greedy_decoding_is_not_resampled(fault_server):
+    fault_server.reply = "no JSON here"
+    with pytest.raises(LLMError, match="no valid JSON after 1 samples"):
+        run(ask(roles_for(fault_server, temperature=0.0), "judge", "grade", schema=SCHEMA))
+    assert fault_server.count == 1  # the same prompt, greedily decoded, would only repeat the same answer
+
+
+def test_concurrency_is_bounded(fault_server):
+    import asyncio
+    import threading
+
+    from rubricrl.llm import LLMClient
+
+    active, peak, lock = [0], [0], threading.Lock()
+
+    def reply(body):
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        time.sleep(0.05)
+        with lock:
+            active[0] -= 1
+        return "ok"
+
+    fault_server.reply = reply
+
+    async def burst():
+        async with LLMClient(roles_for(fault_server), concurrency=3) as client:
+            await asyncio.gather(*(client.chat("judge", f"q{i}") for i in range(20)))
+
+    run(burst())
+    assert fault_server.count == 20 and peak[0] == 3

@@ -65,6 +65,7 @@ def test_n_samples_come_back_distinct(roles):
 def test_repeated_call_never_reaches_the_server(roles, cache, local_server):
     first, _ = run(ask(roles, "chat", "Say a random animal.", cache=cache))
     served = requests_served(local_server)
+    assert served >= 1  # the metric is read (a broken regex would make the check below vacuous)
     second, usage = run(ask(roles, "chat", "Say a random animal.", cache=cache))
     assert requests_served(local_server) == served
     assert second.text == first.text and usage.cache_hits == 1 and usage.requests == 0

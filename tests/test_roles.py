@@ -26,7 +26,7 @@ def test_roles_without_endpoint_are_bound_to_the_local_server():
     roles = resolve_roles(["writer", "judge"], {"roles": {"judge": {"base_url": "http://x/v1", "model": "m"}}})
     assert roles["writer"].is_local and not roles["judge"].is_local
     bound = bind_local(roles, "http://127.0.0.1:8750/v1", "SmolLM2-135M-Instruct")
-    assert bound["writer"] == Role(model="SmolLM2-135M-Instruct", base_url="http://127.0.0.1:8750/v1")
+    assert bound["writer"] == Role(model="SmolLM2-135M-Instruct", base_url="http://127.0.0.1:8750/v1", api_key_env="")
     assert bound["judge"] == roles["judge"]
 
 
@@ -36,7 +36,6 @@ def test_roles_without_endpoint_are_bound_to_the_local_server():
         ({"roles": {"judge": {"temprature": 0.1}}}, r"cfg.yaml: roles.judge: unknown key\(s\) \['temprature'\]"),
         ({"roles": {"judge": {"temperature": "hot"}}}, r"roles.judge.temperature: expected .*float.*, got 'hot'"),
         ({"roles": {"judge": {"base_url": "http://x/v1"}}}, "role 'judge' points at http://x/v1 but names no model"),
-        ({"roles": {"juge": {"model": "m"}}}, r"roles \['juge'\] are not used by this command"),
         ({"role": {}}, r"unknown key\(s\) \['role'\]"),
         ({"roles": {"judge": {"stop": ["a", 3]}}}, r"roles.judge.stop: expected"),
     ],
@@ -44,6 +43,18 @@ def test_roles_without_endpoint_are_bound_to_the_local_server():
 def test_config_mistakes_are_named(config, message):
     with pytest.raises(ConfigError, match=message):
         resolve_roles(["judge"], config, source="cfg.yaml")
+
+
+def test_local_server_is_never_sent_the_users_key(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-real-key-of-the-user")
+    bound = bind_local(resolve_roles(["judge"]), "http://127.0.0.1:8750/v1", "SmolLM2-135M-Instruct")
+    assert bound["judge"].api_key() == "EMPTY"
+
+
+def test_roles_this_command_does_not_use_are_reported(capsys):
+    roles = resolve_roles(["judge"], {"roles": {"juge": {"model": "m"}}}, source="cfg.yaml")
+    assert roles["judge"].is_local
+    assert "cfg.yaml: roles ['juge'] are not used by this command" in capsys.readouterr().err
 
 
 def test_load_yaml_errors_name_the_file(tmp_path):

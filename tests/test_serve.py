@@ -71,6 +71,18 @@ def test_serve_answers_advertises_and_sigterm_leaves_no_process(home):
     assert port_is_free(port) and not (home / "server.json").exists()
 
 
+def test_a_folder_is_served_under_a_name_that_changes_with_its_weights(tmp_path):
+    from rubricrl.serve import served_name_for
+
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "model.safetensors").write_bytes(b"v1")
+    first = served_name_for(str(tmp_path))
+    assert first.startswith(tmp_path.name + "@") and served_name_for(str(tmp_path)) == first
+    (tmp_path / "model.safetensors").write_bytes(b"v2 retrained")
+    assert served_name_for(str(tmp_path)) != first
+    assert served_name_for("Qwen/Qwen3-8B") == "Qwen/Qwen3-8B"
+
+
 def test_sigkilled_serve_takes_its_server_down(home):
     port = free_port()
     serve, base_url, _ = start_serve(home, port)
@@ -89,7 +101,7 @@ def test_command_without_server_starts_one_and_stops_it(home):
     out, err = chat.communicate(timeout=600)
     assert chat.returncode == 0 and out.strip(), err
     assert "starting one for this command" in err and "stopping the local server" in err
-    port = int(err.split("local server ready at http://127.0.0.1:")[1].split("/")[0])
+    started = err.split("local server (pid ")[1]
+    pgid, port = int(started.split(")")[0]), int(started.split("http://127.0.0.1:")[1].split("/")[0])
+    assert wait_gone(pgid, 5) == []  # the API server and its engine processes are all gone
     assert port_is_free(port)
-    leftover = subprocess.run(["pgrep", "-f", f"--port {port}"], capture_output=True, text=True).stdout
-    assert leftover == ""

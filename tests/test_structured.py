@@ -61,7 +61,10 @@ def test_schema_mismatch_names_the_place():
     "schema, missing",
     [
         ({"type": "integer"}, "minimum"),
-        ({"type": "object", "properties": {"why": {"type": "string"}}}, r"\$\.why: a string needs 'maxLength'"),
+        ({"type": "object", "properties": {"why": {"type": "string"}}, "required": ["why"], "additionalProperties": False},
+         r"\$\.why: a string needs 'maxLength'"),
+        ({"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"]}, "additionalProperties"),
+        ({"type": "object", "properties": {"a": {"type": "boolean"}}, "additionalProperties": False}, "every property"),
         ({"type": "array", "items": {"type": "boolean"}}, "maxItems"),
         ({"type": "array", "maxItems": 3, "items": {"type": "number", "minimum": 0}}, r"\$\[\]: a number"),
     ],
@@ -72,6 +75,7 @@ def test_unbounded_schemas_are_refused(schema, missing):
 
 
 def test_bounded_schema_becomes_response_format():
-    fmt = json_schema_format(RUBRIC_SCHEMA, "rubric")
-    assert fmt == {"type": "json_schema", "json_schema": {"name": "rubric", "schema": RUBRIC_SCHEMA, "strict": True}}
+    schema = {**RUBRIC_SCHEMA, "items": {**RUBRIC_SCHEMA["items"], "additionalProperties": False}}
+    fmt = json_schema_format(schema, "rubric")
+    assert fmt == {"type": "json_schema", "json_schema": {"name": "rubric", "schema": schema, "strict": True}}
     assert json_schema_format({"type": "string", "enum": ["yes", "no"]})  # an enum is bounded already

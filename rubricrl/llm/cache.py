@@ -45,11 +45,14 @@ class ResponseCache:
         row = self._db.execute("SELECT value FROM responses WHERE key = ?", (key,)).fetchone()
         return json.loads(row[0]) if row else None
 
-    def put(self, key: str, value: dict[str, Any]) -> None:
+    def put(self, key: str, value: dict[str, Any]) -> dict[str, Any]:
+        """Store `value` unless the key is already there, and return what is stored: the first writer wins, so
+        every process and every rerun sees the same answer for a key."""
         self._db.execute(
-            "INSERT OR REPLACE INTO responses (key, value, created) VALUES (?, ?, ?)",
+            "INSERT OR IGNORE INTO responses (key, value, created) VALUES (?, ?, ?)",
             (key, json.dumps(value, ensure_ascii=False), time.time()),
         )
+        return self.get(key)
 
     def __len__(self) -> int:
         return self._db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]

@@ -97,6 +97,7 @@ class LLMClient:
         self.usage: dict[str, Usage] = {name: Usage() for name in roles}
         self._semaphore = asyncio.Semaphore(concurrency)
         self._sdk_clients: dict[tuple[str, str], openai.AsyncOpenAI] = {}
+        self._in_flight: dict[str, asyncio.Future] = {}  # identical calls running now share one request
 
     async def chat(
         self,
@@ -113,27 +114,30 @@ class LLMClient:
         sampling parameters for this call. With `schema`, every answer is validated JSON, in `result.parsed`;
         `check(value)` may add what a schema cannot say (e.g. one verdict per id) by raising ValueError, and an
         answer it rejects is sampled again like one that does not parse."""
+        if n < 1:
+            raise ValueError(f"n must be at least 1, got {n}")
         spec = self.roles[role]
         messages = [{"role": "user", "content": messages}] if isinstance(messages, str) else list(messages)
-        request = {**spec.sampling_params(), **params}
+        request = _normalized({**spec.sampling_params(), **params})
         if schema is not None and spec.structured_outputs:
             request["response_format"] = json_schema_format(schema, schema_name)
         started = time.monotonic()
         samples = await self._samples(role, spec, messages, request, list(range(n)))
-        result = ChatResult(texts=[s["text"] for s in samples], finish_reasons=[s["finish_reason"] for s in samples],
-                            messages=messages, role=role, model=spec.model,
-                            cached=sum(s.get("cached", False) for s in samples))  # fmt: skip
+        parsed = []
         if schema is not None:
-            result.parsed = await self._parse_samples(role, spec, messages, request, schema, check, samples, n)
-            result.texts = [s["text"] for s in samples]
-        result.seconds = time.monotonic() - started
-        return result
+            parsed = await self._parse_samples(role, spec, messages, request, schema, check, samples, n)
+        return ChatResult(texts=[s["text"] for s in samples], finish_reasons=[s["finish_reason"] for s in samples],
+                          messages=messages, role=role, model=spec.model, cached=sum(s["cached"] for s in samples),
+                          parsed=parsed, seconds=time.monotonic() - started)  # fmt: skip
 
     async def _parse_samples(self, role, spec, messages, request, schema, check, samples, n) -> list[Any]:
-        """Validate each sample; replace one that does not parse with a fresh sample (index n, n+1, ...)."""
+        """Validate each sample; replace one that does not parse with a fresh sample (index n, n+1, ...).
+        Greedy decoding without a seed would only repeat the same answer, so it gets no replacement."""
+        deterministic = request.get("temperature") == 0 and "seed" not in request
+        retries = 0 if deterministic else self.invalid_answer_retries
         parsed, next_index = [], n
         for i, sample in enumerate(samples):
-            for attempt in range(self.invalid_answer_retries + 1):
+            for attempt in range(retries + 1):
                 try:
                     value = parse_structured(sample["text"], schema)
                     if check is not None:
@@ -144,7 +148,7 @@ class LLMClient:
                     parsed.append(value)
                     break
                 except StructuredOutputError as error:
-                    if attempt == self.invalid_answer_retries:
+                    if attempt == retries:
                         raise LLMError(f"role '{role}' ({spec.model}): no valid JSON after "
                                        f"{attempt + 1} samples: {error}") from error  # fmt: skip
                     self.usage[role].retries += 1
@@ -154,22 +158,46 @@ class LLMClient:
         return parsed
 
     async def _samples(self, role, spec, messages, request, indices: list[int]) -> list[dict]:
-        """The samples at `indices`: from the cache where present, the rest in one request with n = missing."""
+        """The samples at `indices`: from the cache, from an identical request already in flight, or asked for."""
         keys = [cache_key(spec.model, messages, request, i) for i in indices]
-        cached = {}
+        found: dict[str, dict] = {}
         for key in keys if self.cache is not None else []:
             hit = self.cache.get(key)
             if hit is not None:
-                cached[key] = hit
-        self.usage[role].cache_hits += len(cached)
-        missing = [key for key in keys if key not in cached]
-        fresh = {}
-        if missing:
-            for key, sample in zip(missing, await self._request(role, spec, messages, request, len(missing))):
-                if self.cache is not None:
-                    self.cache.put(key, sample)
-                fresh[key] = sample
-        return [{**cached[key], "cached": True} if key in cached else {**fresh[key], "cached": False} for key in keys]
+                found[key] = {**hit, "cached": True}
+        self.usage[role].cache_hits += len(found)
+        waiting = {key: self._in_flight[key] for key in keys if key not in found and key in self._in_flight}
+        mine = [(i, key) for i, key in zip(indices, keys) if key not in found and key not in waiting]
+        if mine:
+            futures = {key: asyncio.get_running_loop().create_future() for _, key in mine}
+            self._in_flight.update(futures)
+            try:
+                fresh = await self._ask(role, spec, messages, request, [i for i, _ in mine])
+                for (_, key), sample in zip(mine, fresh):
+                    stored = self.cache.put(key, sample) if self.cache is not None else sample
+                    found[key] = {**stored, "cached": False}
+                    futures[key].set_result(stored)
+            except BaseException as error:
+                for future in futures.values():
+                    if not future.done():
+                        future.set_exception(error)
+                        future.exception()  # retrieved here: the waiters re-raise it themselves
+                raise
+            finally:
+                for key in futures:
+                    self._in_flight.pop(key, None)
+        for key, future in waiting.items():
+            found[key] = {**await future, "cached": True}
+        return [found[key] for key in keys]
+
+    async def _ask(self, role, spec, messages, request, indices: list[int]) -> list[dict]:
+        """Fresh samples for `indices`: one request with n = len(indices), or, for a seeded role, one request per
+        index with seed + index (what vLLM gives the i-th child of an n request), so samples never repeat."""
+        if "seed" not in request:
+            return await self._request(role, spec, messages, request, len(indices))
+        answers = await asyncio.gather(*(self._request(role, spec, messages, {**request, "seed": request["seed"] + i}, 1)
+                                         for i in indices))  # fmt: skip
+        return [answer[0] for answer in answers]
 
     async def _request(self, role, spec, messages, request, n) -> list[dict]:
         sdk = self._sdk_client(spec)
@@ -185,11 +213,13 @@ class LLMClient:
                 break
             except (_InvalidAnswer, json.JSONDecodeError, openai.APIResponseValidationError) as error:
                 if attempt == self.invalid_answer_retries:
-                    raise LLMError(f"role '{role}' ({spec.model} at {spec.base_url}): invalid response body after "
-                                   f"{attempt + 1} attempts: {error!r}"[:2000]) from error  # fmt: skip
+                    raise LLMError(_redacted(f"role '{role}' ({spec.model} at {spec.base_url}): invalid response "
+                                             f"body after {attempt + 1} attempts: {error!r}", spec)) from None
                 self.usage[role].retries += 1
             except openai.APIError as error:
-                raise LLMError(f"role '{role}' ({spec.model} at {spec.base_url}): {error}"[:2000]) from error
+                # Some gateways echo the key in their error body: it is cut out, and the SDK's exception (which
+                # holds the request and its headers) is not chained.
+                raise LLMError(_redacted(f"role '{role}' ({spec.model} at {spec.base_url}): {error}", spec)) from None
         usage = self.usage[role]
         usage.requests += 1
         if response.usage is not None:
@@ -227,6 +257,24 @@ class LLMClient:
 
     async def __aexit__(self, *exc) -> None:
         await self.aclose()
+
+
+def _redacted(message: str, spec: Role) -> str:
+    key = spec.api_key()
+    return (message.replace(key, "***") if len(key) >= 8 else message)[:2000]
+
+
+FLOAT_PARAMS = ("temperature", "top_p", "presence_penalty", "frequency_penalty")
+
+
+def _normalized(request: dict[str, Any]) -> dict[str, Any]:
+    """Drop unset parameters and make floats floats, so that `temperature: 1` from YAML and `temperature=1.0`
+    in code are one request (and one cache key)."""
+    request = {name: value for name, value in request.items() if value is not None}
+    for name in FLOAT_PARAMS:
+        if isinstance(request.get(name), int):
+            request[name] = float(request[name])
+    return request
 
 
 class _InvalidAnswer(ValueError):

@@ -6,6 +6,7 @@ entry under `roles:`. A role left without a base_url is served by the embedded l
 """
 
 import os
+import sys
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
@@ -47,7 +48,7 @@ class Role:
         return params
 
     def api_key(self) -> str:
-        if self.is_local:
+        if self.is_local or not self.api_key_env:  # "" marks a role bound to our own local server
             return LOCAL_API_KEY
         key = os.environ.get(self.api_key_env)
         if key:
@@ -76,8 +77,9 @@ def resolve_roles(
         raise ConfigError(f"{source}: unknown key(s) {sorted(unknown)} in the LLM section (known: defaults, roles)")
     role_entries = config.get("roles") or {}
     unused = set(role_entries) - set(names)
-    if unused:
-        raise ConfigError(f"{source}: roles {sorted(unused)} are not used by this command (it uses {names})")
+    if unused:  # one config serves several commands, so not an error; but say it, a typo would hide here
+        print(f"[rubricrl] {source}: roles {sorted(unused)} are not used by this command (it uses {names})",
+              file=sys.stderr)
     blanket = {k: v for k, v in {"base_url": base_url, "model": model}.items() if v is not None}
     roles = {}
     for name in names:
@@ -90,8 +92,9 @@ def resolve_roles(
 
 
 def bind_local(roles: dict[str, Role], base_url: str, model: str) -> dict[str, Role]:
-    """Point the roles that have no endpoint at a local server."""
-    return {name: replace(role, base_url=base_url, model=role.model or model) if role.is_local else role
+    """Point the roles that have no endpoint at a local server and the name it serves their model under (which
+    for a folder is not the path; see serve.served_name_for). The server is sent no API key of the user's."""
+    return {name: replace(role, base_url=base_url, model=model, api_key_env="") if role.is_local else role
             for name, role in roles.items()}  # fmt: skip
 
 

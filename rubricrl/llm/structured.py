@@ -36,7 +36,8 @@ def json_schema_format(schema: dict[str, Any], name: str = "output") -> dict[str
 
 
 def check_bounded(schema: dict[str, Any], path: str = "$") -> None:
-    """Raise ValueError naming the first integer, number, string or array in `schema` that has no bound."""
+    """Raise ValueError naming the first integer, number, string or array in `schema` that has no bound, or the
+    first object that is open (strict mode's rules: no additional properties, every property required)."""
     kind = schema.get("type")
     kinds = set(kind) if isinstance(kind, list) else {kind}
     fixed = "enum" in schema or "const" in schema
@@ -46,6 +47,11 @@ def check_bounded(schema: dict[str, Any], path: str = "$") -> None:
         raise ValueError(f"schema {path}: a string needs 'maxLength'")
     if "array" in kinds and "maxItems" not in schema:
         raise ValueError(f"schema {path}: an array needs 'maxItems'")
+    if "object" in kinds:  # what strict mode (OpenAI) requires, and what keeps a grammar from adding keys
+        if schema.get("additionalProperties") is not False:
+            raise ValueError(f"schema {path}: an object needs 'additionalProperties': false")
+        if set(schema.get("required") or ()) != set(schema.get("properties") or {}):
+            raise ValueError(f"schema {path}: an object must list every property in 'required'")
     for key, sub in (schema.get("properties") or {}).items():
         check_bounded(sub, f"{path}.{key}")
     if isinstance(schema.get("items"), dict):

@@ -1,0 +1,83 @@
+"""Reading what grading consumes: rubric datasets (synthesis's final.parquet / .jsonl, HealthBench JSONL) and
+response files. Errors name the file, the row and the problem."""
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from grading.rubric import Rubric, RubricError, rubric_from_items
+
+
+@dataclass(frozen=True)
+class RubricRow:
+    id: str
+    conversation: list[dict[str, str]]
+    rubric: Rubric
+    reference: str | None = None
+
+
+def read_records(path: Path) -> Iterator[tuple[str, Any]]:
+    """(where, record) for each row of a .jsonl or .parquet file."""
+    if path.suffix == ".parquet":
+        for i, record in enumerate(pq.read_table(path).to_pylist()):
+            yield f"{path}: row {i}", record
+        return
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                yield f"{path}:{number}", json.loads(line)
+            except json.JSONDecodeError as error:
+                raise RubricError(f"{path}:{number}: invalid JSON: {error.msg} at column {error.colno}") from error
+
+
+def load_rubric_rows(path: str | Path) -> dict[str, RubricRow]:
+    """Rows keyed by id: `id` or HealthBench's `prompt_id`; the query as `question` (text) or `prompt` (messages)."""
+    path = Path(path)
+    rows: dict[str, RubricRow] = {}
+    for where, record in read_records(path):
+        if not isinstance(record, dict):
+            raise RubricError(f"{where}: expected an object, got {type(record).__name__}")
+        row_id = record.get("id", record.get("prompt_id"))
+        if not isinstance(row_id, str) or not row_id:
+            raise RubricError(f"{where}: needs a non-empty string 'id' (or 'prompt_id')")
+        if row_id in rows:
+            raise RubricError(f"{where}: duplicate id {row_id!r}")
+        rows[row_id] = RubricRow(
+            id=row_id,
+            conversation=_conversation(record, where),
+            rubric=rubric_from_items(record.get("rubrics"), where, record.get("example_tags") or ()),
+            reference=record.get("reference_answer"),
+        )
+    if not rows:
+        raise RubricError(f"{path}: no rows")
+    return rows
+
+
+def _conversation(record: dict, where: str) -> list[dict[str, str]]:
+    prompt, question = record.get("prompt"), record.get("question")
+    if isinstance(prompt, list) and prompt and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in prompt
+    ):
+        return [{"role": m["role"], "content": m["content"]} for m in prompt]
+    if isinstance(question, str) and question.strip():
+        return [{"role": "user", "content": question}]
+    raise RubricError(f"{where}: needs 'question' (non-empty text) or 'prompt' (a list of {{role, content}} messages)")
+
+
+def load_responses(path: str | Path, known_ids: set[str]) -> list[tuple[str, str]]:
+    """(id, response) pairs of a JSONL file; every id must name a rubric row."""
+    path = Path(path)
+    pairs = []
+    for where, record in read_records(path):
+        if not isinstance(record, dict) or not isinstance(record.get("response"), str):
+            raise RubricError(f"{where}: needs a string 'response'")
+        if record.get("id") not in known_ids:
+            raise RubricError(f"{where}: id {record.get('id')!r} is not in the rubric file")
+        pairs.append((record["id"], record["response"]))
+    return pairs

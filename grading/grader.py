@@ -1,0 +1,162 @@
+"""Grade (conversation, response, rubric) triples: rule checks in code, the rest by the judge, then scores.
+
+`Grader.grade_many` grades a batch concurrently (the client bounds the concurrency) and grades identical
+triples once; the response cache makes a repeated batch free. What a graded record holds is enough to
+recompute every report without a judge call: verdicts with each criterion's points and tags, example tags,
+judge model, mode and prompt hash.
+"""
+
+import asyncio
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from tqdm.asyncio import tqdm_asyncio
+
+from grading import judge
+from grading.integrity import integrity_flag
+from grading.rubric import Rubric
+from grading.rules import check_rule
+from grading.scores import DEFAULT_MIN_COVERAGE, explicit_score, training_reward
+from rubricrl.llm import LLMClient
+
+Mode = Literal["per_criterion", "batched", "implicit", "likert", "reference_likert"]
+MODES: tuple[str, ...] = Mode.__args__
+
+
+@dataclass
+class GradingConfig:
+    mode: Mode = "per_criterion"
+    """per_criterion (one judge call per criterion), batched (all criteria per call, chunked), implicit (one
+    1-10 rating against the rubric), likert / reference_likert (one rating without a rubric, with a reference)."""
+    judge_role: str = "judge"
+    samples: int = 1
+    """Judge samples per verdict, majority vote (self-consistency); odd numbers avoid ties."""
+    chunk_size: int = 16
+    """batched mode: criteria per judge call."""
+    min_coverage: float = DEFAULT_MIN_COVERAGE
+    """Share of criteria that must have a verdict for the score to be defined (else it is None)."""
+    clip_reward: bool = True
+    """Reward = explicit score clipped to [0, 1]; False passes penalised scores below 0 through."""
+    integrity_check: bool = True
+    """Flag responses addressed to the grader (grading/integrity.py): no judge call, score and reward 0."""
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"grading mode {self.mode!r} is not one of {list(MODES)}")
+        if self.samples < 1 or self.chunk_size < 1:
+            raise ValueError("samples and chunk_size must be at least 1")
+        if not 0.0 <= self.min_coverage <= 1.0:
+            raise ValueError(f"min_coverage must be within [0, 1], got {self.min_coverage}")
+
+
+@dataclass
+class Graded:
+    score: float | None
+    """Explicit modes: Σ met / Σ positive points over decided verdicts (unclipped); rating modes: normalized."""
+    reward: float | None
+    verdicts: list[judge.Verdict] = field(default_factory=list)
+    rating: float | None = None
+    """Rating modes: the judge's mean 1-10 rating."""
+    explanation: str = ""
+    integrity_flag: str | None = None
+    judge_failures: int = 0
+    seconds: float = 0.0
+
+    @property
+    def decided(self) -> int:
+        return sum(v.met is not None for v in self.verdicts)
+
+
+class Grader:
+    def __init__(self, client: LLMClient, config: GradingConfig | None = None):
+        self.client = client
+        self.config = config or GradingConfig()
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """What produced a grade: recorded with every graded record."""
+        prompts = {"per_criterion": judge.CRITERION, "batched": judge.BATCHED, "implicit": judge.IMPLICIT,
+                   "likert": judge.LIKERT, "reference_likert": judge.LIKERT}  # fmt: skip
+        role = self.client.roles[self.config.judge_role]
+        return {"judge_model": role.model, "mode": self.config.mode, "samples": self.config.samples,
+                "prompt_sha256": prompts[self.config.mode].sha256, "system_sha256": judge.SYSTEM.sha256}  # fmt: skip
+
+    async def grade(
+        self, conversation: list[dict[str, str]], response: str, rubric: Rubric | None, reference: str | None = None
+    ) -> Graded:
+        started = time.monotonic()
+        config = self.config
+        if config.integrity_check and (flag := integrity_flag(response, rubric)):
+            not_graded = [judge.Verdict(c.text, c.points, c.tags, None, "not graded: integrity flag", "none")
+                          for c in (rubric.criteria if rubric else ())]  # fmt: skip
+            return Graded(0.0, 0.0, not_graded, integrity_flag=flag, seconds=time.monotonic() - started)
+        if config.mode in ("implicit", "likert", "reference_likert"):
+            graded = await self._rate(conversation, response, rubric, reference)
+        else:
+            graded = await self._explicit(conversation, response, rubric)
+        graded.seconds = time.monotonic() - started
+        return graded
+
+    async def _explicit(self, conversation, response, rubric: Rubric) -> Graded:
+        config, role = self.config, self.config.judge_role
+        by_rule = {i: c for i, c in enumerate(rubric.criteria) if c.rule is not None}
+        by_judge = [(i, c) for i, c in enumerate(rubric.criteria) if c.rule is None]
+        verdicts: dict[int, judge.Verdict] = {
+            i: judge.Verdict(c.text, c.points, c.tags, check_rule(c.rule, response), f"rule {c.rule['type']}", "rule")
+            for i, c in by_rule.items()
+        }
+        if config.mode == "per_criterion":
+            judged = await asyncio.gather(*(judge.judge_per_criterion(self.client, role, conversation, response, c,
+                                                                      config.samples) for _, c in by_judge))  # fmt: skip
+        else:
+            chunks = [by_judge[k : k + config.chunk_size] for k in range(0, len(by_judge), config.chunk_size)]
+            results = await asyncio.gather(*(judge.judge_batched(self.client, role, conversation, response,
+                                                                 [c for _, c in chunk], config.samples)
+                                              for chunk in chunks))  # fmt: skip
+            judged = [v for chunk in results for v in chunk]
+        verdicts.update({i: v for (i, _), v in zip(by_judge, judged)})
+        ordered = [verdicts[i] for i in range(len(rubric.criteria))]
+        score = explicit_score([v.points for v in ordered], [v.met for v in ordered],
+                               min_coverage=config.min_coverage).score  # fmt: skip
+        failures = sum(v.met is None for v in ordered)
+        return Graded(score, training_reward(score, clip=config.clip_reward), ordered, judge_failures=failures)
+
+    async def _rate(self, conversation, response, rubric: Rubric | None, reference: str | None) -> Graded:
+        config = self.config
+        if config.mode == "implicit" and rubric is None:
+            raise ValueError("implicit grading needs a rubric")
+        if config.mode == "reference_likert" and not reference:
+            raise ValueError("reference_likert grading needs a reference answer")
+        rating = await judge.judge_rating(
+            self.client, config.judge_role, conversation, response,
+            criteria=list(rubric.criteria) if config.mode == "implicit" else None,
+            reference=reference if config.mode == "reference_likert" else None, samples=config.samples,
+        )  # fmt: skip
+        score = rating.normalized
+        return Graded(score, score, rating=rating.value, explanation=rating.explanation,
+                      judge_failures=int(rating.value is None))  # fmt: skip
+
+    async def grade_many(
+        self, items: list[tuple[list[dict], str, Rubric | None, str | None]], *, progress: str | None = None
+    ) -> list[Graded]:
+        """Grade (conversation, response, rubric, reference) items concurrently, identical items once; with
+        `progress`, show a progress bar so described."""
+        unique: dict[Any, tuple] = {}
+        keys = []
+        for conversation, response, rubric, reference in items:
+            key = (_freeze(conversation), response, rubric, reference)
+            unique.setdefault(key, (conversation, response, rubric, reference))
+            keys.append(key)
+        jobs = [self.grade(*item) for item in unique.values()]
+        if progress:
+            results = await tqdm_asyncio.gather(*jobs, desc=progress, file=sys.stderr)
+        else:
+            results = await asyncio.gather(*jobs)
+        by_key = dict(zip(unique, results))
+        return [by_key[key] for key in keys]
+
+
+def _freeze(messages: list[dict[str, str]]) -> tuple:
+    return tuple((m["role"], m["content"]) for m in messages)

@@ -1,0 +1,169 @@
+"""LLM judges: per-criterion, batched, implicit (one rating against the rubric) and Likert baselines.
+
+Every judge reads the response as quoted data between markers that carry a code derived from the response's
+own hash: the response cannot close them (it would have to contain its own hash), and since the code is
+deterministic, identical calls still hit the cache. Verdicts are read only from the judge's structured output.
+A call that fails for good (transport, or output unparsable after bounded resampling) gives `None` verdicts,
+never False: a judge failure is not a score.
+
+Self-consistency: `samples` = k judge samples per call, majority vote per criterion; a tie is undecided (None),
+so use an odd k. Ratings (implicit, Likert) average over samples.
+"""
+
+import hashlib
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from grading.rubric import Criterion
+from rubricrl.llm import LLMClient, LLMError
+from rubricrl.prompts import load_prompt
+
+PROMPTS = Path(__file__).parent / "prompts"
+SYSTEM = load_prompt(PROMPTS / "judge_system.txt")
+CRITERION = load_prompt(PROMPTS / "judge_criterion.txt")
+BATCHED = load_prompt(PROMPTS / "judge_batched.txt")
+IMPLICIT = load_prompt(PROMPTS / "judge_implicit.txt")
+LIKERT = load_prompt(PROMPTS / "judge_likert.txt")
+
+EXPLANATION = {"type": "string", "maxLength": 600}
+VERDICT_SCHEMA = {
+    "type": "object",
+    "properties": {"explanation": EXPLANATION, "criteria_met": {"type": "boolean"}},
+    "required": ["explanation", "criteria_met"],
+    "additionalProperties": False,
+}
+RATING_SCHEMA = {
+    "type": "object",
+    "properties": {"explanation": EXPLANATION, "rating": {"type": "integer", "minimum": 1, "maximum": 10}},
+    "required": ["explanation", "rating"],
+    "additionalProperties": False,
+}
+
+
+@dataclass
+class Verdict:
+    criterion: str
+    points: int
+    tags: tuple[str, ...]
+    met: bool | None
+    """None: no verdict could be obtained (judge failure, tied vote, or not graded)."""
+    explanation: str
+    source: str
+    """"judge", "rule", or "none" (not graded)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"criterion": self.criterion, "points": self.points, "tags": list(self.tags), "met": self.met,
+                "explanation": self.explanation, "source": self.source}  # fmt: skip
+
+
+@dataclass
+class Rating:
+    value: float | None
+    """Mean 1-10 rating over the samples; None when the judge failed."""
+    explanation: str
+
+    @property
+    def normalized(self) -> float | None:
+        """(rating - 1) / 9: 1 -> 0.0, 10 -> 1.0 (RaR-Implicit's rating mapped linearly onto [0, 1])."""
+        return None if self.value is None else (self.value - 1) / 9
+
+
+def format_conversation(messages: list[dict[str, str]]) -> str:
+    return "\n\n".join(f"{m['role']}: {m['content']}" for m in messages)
+
+
+def response_code(response: str) -> str:
+    return hashlib.sha256(response.encode()).hexdigest()[:12]
+
+
+def quoted(template, conversation: list[dict[str, str]], response: str, **values: str) -> list[dict[str, str]]:
+    """The judge's messages: fixed instructions, then conversation and response (a prefix shared by every
+    criterion of the same response, which vLLM's prefix cache serves), then what varies."""
+    user = template.render(conversation=format_conversation(conversation), response=response,
+                           code=response_code(response), **values)  # fmt: skip
+    return [{"role": "system", "content": SYSTEM.text}, {"role": "user", "content": user}]
+
+
+def majority(votes: list[bool]) -> bool | None:
+    counts = Counter(votes)
+    if counts[True] == counts[False]:
+        return None
+    return counts[True] > counts[False]
+
+
+async def judge_per_criterion(
+    client: LLMClient, role: str, conversation: list[dict], response: str, criterion: Criterion, samples: int = 1
+) -> Verdict:
+    """One judge call for one criterion (HealthBench style)."""
+    messages = quoted(CRITERION, conversation, response, points=f"{criterion.points:+d}", criterion=criterion.text)
+    try:
+        result = await client.chat(role, messages, n=samples, schema=VERDICT_SCHEMA, schema_name="verdict")
+    except LLMError as error:
+        return Verdict(criterion.text, criterion.points, criterion.tags, None, f"judge failed: {error}"[:500], "judge")
+    met = majority([value["criteria_met"] for value in result.parsed])
+    return Verdict(criterion.text, criterion.points, criterion.tags, met, result.parsed[0]["explanation"], "judge")
+
+
+def batched_schema(ids: list[str]) -> dict[str, Any]:
+    item = {
+        "type": "object",
+        "properties": {"id": {"type": "string", "enum": ids}, "explanation": {"type": "string", "maxLength": 300},
+                       "criteria_met": {"type": "boolean"}},  # fmt: skip
+        "required": ["id", "explanation", "criteria_met"],
+        "additionalProperties": False,
+    }
+    verdicts = {"type": "array", "items": item, "minItems": len(ids), "maxItems": len(ids)}
+    return {"type": "object", "properties": {"verdicts": verdicts}, "required": ["verdicts"], "additionalProperties": False}
+
+
+def exactly_these_ids(ids: list[str]):
+    def check(value: dict) -> None:
+        got = [v["id"] for v in value["verdicts"]]
+        if sorted(got) != sorted(ids):
+            missing, extra = sorted(set(ids) - set(got)), sorted(i for i, n in Counter(got).items() if n > 1)
+            raise ValueError(f"verdict ids do not match the criteria: missing {missing}, repeated {extra}")
+
+    return check
+
+
+async def judge_batched(
+    client: LLMClient, role: str, conversation: list[dict], response: str, criteria: list[Criterion], samples: int = 1
+) -> list[Verdict]:
+    """All given criteria in one call: one verdict per criterion id, or the call is sampled again (bounded);
+    never padded or truncated. The caller chunks long rubrics."""
+    ids = [f"c{i + 1}" for i in range(len(criteria))]
+    listing = "\n".join(f"{i} ({c.points:+d}): {c.text}" for i, c in zip(ids, criteria))
+    messages = quoted(BATCHED, conversation, response, criteria=listing)
+    try:
+        result = await client.chat(role, messages, n=samples, schema=batched_schema(ids), schema_name="verdicts",
+                                   check=exactly_these_ids(ids))  # fmt: skip
+    except LLMError as error:
+        return [Verdict(c.text, c.points, c.tags, None, f"judge failed: {error}"[:500], "judge") for c in criteria]
+    by_id = [{v["id"]: v for v in value["verdicts"]} for value in result.parsed]
+    return [
+        Verdict(c.text, c.points, c.tags, majority([sample[i]["criteria_met"] for sample in by_id]),
+                by_id[0][i]["explanation"], "judge")
+        for i, c in zip(ids, criteria)
+    ]  # fmt: skip
+
+
+async def judge_rating(
+    client: LLMClient, role: str, conversation: list[dict], response: str, *, criteria: list[Criterion] | None = None,
+    reference: str | None = None, samples: int = 1,
+) -> Rating:  # fmt: skip
+    """One 1-10 rating: against the whole rubric (implicit, when `criteria` is given), or without a rubric
+    (Simple-Likert), optionally against a reference answer (Reference-Likert)."""
+    if criteria is not None:
+        listing = "\n".join(f"({c.points:+d}): {c.text}" for c in criteria)
+        messages = quoted(IMPLICIT, conversation, response, criteria=listing)
+    else:
+        shown = f"\nA reference answer written by an expert, for comparison:\n{reference}\n" if reference else ""
+        messages = quoted(LIKERT, conversation, response, reference=shown)
+    try:
+        result = await client.chat(role, messages, n=samples, schema=RATING_SCHEMA, schema_name="rating")
+    except LLMError as error:
+        return Rating(None, f"judge failed: {error}"[:500])
+    ratings = [value["rating"] for value in result.parsed]
+    return Rating(sum(ratings) / len(ratings), result.parsed[0]["explanation"])
