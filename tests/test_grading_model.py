@@ -1,0 +1,80 @@
+"""Grading HealthBench examples with the embedded model as judge, end to end through the CLI."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rubricrl.cli import main
+from tests.test_embedded_server import requests_served
+from tests.test_scores import SAMPLE
+
+pytestmark = [pytest.mark.model, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def ideal_subset(tmp_path_factory):
+    """The two examples with an ideal completion and the fewest criteria: rubrics and responses files."""
+    rows = [json.loads(line) for line in SAMPLE.read_text().splitlines()]
+    chosen = sorted((r for r in rows if r.get("ideal_completions_data")), key=lambda r: len(r["rubrics"]))[:2]
+    folder = tmp_path_factory.mktemp("ideal")
+    (folder / "rubrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in chosen))
+    (folder / "responses.jsonl").write_text("".join(
+        json.dumps({"id": r["prompt_id"], "response": r["ideal_completions_data"]["ideal_completion"]}) + "\n"
+        for r in chosen))  # fmt: skip
+    return folder, chosen
+
+
+def llm_flags(local_server):
+    return ["--base-url", local_server.base_url, "--model", local_server.model, "--config",
+            str(Path(__file__).resolve().parents[1] / "configs" / "tiny-cpu.yaml")]  # fmt: skip
+
+
+def test_eval_of_ideal_completions_gives_a_verdict_for_every_criterion(local_server, ideal_subset, tmp_path, capsys):
+    folder, chosen = ideal_subset
+    code = main(["eval", "--rubrics", str(folder / "rubrics.jsonl"), "--responses", str(folder / "responses.jsonl"),
+                 "--output-dir", str(tmp_path), *llm_flags(local_server)])  # fmt: skip
+    assert code == 0
+    graded = [json.loads(line) for line in (tmp_path / "graded.jsonl").read_text().splitlines()]
+    assert [g["id"] for g in graded] == [r["prompt_id"] for r in chosen]
+    for record, row in zip(graded, chosen):
+        assert [v["criterion"] for v in record["verdicts"]] == [c["criterion"] for c in row["rubrics"]]
+        assert all(isinstance(v["met"], bool) for v in record["verdicts"])
+        assert record["judge"]["mode"] == "per_criterion" and record["judge"]["judge_model"] == local_server.model
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["metrics"]["overall_score:n_samples"] == 2 and report["judge_failure_rate"] == 0.0
+    assert any(name.startswith("axis:") for name in report["metrics"])
+    assert "overall_score" in capsys.readouterr().out
+
+    # The report comes back from the graded file alone, identical, without one model call.
+    served = requests_served(local_server)
+    assert main(["eval", "--rubrics", str(folder / "rubrics.jsonl"), "--graded", str(tmp_path / "graded.jsonl"),
+                 "--output-dir", str(tmp_path / "again")]) == 0  # fmt: skip
+    assert json.loads((tmp_path / "again" / "report.json").read_text()) == report
+    assert requests_served(local_server) == served
+
+
+def test_batched_mode_never_pads_or_truncates(local_server, ideal_subset, tmp_path):
+    folder, chosen = ideal_subset
+    output = tmp_path / "graded.jsonl"
+    code = main(["grade", "--rubrics", str(folder / "rubrics.jsonl"), "--responses", str(folder / "responses.jsonl"),
+                 "--output", str(output), "--mode", "batched", "--chunk-size", "4", *llm_flags(local_server)])  # fmt: skip
+    assert code == 0
+    records = [json.loads(line) for line in output.read_text().splitlines()]
+    assert any(v["met"] is not None for r in records for v in r["verdicts"])  # the embedded judge manages batches
+    for record, row in zip(records, chosen):
+        assert len(record["verdicts"]) == len(row["rubrics"])
+        decided = [v for v in record["verdicts"] if v["met"] is not None]
+        # a chunk whose verdicts never matched its ids is undecided as a whole, never filled in
+        assert all(v["explanation"].startswith("judge failed") for v in record["verdicts"] if v["met"] is None)
+        if len(decided) == len(record["verdicts"]):
+            assert record["score"] is not None
+
+
+def test_bad_rubric_file_is_a_clear_error(tmp_path, capsys):
+    bad = tmp_path / "rubrics.jsonl"
+    bad.write_text('{"id": "a", "question": "q", "rubrics": [{"criterion": "x", "points": 5}]}\n{"id": "b"\n')
+    responses = tmp_path / "responses.jsonl"
+    responses.write_text('{"id": "a", "response": "r"}\n')
+    assert main(["grade", "--rubrics", str(bad), "--responses", str(responses), "--output", str(tmp_path / "o")]) == 2
+    assert f"{bad}:2: invalid JSON" in capsys.readouterr().err
