@@ -58,13 +58,8 @@ async def grade_pairs(grader: Grader, rows, pairs) -> list[dict]:
     """Graded records for (id, response) pairs, in input order (identical pairs graded once)."""
     items = [(rows[i].conversation, response, rows[i].rubric, rows[i].reference) for i, response in pairs]
     graded = await grader.grade_many(items, progress="grading")
-    return [
-        {"id": row_id, "response": response, "score": g.score, "reward": g.reward, "rating": g.rating,
-         "verdicts": [v.to_dict() for v in g.verdicts], "example_tags": list(rows[row_id].rubric.example_tags),
-         "integrity_flag": g.integrity_flag, "explanation": g.explanation, "judge_failures": g.judge_failures,
-         "judge": grader.metadata}
-        for (row_id, response), g in zip(pairs, graded)
-    ]  # fmt: skip
+    return [g.to_record(rows[row_id].rubric.example_tags, id=row_id, response=response, judge=grader.metadata)
+            for (row_id, response), g in zip(pairs, graded)]  # fmt: skip
 
 
 def write_jsonl(path: Path, records: list[dict]) -> None:

@@ -1,5 +1,9 @@
-"""Reading what grading consumes: rubric datasets (synthesis's final.parquet / .jsonl, HealthBench JSONL) and
-response files. Errors name the file, the row and the problem."""
+"""Reading what grading consumes: rubric datasets and response files. Errors name the file, the row and the
+problem.
+
+Rubric datasets come as synthesis's export (`final.parquet` / `.jsonl`: `id, question, rubrics: [{criterion,
+points}]`) or in HealthBench's format (`prompt_id, prompt` (chat messages), `rubrics: [{criterion, points,
+tags}]`, `example_tags`, `ideal_completions_data`); both become `RubricRow`s."""
 
 import json
 from collections.abc import Iterator
@@ -18,6 +22,9 @@ class RubricRow:
     conversation: list[dict[str, str]]
     rubric: Rubric
     reference: str | None = None
+    """A reference answer (RaR's `reference_answer`), for reference-based judging."""
+    ideal_completion: str | None = None
+    """HealthBench's physician-written ideal completion, where the example has one."""
 
 
 def read_records(path: Path) -> Iterator[tuple[str, Any]]:
@@ -48,11 +55,13 @@ def load_rubric_rows(path: str | Path) -> dict[str, RubricRow]:
             raise RubricError(f"{where}: needs a non-empty string 'id' (or 'prompt_id')")
         if row_id in rows:
             raise RubricError(f"{where}: duplicate id {row_id!r}")
+        ideal = record.get("ideal_completions_data")
         rows[row_id] = RubricRow(
             id=row_id,
             conversation=_conversation(record, where),
             rubric=rubric_from_items(record.get("rubrics"), where, record.get("example_tags") or ()),
             reference=record.get("reference_answer"),
+            ideal_completion=ideal.get("ideal_completion") if isinstance(ideal, dict) else None,
         )
     if not rows:
         raise RubricError(f"{path}: no rows")

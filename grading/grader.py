@@ -68,6 +68,13 @@ class Graded:
     def decided(self) -> int:
         return sum(v.met is not None for v in self.verdicts)
 
+    def to_record(self, example_tags: tuple[str, ...] | list[str], **fields: Any) -> dict[str, Any]:
+        """A graded record: `fields` (id, response, judge metadata, ...) plus all a report is recomputed from."""
+        return {**fields, "score": self.score, "reward": self.reward, "rating": self.rating,
+                "verdicts": [v.to_dict() for v in self.verdicts], "example_tags": list(example_tags),
+                "integrity_flag": self.integrity_flag, "explanation": self.explanation,
+                "judge_failures": self.judge_failures}  # fmt: skip
+
 
 class Grader:
     def __init__(self, client: LLMClient, config: GradingConfig | None = None):

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grading.healthbench import load_healthbench
+from grading.dataset import load_rubric_rows
 from grading.rubric import RubricError, rubric_from_items
 from grading.scores import aggregate, bootstrap_std, explicit_score, tag_scores, training_reward
 
@@ -75,12 +75,12 @@ def simple_evals_metrics(example, met):
 
 
 def test_healthbench_sample_scores_match_the_formulas():
-    examples = load_healthbench(SAMPLE)
+    examples = list(load_rubric_rows(SAMPLE).values())
     assert len(examples) == 30
     assert sum(len(e.rubric.criteria) for e in examples) == 352
     assert sum(c.points < 0 for e in examples for c in e.rubric.criteria) == 102
     assert sum(e.ideal_completion is not None for e in examples) == 24
-    assert sum(len(e.prompt) > 1 for e in examples) == 9
+    assert sum(len(e.conversation) > 1 for e in examples) == 9
 
     rng = random.Random(7)
     verdicts = [[rng.random() < 0.5 for _ in e.rubric.criteria] for e in examples]
@@ -112,7 +112,7 @@ def test_dataset_mean_is_clipped_and_bootstrap_of_constant_is_zero():
     "line, message",
     [
         ("{not json", "line_file.jsonl:1: invalid JSON"),
-        (json.dumps({"prompt_id": "x", "prompt": [], "rubrics": []}), "'prompt' must be a non-empty list"),
+        (json.dumps({"prompt_id": "x", "prompt": [], "rubrics": []}), r"line_file.jsonl:1: needs 'question'.* or 'prompt'"),
         (json.dumps({"prompt_id": "x", "prompt": [{"role": "user", "content": "q"}], "rubrics": []}),
          "'rubrics' must be a non-empty list"),
         (json.dumps({"prompt_id": "x", "prompt": [{"role": "user", "content": "q"}],
@@ -125,14 +125,14 @@ def test_bad_healthbench_lines_are_named(tmp_path, line, message):
     path = tmp_path / "line_file.jsonl"
     path.write_text(line + "\n")
     with pytest.raises(RubricError, match=message):
-        load_healthbench(path)
+        load_rubric_rows(path)
 
 
 def test_duplicate_ids_and_criteria_are_refused(tmp_path):
     row = {"prompt_id": "x", "prompt": [{"role": "user", "content": "q"}], "rubrics": [{"criterion": "a", "points": 1}]}
     path = tmp_path / "dup.jsonl"
     path.write_text(json.dumps(row) + "\n" + json.dumps(row) + "\n")
-    with pytest.raises(RubricError, match=r"dup.jsonl:2: duplicate prompt_id 'x'"):
-        load_healthbench(path)
+    with pytest.raises(RubricError, match=r"dup.jsonl:2: duplicate id 'x'"):
+        load_rubric_rows(path)
     with pytest.raises(RubricError, match="criterion 1 repeats an earlier one"):
         rubric_from_items([{"criterion": "a", "points": 1}, {"criterion": "a", "points": 2}], "r")

@@ -1,0 +1,88 @@
+"""Grading throughput on the embedded judge, per mode, and what prefix ordering and the cache buy.
+
+    python benches/grading_modes.py [--examples 4] [--chunk-size 8]
+
+Grades the physician-written ideal completions of the first --examples HealthBench sample examples that have
+one. Prints graded criteria per second and prompt tokens per graded criterion for:
+- per_criterion: one call per criterion, conversation and response first, criterion last (what grading does);
+- per_criterion, criterion first: the same calls with the criterion moved before the conversation, so that
+  vLLM's prefix cache can share only the system message between a response's criteria (the baseline that
+  prefix ordering is measured against);
+- batched: all criteria of a chunk in one call;
+- per_criterion again with a warm response cache (nothing sent).
+Each timed run tags its conversations so no run reuses another's prefix cache. Ratios are printed against
+per_criterion. Reuses a running `rubricrl serve`, else starts a server.
+"""
+
+import argparse
+import asyncio
+import tempfile
+import time
+from pathlib import Path
+
+from grading import judge
+from grading.grader import Grader, GradingConfig
+from grading.dataset import load_rubric_rows
+from rubricrl.llm import LLMClient, ResponseCache, connected_roles
+from rubricrl.prompts import Prompt
+
+SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "healthbench_sample" / "healthbench_oss_eval_30.jsonl"
+
+
+def criterion_first(prompt: Prompt) -> Prompt:
+    """The per-criterion prompt with its criterion block moved to the top."""
+    head, criterion = prompt.text.split("Criterion (")
+    criterion_block, question = criterion.split("\n\n", 1)
+    return Prompt(prompt.name + " (criterion first)", f"Criterion ({criterion_block}\n\n{head}{question}")
+
+
+async def run(roles, examples, config: GradingConfig, tag: str, cache=None) -> dict:
+    items = [([{**m, "content": f"[{tag}] {m['content']}" if i == 0 else m["content"]} for i, m in enumerate(e.conversation)],
+              e.ideal_completion, e.rubric, None) for e in examples]  # fmt: skip
+    async with LLMClient(roles, cache=cache, concurrency=16) as client:
+        started = time.monotonic()
+        graded = await Grader(client, config).grade_many(items)
+        seconds = time.monotonic() - started
+        usage = client.usage[config.judge_role]
+    criteria = sum(len(g.verdicts) for g in graded)
+    decided = sum(g.decided for g in graded)
+    return {"criteria/s": criteria / seconds, "prompt tokens/criterion": usage.prompt_tokens / criteria,
+            "decided": decided / criteria, "seconds": seconds}  # fmt: skip
+
+
+async def bench(roles, examples, chunk_size: int) -> None:
+    per_criterion = GradingConfig(mode="per_criterion")
+    results = {"per_criterion": await run(roles, examples, per_criterion, "pc")}
+    original = judge.CRITERION
+    judge.CRITERION = criterion_first(original)
+    try:
+        results["per_criterion, criterion first"] = await run(roles, examples, per_criterion, "pc-first")
+    finally:
+        judge.CRITERION = original
+    results["batched"] = await run(roles, examples, GradingConfig(mode="batched", chunk_size=chunk_size), "b")
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = ResponseCache(Path(tmp) / "cache.sqlite")
+        await run(roles, examples, per_criterion, "warm", cache)
+        results["per_criterion, cached"] = await run(roles, examples, per_criterion, "warm", cache)
+        cache.close()
+    base = results["per_criterion"]["criteria/s"]
+    print(f"{sum(len(e.rubric.criteria) for e in examples)} criteria over {len(examples)} responses")
+    print(f"{'run':34}{'criteria/s':>12}{'prompt tok/crit':>17}{'decided':>9}{'vs per_criterion':>18}")
+    for name, r in results.items():
+        print(f"{name:34}{r['criteria/s']:12.2f}{r['prompt tokens/criterion']:17.0f}{r['decided']:9.0%}"
+              f"{r['criteria/s'] / base:17.2f}x")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--examples", type=int, default=4)
+    parser.add_argument("--chunk-size", type=int, default=8)
+    args = parser.parse_args()
+    examples = [e for e in load_rubric_rows(SAMPLE).values() if e.ideal_completion][: args.examples]
+    llm = {"roles": {"judge": {"temperature": 0.0, "max_tokens": 256}}}
+    with connected_roles(["judge"], llm, source="bench") as roles:
+        asyncio.run(bench(roles, examples, args.chunk_size))
+
+
+if __name__ == "__main__":
+    main()
