@@ -13,6 +13,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from grading.rar import criteria_from_rar
 from grading.rubric import Rubric, RubricError, rubric_from_items
 
 
@@ -59,13 +60,20 @@ def load_rubric_rows(path: str | Path) -> dict[str, RubricRow]:
         rows[row_id] = RubricRow(
             id=row_id,
             conversation=_conversation(record, where),
-            rubric=rubric_from_items(record.get("rubrics"), where, record.get("example_tags") or ()),
+            rubric=rubric_from_items(_rubric_items(record, where), where, record.get("example_tags") or ()),
             reference=record.get("reference_answer"),
             ideal_completion=ideal.get("ideal_completion") if isinstance(ideal, dict) else None,
         )
     if not rows:
         raise RubricError(f"{path}: no rows")
     return rows
+
+
+def _rubric_items(record: dict, where: str) -> Any:
+    """`rubrics` ({criterion, points}) as written by synthesis and HealthBench, or RaR's `rubric`."""
+    if "rubrics" not in record and "rubric" in record:
+        return criteria_from_rar(record["rubric"], where)
+    return record.get("rubrics")
 
 
 def _conversation(record: dict, where: str) -> list[dict[str, str]]:

@@ -1,0 +1,54 @@
+"""Rubrics as Rewards (RaR) rubrics: `rubric: [{title, description, weight}]`, the category leading the
+description ("Essential Criteria: ...", "Important Criteria: ...", "Optional Criteria: ...", "Pitfall Criteria:
+..."), pitfalls with negative weights (-1, -2).
+
+Pitfall texts follow two conventions, and they score opposite ways under the rule used everywhere here (a
+criterion's points apply when its text holds for the response):
+- the text names the mistake, as in RaR-Medicine ("Pitfall Criteria: Does not mention that symptoms need urgent
+  care"): it holds when the response makes the mistake, so the negative points apply as they stand;
+- the text names what to avoid, as in RaR-Science ("Pitfall Criteria: Avoids confusing mass with weight"): it
+  holds for a good response, so taken literally the penalty would hit the responses that avoided the mistake.
+Avoidance texts are therefore rewritten to name the mistake, "Fails to meet this: <text>", keeping their
+negative points. `pitfall_convention="auto"` decides per item by the opening verb (Avoid/Avoids/Refrains/Never
+...); "mistake" or "avoidance" forces one reading for a whole dataset.
+"""
+
+import re
+from typing import Any, Literal
+
+from grading.rubric import RubricError
+
+CATEGORY_PREFIX = re.compile(r"^\s*(Essential|Important|Optional|Pitfall)\s+Criteri(?:a|on)\s*:\s*", re.I)
+AVOIDANCE = re.compile(r"^(?:avoids?|refrains?|steers? clear|never|does not (?:make|commit|fall)|doesn't (?:make|fall))\b", re.I)
+PitfallConvention = Literal["auto", "mistake", "avoidance"]
+
+
+def criteria_from_rar(items: Any, where: str, pitfall_convention: PitfallConvention = "auto") -> list[dict[str, Any]]:
+    """RaR items as `{criterion, points, category}` mappings in this harness's convention."""
+    if not isinstance(items, list) or not items:
+        raise RubricError(f"{where}: 'rubric' must be a non-empty list of {{title, description, weight}} items")
+    criteria = []
+    for i, item in enumerate(items):
+        at = f"{where}: rubric item {i}"
+        if not isinstance(item, dict) or not isinstance(item.get("description"), str):
+            raise RubricError(f"{at}: needs a string 'description'")
+        weight = item.get("weight")
+        if isinstance(weight, float) and weight.is_integer():
+            weight = int(weight)
+        if not isinstance(weight, int) or isinstance(weight, bool) or weight == 0:
+            raise RubricError(f"{at}: 'weight' must be a non-zero integer, got {weight!r}")
+        match = CATEGORY_PREFIX.match(item["description"])
+        category = match.group(1).capitalize() if match else None
+        text = item["description"][match.end() if match else 0 :].strip()
+        if category == "Pitfall" and weight > 0:
+            raise RubricError(f"{at}: a pitfall must have a negative weight, got {weight}")
+        if weight < 0 and _names_avoidance(text, pitfall_convention):
+            text = f"Fails to meet this: {text}"
+        criteria.append({"criterion": text, "points": weight, "category": category})
+    return criteria
+
+
+def _names_avoidance(text: str, convention: PitfallConvention) -> bool:
+    if convention == "auto":
+        return bool(AVOIDANCE.match(text))
+    return convention == "avoidance"
