@@ -18,7 +18,7 @@ from typing import Any
 
 from grading.rubric import Criterion
 from rubricrl.llm import LLMClient, LLMError
-from rubricrl.prompts import load_prompt
+from rubricrl.prompts import format_conversation, load_prompt
 
 PROMPTS = Path(__file__).parent / "prompts"
 SYSTEM = load_prompt(PROMPTS / "judge_system.txt")
@@ -68,10 +68,6 @@ class Rating:
     def normalized(self) -> float | None:
         """(rating - 1) / 9: 1 -> 0.0, 10 -> 1.0 (RaR-Implicit's rating mapped linearly onto [0, 1])."""
         return None if self.value is None else (self.value - 1) / 9
-
-
-def format_conversation(messages: list[dict[str, str]]) -> str:
-    return "\n\n".join(f"{m['role']}: {m['content']}" for m in messages)
 
 
 def response_code(response: str) -> str:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rubricrl import __version__
 from grading.rubric import RubricError
+from rubricrl.queries import QueryFileError
 from rubricrl.config import ConfigError, load_yaml
 
 
@@ -21,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return args.run(args) or 0
-    except (ConfigError, RubricError) as error:
+    except (ConfigError, RubricError, QueryFileError) as error:
         print(f"rubricrl: error: {error}", file=sys.stderr)
         return 2
 
@@ -42,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run a local vLLM OpenAI-compatible server until Ctrl-C / SIGTERM")
     serve.add_argument("--model", help="model folder or hub name (default: the embedded model)")
     serve.add_argument("--port", type=int, help="port on 127.0.0.1 (default: 8750)")
-    serve.add_argument("--max-model-len", type=int, default=2048)
+    serve.add_argument("--max-model-len", type=int, default=8192)
     serve.add_argument("--kv-cache-gib", type=int, default=2, help="KV cache size on CPU (VLLM_CPU_KVCACHE_SPACE)")
     serve.add_argument("--vllm-arg", action="append", default=[], metavar="ARG",
                        help="pass ARG through to vLLM (repeatable), e.g. --vllm-arg=--tensor-parallel-size=2")
@@ -59,7 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     chat.set_defaults(run=run_chat)
 
     from grading.cli import add_commands as add_grading_commands
+    from synthesis.cli import add_commands as add_synthesis_commands
 
+    add_synthesis_commands(commands)
     add_grading_commands(commands)
 
     cache = commands.add_parser("cache", help="inspect or clear the response cache")

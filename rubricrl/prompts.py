@@ -44,3 +44,8 @@ class Prompt:
 @cache
 def load_prompt(path: Path) -> Prompt:
     return Prompt(name=f"{path.parent.parent.name}/{path.name}", text=path.read_text(encoding="utf-8").strip() + "\n")
+
+
+def format_conversation(messages: list[dict[str, str]]) -> str:
+    """Chat messages as prompt text, one "role: content" block each."""
+    return "\n\n".join(f"{m['role']}: {m['content']}" for m in messages)

@@ -97,7 +97,7 @@ class LocalServer:
         *,
         served_name: str | None = None,
         port: int | None = None,
-        max_model_len: int = 2048,
+        max_model_len: int = 8192,  # SmolLM2's full context: long queries plus reference and rubric fit
         kv_cache_gib: int = 2,
         extra_args: list[str] | None = None,
         log_path: Path | None = None,

@@ -142,11 +142,14 @@ def test_off_schema_answer_is_sampled_again_bounded(fault_server, cache):
     assert again.value == result.value and fault_server.count == 3 and usage.cache_hits == 3
 
 
-def test_off_schema_every_time_raises(fault_server):
+def test_off_schema_every_time_raises_and_the_rerun_tries_afresh(fault_server, cache):
     fault_server.reply = "no JSON here"
     with pytest.raises(LLMError, match="no valid JSON after 3 samples"):
-        run(ask(roles_for(fault_server), "judge", "grade", schema=SCHEMA, invalid_answer_retries=2))
-    assert fault_server.count == 3
+        run(ask(roles_for(fault_server), "judge", "grade", schema=SCHEMA, invalid_answer_retries=2, cache=cache))
+    assert fault_server.count == 3 and len(cache) == 0  # known-bad answers are not kept to be replayed
+    fault_server.reply = '{"verdict": true, "reason": "ok"}'
+    result, _ = run(ask(roles_for(fault_server), "judge", "grade", schema=SCHEMA, cache=cache))
+    assert result.value["verdict"] is True and fault_server.count == 4
 
 
 def test_greedy_decoding_is_not_resampled(fault_server):

@@ -54,6 +54,9 @@ class ResponseCache:
         )
         return self.get(key)
 
+    def delete(self, keys: list[str]) -> None:
+        self._db.executemany("DELETE FROM responses WHERE key = ?", [(key,) for key in keys])
+
     def __len__(self) -> int:
         return self._db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
 

@@ -132,10 +132,12 @@ class LLMClient:
 
     async def _parse_samples(self, role, spec, messages, request, schema, check, samples, n) -> list[Any]:
         """Validate each sample; replace one that does not parse with a fresh sample (index n, n+1, ...).
-        Greedy decoding without a seed would only repeat the same answer, so it gets no replacement."""
+        Greedy decoding without a seed would only repeat the same answer, so it gets no replacement. When a sample
+        stays invalid to the end, the invalid answers are dropped from the cache: a rerun then tries afresh
+        instead of replaying the same failure."""
         deterministic = request.get("temperature") == 0 and "seed" not in request
         retries = 0 if deterministic else self.invalid_answer_retries
-        parsed, next_index = [], n
+        parsed, next_index, rejected = [], n, []
         for i, sample in enumerate(samples):
             for attempt in range(retries + 1):
                 try:
@@ -148,7 +150,10 @@ class LLMClient:
                     parsed.append(value)
                     break
                 except StructuredOutputError as error:
+                    rejected.append(sample["key"])
                     if attempt == retries:
+                        if self.cache is not None:
+                            self.cache.delete(rejected)
                         raise LLMError(f"role '{role}' ({spec.model}): no valid JSON after "
                                        f"{attempt + 1} samples: {error}") from error  # fmt: skip
                     self.usage[role].retries += 1
@@ -164,7 +169,7 @@ class LLMClient:
         for key in keys if self.cache is not None else []:
             hit = self.cache.get(key)
             if hit is not None:
-                found[key] = {**hit, "cached": True}
+                found[key] = {**hit, "cached": True, "key": key}
         self.usage[role].cache_hits += len(found)
         waiting = {key: self._in_flight[key] for key in keys if key not in found and key in self._in_flight}
         mine = [(i, key) for i, key in zip(indices, keys) if key not in found and key not in waiting]
@@ -175,7 +180,7 @@ class LLMClient:
                 fresh = await self._ask(role, spec, messages, request, [i for i, _ in mine])
                 for (_, key), sample in zip(mine, fresh):
                     stored = self.cache.put(key, sample) if self.cache is not None else sample
-                    found[key] = {**stored, "cached": False}
+                    found[key] = {**stored, "cached": False, "key": key}
                     futures[key].set_result(stored)
             except BaseException as error:
                 for future in futures.values():
@@ -187,7 +192,7 @@ class LLMClient:
                 for key in futures:
                     self._in_flight.pop(key, None)
         for key, future in waiting.items():
-            found[key] = {**await future, "cached": True}
+            found[key] = {**await future, "cached": True, "key": key}
         return [found[key] for key in keys]
 
     async def _ask(self, role, spec, messages, request, indices: list[int]) -> list[dict]:

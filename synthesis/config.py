@@ -1,0 +1,59 @@
+"""What a synthesis run does: the method, its roles, its stages and their bounds. Loaded from the `synthesis:`
+section of a config (configs/synthesis/*.yaml); documented field by field."""
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass
+class SynthesisConfig:
+    method: Literal["coarse_to_fine", "rar"] = "coarse_to_fine"
+    """coarse_to_fine: reference -> responses A, B -> N candidate rubrics -> merge -> difficulty evolution.
+    rar (Rubrics as Rewards): reference -> one rubric with categories (Essential / Important / Optional /
+    Pitfall), pitfalls as negative points; the same pipeline with the other stages off."""
+    rubric_roles: list[str] = field(default_factory=lambda: ["rubric_writer"])
+    """One role per candidate rubric (N >= 1; the paper uses two different models)."""
+    contrast: bool = True
+    """Write responses A and B (roles response_a, response_b) for difficulty evolution."""
+    aggregate: bool = True
+    """Merge the N candidates (role aggregator); with one candidate it is passed through without a call."""
+    evolve: bool = True
+    """Add stricter criteria that separate excellent answers from A and B (role evolver)."""
+    weights: Literal["0-10", "signed"] = "signed"
+    """0-10: RubricHub's weights (1..10; a weight of 0 would count nothing), no penalties.
+    signed: -10..10 without 0, penalties kept negative."""
+    min_criteria: int = 7
+    max_criteria: int = 20
+    """Criteria asked of each candidate rubric (the schema bounds the list at max_criteria)."""
+    max_new_criteria: int = 5
+    """Difficulty evolution adds at most this many."""
+    cap: int | None = None
+    """Export at most this many criteria per query (highest |points| first); None: all."""
+    attempts: int = 3
+    """Tries per stage when a model's output is malformed; then the query fails (and is retried next run)."""
+
+    def __post_init__(self) -> None:
+        if not self.rubric_roles:
+            raise ValueError("rubric_roles needs at least one role")
+        if not 1 <= self.min_criteria <= self.max_criteria <= 50:
+            raise ValueError("need 1 <= min_criteria <= max_criteria <= 50")
+        if self.evolve and not self.contrast:
+            raise ValueError("evolve needs the contrast responses: set contrast: true or evolve: false")
+        if self.method == "rar" and (self.contrast or self.evolve or len(self.rubric_roles) > 1):
+            raise ValueError("method 'rar' is a single pass: set contrast: false, evolve: false and one rubric role")
+
+    @property
+    def roles(self) -> list[str]:
+        """Every role this configuration calls."""
+        names = ["reference", *self.rubric_roles]
+        if self.contrast:
+            names += ["response_a", "response_b"]
+        if self.aggregate and len(self.rubric_roles) > 1:
+            names.append("aggregator")
+        if self.evolve:
+            names.append("evolver")
+        return names
+
+    @property
+    def weight_bounds(self) -> tuple[int, int]:
+        return (1, 10) if self.weights == "0-10" else (-10, 10)

@@ -1,0 +1,170 @@
+"""Synthesis against a scripted endpoint (valid canned answers, exact request counts): outputs, schema, resume
+after SIGKILL, failures. The embedded-model run is in test_synthesis_model.py."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from rubricrl.cli import main
+from rubricrl.llm import ResponseCache
+from synthesis.pipeline import FINAL_SCHEMA
+from tests.fault_server import Fault, FaultServer, schema_reply
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def queries(path: Path, n: int, start: int = 0) -> Path:
+    path.write_text("".join(json.dumps({"id": f"q{i:04d}", "question": f"Question number {i}?"}) + "\n"
+                            for i in range(start, start + n)))  # fmt: skip
+    return path
+
+
+def synth(server, tmp_path, input_path, *extra, env=None):
+    return main(["synth", "--input", str(input_path), "--output-dir", str(tmp_path / "out"),
+                 "--base-url", server.base_url, "--model", "fake", *extra])  # fmt: skip
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("RUBRICRL_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def test_outputs_have_rubrichubs_exact_schema(tmp_path, home):
+    with FaultServer(reply=schema_reply) as server:
+        assert synth(server, tmp_path, queries(tmp_path / "q.jsonl", 5)) == 0
+        # 5 queries x (reference, responses A and B, 1 rubric, evolve). A and B come from the same model here, so
+        # they are one call with n=2 (two identical requests would be one cache entry: B would repeat A); a
+        # single candidate needs no aggregation call.
+        assert server.count == 20
+        assert sorted(r.get("n", 1) for r in server.requests).count(2) == 5
+    out = tmp_path / "out"
+    table = pq.read_table(out / "final.parquet")
+    assert table.schema == FINAL_SCHEMA and table.num_rows == 5
+    assert table.schema.field("rubrics").type == pa.list_(pa.struct([("criterion", pa.string()), ("points", pa.int32())]))
+    from datasets import load_dataset
+
+    loaded = load_dataset("parquet", data_files=str(out / "final.parquet"), split="train")
+    by_id = {row["id"]: row for row in loaded}
+    assert by_id["q0000"]["rubrics"][0]["criterion"] == "canned text" and by_id["q0000"]["question"] == "Question number 0?"
+    final_jsonl = [json.loads(line) for line in (out / "final.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in final_jsonl] == table.column("id").to_pylist()  # completion order, one row each
+    details = pq.read_table(out / "final_details.parquet").to_pylist()
+    assert {c["stage"] for d in details for c in d["criteria"]} <= {"candidate", "evolve"}
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["counts"]["rows_in_final"] == 5 and manifest["usage"]["reference"]["requests"] == 5
+    assert set(manifest["prompts"]) >= {"synthesis/rubric.txt", "synthesis/evolve.txt"}
+
+
+def test_rerun_makes_no_call_and_rows_are_not_duplicated(tmp_path, home):
+    input_path = queries(tmp_path / "q.jsonl", 4)
+    with FaultServer(reply=schema_reply) as server:
+        assert synth(server, tmp_path, input_path) == 0
+        first = server.count
+        assert synth(server, tmp_path, input_path) == 0
+        assert server.count == first
+    assert pq.read_table(tmp_path / "out" / "final.parquet").num_rows == 4
+
+
+def test_failed_query_is_recorded_and_retried_on_the_next_run(tmp_path, home):
+    input_path = queries(tmp_path / "q.jsonl", 3)
+    with FaultServer(reply=schema_reply) as server:
+        server.reply = lambda body: "not json" if "Question number 1?" in json.dumps(body) and "response_format" in body \
+            else schema_reply(body)  # fmt: skip
+        assert synth(server, tmp_path, input_path) == 1
+        errors = [json.loads(line) for line in (tmp_path / "out" / "errors.jsonl").read_text().splitlines()]
+        assert [(e["id"], e["stage"]) for e in errors] == [("q0001", "candidates")]
+        assert pq.read_table(tmp_path / "out" / "final.parquet").num_rows == 2
+        server.reply = schema_reply
+        assert synth(server, tmp_path, input_path) == 0
+    assert sorted(pq.read_table(tmp_path / "out" / "final.parquet").column("id").to_pylist()) == ["q0000", "q0001", "q0002"]
+
+
+KILLED_RUN = """
+import sys
+from rubricrl.cli import main
+sys.exit(main(["synth", "--input", sys.argv[1], "--output-dir", sys.argv[2], "--base-url", sys.argv[3],
+               "--model", "fake", "--concurrency", "8"]))
+"""
+
+
+def test_sigkill_then_rerun_finishes_without_repeating_a_finished_call(tmp_path, home):
+    input_path = queries(tmp_path / "q.jsonl", 120)
+    out = tmp_path / "out"
+    with FaultServer(reply=schema_reply, latency=0.01) as server:
+        env = {**os.environ, "RUBRICRL_HOME": str(home)}
+        killed = subprocess.Popen([sys.executable, "-c", KILLED_RUN, str(input_path), str(out), server.base_url],
+                                  cwd=ROOT, env=env, stderr=subprocess.DEVNULL)  # fmt: skip
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len((out / "final.jsonl").read_text().splitlines()
+                                                  if (out / "final.jsonl").exists() else []) < 30:  # fmt: skip
+            time.sleep(0.05)
+        killed.send_signal(signal.SIGKILL)
+        killed.wait()
+        time.sleep(1.0)  # let the server finish reading the requests the killed process had already sent
+        done_before = len((out / "final.jsonl").read_text().splitlines())
+        assert 30 <= done_before < 120 and not (out / "manifest.json").exists()
+
+        cache = ResponseCache(home / "cache" / "responses.sqlite")
+        cached_before, sent_before = len(cache), server.count
+        # The rerun reads the queries in another order: resume does not depend on row order.
+        lines = input_path.read_text().splitlines()
+        input_path.write_text("\n".join(reversed(lines)) + "\n")
+        assert synth(server, tmp_path, input_path) == 0
+        samples_asked = sum(r.get("n", 1) for r in server.requests[sent_before:])
+        # every sample the rerun asked for became a new cache entry: none had been answered before
+        assert samples_asked == len(cache) - cached_before and server.count > sent_before
+        cache.close()
+    ids = pq.read_table(out / "final.parquet").column("id").to_pylist()
+    assert sorted(ids) == [f"q{i:04d}" for i in range(120)]  # the same set of ids, no duplicates
+    assert json.loads((out / "manifest.json").read_text())["counts"]["already_done"] == done_before
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ('{"id": "a", "question": "ok"}\n{"id": "b", "question": ""}\n', "line 2"),
+        ('{"id": "a", "question": "ok"}\n{"id": "a", "question": "again"}\n', "duplicate id 'a'"),
+        ('{"id": "a", "question": "ok"}\n{not json\n', "line 2"),
+        ("", "empty|no rows|no valid"),
+    ],
+)
+def test_invalid_input_fails_before_any_model_call(tmp_path, home, content, message, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(content)
+    with FaultServer(reply=schema_reply) as server:
+        assert synth(server, tmp_path, bad) == 2
+        assert server.count == 0
+    err = capsys.readouterr().err
+    assert str(bad) in err and __import__("re").search(message, err)
+
+
+def test_skip_bad_rows_keeps_every_valid_row(tmp_path, home):
+    bad = tmp_path / "mixed.jsonl"
+    bad.write_text('{"id": "a", "question": "First?"}\n{"id": "b", "question": 3}\n{"id": "c", "question": "Third?"}\n')
+    with FaultServer(reply=schema_reply) as server:
+        assert synth(server, tmp_path, bad, "--skip-bad-rows") == 0
+    rejected = [json.loads(line) for line in (tmp_path / "out" / "rejected.jsonl").read_text().splitlines()]
+    assert len(rejected) == 1 and "line 2" in rejected[0]["location"]
+    assert sorted(pq.read_table(tmp_path / "out" / "final.parquet").column("id").to_pylist()) == ["a", "c"]
+
+
+def test_multiturn_query_keeps_its_messages(tmp_path, home):
+    path = tmp_path / "mt.jsonl"
+    messages = [{"role": "user", "content": "I cough."}, {"role": "assistant", "content": "Since when?"},
+                {"role": "user", "content": "Three weeks. Worried?"}]  # fmt: skip
+    path.write_text(json.dumps({"id": "mt", "prompt": messages}) + "\n")
+    with FaultServer(reply=schema_reply) as server:
+        assert synth(server, tmp_path, path) == 0
+        assert server.requests[0]["messages"][0]["content"].count("Three weeks. Worried?") == 1
+    row = pq.read_table(tmp_path / "out" / "final.parquet").to_pylist()[0]
+    assert "user: I cough." in row["question"] and "assistant: Since when?" in row["question"]
+    assert pq.read_table(tmp_path / "out" / "final_details.parquet").to_pylist()[0]["prompt"] == messages
