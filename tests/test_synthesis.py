@@ -168,3 +168,23 @@ def test_multiturn_query_keeps_its_messages(tmp_path, home):
     row = pq.read_table(tmp_path / "out" / "final.parquet").to_pylist()[0]
     assert "user: I cough." in row["question"] and "assistant: Since when?" in row["question"]
     assert pq.read_table(tmp_path / "out" / "final_details.parquet").to_pylist()[0]["prompt"] == messages
+
+
+def test_publish_dry_run_builds_a_folder_that_loads_back(tmp_path, home):
+    from datasets import load_dataset
+
+    with FaultServer(reply=schema_reply) as server:
+        assert synth(server, tmp_path, queries(tmp_path / "q.jsonl", 3)) == 0
+    folder = tmp_path / "hub"
+    assert main(["publish", str(tmp_path / "out"), "--repo-id", "me/tiny-rubrics", "--dry-run", str(folder)]) == 0
+    loaded = load_dataset(str(folder), split="train")
+    assert loaded.num_rows == 3 and set(loaded.column_names) == {"id", "question", "rubrics"}
+    card = (folder / "README.md").read_text()
+    assert card.startswith("---\n") and "num_examples: 3" in card and "| queries | 3 |" in card
+    assert "`fake`" in card and "synthesis/rubric.txt" in card
+
+
+def test_publish_refuses_an_unfinished_folder(tmp_path, capsys):
+    (tmp_path / "half").mkdir()
+    assert main(["publish", str(tmp_path / "half"), "--repo-id", "me/x", "--dry-run", str(tmp_path / "o")]) == 2
+    assert "no final.parquet and manifest.json" in capsys.readouterr().err

@@ -1,0 +1,105 @@
+"""`rubricrl publish`: a synthesis output folder as a Hugging Face Hub dataset: the parquet data and a dataset
+card (YAML metadata, schema, statistics, provenance from the manifest), uploaded with huggingface_hub."""
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+CARD = """---
+{metadata}---
+
+# {name}
+
+Rubrics synthesized with [rubricrl](https://pypi.org/project/rubricrl/): one rubric per query, each criterion a
+binary check with integer points (negative points are penalties). The schema is RubricHub's
+(`id`, `question`, `rubrics: list<struct<criterion: string, points: int32>>`), so RubricHub's readers read it.
+
+```python
+from datasets import load_dataset
+ds = load_dataset("{repo_id}", split="train")
+```
+
+## Statistics
+
+| | |
+|---|---|
+| queries | {rows} |
+| criteria | {criteria} ({per_query}) |
+| penalty criteria (negative points) | {penalties} |
+| points | min {points_min}, max {points_max} |
+
+## Provenance
+
+- method: `{method}`{stages}
+- roles and models:
+{roles}
+- prompt hashes (sha256): {prompts}
+- packages: {packages}
+"""
+
+
+def add_commands(commands) -> None:
+    publish = commands.add_parser("publish", help="publish a synthesis output folder as a Hugging Face dataset")
+    publish.add_argument("dir", type=Path, help="a `rubricrl synth` output folder (final.parquet, manifest.json)")
+    publish.add_argument("--repo-id", required=True, help="ORG/NAME on the Hub")
+    publish.add_argument("--private", action="store_true")
+    publish.add_argument("--dry-run", type=Path, metavar="OUT", help="only write the Hub-ready folder to OUT")
+    publish.set_defaults(run=run_publish)
+
+
+def build_folder(source: Path, out: Path, repo_id: str) -> Path:
+    manifest_path, data = source / "manifest.json", source / "final.parquet"
+    if not data.is_file() or not manifest_path.is_file():
+        raise FileNotFoundError(f"{source}: no final.parquet and manifest.json; is this a finished `rubricrl synth` output?")
+    manifest = json.loads(manifest_path.read_text())
+    (out / "data").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(data, out / "data" / "train-00000-of-00001.parquet")
+    table = pq.read_table(data)
+    rubrics = table.column("rubrics").to_pylist()
+    counts = [len(r) for r in rubrics]
+    points = [c["points"] for r in rubrics for c in r]
+    config = manifest["config"]
+    metadata = (
+        "license: other\ntask_categories:\n- text-generation\ntags:\n- rubrics\n- reward-modeling\n- rubricrl\n"
+        "configs:\n- config_name: default\n  data_files:\n  - split: train\n    path: data/train-*\n"
+        "dataset_info:\n  features:\n  - name: id\n    dtype: string\n  - name: question\n    dtype: string\n"
+        "  - name: rubrics\n    list:\n    - name: criterion\n      dtype: string\n    - name: points\n      dtype: int32\n"
+        f"  splits:\n  - name: train\n    num_examples: {table.num_rows}\n"
+    )
+    stages = "" if config["method"] == "rar" else (
+        f" (candidate rubrics: {len(config['rubric_roles'])}, contrast: {config['contrast']}, "
+        f"aggregate: {config['aggregate']}, evolve: {config['evolve']}, weights: {config['weights']})")  # fmt: skip
+    roles = "\n".join(f"  - {name}: `{role['model']}`" for name, role in manifest["roles"].items())
+    card = CARD.format(
+        metadata=metadata, name=repo_id.split("/")[-1], repo_id=repo_id, rows=table.num_rows, criteria=len(points),
+        per_query=f"per query: min {min(counts)}, median {statistics.median(counts):g}, max {max(counts)}",
+        penalties=sum(p < 0 for p in points), points_min=min(points), points_max=max(points),
+        method=config["method"], stages=stages, roles=roles,
+        prompts=", ".join(f"`{name}` {digest[:12]}" for name, digest in manifest["prompts"].items()),
+        packages=", ".join(f"{name} {version}" for name, version in manifest["packages"].items() if version),
+    )  # fmt: skip
+    (out / "README.md").write_text(card)
+    return out
+
+
+def run_publish(args: argparse.Namespace) -> int:
+    if args.dry_run:
+        print(build_folder(args.dir, args.dry_run, args.repo_id))
+        return 0
+    import tempfile
+
+    from huggingface_hub import HfApi
+
+    api = HfApi()  # the token comes from HF_TOKEN or `huggingface-cli login`; it is never printed
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = build_folder(args.dir, Path(tmp), args.repo_id)
+        api.create_repo(args.repo_id, repo_type="dataset", private=args.private, exist_ok=True)
+        api.upload_folder(repo_id=args.repo_id, repo_type="dataset", folder_path=folder,
+                          commit_message="Upload rubrics synthesized with rubricrl")  # fmt: skip
+    print(f"published https://huggingface.co/datasets/{args.repo_id}", file=sys.stderr)
+    return 0
