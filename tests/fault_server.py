@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from rubricrl.llm.structured import example_instance
+
 
 @dataclass
 class Fault:
@@ -125,27 +127,10 @@ class FaultServer:
         return Handler
 
 
-def instance_of(schema: dict) -> Any:
-    """A small valid instance of a bounded JSON schema (what a model under structured outputs could answer)."""
-    if "enum" in schema:
-        return schema["enum"][0]
-    kind = schema.get("type")
-    if kind == "object":
-        return {name: instance_of(sub) for name, sub in schema.get("properties", {}).items()}
-    if kind == "array":
-        return [instance_of(schema["items"]) for _ in range(max(1, schema.get("minItems", 1)))][: schema["maxItems"]]
-    if kind == "integer":
-        low, high = schema["minimum"], schema["maximum"]
-        return high if high != 0 else low
-    if kind == "boolean":
-        return True
-    return "canned text"[: schema.get("maxLength", 100)]
-
-
 def schema_reply(body: dict) -> str:
     """Reply with a valid instance of the request's JSON schema, or plain text when there is none; the text
     depends on the request, so distinct requests get distinct answers."""
     response_format = body.get("response_format") or {}
     if response_format.get("type") == "json_schema":
-        return json.dumps(instance_of(response_format["json_schema"]["schema"]))
+        return json.dumps(example_instance(response_format["json_schema"]["schema"]))
     return f"answer to: {body['messages'][-1]['content'][-60:]}"

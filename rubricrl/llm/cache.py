@@ -37,9 +37,9 @@ class ResponseCache:
         self._db = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")  # in WAL mode still safe against a killed process
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL NOT NULL)"
-        )
+        # WITHOUT ROWID: the key is the table's only B-tree, so an insert touches one page, not two.
+        self._db.execute("CREATE TABLE IF NOT EXISTS responses "
+                         "(key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL NOT NULL) WITHOUT ROWID")  # fmt: skip
 
     def get(self, key: str) -> dict[str, Any] | None:
         row = self._db.execute("SELECT value FROM responses WHERE key = ?", (key,)).fetchone()
@@ -53,6 +53,16 @@ class ResponseCache:
             (key, json.dumps(value, ensure_ascii=False), time.time()),
         )
         return self.get(key)
+
+    def put_many(self, items: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """Store many in one transaction (pages are written once per batch, not once per answer) and return what
+        is stored for each key (first writer wins, as with put)."""
+        now = time.time()
+        with self._db:  # BEGIN ... COMMIT
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.executemany("INSERT OR IGNORE INTO responses (key, value, created) VALUES (?, ?, ?)",
+                                 [(k, json.dumps(v, ensure_ascii=False), now) for k, v in items.items()])  # fmt: skip
+        return {key: self.get(key) for key in items}
 
     def delete(self, keys: list[str]) -> None:
         self._db.executemany("DELETE FROM responses WHERE key = ?", [(key,) for key in keys])

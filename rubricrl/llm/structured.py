@@ -108,3 +108,20 @@ def parse_structured(text: str, schema: dict[str, Any]) -> Any:
         errors.append(error)
     where = "/".join(str(p) for p in errors[0].absolute_path) or "top level"
     raise StructuredOutputError(f"JSON does not match the schema at {where}: {errors[0].message}", text)
+
+
+def example_instance(schema: dict[str, Any]) -> Any:
+    """A small valid instance of a bounded schema: what a model under structured outputs could answer (used by
+    the scripted test endpoint and the benchmark server)."""
+    if "enum" in schema:
+        return schema["enum"][0]
+    kind = schema.get("type")
+    if kind == "object":
+        return {name: example_instance(sub) for name, sub in schema.get("properties", {}).items()}
+    if kind == "array":
+        return [example_instance(schema["items"]) for _ in range(max(1, schema.get("minItems", 1)))][: schema["maxItems"]]
+    if kind in ("integer", "number"):
+        return schema["maximum"] if schema["maximum"] != 0 else schema["minimum"]
+    if kind == "boolean":
+        return True
+    return "canned text"[: schema.get("maxLength", 100)]
