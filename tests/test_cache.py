@@ -148,8 +148,10 @@ def test_identical_calls_in_flight_share_one_request_and_rerun_agrees(fault_serv
 
 
 def test_first_writer_wins(cache):
-    assert cache.put("k", {"text": "first"}) == {"text": "first"}
-    assert cache.put("k", {"text": "second"}) == {"text": "first"}
+    key = cache_key("m", [{"role": "user", "content": "q"}], {}, 0)
+    assert cache.put(key, {"text": "first"}) == {"text": "first"}
+    assert cache.put(key, {"text": "second"}) == {"text": "first"}
+    assert cache.put_many({key: {"text": "third"}}) == {key: {"text": "first"}}
 
 
 def test_seeded_role_asks_each_missing_sample_with_its_own_seed(fault_server, cache):
