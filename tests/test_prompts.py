@@ -11,12 +11,16 @@ ROOT = Path(__file__).resolve().parents[1]
 PROMPT_FILES = sorted(ROOT.glob("*/prompts/*.txt"))
 SAMPLE = {"conversation": "user: I have a headache.", "response": "Drink water and rest.", "code": "0123456789ab",
           "points": "+5", "criterion": "Advises hydration.", "criteria": "c1 (+5): Advises hydration.",
-          "reference": "\nA reference answer: rest and fluids.\n"}  # fmt: skip
+          "reference": "\nA reference answer: rest and fluids.\n", "min_criteria": "3", "max_criteria": "8",
+          "weight_rules": "Weights are integers from 1 to 10.\n", "category_field": "", "max_new": "2",
+          "candidates": "[candidate 1] (+5) Hydration: Advises drinking water.", "rubric": "(+5) Hydration: x",
+          "response_a": "Drink water.", "response_b": "Rest."}  # fmt: skip
 
 
 @pytest.mark.parametrize("path", PROMPT_FILES, ids=lambda p: f"{p.parent.parent.name}/{p.name}")
 def test_every_prompt_renders_with_a_sample_record(path):
     prompt = load_prompt(path)
+    assert prompt.placeholders <= set(SAMPLE), f"add a sample value for {prompt.placeholders - set(SAMPLE)}"
     rendered = prompt.render(**{name: SAMPLE[name] for name in prompt.placeholders})
     assert "{{" not in rendered and rendered.strip()
 

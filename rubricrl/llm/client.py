@@ -177,8 +177,9 @@ class LLMClient:
             self._in_flight.update(futures)
             try:
                 fresh = await self._ask(role, spec, messages, request, [i for i, _ in mine])
-                for (_, key), sample in zip(mine, fresh):
-                    stored = await self._store(key, sample) if self.cache is not None else sample
+                if self.cache is not None:
+                    fresh = await asyncio.gather(*(self._store(key, sample) for (_, key), sample in zip(mine, fresh)))
+                for (_, key), stored in zip(mine, fresh):
                     found[key] = {**stored, "cached": False, "key": key}
                     futures[key].set_result(stored)
             except BaseException as error:
