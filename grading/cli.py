@@ -44,6 +44,8 @@ def add_grading_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--mode", choices=MODES)
     group.add_argument("--samples", type=int, help="judge samples per verdict (majority vote)")
     group.add_argument("--chunk-size", type=int, help="criteria per call in batched mode")
+    group.add_argument("--rar-pitfalls", choices=["auto", "mistake", "avoidance"], default="auto",
+                       help="RaR rubrics: whether pitfall texts name the mistake or what to avoid (grading/rar.py)")
 
 
 def grading_config(args: argparse.Namespace) -> GradingConfig:
@@ -76,7 +78,7 @@ def run_grade(args: argparse.Namespace) -> int:
     from rubricrl.llm import LLMClient, connected_roles
 
     config = grading_config(args)
-    rows = load_rubric_rows(args.rubrics)
+    rows = load_rubric_rows(args.rubrics, args.rar_pitfalls)
     pairs = load_responses(args.responses, set(rows))
     llm, source = llm_config(args)
 
@@ -110,9 +112,9 @@ def run_eval(args: argparse.Namespace) -> int:
 def generate_and_grade(args: argparse.Namespace, config: GradingConfig) -> list[dict]:
     """Generate one response per prompt with the policy role (unless --responses), then grade."""
     from rubricrl.cli import llm_client_options, llm_config
-    from rubricrl.llm import LLMClient, connected_roles
+    from rubricrl.llm import LLMClient, LLMError, connected_roles
 
-    rows = load_rubric_rows(args.rubrics)
+    rows = load_rubric_rows(args.rubrics, args.rar_pitfalls)
     llm, source = llm_config(args)
     names = [config.judge_role] if args.responses else [config.judge_role, "policy"]
     policy = {k: v for k, v in {"model": args.policy, "base_url": args.policy_base_url}.items() if v}
@@ -121,16 +123,29 @@ def generate_and_grade(args: argparse.Namespace, config: GradingConfig) -> list[
         roles["policy"] = {**(roles.get("policy") or {}), **policy}
         llm = {**llm, "roles": roles}
 
+    given = load_responses(args.responses, set(rows)) if args.responses else None  # checked before any call
+
+    async def answer(client: LLMClient, row_id: str) -> tuple[str, str | None, str | None]:
+        """(id, response, error): a policy call that fails is recorded and left unscored, never fatal."""
+        try:
+            result = await client.chat("policy", rows[row_id].conversation, max_tokens=args.policy_max_tokens)
+            return row_id, result.text, None
+        except LLMError as error:
+            return row_id, None, str(error)
+
     async def run(roles):
         async with LLMClient(roles, **llm_client_options(args)) as client:
-            if args.responses:
-                pairs = load_responses(args.responses, set(rows))
-            else:
-                answers = await tqdm_asyncio.gather(
-                    *(client.chat("policy", row.conversation, max_tokens=args.policy_max_tokens) for row in rows.values()),
-                    desc="generating", file=sys.stderr)  # fmt: skip
-                pairs = [(row_id, answer.text) for row_id, answer in zip(rows, answers)]
-            return await grade_pairs(Grader(client, config), rows, pairs)
+            if given is not None:
+                return await grade_pairs(Grader(client, config), rows, given)
+            answers = await tqdm_asyncio.gather(*(answer(client, row_id) for row_id in rows), desc="generating",
+                                                file=sys.stderr)  # fmt: skip
+            graded = await grade_pairs(Grader(client, config), rows, [(i, r) for i, r, e in answers if e is None])
+            failed = [{"id": i, "response": None, "score": None, "verdicts": [], "policy_error": e,
+                       "example_tags": list(rows[i].rubric.example_tags)} for i, _, e in answers if e is not None]  # fmt: skip
+            if failed:
+                print(f"{len(failed)} policy calls failed; those examples are unscored (see policy_error)",
+                      file=sys.stderr)  # fmt: skip
+            return graded + failed
 
     with connected_roles(names, llm, base_url=args.base_url, model=args.model, source=source) as roles:
         return asyncio.run(run(roles))

@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from grading.rar import criteria_from_rar
+from grading.rar import PitfallConvention, criteria_from_rar
 from grading.rubric import Rubric, RubricError, rubric_from_items
 
 
@@ -44,8 +44,9 @@ def read_records(path: Path) -> Iterator[tuple[str, Any]]:
                 raise RubricError(f"{path}:{number}: invalid JSON: {error.msg} at column {error.colno}") from error
 
 
-def load_rubric_rows(path: str | Path) -> dict[str, RubricRow]:
-    """Rows keyed by id: `id` or HealthBench's `prompt_id`; the query as `question` (text) or `prompt` (messages)."""
+def load_rubric_rows(path: str | Path, rar_pitfalls: PitfallConvention = "auto") -> dict[str, RubricRow]:
+    """Rows keyed by id: `id` or HealthBench's `prompt_id`; the query as `question` (text) or `prompt` (messages);
+    `rar_pitfalls` reads RaR pitfalls (see rar.py)."""
     path = Path(path)
     rows: dict[str, RubricRow] = {}
     for where, record in read_records(path):
@@ -60,7 +61,7 @@ def load_rubric_rows(path: str | Path) -> dict[str, RubricRow]:
         rows[row_id] = RubricRow(
             id=row_id,
             conversation=_conversation(record, where),
-            rubric=rubric_from_items(_rubric_items(record, where), where, record.get("example_tags") or ()),
+            rubric=rubric_from_items(_rubric_items(record, where, rar_pitfalls), where, record.get("example_tags") or ()),
             reference=record.get("reference_answer"),
             ideal_completion=ideal.get("ideal_completion") if isinstance(ideal, dict) else None,
         )
@@ -69,10 +70,10 @@ def load_rubric_rows(path: str | Path) -> dict[str, RubricRow]:
     return rows
 
 
-def _rubric_items(record: dict, where: str) -> Any:
+def _rubric_items(record: dict, where: str, rar_pitfalls: PitfallConvention) -> Any:
     """`rubrics` ({criterion, points}) as written by synthesis and HealthBench, or RaR's `rubric`."""
     if "rubrics" not in record and "rubric" in record:
-        return criteria_from_rar(record["rubric"], where)
+        return criteria_from_rar(record["rubric"], where, rar_pitfalls)
     return record.get("rubrics")
 
 

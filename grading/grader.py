@@ -98,13 +98,21 @@ class Grader:
         if config.integrity_check and (flag := integrity_flag(response, rubric)):
             not_graded = [judge.Verdict(c.text, c.points, c.tags, None, "not graded: integrity flag", "none")
                           for c in (rubric.criteria if rubric else ())]  # fmt: skip
-            return Graded(0.0, 0.0, not_graded, integrity_flag=flag, seconds=time.monotonic() - started)
+            floor = self._lowest_score(rubric)
+            return Graded(floor, floor, not_graded, integrity_flag=flag, seconds=time.monotonic() - started)
         if config.mode in ("implicit", "likert", "reference_likert"):
             graded = await self._rate(conversation, response, rubric, reference)
         else:
             graded = await self._explicit(conversation, response, rubric)
         graded.seconds = time.monotonic() - started
         return graded
+
+    def _lowest_score(self, rubric: Rubric | None) -> float:
+        """What a flagged response gets: 0, or with unclipped rewards the lowest score the rubric allows (every
+        penalty, nothing earned), so that addressing the grader never pays better than an honest bad answer."""
+        if self.config.clip_reward or rubric is None or rubric.positive_points == 0:
+            return 0.0
+        return sum(c.points for c in rubric.criteria if c.points < 0) / rubric.positive_points
 
     async def _explicit(self, conversation, response, rubric: Rubric) -> Graded:
         config, role = self.config, self.config.judge_role

@@ -10,7 +10,7 @@ criterion's points apply when its text holds for the response):
   holds for a good response, so taken literally the penalty would hit the responses that avoided the mistake.
 Avoidance texts are therefore rewritten to name the mistake, "Fails to meet this: <text>", keeping their
 negative points. `pitfall_convention="auto"` decides per item by the opening verb (Avoid/Avoids/Refrains/Never
-...); "mistake" or "avoidance" forces one reading for a whole dataset.
+...); "mistake" or "avoidance" forces one reading for a whole dataset (`--rar-pitfalls`).
 """
 
 import re
@@ -19,7 +19,11 @@ from typing import Any, Literal
 from grading.rubric import RubricError
 
 CATEGORY_PREFIX = re.compile(r"^\s*(Essential|Important|Optional|Pitfall)\s+Criteri(?:a|on)\s*:\s*", re.I)
-AVOIDANCE = re.compile(r"^(?:avoids?|refrains?|steers? clear|never|does not (?:make|commit|fall)|doesn't (?:make|fall))\b", re.I)
+# Avoidance phrasings: "Avoids ...", "Refrains from ...", "Never ...", and "Does not" + a verb of error ("Does not
+# confuse mass with weight"). "Does not" + a verb of omission ("Does not mention ...") names the mistake itself.
+AVOIDANCE = re.compile(
+    r"^(?:avoids?|refrains?|steers? clear|never|(?:does not|doesn't|do not)\s+(?:make|commit|fall|confuse|conflate|"
+    r"mix|misstate|misinterpret|misidentify|misapply|misuse|overstate|exaggerate|contradict|introduce))\b", re.I)
 PitfallConvention = Literal["auto", "mistake", "avoidance"]
 
 

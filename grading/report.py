@@ -10,10 +10,12 @@ from grading.scores import DEFAULT_MIN_COVERAGE, aggregate, tag_scores
 
 
 def example_metrics(record: dict[str, Any], min_coverage: float = DEFAULT_MIN_COVERAGE) -> dict[str, float]:
-    """Per-example metrics of one graded record. A flagged record scores 0 overall and on its example tags."""
+    """Per-example metrics of one graded record. A flagged record keeps the score it was given (0, or the lowest
+    the rubric allows) overall and on its example tags."""
     example_tags = tuple(record.get("example_tags") or ())
     if record.get("integrity_flag"):
-        return {"overall_score": 0.0, **{tag: 0.0 for tag in example_tags}}
+        score = record.get("score") or 0.0
+        return {"overall_score": score, **{tag: score for tag in example_tags}}
     if record.get("rating") is not None or not record.get("verdicts"):  # rating modes: the normalized rating
         score = record.get("score")
         return {} if score is None else {"overall_score": score, **{tag: score for tag in example_tags}}

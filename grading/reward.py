@@ -49,9 +49,7 @@ async def rubric_reward(
     ]  # fmt: skip
     started = time.monotonic()
     graded = await grader.grade_many(items)
-    rewards = [g.reward for g in graded]
-    if len(rewards) != len(completions):  # TRL does not check the length for us in every version
-        raise RuntimeError(f"graded {len(rewards)} completions, expected {len(completions)}")
+    rewards = [g.reward for g in graded]  # one per completion: grade_many keeps the items' order and count
     if log_metric is not None:
         verdicts = [v for g in graded for v in g.verdicts if v.source != "none"]
         decided = [v for v in verdicts if v.met is not None]

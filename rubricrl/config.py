@@ -40,7 +40,10 @@ def dataclass_from_dict(cls: type, data: dict[str, Any], where: str) -> Any:
     for key, value in data.items():
         if not _matches(value, hints[key]):
             raise ConfigError(f"{where}.{key}: expected {_describe(hints[key])}, got {value!r}")
-    return cls(**data)
+    try:
+        return cls(**data)
+    except ValueError as error:  # the class's own checks (__post_init__) say what is wrong; say where
+        raise ConfigError(f"{where}: {error}") from error
 
 
 def _matches(value: Any, hint: Any) -> bool:

@@ -37,6 +37,8 @@ class SynthesisConfig:
             raise ValueError("rubric_roles needs at least one role")
         if not 1 <= self.min_criteria <= self.max_criteria <= 50:
             raise ValueError("need 1 <= min_criteria <= max_criteria <= 50")
+        if self.attempts < 1 or self.max_new_criteria < 0 or (self.cap is not None and self.cap < 1):
+            raise ValueError("need attempts >= 1, max_new_criteria >= 0, and cap >= 1 (or no cap)")
         if self.evolve and not self.contrast:
             raise ValueError("evolve needs the contrast responses: set contrast: true or evolve: false")
         if self.method == "rar" and (self.contrast or self.evolve or len(self.rubric_roles) > 1):

@@ -10,8 +10,7 @@ CATEGORIES = ["Essential", "Important", "Optional", "Pitfall"]
 # RaR's category weights: Essential 5, Important 3-4, Optional 1-2, Pitfall -1 or -2.
 RAR_WEIGHT_RULES = ("Give each criterion a category and a weight: Essential (weight 5), Important (3 or 4), "
                     "Optional (1 or 2), Pitfall (-1 or -2). A Pitfall criterion names a mistake a response could "
-                    "make (\"Recommends ...\", \"Omits ...\"), so that it holds when the response makes it. "
-                    "Write 7 to 20 criteria.\n")  # fmt: skip
+                    "make (\"Recommends ...\", \"Omits ...\"), so that it holds when the response makes it.\n")  # fmt: skip
 
 
 def weight_rules(config: SynthesisConfig) -> str:

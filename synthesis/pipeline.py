@@ -133,15 +133,13 @@ class SynthesisRun:
                 stage = "evolve"
                 evolved = await stages.evolve(self.client, self.config, query.messages, merged, record["responses"])
             record["evolved"] = evolved
-        except LLMError as error:
-            self.summary.failed[stage] += 1
-            errors.write(json.dumps({"id": query.id, "stage": stage, "error": str(error)[:1000]}) + "\n")
-            errors.flush()
+        except Exception as error:  # noqa: BLE001 - one query's failure is recorded and never stops the others
+            message = str(error) if isinstance(error, LLMError) else f"{type(error).__name__}: {error}"
+            self._fail(errors, query.id, stage, message)
             return
         criteria = export(merged + evolved, self.config.cap)
         if not criteria:
-            self.summary.failed["export"] += 1
-            errors.write(json.dumps({"id": query.id, "stage": "export", "error": "no usable criterion"}) + "\n")
+            self._fail(errors, query.id, "export", "no usable criterion")
             return
         record["criteria"] = criteria
         details.write(json.dumps(record, ensure_ascii=False) + "\n")
@@ -152,6 +150,12 @@ class SynthesisRun:
         final.flush()
         self.summary.done += 1
         self.summary.criteria.append(len(criteria))
+
+    def _fail(self, errors, query_id: str, stage: str, message: str) -> None:
+        """A failed query: counted, written to errors.jsonl, retried by the next run."""
+        self.summary.failed[stage] += 1
+        errors.write(json.dumps({"id": query_id, "stage": stage, "error": message[:1000]}, ensure_ascii=False) + "\n")
+        errors.flush()
 
 
 def write_parquet(output_dir: Path, batch_rows: int = 2000) -> tuple[int, int]:

@@ -69,8 +69,8 @@ async def candidates(client: LLMClient, config: SynthesisConfig, messages: list[
 
 
 async def aggregate(client: LLMClient, config: SynthesisConfig, messages: list[dict], found: list[Criteria]) -> Criteria:
-    if len(found) == 1:
-        return found[0]
+    if len(found) == 1 or not config.aggregate:  # nothing to merge, or merging off: export deduplicates
+        return [c for criteria in found for c in criteria]
     lines = "\n".join(listing(c, label=f"candidate {i + 1}") for i, c in enumerate(found) if c)
     prompt = AGGREGATE.render(conversation=format_conversation(messages), candidates=lines,
                               weight_rules=weight_rules(config))  # fmt: skip

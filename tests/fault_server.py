@@ -64,13 +64,13 @@ class FaultServer:
             return self.script.pop(0) if self.script else None
 
     def completion(self, body: dict) -> bytes:
-        text = self.reply(body) if callable(self.reply) else self.reply
         n = body.get("n") or 1
+        texts = [self.reply(body) if callable(self.reply) else self.reply for _ in range(n)]  # one per choice
         return json.dumps({
             "id": f"cmpl-{self.count}", "object": "chat.completion", "created": int(time.time()),
             "model": body.get("model", "fake"),
             "choices": [{"index": i, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
-                        for i in range(n)],
+                        for i, text in enumerate(texts)],
             "usage": {"prompt_tokens": 10, "completion_tokens": 5 * n, "total_tokens": 10 + 5 * n},
         }).encode()  # fmt: skip
 

@@ -50,6 +50,16 @@ def test_both_conventions_penalise_the_response_that_makes_the_mistake():
     assert literal[1]["criterion"] == "Avoids confusing mass with weight."
 
 
+@pytest.mark.parametrize("text, avoidance", [
+    ("Does not confuse mass with weight.", True), ("Doesn't misstate the units.", True),
+    ("Never divides by zero.", True), ("Does not mention the dosage limit.", False),
+    ("Recommends aspirin for children.", False),
+])  # fmt: skip
+def test_auto_reads_the_opening_verb(text, avoidance):
+    item = {"title": "t", "description": f"Pitfall Criteria: {text}", "weight": -1}
+    assert criteria_from_rar([item], "r")[0]["criterion"].startswith("Fails to meet this") is avoidance
+
+
 def test_forced_convention_overrides_auto():
     forced = criteria_from_rar(MEDICINE, "m", pitfall_convention="avoidance")
     assert forced[3]["criterion"].startswith("Fails to meet this: Does not mention")
@@ -74,5 +84,6 @@ def test_rar_rows_load_as_rubric_rows(tmp_path):
     path.write_text(json.dumps({"id": "q1", "question": "Why is F = ma?", "reference_answer": "Newton's second law.",
                                 "rubric": SCIENCE}) + "\n")  # fmt: skip
     row = load_rubric_rows(path)["q1"]
+    assert load_rubric_rows(path, "mistake")["q1"].rubric.criteria[1].text == "Avoids confusing mass with weight."
     assert row.reference == "Newton's second law." and [c.category for c in row.rubric.criteria] == ["Essential", "Pitfall"]
     assert row.conversation == [{"role": "user", "content": "Why is F = ma?"}]

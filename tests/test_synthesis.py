@@ -188,3 +188,85 @@ def test_publish_refuses_an_unfinished_folder(tmp_path, capsys):
     (tmp_path / "half").mkdir()
     assert main(["publish", str(tmp_path / "half"), "--repo-id", "me/x", "--dry-run", str(tmp_path / "o")]) == 2
     assert "no final.parquet and manifest.json" in capsys.readouterr().err
+
+
+def config_file(tmp_path, synthesis: str) -> str:
+    path = tmp_path / "synth.yaml"
+    path.write_text("synthesis:\n" + synthesis)
+    return str(path)
+
+
+def test_two_rubric_writers_are_merged_by_the_aggregator(tmp_path, home):
+    config = config_file(tmp_path, "  rubric_roles: [writer_1, writer_2]\n")
+    with FaultServer(reply=schema_reply) as server:
+        assert synth(server, tmp_path, queries(tmp_path / "q.jsonl", 2), "--config", config) == 0
+        prompts = [r["messages"][-1]["content"] for r in server.requests]
+        assert sum("Merge them into one rubric" in p for p in prompts) == 2  # one aggregation per query
+    details = [json.loads(line) for line in (tmp_path / "out" / "details.jsonl").read_text().splitlines()]
+    assert all(len(d["candidates"]) == 2 and d["merged"][0]["stage"] == "aggregate" for d in details)
+
+
+def test_aggregation_off_exports_the_union_deduplicated(tmp_path, home):
+    config = config_file(tmp_path, "  rubric_roles: [writer_1, writer_2]\n  aggregate: false\n")
+    with FaultServer(reply=schema_reply) as server:
+        assert synth(server, tmp_path, queries(tmp_path / "q.jsonl", 2), "--config", config) == 0
+        assert not any("Merge them" in r["messages"][-1]["content"] for r in server.requests)
+    rows = pq.read_table(tmp_path / "out" / "final.parquet").to_pylist()
+    assert all(len(r["rubrics"]) == 1 for r in rows)  # identical canned criteria from both writers: one kept
+
+
+def test_rar_is_a_single_pass_with_categories(tmp_path, home):
+    config = config_file(tmp_path, "  method: rar\n  contrast: false\n  aggregate: false\n  evolve: false\n")
+    with FaultServer(reply=schema_reply) as server:
+        assert synth(server, tmp_path, queries(tmp_path / "q.jsonl", 2), "--config", config) == 0
+        assert server.count == 4  # reference + rubric per query
+        rubric_request = next(r for r in server.requests if "response_format" in r)
+        item = rubric_request["response_format"]["json_schema"]["schema"]["properties"]["criteria"]["items"]
+        assert item["properties"]["category"]["enum"] == ["Essential", "Important", "Optional", "Pitfall"]
+    details = pq.read_table(tmp_path / "out" / "final_details.parquet").to_pylist()
+    assert all(c["category"] == "Essential" for d in details for c in d["criteria"])
+
+
+def test_export_deduplicates_by_normalised_text_and_caps():
+    from synthesis.criteria import export
+
+    made = lambda text, weight, stage="candidate": {"title": "t", "description": text, "weight": weight,
+                                                   "stage": stage, "source": "m"}  # noqa: E731
+    criteria = [made("Mentions the dose.", 3), made("  mentions THE dose ", 7, "evolve"), made("Cites a source.", 2),
+                made("Recommends an unsafe dose.", -9)]  # fmt: skip
+    rows = export(criteria)
+    assert [(r["criterion"], r["points"]) for r in rows] == [
+        ("mentions THE dose", 7), ("Cites a source.", 2), ("Recommends an unsafe dose.", -9)]  # fmt: skip
+    assert rows[0]["stage"] == "evolve"  # the duplicate with the larger |points| is the one kept
+    assert [r["points"] for r in export(criteria, cap=2)] == [-9, 7]  # highest |points| first
+
+
+def test_an_unexpected_error_in_one_query_is_recorded_and_the_others_finish(tmp_path, home, monkeypatch):
+    from synthesis import stages
+
+    original = stages.evolve
+
+    async def broken_for_one(client, config, messages, merged, responses):
+        if "number 1?" in messages[-1]["content"]:
+            raise KeyError("boom")
+        return await original(client, config, messages, merged, responses)
+
+    monkeypatch.setattr(stages, "evolve", broken_for_one)
+    with FaultServer(reply=schema_reply) as server:
+        assert synth(server, tmp_path, queries(tmp_path / "q.jsonl", 3)) == 1
+    errors = [json.loads(line) for line in (tmp_path / "out" / "errors.jsonl").read_text().splitlines()]
+    assert errors == [{"id": "q0001", "stage": "evolve", "error": "KeyError: 'boom'"}]
+    assert sorted(pq.read_table(tmp_path / "out" / "final.parquet").column("id").to_pylist()) == ["q0000", "q0002"]
+
+
+@pytest.mark.parametrize("synthesis, message", [
+    ("  attempts: 0\n", "attempts >= 1"), ("  cap: 0\n", "cap >= 1"), ("  evolve: true\n  contrast: false\n", "evolve needs"),
+    ("  method: rar\n", "single pass"), ("  wieghts: signed\n", "unknown key"),
+])  # fmt: skip
+def test_bad_synthesis_config_is_refused_before_any_call(tmp_path, home, synthesis, message, capsys):
+    config = config_file(tmp_path, synthesis)
+    with FaultServer(reply=schema_reply) as server:
+        assert synth(server, tmp_path, queries(tmp_path / "q.jsonl", 1), "--config", config) == 2
+        assert server.count == 0
+    err = capsys.readouterr().err
+    assert f"{config}: synthesis" in err and message in err
