@@ -27,7 +27,9 @@ BATCHED = load_prompt(PROMPTS / "judge_batched.txt")
 IMPLICIT = load_prompt(PROMPTS / "judge_implicit.txt")
 LIKERT = load_prompt(PROMPTS / "judge_likert.txt")
 
-EXPLANATION = {"type": "string", "maxLength": 600}
+# Short enough that the JSON closes well within a judge's max_tokens even in scripts that take a token per
+# character: with 600 characters, a small judge repeating itself in Spanish ran out of tokens mid-string.
+EXPLANATION = {"type": "string", "maxLength": 300}
 VERDICT_SCHEMA = {
     "type": "object",
     "properties": {"explanation": EXPLANATION, "criteria_met": {"type": "boolean"}},
