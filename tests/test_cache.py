@@ -1,7 +1,6 @@
 """The response cache: a repeated call costs zero requests, keys cover what shapes an answer (and nothing else),
 and the cache survives many writers and a SIGKILL with every finished call in it."""
 
-import json
 import os
 import signal
 import sqlite3

@@ -16,7 +16,7 @@ import pytest
 from rubricrl.cli import main
 from rubricrl.llm import ResponseCache
 from synthesis.pipeline import FINAL_SCHEMA
-from tests.fault_server import Fault, FaultServer, schema_reply
+from tests.fault_server import FaultServer, schema_reply
 
 ROOT = Path(__file__).resolve().parents[1]
 
