@@ -96,7 +96,7 @@ class Grader:
         started = time.monotonic()
         config = self.config
         if config.integrity_check and (flag := integrity_flag(response, rubric)):
-            not_graded = [judge.Verdict(c.text, c.points, c.tags, None, "not graded: integrity flag", "none")
+            not_graded = [judge.Verdict.of(c, None, "not graded: integrity flag", "none")
                           for c in (rubric.criteria if rubric else ())]  # fmt: skip
             floor = self._lowest_score(rubric)
             return Graded(floor, floor, not_graded, integrity_flag=flag, seconds=time.monotonic() - started)
@@ -119,7 +119,7 @@ class Grader:
         by_rule = {i: c for i, c in enumerate(rubric.criteria) if c.rule is not None}
         by_judge = [(i, c) for i, c in enumerate(rubric.criteria) if c.rule is None]
         verdicts: dict[int, judge.Verdict] = {
-            i: judge.Verdict(c.text, c.points, c.tags, check_rule(c.rule, response), f"rule {c.rule['type']}", "rule")
+            i: judge.Verdict.of(c, check_rule(c.rule, response), f"rule {c.rule['type']}", "rule")
             for i, c in by_rule.items()
         }
         if config.mode == "per_criterion":

@@ -55,6 +55,10 @@ class Verdict:
     source: str
     """"judge", "rule", or "none" (not graded)."""
 
+    @classmethod
+    def of(cls, criterion: Criterion, met: bool | None, explanation: str, source: str) -> "Verdict":
+        return cls(criterion.text, criterion.points, criterion.tags, met, explanation, source)
+
     def to_dict(self) -> dict[str, Any]:
         return {"criterion": self.criterion, "points": self.points, "tags": list(self.tags), "met": self.met,
                 "explanation": self.explanation, "source": self.source}  # fmt: skip
@@ -84,6 +88,11 @@ def quoted(template, conversation: list[dict[str, str]], response: str, **values
     return [{"role": "system", "content": SYSTEM.text}, {"role": "user", "content": user}]
 
 
+def judge_failure(error: Exception) -> str:
+    """The explanation recorded for a verdict or rating the judge could not give."""
+    return f"judge failed: {error}"[:500]
+
+
 def majority(votes: list[bool]) -> bool | None:
     counts = Counter(votes)
     if counts[True] == counts[False]:
@@ -99,15 +108,15 @@ async def judge_per_criterion(
     try:
         result = await client.chat(role, messages, n=samples, schema=VERDICT_SCHEMA, schema_name="verdict")
     except LLMError as error:
-        return Verdict(criterion.text, criterion.points, criterion.tags, None, f"judge failed: {error}"[:500], "judge")
+        return Verdict.of(criterion, None, judge_failure(error), "judge")
     met = majority([value["criteria_met"] for value in result.parsed])
-    return Verdict(criterion.text, criterion.points, criterion.tags, met, result.parsed[0]["explanation"], "judge")
+    return Verdict.of(criterion, met, result.parsed[0]["explanation"], "judge")
 
 
 def batched_schema(ids: list[str]) -> dict[str, Any]:
     item = {
         "type": "object",
-        "properties": {"id": {"type": "string", "enum": ids}, "explanation": {"type": "string", "maxLength": 300},
+        "properties": {"id": {"type": "string", "enum": ids}, "explanation": EXPLANATION,
                        "criteria_met": {"type": "boolean"}},  # fmt: skip
         "required": ["id", "explanation", "criteria_met"],
         "additionalProperties": False,
@@ -138,11 +147,10 @@ async def judge_batched(
         result = await client.chat(role, messages, n=samples, schema=batched_schema(ids), schema_name="verdicts",
                                    check=exactly_these_ids(ids))  # fmt: skip
     except LLMError as error:
-        return [Verdict(c.text, c.points, c.tags, None, f"judge failed: {error}"[:500], "judge") for c in criteria]
+        return [Verdict.of(c, None, judge_failure(error), "judge") for c in criteria]
     by_id = [{v["id"]: v for v in value["verdicts"]} for value in result.parsed]
     return [
-        Verdict(c.text, c.points, c.tags, majority([sample[i]["criteria_met"] for sample in by_id]),
-                by_id[0][i]["explanation"], "judge")
+        Verdict.of(c, majority([sample[i]["criteria_met"] for sample in by_id]), by_id[0][i]["explanation"], "judge")
         for i, c in zip(ids, criteria)
     ]  # fmt: skip
 
@@ -162,6 +170,6 @@ async def judge_rating(
     try:
         result = await client.chat(role, messages, n=samples, schema=RATING_SCHEMA, schema_name="rating")
     except LLMError as error:
-        return Rating(None, f"judge failed: {error}"[:500])
+        return Rating(None, judge_failure(error))
     ratings = [value["rating"] for value in result.parsed]
     return Rating(sum(ratings) / len(ratings), result.parsed[0]["explanation"])

@@ -29,10 +29,6 @@ class Criterion:
     """A check decided in code instead of by the judge (grading/rules.py), e.g. {"type": "max_words", "value": 100}.
     Like a judge verdict, the rule says whether the criterion's text holds for the response."""
 
-    @property
-    def is_penalty(self) -> bool:
-        return self.points < 0
-
 
 @dataclass(frozen=True)
 class Rubric:

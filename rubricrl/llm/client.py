@@ -44,10 +44,6 @@ class Usage:
     retries: int = 0
     """Answers that did not parse (invalid body or off-schema JSON) and were asked for again."""
 
-    def add(self, other: "Usage") -> None:
-        for name in self.__dataclass_fields__:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-
 
 @dataclass
 class ChatResult:
@@ -269,12 +265,6 @@ class LLMClient:
                 http_client=openai.DefaultAioHttpClient(timeout=self.timeout),
             )
         return self._sdk_clients[key]
-
-    def total_usage(self) -> Usage:
-        total = Usage()
-        for usage in self.usage.values():
-            total.add(usage)
-        return total
 
     async def aclose(self) -> None:
         for sdk in self._sdk_clients.values():
