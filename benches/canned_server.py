@@ -1,38 +1,86 @@
 """An OpenAI-compatible server for benchmarks: every chat request is answered after a fixed latency (L +- 20%)
-with a valid canned answer (a schema instance when the request carries a JSON schema). It measures the client,
-not a model. GET /stats gives the request count.
+with a valid canned answer, so that what is measured is the client, not a model. GET /stats gives the request
+count.
+
+Answers are shaped like real ones, because their size and compressibility decide what the client writes: plain
+answers of ~1,500 characters, and schema answers (when the request carries a JSON schema) with several items,
+strings filled up to their length bound and integers spread over their range. The text is English prose drawn
+at random from the standard library's docstrings: it compresses about 2x with zlib, a little less than real model
+answers (2.5x for HealthBench's ideal completions and rubrics).
 
     python benches/canned_server.py --port 8791 --latency 0.2
 """
 
 import argparse
 import asyncio
+import inspect
 import json
 import random
+import re
+from typing import Any
 
 from aiohttp import web
 
-from rubricrl.llm.structured import example_instance
+ANSWER_CHARS = 1500
+MAX_ITEMS = 8
+
+
+def sentences() -> list[str]:
+    modules = [__import__(name, fromlist=["_"]) for name in (
+        "argparse", "asyncio", "calendar", "collections", "csv", "datetime", "decimal", "difflib", "email",
+        "fractions", "functools", "heapq", "http.client", "itertools", "logging", "pathlib", "sqlite3", "statistics",
+        "subprocess", "tarfile", "textwrap", "typing", "unittest", "urllib.request", "zipfile")]  # fmt: skip
+    text = " ".join(inspect.getdoc(o) or "" for m in modules for o in [m, *(getattr(m, n) for n in dir(m) if n[0] != "_")])
+    found = (s.strip() for s in re.split(r"(?<=[.!?])\s+", " ".join(text.split())))
+    return sorted({s for s in found if 20 < len(s) < 300 and s[0].isupper()})
+
+
+def prose(rng: random.Random, corpus: list[str], chars: int) -> str:
+    words: list[str] = []
+    while sum(map(len, words)) < chars:
+        words.append(rng.choice(corpus))
+    return " ".join(words)[:chars]
+
+
+def instance(schema: dict[str, Any], rng: random.Random, corpus: list[str]) -> Any:
+    """A valid instance of a bounded schema, sized like a model's answer."""
+    if "enum" in schema:
+        return rng.choice(schema["enum"])
+    kind = schema.get("type")
+    if kind == "object":
+        return {name: instance(sub, rng, corpus) for name, sub in schema.get("properties", {}).items()}
+    if kind == "array":
+        count = rng.randint(max(1, schema.get("minItems", 0)), max(1, min(schema["maxItems"], MAX_ITEMS)))
+        return [instance(schema["items"], rng, corpus) for _ in range(count)]
+    if kind in ("integer", "number"):
+        return rng.choice([v for v in range(schema["minimum"], schema["maximum"] + 1) if v != 0] or [0])
+    if kind == "boolean":
+        return rng.random() < 0.5
+    limit = schema.get("maxLength", 200)
+    return prose(rng, corpus, rng.randint(limit // 2, limit))
 
 
 def make_app(latency: float) -> web.Application:
     stats = {"requests": 0}
+    corpus = sentences()
+    rng = random.Random(0)
 
     async def chat(request: web.Request) -> web.Response:
         body = await request.json()
         stats["requests"] += 1
-        await asyncio.sleep(latency * random.uniform(0.8, 1.2))
+        await asyncio.sleep(latency * rng.uniform(0.8, 1.2))
         response_format = body.get("response_format") or {}
-        if response_format.get("type") == "json_schema":
-            text = json.dumps(example_instance(response_format["json_schema"]["schema"]))
-        else:
-            text = "A canned answer. " * 20
         n = body.get("n") or 1
+        if response_format.get("type") == "json_schema":
+            texts = [json.dumps(instance(response_format["json_schema"]["schema"], rng, corpus)) for _ in range(n)]
+        else:
+            texts = [prose(rng, corpus, int(ANSWER_CHARS * rng.uniform(0.5, 1.5))) for _ in range(n)]
         return web.json_response({
             "id": f"c{stats['requests']}", "object": "chat.completion", "created": 0, "model": body["model"],
             "choices": [{"index": i, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
-                        for i in range(n)],
-            "usage": {"prompt_tokens": 100, "completion_tokens": 50 * n, "total_tokens": 100 + 50 * n},
+                        for i, text in enumerate(texts)],
+            "usage": {"prompt_tokens": 100, "completion_tokens": sum(len(t) // 4 for t in texts),
+                      "total_tokens": 100 + sum(len(t) // 4 for t in texts)},
         })  # fmt: skip
 
     async def get_stats(request: web.Request) -> web.Response:
