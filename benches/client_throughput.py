@@ -32,7 +32,7 @@ async def bench(roles, requests: int, tokens: int) -> None:
     await measure(roles, 4, 4, 4, tag="warm-up ")
     c1 = await measure(roles, 1, max(4, requests // 4), tokens, tag="c1 ")
     with tempfile.TemporaryDirectory() as tmp:
-        cache = ResponseCache(Path(tmp) / "cache.sqlite")
+        cache = ResponseCache(Path(tmp) / "cache")
         c16 = await measure(roles, 16, requests, tokens, cache=cache, tag="c16 ")
         hits = await measure(roles, 16, requests, tokens, cache=cache, tag="c16 ")
         cache.close()

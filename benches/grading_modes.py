@@ -61,7 +61,7 @@ async def bench(roles, examples, chunk_size: int) -> None:
         judge.CRITERION = original
     results["batched"] = await run(roles, examples, GradingConfig(mode="batched", chunk_size=chunk_size), "b")
     with tempfile.TemporaryDirectory() as tmp:
-        cache = ResponseCache(Path(tmp) / "cache.sqlite")
+        cache = ResponseCache(Path(tmp) / "cache")
         await run(roles, examples, per_criterion, "warm", cache)
         results["per_criterion, cached"] = await run(roles, examples, per_criterion, "warm", cache)
         cache.close()

@@ -189,8 +189,7 @@ def run_cache_info(args: argparse.Namespace) -> int:
     from rubricrl.llm import ResponseCache
 
     cache = ResponseCache()
-    size = sum(p.stat().st_size for p in cache.path.parent.glob(cache.path.name + "*"))
-    print(f"{cache.path}: {len(cache)} responses, {size / 1e6:.1f} MB")
+    print(f"{cache.path}: {len(cache)} responses, {cache.size_bytes() / 1e6:.1f} MB")
     return 0
 
 

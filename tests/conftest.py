@@ -20,7 +20,7 @@ def local_server():
 
 @pytest.fixture
 def cache(tmp_path):
-    cache = ResponseCache(tmp_path / "responses.sqlite")
+    cache = ResponseCache(tmp_path / "responses")
     yield cache
     cache.close()
 

@@ -104,20 +104,20 @@ def cached_questions(cache_path, questions):
 
 
 def test_sigkill_leaves_a_readable_cache_with_every_finished_call(tmp_path):
-    cache_path = tmp_path / "responses.sqlite"
+    cache_path = tmp_path / "responses"
     with FaultServer(latency=0.02) as server:
         writer = start_writer(server.base_url, cache_path, "killed", 2000)
         finished = [writer.stdout.readline().strip() for _ in range(150)]
         os.kill(writer.pid, signal.SIGKILL)
         writer.wait()
     assert writer.returncode == -signal.SIGKILL
-    assert sqlite3.connect(cache_path).execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    assert sqlite3.connect(cache_path / "index.sqlite").execute("PRAGMA integrity_check").fetchone() == ("ok",)
     assert cached_questions(cache_path, finished) == set(finished)
     assert len(ResponseCache(cache_path)) < 2000  # it really was cut off mid-run
 
 
 def test_concurrent_writer_processes_lose_nothing(tmp_path):
-    cache_path = tmp_path / "responses.sqlite"
+    cache_path = tmp_path / "responses"
     with FaultServer() as server:
         writers = [start_writer(server.base_url, cache_path, f"w{i}", 100) for i in range(4)]
         outputs = [w.communicate()[0].split("\n") for w in writers]
@@ -150,7 +150,46 @@ def test_first_writer_wins(cache):
     key = cache_key("m", [{"role": "user", "content": "q"}], {}, 0)
     assert cache.put(key, {"text": "first"}) == {"text": "first"}
     assert cache.put(key, {"text": "second"}) == {"text": "first"}
-    assert cache.put_many({key: {"text": "third"}}) == {key: {"text": "first"}}
+    cache.flush()
+    assert cache.put(key, {"text": "third"}) == {"text": "first"}
+
+
+KILLED_WRITER = textwrap.dedent("""
+    import os, signal, sys
+    from rubricrl.llm import ResponseCache
+    from rubricrl.llm.cache import cache_key
+    cache = ResponseCache(sys.argv[1])
+    for i in range(int(sys.argv[2])):
+        cache.put(cache_key("m", [], {}, i), {"text": f"answer {i}"})
+    os.kill(os.getpid(), signal.SIGKILL)  # no flush, no close
+""")
+
+
+def test_answers_of_a_killed_writer_are_recovered_and_a_cut_off_record_dropped(tmp_path):
+    path = tmp_path / "responses"
+    killed = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(path), "50"], cwd=ROOT)
+    assert killed.returncode == -signal.SIGKILL
+    [segment] = path.glob("segment-*.log")
+    whole = segment.stat().st_size
+    with open(segment, "ab") as f:  # a record the kill cut off halfway
+        f.write(b"\x01" * 30)
+    cache = ResponseCache(path)
+    assert [cache.get(cache_key("m", [], {}, i)) for i in range(50)] == [{"text": f"answer {i}"} for i in range(50)]
+    assert segment.stat().st_size == whole and len(cache) == 50
+    cache.put(cache_key("m", [], {}, 50), {"text": "answer 50"})  # appends after the last whole record
+    cache.close()
+    assert ResponseCache(path).get(cache_key("m", [], {}, 50)) == {"text": "answer 50"}
+
+
+def test_other_processes_see_answers_after_a_flush_and_deletes_stay_deleted(tmp_path):
+    writer, reader = ResponseCache(tmp_path / "c"), ResponseCache(tmp_path / "c")
+    keep, drop = cache_key("m", [], {}, 0), cache_key("m", [], {}, 1)
+    writer.put(keep, {"text": "kept"})
+    writer.put(drop, {"text": "invalid"})
+    assert writer.get(keep) == {"text": "kept"}  # visible to its writer at once
+    writer.delete([drop])
+    assert reader.get(keep) == {"text": "kept"} and reader.get(drop) is None
+    assert ResponseCache(tmp_path / "c").get(drop) is None  # still gone for a later process
 
 
 def test_seeded_role_asks_each_missing_sample_with_its_own_seed(fault_server, cache):

@@ -113,7 +113,7 @@ def test_sigkill_then_rerun_finishes_without_repeating_a_finished_call(tmp_path,
         done_before = len((out / "final.jsonl").read_text().splitlines())
         assert 30 <= done_before < 120 and not (out / "manifest.json").exists()
 
-        cache = ResponseCache(home / "cache" / "responses.sqlite")
+        cache = ResponseCache(home / "cache" / "responses")
         cached_before, sent_before = len(cache), server.count
         # The rerun reads the queries in another order: resume does not depend on row order.
         lines = input_path.read_text().splitlines()

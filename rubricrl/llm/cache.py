@@ -5,22 +5,44 @@ The key is a hash of what determines an answer: model, messages, sampling parame
 sample into one). The endpoint URL and the API key are not part of it: the same model behind another URL
 answers the same call.
 
-SQLite in WAL mode with one autocommitted row per answer: any number of processes may read and write at once,
-and a process killed with SIGKILL loses at most the calls still in flight; everything it finished is on disk.
+Storage is log-structured, so that every answer is written to disk once:
+- answers are appended, zlib-compressed, to a segment file (`segment-N.log`) with one `write`: once `put`
+  returns, the answer survives a SIGKILL of this process (it is in the kernel's page cache);
+- an SQLite index (`index.sqlite`, WAL) maps each key to (segment, offset, length). It is written in batches
+  (every FLUSH_SECONDS or FLUSH_ENTRIES answers, and on close): a page write per answer is what made a
+  row-per-answer SQLite store write 7-16x the bytes it held;
+- each process appends to a segment it holds an exclusive `flock` on, so any number of processes can write at
+  once. A segment whose writer is gone (killed before flushing its index) is re-indexed from its tail by the next
+  process that opens the cache: records past the indexed length are read back, checked against their CRC, and a
+  record cut off by the kill is truncated away.
+
+Answers a process has appended but not flushed are visible to that process at once and to other processes at
+its next flush (at most FLUSH_SECONDS later). The first writer of a key wins: within a process at `put`, across
+processes at flush time.
 """
 
+import fcntl
 import hashlib
 import json
+import os
 import sqlite3
+import struct
+import threading
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
 from rubricrl.home import rubricrl_home
 
+FLUSH_SECONDS = 1.0
+FLUSH_ENTRIES = 1000
+INDEX_PAGE_SIZE = 512
+HEADER = struct.Struct("<16sII")  # key (first 128 bits of the sha256), payload length, CRC32 of the payload
+
 
 def default_cache_path() -> Path:
-    return rubricrl_home() / "cache" / "responses.sqlite"
+    return rubricrl_home() / "cache" / "responses"
 
 
 def _stored(key: str) -> bytes:
@@ -37,50 +59,190 @@ def cache_key(model: str, messages: list[dict[str, Any]], params: dict[str, Any]
 class ResponseCache:
     def __init__(self, path: str | Path | None = None):
         self.path = Path(path) if path else default_cache_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # isolation_level=None: autocommit, each put is durable on its own. timeout: wait for other writers.
-        self._db = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()  # the TRL reward runs the client on its own thread
+        self._db = sqlite3.connect(self.path / "index.sqlite", timeout=60, isolation_level=None, check_same_thread=False)
+        # Small pages: a flush touches one leaf per entry (keys are random), and the WAL holds whole pages.
+        self._db.execute(f"PRAGMA page_size={INDEX_PAGE_SIZE}")
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")  # in WAL mode still safe against a killed process
-        # Rows are appended in rowid order and found through a compact index of 16-byte keys: random 64-character
-        # keys as the primary key scatter every insert over the whole B-tree, which wrote ~4x more pages.
-        self._db.execute("CREATE TABLE IF NOT EXISTS samples (id INTEGER PRIMARY KEY, key BLOB NOT NULL UNIQUE, "
-                         "value TEXT NOT NULL, created REAL NOT NULL)")  # fmt: skip
+        # No fsync: the index is derived data (rebuilt from the segments if a power loss ever corrupts it), and
+        # without a sync per checkpoint the kernel writes each index page once instead of once per flush.
+        self._db.execute("PRAGMA synchronous=OFF")
+        # AUTOINCREMENT: a cleared segment's id is never reused, so no process reads a stale file under that id.
+        self._db.execute("CREATE TABLE IF NOT EXISTS segments (id INTEGER PRIMARY KEY AUTOINCREMENT, "
+                         "indexed INTEGER NOT NULL)")
+        self._db.execute("CREATE TABLE IF NOT EXISTS entries (key BLOB PRIMARY KEY, segment INTEGER NOT NULL, "
+                         "offset INTEGER NOT NULL, length INTEGER NOT NULL) WITHOUT ROWID")  # fmt: skip
+        self._readers: dict[int, int] = {}  # segment id -> read-only fd
+        self._segment: int | None = None  # the segment this process appends to (locked), once it has written
+        self._fd: int | None = None
+        self._end = 0  # bytes in our segment
+        self._pending: dict[bytes, tuple[int, int, dict[str, Any]]] = {}  # appended, not yet in the index
+        self._flushed_at = time.monotonic()
+        for segment in self._segment_ids():
+            fd = self._try_lock(segment)
+            if fd is not None:  # its writer is gone: index what it appended after its last flush
+                self._recover(segment, fd)
+                os.close(fd)
+
+    # --- reading and writing -------------------------------------------------------------------------------------
 
     def get(self, key: str) -> dict[str, Any] | None:
-        row = self._db.execute("SELECT value FROM samples WHERE key = ?", (_stored(key),)).fetchone()
-        return json.loads(row[0]) if row else None
+        stored = _stored(key)
+        with self._lock:
+            if stored in self._pending:
+                return self._pending[stored][2]
+            row = self._db.execute("SELECT segment, offset, length FROM entries WHERE key = ?", (stored,)).fetchone()
+            if row is None:
+                return None
+            try:
+                payload = os.pread(self._reader(row[0]), row[2], row[1] + HEADER.size)
+                return json.loads(zlib.decompress(payload))
+            except (OSError, zlib.error, ValueError):  # the segment was removed by a `cache clear` elsewhere
+                return None
 
     def put(self, key: str, value: dict[str, Any]) -> dict[str, Any]:
         """Store `value` unless the key is already there, and return what is stored: the first writer wins, so
-        every process and every rerun sees the same answer for a key."""
-        self._db.execute(
-            "INSERT OR IGNORE INTO samples (key, value, created) VALUES (?, ?, ?)",
-            (_stored(key), json.dumps(value, ensure_ascii=False), time.time()),
-        )
-        return self.get(key)
+        every rerun sees the same answer for a key."""
+        with self._lock:
+            existing = self.get(key)
+            if existing is not None:
+                return existing
+            if self._fd is None:
+                self._open_segment()
+            stored = _stored(key)
+            payload = zlib.compress(json.dumps(value, ensure_ascii=False).encode())
+            record = HEADER.pack(stored, len(payload), zlib.crc32(payload)) + payload
+            os.write(self._fd, record)  # O_APPEND, one write: a record is whole or cut off at the end
+            self._pending[stored] = (self._end, len(payload), value)
+            self._end += len(record)
+            if len(self._pending) >= FLUSH_ENTRIES or time.monotonic() - self._flushed_at >= FLUSH_SECONDS:
+                self.flush()
+            return value
 
-    def put_many(self, items: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        """Store many in one transaction (pages are written once per batch, not once per answer) and return what
-        is stored for each key (first writer wins, as with put)."""
-        now = time.time()
-        with self._db:  # BEGIN ... COMMIT
-            self._db.execute("BEGIN IMMEDIATE")
-            self._db.executemany("INSERT OR IGNORE INTO samples (key, value, created) VALUES (?, ?, ?)",
-                                 [(_stored(k), json.dumps(v, ensure_ascii=False), now) for k, v in items.items()])  # fmt: skip
-        return {key: self.get(key) for key in items}
+    def flush(self) -> None:
+        """Write the index entries of the answers appended since the last flush (one transaction)."""
+        with self._lock:
+            self._flushed_at = time.monotonic()
+            if not self._pending:
+                return
+            with self._db:
+                self._db.execute("BEGIN IMMEDIATE")
+                self._db.executemany("INSERT OR IGNORE INTO entries VALUES (?, ?, ?, ?)",
+                                     [(k, self._segment, offset, length) for k, (offset, length, _) in self._pending.items()])  # fmt: skip
+                self._db.execute("UPDATE segments SET indexed = ? WHERE id = ?", (self._end, self._segment))
+            self._pending.clear()
 
     def delete(self, keys: list[str]) -> None:
-        self._db.executemany("DELETE FROM samples WHERE key = ?", [(_stored(key),) for key in keys])
+        with self._lock:
+            self.flush()  # then the log behind these entries is indexed, and a recovery cannot bring them back
+            self._db.executemany("DELETE FROM entries WHERE key = ?", [(_stored(key),) for key in keys])
 
     def __len__(self) -> int:
-        return self._db.execute("SELECT COUNT(*) FROM samples").fetchone()[0]
+        with self._lock:
+            self.flush()
+            return self._db.execute("SELECT COUNT(*) FROM entries").fetchone()[0]
+
+    def size_bytes(self) -> int:
+        return sum(p.stat().st_size for p in self.path.iterdir() if p.is_file())
 
     def clear(self) -> int:
-        """Delete every entry; returns how many there were."""
-        removed = self._db.execute("DELETE FROM samples").rowcount
-        self._db.execute("VACUUM")
-        return removed
+        """Delete every entry whose segment no other running process is writing; returns how many were deleted."""
+        with self._lock:
+            self.flush()
+            self._release_segment()
+            for fd in self._readers.values():
+                os.close(fd)
+            self._readers.clear()
+            removed = 0
+            for segment in self._segment_ids():
+                fd = self._try_lock(segment)
+                if fd is None:
+                    continue
+                with self._db:
+                    self._db.execute("BEGIN IMMEDIATE")
+                    removed += self._db.execute("DELETE FROM entries WHERE segment = ?", (segment,)).rowcount
+                    self._db.execute("DELETE FROM segments WHERE id = ?", (segment,))
+                self._segment_path(segment).unlink(missing_ok=True)
+                os.close(fd)
+            self._db.execute("VACUUM")
+            return removed
 
     def close(self) -> None:
-        self._db.close()
+        with self._lock:
+            self.flush()
+            self._release_segment()
+            for fd in self._readers.values():
+                os.close(fd)
+            self._readers.clear()
+            self._db.close()
+
+    # --- segments --------------------------------------------------------------------------------------------------
+
+    def _segment_path(self, segment: int) -> Path:
+        return self.path / f"segment-{segment}.log"
+
+    def _segment_ids(self) -> list[int]:
+        return [row[0] for row in self._db.execute("SELECT id FROM segments ORDER BY id")]
+
+    def _try_lock(self, segment: int) -> int | None:
+        """An appending fd on the segment with its exclusive lock, or None while another process holds it."""
+        fd = os.open(self._segment_path(segment), os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        return fd
+
+    def _open_segment(self) -> None:
+        """Take over a segment no process is writing (indexing its tail first), or start a new one."""
+        fd = None
+        while fd is None:
+            for segment in self._segment_ids():
+                fd = self._try_lock(segment)
+                if fd is not None:
+                    break
+            else:  # all taken: a new one (which another process's recovery pass may hold for a moment)
+                segment = self._db.execute("INSERT INTO segments (indexed) VALUES (0)").lastrowid
+                fd = self._try_lock(segment)
+        self._end = self._recover(segment, fd)
+        self._segment, self._fd = segment, fd
+
+    def _release_segment(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the fd releases the lock
+        self._segment = self._fd = None
+
+    def _recover(self, segment: int, fd: int) -> int:
+        """Index the records appended to a segment after its last flush (its writer was killed, or did not close)
+        and cut off a record the kill left incomplete. Returns the segment's length. Caller holds the lock."""
+        row = self._db.execute("SELECT indexed FROM segments WHERE id = ?", (segment,)).fetchone()
+        if row is None:  # removed by a `cache clear` while we waited
+            self._db.execute("INSERT INTO segments (id, indexed) VALUES (?, 0)", (segment,))
+        offset = row[0] if row else 0
+        size = os.fstat(fd).st_size
+        if offset == size:
+            return size
+        entries = []
+        with open(os.dup(fd), "rb") as f:
+            f.seek(offset)
+            while offset + HEADER.size <= size:
+                key, length, crc = HEADER.unpack(f.read(HEADER.size))
+                payload = f.read(length)
+                if length == 0 or len(payload) != length or zlib.crc32(payload) != crc:
+                    break
+                entries.append((key, segment, offset, length))
+                offset += HEADER.size + length
+        if offset != size:
+            os.ftruncate(fd, offset)
+        with self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.executemany("INSERT OR IGNORE INTO entries VALUES (?, ?, ?, ?)", entries)
+            self._db.execute("UPDATE segments SET indexed = ? WHERE id = ?", (offset, segment))
+        return offset
+
+    def _reader(self, segment: int) -> int:
+        if segment not in self._readers:
+            self._readers[segment] = os.open(self._segment_path(segment), os.O_RDONLY)
+        return self._readers[segment]
