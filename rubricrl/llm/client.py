@@ -1,11 +1,11 @@
 """The one LLM client: every model call of every stage goes through `LLMClient.chat`.
 
-Async, on the openai SDK, against any OpenAI-compatible endpoint. What it adds to the SDK:
+Async, against any OpenAI-compatible endpoint (the chat completions API). What it provides:
 - roles (endpoint + model + sampling parameters) chosen by name;
 - bounded concurrency (one semaphore for all calls of this client) and a per-call timeout;
-- retries: the SDK's own, with exponential backoff, jitter and Retry-After, on 408/409/429/5xx, timeouts and
-  connection errors (`max_retries` bounds them); plus a bounded retry of 200 answers whose body is not a valid
-  chat completion (garbage, truncated JSON), which the SDK passes through;
+- retries (transport.py, the openai SDK's policy): exponential backoff, jitter and Retry-After, on
+  408/409/429/5xx, timeouts and connection errors (`max_retries` bounds them); plus a bounded retry of 200
+  answers whose body is not a valid chat completion (garbage, truncated JSON);
 - structured outputs (`schema=`): a bounded JSON schema as `response_format`, the reply parsed and validated,
   a fresh sample drawn (bounded) when a reply does not parse;
 - n > 1 sampling, cached per sample index; token usage per role;
@@ -13,18 +13,20 @@ Async, on the openai SDK, against any OpenAI-compatible endpoint. What it adds t
 """
 
 import asyncio
-import contextlib
 import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import openai
-
 from rubricrl.llm.cache import ResponseCache, cache_key
 from rubricrl.llm.roles import Role
-from rubricrl.llm.structured import StructuredOutputError, json_schema_format, parse_structured
+from rubricrl.llm.structured import (
+    StructuredOutputError,
+    json_schema_format,
+    parse_structured,
+)
+from rubricrl.llm.transport import Transport, TransportError
 
 Message = dict[str, Any]
 
@@ -89,10 +91,8 @@ class LLMClient:
         self.max_retries = max_retries
         self.invalid_answer_retries = invalid_answer_retries
         self.usage: dict[str, Usage] = {name: Usage() for name in roles}
-        self._semaphore = asyncio.Semaphore(concurrency)
-        self._sdk_clients: dict[tuple[str, str], openai.AsyncOpenAI] = {}
+        self._transport = Transport(timeout=timeout, max_retries=max_retries, semaphore=asyncio.Semaphore(concurrency))
         self._in_flight: dict[str, asyncio.Future] = {}  # identical calls running now share one request
-        self._pending: dict[str, tuple[dict, asyncio.Future]] | None = None  # answers awaiting their commit
 
     async def chat(
         self,
@@ -173,8 +173,8 @@ class LLMClient:
             self._in_flight.update(futures)
             try:
                 fresh = await self._ask(role, spec, messages, request, [i for i, _ in mine])
-                if self.cache is not None:
-                    fresh = await asyncio.gather(*(self._store(key, sample) for (_, key), sample in zip(mine, fresh)))
+                if self.cache is not None:  # first writer wins: what the cache holds is the answer
+                    fresh = [self.cache.put(key, sample) for (_, key), sample in zip(mine, fresh)]
                 for (_, key), stored in zip(mine, fresh):
                     found[key] = {**stored, "cached": False, "key": key}
                     futures[key].set_result(stored)
@@ -191,30 +191,6 @@ class LLMClient:
             found[key] = {**await future, "cached": True, "key": key}
         return [found[key] for key in keys]
 
-    async def _store(self, key: str, sample: dict) -> dict:
-        """Put an answer in the cache and return once it is committed (so a caller never sees an answer a kill
-        could lose). Answers arriving within COMMIT_WINDOW of each other share one transaction (group commit): at
-        hundreds of calls in flight, a commit per answer would write the same B-tree pages hundreds of times
-        (measured: 35x the output's bytes at 256 calls in flight)."""
-        loop = asyncio.get_running_loop()
-        if self._pending is None:
-            self._pending = {}
-            loop.call_later(COMMIT_WINDOW, self._commit_pending)
-        if key not in self._pending:
-            self._pending[key] = (sample, loop.create_future())
-        return await self._pending[key][1]
-
-    def _commit_pending(self) -> None:
-        pending, self._pending = self._pending, None
-        try:
-            stored = self.cache.put_many({key: sample for key, (sample, _) in pending.items()})
-        except Exception as error:  # sqlite failure: every waiter learns of it
-            for _, future in pending.values():
-                future.set_exception(error)
-            return
-        for key, (_, future) in pending.items():
-            future.set_result(stored[key])
-
     async def _ask(self, role, spec, messages, request, indices: list[int]) -> list[dict]:
         """Fresh samples for `indices`: one request with n = len(indices), or, for a seeded role, one request per
         index with seed + index (what vLLM gives the i-th child of an n request), so samples never repeat."""
@@ -225,26 +201,22 @@ class LLMClient:
         return [answer[0] for answer in answers]
 
     async def _request(self, role, spec, messages, request, n) -> list[dict]:
-        """One chat completion request. The body goes to the SDK's `post` as a plain dict: the SDK's retries,
-        timeouts and auth apply, but not its typed-parameter transform, which walks every message and JSON schema
-        and cost ~1.2 ms of CPU per request (a third of the client's time at high concurrency)."""
-        sdk = self._sdk_client(spec)
+        """One chat completion request (transport faults are retried by the transport); a 200 whose body is not
+        a chat completion with n choices is asked for again, a bounded number of times."""
         body = {"model": spec.model, "messages": messages, "n": n, **request}
         body.update(body.pop("extra_body", None) or {})
+        url = spec.base_url.rstrip("/") + "/chat/completions"
         for attempt in range(self.invalid_answer_retries + 1):
             try:
-                async with self._semaphore:
-                    response = await sdk.post("/chat/completions", body=body, cast_to=dict)
+                response = await self._transport.post_json(url, body, spec.api_key())
                 choices = _checked_choices(response, n)
                 break
-            except (_InvalidAnswer, json.JSONDecodeError, openai.APIResponseValidationError) as error:
+            except (_InvalidAnswer, json.JSONDecodeError, UnicodeDecodeError) as error:
                 if attempt == self.invalid_answer_retries:
                     raise LLMError(_redacted(f"role '{role}' ({spec.model} at {spec.base_url}): invalid response "
                                              f"body after {attempt + 1} attempts: {error!r}", spec)) from None
                 self.usage[role].retries += 1
-            except openai.APIError as error:
-                # Some gateways echo the key in their error body: it is cut out, and the SDK's exception (which
-                # holds the request and its headers) is not chained.
+            except TransportError as error:  # some gateways echo the key in their error body: it is cut out
                 raise LLMError(_redacted(f"role '{role}' ({spec.model} at {spec.base_url}): {error}", spec)) from None
         usage = self.usage[role]
         usage.requests += 1
@@ -253,24 +225,10 @@ class LLMClient:
         usage.completion_tokens += tokens.get("completion_tokens") or 0
         return [{"text": c["message"].get("content") or "", "finish_reason": c.get("finish_reason")} for c in choices]
 
-    def _sdk_client(self, spec: Role) -> openai.AsyncOpenAI:
-        """One SDK client per endpoint and key variable, created inside the running loop (aiohttp binds to it)."""
-        key = (spec.base_url, spec.api_key_env)
-        if key not in self._sdk_clients:
-            self._sdk_clients[key] = openai.AsyncOpenAI(
-                base_url=spec.base_url,
-                api_key=spec.api_key(),
-                timeout=self.timeout,
-                max_retries=self.max_retries,
-                http_client=openai.DefaultAioHttpClient(timeout=self.timeout),
-            )
-        return self._sdk_clients[key]
-
     async def aclose(self) -> None:
-        for sdk in self._sdk_clients.values():
-            with contextlib.suppress(Exception):
-                await sdk.close()
-        self._sdk_clients.clear()
+        if self.cache is not None:
+            self.cache.flush()  # other processes see this run's answers now
+        await self._transport.close()
 
     async def __aenter__(self) -> "LLMClient":
         return self
@@ -283,8 +241,6 @@ def _redacted(message: str, spec: Role) -> str:
     key = spec.api_key()
     return (message.replace(key, "***") if len(key) >= 8 else message)[:2000]
 
-
-COMMIT_WINDOW = 0.02  # seconds an answer may wait for others to share its cache commit (5-10% of a fast call)
 
 FLOAT_PARAMS = ("temperature", "top_p", "presence_penalty", "frequency_penalty")
 
