@@ -119,10 +119,17 @@ class SynthesisRun:
         record: dict[str, Any] = {"id": query.id, "prompt": query.messages}
         stage = "reference"
         try:
-            record["reference"] = await stages.reference(self.client, query.messages)
+            # The reference and the contrast responses do not depend on each other: both are asked for at once.
+            first = [stages.reference(self.client, query.messages)]
             if self.config.contrast:
-                stage = "contrast"
-                record["responses"] = await stages.contrast(self.client, query.messages)
+                first.append(stages.contrast(self.client, query.messages))
+            results = await asyncio.gather(*first, return_exceptions=True)
+            for stage, result in zip(("reference", "contrast"), results):
+                if isinstance(result, BaseException):
+                    raise result
+            record["reference"] = results[0]
+            if self.config.contrast:
+                record["responses"] = results[1]
             stage = "candidates"
             record["candidates"] = await stages.candidates(self.client, self.config, query.messages, record["reference"])
             stage = "aggregate"

@@ -10,8 +10,10 @@ reply, a fenced ```json block, or the first value that decodes from an opening b
 `]` or `}`) cannot corrupt the result, unlike a greedy regex.
 """
 
+import functools
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import jsonschema
@@ -65,16 +67,20 @@ def check_bounded(schema: dict[str, Any], path: str = "$") -> None:
 
 def extract_json(text: str) -> list[Any]:
     """Every JSON object or array found in `text`, most likely first: whole reply, fenced blocks, then embedded."""
-    found: list[Any] = []
-    stripped = text.strip()
+    return list(_json_values(text))
+
+
+def _json_values(text: str) -> Iterator[Any]:
+    """extract_json, lazily: a reply that is one valid JSON value is decoded once."""
     try:
-        found.append(json.loads(stripped))
+        value = json.loads(text.strip())
+        if isinstance(value, (dict, list)):
+            yield value
     except ValueError:
         pass
     for block in FENCED_BLOCK.findall(text):
-        found.extend(_decode_all(block))
-    found.extend(_decode_all(text))
-    return [value for value in found if isinstance(value, (dict, list))]
+        yield from (v for v in _decode_all(block) if isinstance(v, (dict, list)))
+    yield from (v for v in _decode_all(text) if isinstance(v, (dict, list)))
 
 
 def _decode_all(text: str) -> list[Any]:
@@ -96,18 +102,22 @@ def _decode_all(text: str) -> list[Any]:
 
 def parse_structured(text: str, schema: dict[str, Any]) -> Any:
     """The first JSON value in `text` that validates against `schema`; StructuredOutputError if none does."""
-    candidates = extract_json(text)
-    if not candidates:
-        raise StructuredOutputError("no JSON object or array in the reply", text)
-    validator = jsonschema.Draft202012Validator(schema)
+    validator = _validator(json.dumps(schema, sort_keys=True))
     errors = []
-    for value in candidates:
-        error = jsonschema.exceptions.best_match(validator.iter_errors(value))
-        if error is None:
+    for value in _json_values(text):
+        if validator.is_valid(value):
             return value
-        errors.append(error)
+        errors.append(jsonschema.exceptions.best_match(validator.iter_errors(value)))
+    if not errors:
+        raise StructuredOutputError("no JSON object or array in the reply", text)
     where = "/".join(str(p) for p in errors[0].absolute_path) or "top level"
     raise StructuredOutputError(f"JSON does not match the schema at {where}: {errors[0].message}", text)
+
+
+@functools.lru_cache(maxsize=64)
+def _validator(schema_json: str) -> jsonschema.protocols.Validator:
+    """One validator per schema (building one walks the whole schema)."""
+    return jsonschema.Draft202012Validator(json.loads(schema_json))
 
 
 def example_instance(schema: dict[str, Any]) -> Any:
