@@ -207,3 +207,14 @@ def test_int_and_float_parameters_are_one_request(fault_server, cache):
 def test_n_below_one_is_refused(fault_server):
     with pytest.raises(ValueError, match="n must be at least 1"):
         run(ask(role(fault_server), "judge", "q", n=0))
+
+
+def test_a_corrupted_index_is_rebuilt_from_the_segments(tmp_path):
+    cache = ResponseCache(tmp_path / "c")
+    keys = [cache_key("m", [], {}, i) for i in range(20)]
+    for i, key in enumerate(keys):
+        cache.put(key, {"text": f"answer {i}"})
+    cache.close()
+    (tmp_path / "c" / "index.sqlite").write_bytes(b"this is not a database" * 100)
+    rebuilt = ResponseCache(tmp_path / "c")
+    assert [rebuilt.get(key) for key in keys] == [{"text": f"answer {i}"} for i in range(20)] and len(rebuilt) == 20

@@ -184,3 +184,23 @@ def test_concurrency_is_bounded(fault_server):
 
     run(burst())
     assert fault_server.count == 20 and peak[0] == 3
+
+
+def test_retry_after_ms_and_http_date_are_honoured(fault_server):
+    import email.utils
+
+    in_a_second = email.utils.formatdate(time.time() + 1.5, usegmt=True)  # whole seconds: waits 0.5-1.5 s
+    fault_server.script = [Fault(503, headers={"Retry-After": in_a_second}), Fault(429, headers={"retry-after-ms": "600"})]
+    started = time.monotonic()
+    result, _ = run(ask(roles_for(fault_server), "judge", "hi"))
+    assert result.text == "ok" and fault_server.count == 3
+    assert time.monotonic() - started >= 1.0
+
+
+def test_x_should_retry_header_overrides_the_status(fault_server):
+    fault_server.script = [Fault(500, headers={"x-should-retry": "false"})]
+    with pytest.raises(LLMError, match="500"):
+        run(ask(roles_for(fault_server), "judge", "hi"))
+    assert fault_server.count == 1
+    fault_server.script = [Fault(400, headers={"x-should-retry": "true"})]
+    assert run(ask(roles_for(fault_server), "judge", "hi"))[0].text == "ok"

@@ -8,9 +8,11 @@ answers the same call.
 Storage is log-structured, so that every answer is written to disk once:
 - answers are appended, zlib-compressed, to a segment file (`segment-N.log`) with one `write`: once `put`
   returns, the answer survives a SIGKILL of this process (it is in the kernel's page cache);
-- an SQLite index (`index.sqlite`, WAL) maps each key to (segment, offset, length). It is written in batches
-  (every FLUSH_SECONDS or FLUSH_ENTRIES answers, and on close): a page write per answer is what made a
-  row-per-answer SQLite store write 7-16x the bytes it held;
+- an SQLite index (`index.sqlite`, WAL, never synced) maps each key to (segment, offset, length). It is written
+  in batches (every FLUSH_SECONDS or FLUSH_ENTRIES answers, and on close): a page write per answer is what made
+  a row-per-answer SQLite store write 7-16x the bytes it held. The index is derived data: if a power loss ever
+  corrupts it, it is rebuilt from the segments (answers deleted as invalid then come back, and are rejected
+  again by whoever reads them);
 - each process appends to a segment it holds an exclusive `flock` on, so any number of processes can write at
   once. A segment whose writer is gone (killed before flushing its index) is re-indexed from its tail by the next
   process that opens the cache: records past the indexed length are read back, checked against their CRC, and a
@@ -61,18 +63,14 @@ class ResponseCache:
         self.path = Path(path) if path else default_cache_path()
         self.path.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()  # the TRL reward runs the client on its own thread
-        self._db = sqlite3.connect(self.path / "index.sqlite", timeout=60, isolation_level=None, check_same_thread=False)
-        # Small pages: a flush touches one leaf per entry (keys are random), and the WAL holds whole pages.
-        self._db.execute(f"PRAGMA page_size={INDEX_PAGE_SIZE}")
-        self._db.execute("PRAGMA journal_mode=WAL")
-        # No fsync: the index is derived data (rebuilt from the segments if a power loss ever corrupts it), and
-        # without a sync per checkpoint the kernel writes each index page once instead of once per flush.
-        self._db.execute("PRAGMA synchronous=OFF")
-        # AUTOINCREMENT: a cleared segment's id is never reused, so no process reads a stale file under that id.
-        self._db.execute("CREATE TABLE IF NOT EXISTS segments (id INTEGER PRIMARY KEY AUTOINCREMENT, "
-                         "indexed INTEGER NOT NULL)")
-        self._db.execute("CREATE TABLE IF NOT EXISTS entries (key BLOB PRIMARY KEY, segment INTEGER NOT NULL, "
-                         "offset INTEGER NOT NULL, length INTEGER NOT NULL) WITHOUT ROWID")  # fmt: skip
+        try:
+            self._db = self._open_index()
+        except sqlite3.DatabaseError:  # corrupted by a power loss (it is never synced): rebuilt from the segments
+            for leftover in self.path.glob("index.sqlite*"):
+                leftover.unlink()
+            self._db = self._open_index()
+            segments = sorted(int(p.stem.removeprefix("segment-")) for p in self.path.glob("segment-*.log"))
+            self._db.executemany("INSERT INTO segments (id, indexed) VALUES (?, 0)", [(s,) for s in segments])
         self._readers: dict[int, int] = {}  # segment id -> read-only fd
         self._segment: int | None = None  # the segment this process appends to (locked), once it has written
         self._fd: int | None = None
@@ -178,6 +176,22 @@ class ResponseCache:
             self._db.close()
 
     # --- segments --------------------------------------------------------------------------------------------------
+
+    def _open_index(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path / "index.sqlite", timeout=60, isolation_level=None, check_same_thread=False)
+        # Small pages: a flush touches one leaf per entry (keys are random), and the WAL holds whole pages.
+        db.execute(f"PRAGMA page_size={INDEX_PAGE_SIZE}")
+        db.execute("PRAGMA journal_mode=WAL")
+        # No fsync: the index is derived data, and without a sync per checkpoint the kernel writes each index
+        # page once instead of once per flush (measured: 70 MB -> 6 MB written for 8,000 answers into a
+        # 500,000-entry index).
+        db.execute("PRAGMA synchronous=OFF")
+        # AUTOINCREMENT: a cleared segment's id is never reused, so no process reads a stale file under that id.
+        db.execute("CREATE TABLE IF NOT EXISTS segments (id INTEGER PRIMARY KEY AUTOINCREMENT, indexed INTEGER NOT NULL)")
+        db.execute("CREATE TABLE IF NOT EXISTS entries (key BLOB PRIMARY KEY, segment INTEGER NOT NULL, "
+                   "offset INTEGER NOT NULL, length INTEGER NOT NULL) WITHOUT ROWID")  # fmt: skip
+        db.execute("SELECT COUNT(*) FROM segments").fetchone()  # a corrupted file fails here
+        return db
 
     def _segment_path(self, segment: int) -> Path:
         return self.path / f"segment-{segment}.log"
