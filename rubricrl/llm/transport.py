@@ -15,6 +15,8 @@ import email.utils
 import json
 import random
 import time
+import urllib.parse
+import urllib.request
 from typing import Any
 
 import aiohttp
@@ -35,6 +37,7 @@ class Transport:
         self.max_retries = max_retries
         self.semaphore = semaphore
         self._session: aiohttp.ClientSession | None = None
+        self._proxies: dict[str, str | None] = {}
 
     async def post_json(self, url: str, body: dict[str, Any], api_key: str) -> Any:
         """The decoded JSON body of a 2xx answer. A 2xx body that is not JSON raises json.JSONDecodeError (the
@@ -47,8 +50,8 @@ class Transport:
             wait = None
             try:
                 # The semaphore is held while a request is out, not while waiting to retry.
-                async with self.semaphore, self._open().post(url, data=data, headers=headers,
-                                                             timeout=self.timeout) as response:  # fmt: skip
+                async with self.semaphore, self._open().post(url, data=data, headers=headers, timeout=self.timeout,
+                                                             proxy=self._proxy(url)) as response:  # fmt: skip
                     content = await response.read()
                     if response.status < 300:
                         return json.loads(content)
@@ -65,11 +68,19 @@ class Transport:
 
     def _open(self) -> aiohttp.ClientSession:
         """Created on first use, inside the running loop (aiohttp binds to it). No connection limit of its own:
-        the semaphore bounds the calls, and every concurrent call keeps its connection alive. trust_env: proxy
-        variables (HTTPS_PROXY, NO_PROXY) apply, as they did through the SDK."""
+        the semaphore bounds the calls, and every concurrent call keeps its connection alive. The proxy
+        variables are read once per URL (_proxy), not on every request as aiohttp's trust_env would (0.25 ms each)."""
         if self._session is None:
-            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), trust_env=True)
+            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
         return self._session
+
+    def _proxy(self, url: str) -> str | None:
+        """The proxy the environment sets for `url` (HTTPS_PROXY, HTTP_PROXY, NO_PROXY), as the SDK honoured them."""
+        if url not in self._proxies:
+            parts = urllib.parse.urlsplit(url)
+            bypass = urllib.request.proxy_bypass_environment(parts.hostname or "")
+            self._proxies[url] = None if bypass else urllib.request.getproxies_environment().get(parts.scheme)
+        return self._proxies[url]
 
     async def close(self) -> None:
         if self._session is not None:
