@@ -21,11 +21,7 @@ from typing import Any
 
 from rubricrl.llm.cache import ResponseCache, cache_key
 from rubricrl.llm.roles import Role
-from rubricrl.llm.structured import (
-    StructuredOutputError,
-    json_schema_format,
-    parse_structured,
-)
+from rubricrl.llm.structured import StructuredOutputError, json_schema_format, parse_structured
 from rubricrl.llm.transport import Transport, TransportError
 
 Message = dict[str, Any]
