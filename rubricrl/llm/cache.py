@@ -147,11 +147,7 @@ class ResponseCache:
     def clear(self) -> int:
         """Delete every entry whose segment no other running process is writing; returns how many were deleted."""
         with self._lock:
-            self.flush()
-            self._release_segment()
-            for fd in self._readers.values():
-                os.close(fd)
-            self._readers.clear()
+            self._let_go()
             removed = 0
             for segment in self._segment_ids():
                 fd = self._try_lock(segment)
@@ -168,11 +164,7 @@ class ResponseCache:
 
     def close(self) -> None:
         with self._lock:
-            self.flush()
-            self._release_segment()
-            for fd in self._readers.values():
-                os.close(fd)
-            self._readers.clear()
+            self._let_go()
             self._db.close()
 
     # --- segments --------------------------------------------------------------------------------------------------
@@ -223,10 +215,15 @@ class ResponseCache:
         self._end = self._recover(segment, fd)
         self._segment, self._fd = segment, fd
 
-    def _release_segment(self) -> None:
+    def _let_go(self) -> None:
+        """Flush, give up our segment (closing the fd releases its lock) and close every file we read."""
+        self.flush()
         if self._fd is not None:
-            os.close(self._fd)  # closing the fd releases the lock
+            os.close(self._fd)
         self._segment = self._fd = None
+        for fd in self._readers.values():
+            os.close(fd)
+        self._readers.clear()
 
     def _recover(self, segment: int, fd: int) -> int:
         """Index the records appended to a segment after its last flush (its writer was killed, or did not close)

@@ -83,8 +83,6 @@ class LLMClient:
                 raise ValueError(f"role '{name}' has no endpoint or model: bind it to a server first (bind_local)")
         self.roles = roles
         self.cache = cache
-        self.timeout = timeout
-        self.max_retries = max_retries
         self.invalid_answer_retries = invalid_answer_retries
         self.usage: dict[str, Usage] = {name: Usage() for name in roles}
         self._transport = Transport(timeout=timeout, max_retries=max_retries, semaphore=asyncio.Semaphore(concurrency))
