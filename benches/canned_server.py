@@ -17,6 +17,7 @@ import inspect
 import json
 import random
 import re
+import time
 from typing import Any
 
 from aiohttp import web
@@ -61,27 +62,36 @@ def instance(schema: dict[str, Any], rng: random.Random, corpus: list[str]) -> A
 
 
 def make_app(latency: float) -> web.Application:
-    stats = {"requests": 0}
+    # busy: request-seconds from arrival to answer (slept: the part that was the latency itself); first/last: the
+    # span the endpoint was in use, so that a benchmark can tell client overhead at the edges from gaps in between.
+    stats = {"requests": 0, "busy": 0.0, "slept": 0.0, "first": None, "last": None}
     corpus = sentences()
     rng = random.Random(0)
 
     async def chat(request: web.Request) -> web.Response:
+        arrived = time.monotonic()
+        stats["first"] = stats["first"] or arrived
         body = await request.json()
         stats["requests"] += 1
-        await asyncio.sleep(latency * rng.uniform(0.8, 1.2))
+        pause = latency * rng.uniform(0.8, 1.2)
+        await asyncio.sleep(pause)
         response_format = body.get("response_format") or {}
         n = body.get("n") or 1
         if response_format.get("type") == "json_schema":
             texts = [json.dumps(instance(response_format["json_schema"]["schema"], rng, corpus)) for _ in range(n)]
         else:
             texts = [prose(rng, corpus, int(ANSWER_CHARS * rng.uniform(0.5, 1.5))) for _ in range(n)]
-        return web.json_response({
+        response = web.json_response({
             "id": f"c{stats['requests']}", "object": "chat.completion", "created": 0, "model": body["model"],
             "choices": [{"index": i, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
                         for i, text in enumerate(texts)],
             "usage": {"prompt_tokens": 100, "completion_tokens": sum(len(t) // 4 for t in texts),
                       "total_tokens": 100 + sum(len(t) // 4 for t in texts)},
         })  # fmt: skip
+        stats["last"] = time.monotonic()
+        stats["busy"] += stats["last"] - arrived
+        stats["slept"] += pause
+        return response
 
     async def get_stats(request: web.Request) -> web.Response:
         return web.json_response(stats)

