@@ -11,8 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
-
 from grading.rar import PitfallConvention, criteria_from_rar
 from grading.rubric import Rubric, RubricError, rubric_from_items
 
@@ -31,6 +29,8 @@ class RubricRow:
 def read_records(path: Path) -> Iterator[tuple[str, Any]]:
     """(where, record) for each row of a .jsonl or .parquet file."""
     if path.suffix == ".parquet":
+        import pyarrow.parquet as pq  # only here: loading it takes a tenth of a second
+
         for i, record in enumerate(pq.read_table(path).to_pylist()):
             yield f"{path}: row {i}", record
         return

@@ -26,10 +26,10 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 ROLES = ("system", "user", "assistant")
 DEFAULT_QUERY_COLUMNS = ("question", "prompt")
@@ -201,6 +201,9 @@ def _parse_line(line: str, location: str) -> _RawRow:
 
 
 def _parquet_rows(path: Path) -> tuple[str, list[str], Iterator[_RawRow]]:
+    import pyarrow as pa  # only here: it takes a tenth of a second to load, and JSONL needs none of it
+    import pyarrow.parquet as pq
+
     try:
         parquet = pq.ParquetFile(path)
     except (OSError, pa.ArrowException) as error:
@@ -233,7 +236,7 @@ def _pick_split(path: Path, splits: list[str]) -> str:
     raise QueryFileError(f"{path}: a dataset with splits {splits} and no 'train'; save the split to use on its own")
 
 
-def _table_rows(batches: Iterable[pa.RecordBatch | pa.Table]) -> Iterator[_RawRow]:
+def _table_rows(batches: "Iterable[pa.RecordBatch | pa.Table]") -> Iterator[_RawRow]:
     index = 0
     for batch in batches:
         for row in batch.to_pylist():

@@ -10,29 +10,39 @@
 
 Appending line by line writes each byte once; memory holds the set of finished ids and one batch of rows. Parquet
 batches are converted by pyarrow's JSON reader from the lines themselves: `pa.array` on Python objects would import
-pandas (a quarter of a second) and convert object by object.
+pandas (a quarter of a second) and convert object by object. pyarrow itself is loaded with the first batch, not
+before the first request: loading it takes a tenth of a second, during which no request would go out.
 """
 
+import functools
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-import pyarrow.json as pj
-import pyarrow.parquet as pq
+if TYPE_CHECKING:
+    import pyarrow as pa
 
-# RubricHub's public export schema: readers of theirs read ours.
-FINAL_SCHEMA = pa.schema([
-    ("id", pa.string()), ("question", pa.string()),
-    ("rubrics", pa.list_(pa.struct([("criterion", pa.string()), ("points", pa.int32())]))),
-])  # fmt: skip
-DETAIL_CRITERION = pa.struct([("criterion", pa.string()), ("points", pa.int32()), ("title", pa.string()),
-                              ("category", pa.string()), ("stage", pa.string()), ("source", pa.string())])  # fmt: skip
-DETAILS_SCHEMA = pa.schema([
-    ("id", pa.string()), ("prompt", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
-    ("criteria", pa.list_(DETAIL_CRITERION)),
-])  # fmt: skip
 BATCH_ROWS = 1000
+
+
+@functools.cache
+def final_schema() -> "pa.Schema":
+    """RubricHub's public export schema: readers of theirs read ours."""
+    import pyarrow as pa
+
+    criterion = pa.struct([("criterion", pa.string()), ("points", pa.int32())])
+    return pa.schema([("id", pa.string()), ("question", pa.string()), ("rubrics", pa.list_(criterion))])
+
+
+@functools.cache
+def details_schema() -> "pa.Schema":
+    import pyarrow as pa
+
+    message = pa.struct([("role", pa.string()), ("content", pa.string())])
+    criterion = pa.struct([("criterion", pa.string()), ("points", pa.int32()), ("title", pa.string()),
+                           ("category", pa.string()), ("stage", pa.string()), ("source", pa.string())])  # fmt: skip
+    return pa.schema([("id", pa.string()), ("prompt", pa.list_(message)), ("criteria", pa.list_(criterion))])
 
 
 def json_line(row: dict[str, Any]) -> bytes:
@@ -63,12 +73,12 @@ def complete_rows(path: Path):
 class ParquetTable:
     """One Parquet file, written in batches of JSON lines under a `.tmp` name until `close` moves it into place."""
 
-    def __init__(self, path: Path, schema: pa.Schema, batch_rows: int = BATCH_ROWS):
+    def __init__(self, path: Path, schema: Callable[[], "pa.Schema"], batch_rows: int = BATCH_ROWS):
         self.path = path
         self.tmp = path.with_name(path.name + ".tmp")
-        self.writer = pq.ParquetWriter(self.tmp, schema)
-        self.options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+        self.schema = schema
         self.batch_rows = batch_rows
+        self.writer = None  # opened with the first batch
         self.lines: list[bytes] = []
         self.rows = 0
 
@@ -78,11 +88,18 @@ class ParquetTable:
             self._write()
 
     def _write(self) -> None:
+        import pyarrow as pa
+        import pyarrow.json as pj
+        import pyarrow.parquet as pq
+
+        if self.writer is None:
+            self.writer = pq.ParquetWriter(self.tmp, self.schema())
         if self.lines:
             data = b"".join(self.lines)
             # one block for the whole batch: a block must hold whole lines, and a line may be long
             read = pj.ReadOptions(block_size=len(data))
-            self.writer.write_table(pj.read_json(pa.py_buffer(data), read_options=read, parse_options=self.options))
+            parse = pj.ParseOptions(explicit_schema=self.schema(), unexpected_field_behavior="ignore")
+            self.writer.write_table(pj.read_json(pa.py_buffer(data), read_options=read, parse_options=parse))
             self.rows += len(self.lines)
             self.lines = []
 
@@ -92,7 +109,8 @@ class ParquetTable:
         self.tmp.replace(self.path)
 
     def discard(self) -> None:
-        self.writer.close()
+        if self.writer is not None:
+            self.writer.close()
         self.tmp.unlink(missing_ok=True)
 
 
@@ -103,8 +121,8 @@ class OutputFolder:
         path.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.done: set[str] = set()
-        self.final = ParquetTable(path / "final.parquet", FINAL_SCHEMA)
-        self.details = ParquetTable(path / "final_details.parquet", DETAILS_SCHEMA)
+        self.final = ParquetTable(path / "final.parquet", final_schema)
+        self.details = ParquetTable(path / "final_details.parquet", details_schema)
         for line, row in complete_rows(path / "final.jsonl"):
             if row["id"] not in self.done:
                 self.done.add(row["id"])

@@ -8,8 +8,6 @@ import statistics
 import sys
 from pathlib import Path
 
-import pyarrow.parquet as pq
-
 CARD = """---
 {metadata}---
 
@@ -53,6 +51,8 @@ def add_commands(commands) -> None:
 
 
 def build_folder(source: Path, out: Path, repo_id: str) -> Path:
+    import pyarrow.parquet as pq  # here, not at the top: every command would pay its tenth of a second to load
+
     manifest_path, data = source / "manifest.json", source / "final.parquet"
     if not data.is_file() or not manifest_path.is_file():
         raise FileNotFoundError(f"{source}: no final.parquet and manifest.json; is this a finished `rubricrl synth` output?")

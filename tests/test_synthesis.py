@@ -15,7 +15,7 @@ import pytest
 
 from rubricrl.cli import main
 from rubricrl.llm import ResponseCache
-from synthesis.output import FINAL_SCHEMA
+from synthesis.output import final_schema
 from tests.fault_server import FaultServer, schema_reply
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,7 +48,7 @@ def test_outputs_have_rubrichubs_exact_schema(tmp_path, home):
         assert sorted(r.get("n", 1) for r in server.requests).count(2) == 5
     out = tmp_path / "out"
     table = pq.read_table(out / "final.parquet")
-    assert table.schema == FINAL_SCHEMA and table.num_rows == 5
+    assert table.schema == final_schema() and table.num_rows == 5
     assert table.schema.field("rubrics").type == pa.list_(pa.struct([("criterion", pa.string()), ("points", pa.int32())]))
     from datasets import load_dataset
 
@@ -296,7 +296,7 @@ def test_output_folder_resumes_from_cut_off_lines_and_keeps_each_row_once(tmp_pa
     folder.add(record(2), final_row(2))
     assert folder.close() == 3
     final = pq.read_table(out / "final.parquet")
-    assert final.schema == FINAL_SCHEMA and final.to_pylist() == [final_row(i) for i in (0, 1, 2)]
+    assert final.schema == final_schema() and final.to_pylist() == [final_row(i) for i in (0, 1, 2)]
     details = pq.read_table(out / "final_details.parquet").to_pylist()
     assert details == [{k: record(i)[k] for k in ("id", "prompt", "criteria")} for i in (0, 1, 2)]
     assert not list(out.glob("*.tmp"))

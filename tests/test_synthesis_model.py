@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from rubricrl.cli import main
-from synthesis.output import FINAL_SCHEMA
+from synthesis.output import final_schema
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,7 +27,7 @@ def test_coarse_to_fine_on_the_embedded_model(local_server, tmp_path, monkeypatc
                  "--model", local_server.model, "--config", str(ROOT / "configs" / "synthesis" / "tiny-cpu.yaml")])  # fmt: skip
     assert code == 0
     table = pq.read_table(out / "final.parquet")
-    assert table.schema == FINAL_SCHEMA
+    assert table.schema == final_schema()
     rubrics = {row["id"]: row["rubrics"] for row in table.to_pylist()}
     assert set(rubrics) == {"single", "other-language", "multi-turn"}
     assert all(len(r) >= 1 and all(c["criterion"].strip() and c["points"] != 0 for c in r) for r in rubrics.values())

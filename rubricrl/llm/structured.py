@@ -14,9 +14,10 @@ import functools
 import json
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
+if TYPE_CHECKING:
+    import jsonschema
 
 FENCED_BLOCK = re.compile(r"```(?:json|JSON)?[ \t]*\n(.*?)```", re.DOTALL)
 _DECODER = json.JSONDecoder()
@@ -107,7 +108,9 @@ def parse_structured(text: str, schema: dict[str, Any]) -> Any:
     for value in _json_values(text):
         if validator.is_valid(value):
             return value
-        errors.append(jsonschema.exceptions.best_match(validator.iter_errors(value)))
+        from jsonschema.exceptions import best_match  # loaded with the validator
+
+        errors.append(best_match(validator.iter_errors(value)))
     if not errors:
         raise StructuredOutputError("no JSON object or array in the reply", text)
     where = "/".join(str(p) for p in errors[0].absolute_path) or "top level"
@@ -115,8 +118,11 @@ def parse_structured(text: str, schema: dict[str, Any]) -> Any:
 
 
 @functools.lru_cache(maxsize=64)
-def _validator(schema_json: str) -> jsonschema.protocols.Validator:
-    """One validator per schema (building one walks the whole schema)."""
+def _validator(schema_json: str) -> "jsonschema.protocols.Validator":
+    """One validator per schema (building one walks the whole schema). jsonschema is loaded here, with the first
+    structured answer, not with the package: it takes 0.05 s, which every command and run would wait for."""
+    import jsonschema
+
     return jsonschema.Draft202012Validator(json.loads(schema_json))
 
 
