@@ -1,6 +1,7 @@
 """An OpenAI-compatible server for benchmarks: every chat request is answered after a fixed latency (L +- 20%)
 with a valid canned answer, so that what is measured is the client, not a model. GET /stats gives the request
-count.
+count, the request-seconds spent answering and the span between the first request and the last answer;
+POST /stats/reset starts them afresh.
 
 Answers are shaped like real ones, because their size and compressibility decide what the client writes: plain
 answers of ~1,500 characters, and schema answers (when the request carries a JSON schema) with several items,
@@ -62,7 +63,7 @@ def instance(schema: dict[str, Any], rng: random.Random, corpus: list[str]) -> A
 
 
 def make_app(latency: float) -> web.Application:
-    # busy: request-seconds from arrival to answer (slept: the part that was the latency itself); first/last: the
+    # busy: request-seconds from arrival to answer (slept: the latencies drawn); first/last: the
     # span the endpoint was in use, so that a benchmark can tell client overhead at the edges from gaps in between.
     stats = {"requests": 0, "busy": 0.0, "slept": 0.0, "first": None, "last": None}
     corpus = sentences()
@@ -74,7 +75,6 @@ def make_app(latency: float) -> web.Application:
         body = await request.json()
         stats["requests"] += 1
         pause = latency * rng.uniform(0.8, 1.2)
-        await asyncio.sleep(pause)
         response_format = body.get("response_format") or {}
         n = body.get("n") or 1
         if response_format.get("type") == "json_schema":
@@ -88,6 +88,8 @@ def make_app(latency: float) -> web.Application:
             "usage": {"prompt_tokens": 100, "completion_tokens": sum(len(t) // 4 for t in texts),
                       "total_tokens": 100 + sum(len(t) // 4 for t in texts)},
         })  # fmt: skip
+        # The answer is made while the latency runs, so that the latency is L whatever making it costs here.
+        await asyncio.sleep(max(0.0, arrived + pause - time.monotonic()))
         stats["last"] = time.monotonic()
         stats["busy"] += stats["last"] - arrived
         stats["slept"] += pause
@@ -96,8 +98,12 @@ def make_app(latency: float) -> web.Application:
     async def get_stats(request: web.Request) -> web.Response:
         return web.json_response(stats)
 
+    async def reset_stats(request: web.Request) -> web.Response:
+        stats.update(requests=0, busy=0.0, slept=0.0, first=None, last=None)
+        return web.json_response(stats)
+
     app = web.Application()
-    app.add_routes([web.post("/v1/chat/completions", chat), web.get("/stats", get_stats)])
+    app.add_routes([web.post("/v1/chat/completions", chat), web.get("/stats", get_stats), web.post("/stats/reset", reset_stats)])
     return app
 
 

@@ -41,16 +41,17 @@ def synth(server: str, queries: Path, out: Path, home: Path, concurrency: int) -
          "--model", "canned", "--concurrency", str(concurrency)],
         env={**os.environ, "RUBRICRL_HOME": str(home)}, cwd=ROOT, capture_output=True, text=True,
     )  # fmt: skip
-    seconds = time.monotonic() - started
+    ended = time.monotonic()
     if done.returncode != 0:
         raise RuntimeError(done.stderr[-3000:])
     wchar, rss_kb = (int(done.stderr.split(tag)[1].split()[0]) for tag in ("WCHAR ", "RSS_KB "))
     output = sum(p.stat().st_size for p in out.iterdir() if p.is_file())
-    return {"seconds": seconds, "written": wchar, "output": output, "rss_mb": rss_kb / 1024}
+    return {"seconds": ended - started, "started": started, "ended": ended, "written": wchar, "output": output,
+            "rss_mb": rss_kb / 1024}  # fmt: skip
 
 
-def requests_served(port: int) -> int:
-    return json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/stats"))["requests"]
+def endpoint_stats(port: int) -> dict:
+    return json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/stats"))
 
 
 def write_queries(path: Path, n: int) -> Path:
@@ -73,7 +74,7 @@ def main() -> None:
     try:
         for _ in range(100):
             try:
-                requests_served(port)
+                endpoint_stats(port)
                 break
             except OSError:
                 time.sleep(0.1)
@@ -83,13 +84,20 @@ def main() -> None:
             targets = {64: 0.95, 256: 0.6}
             print(f"{args.queries} queries, L = {LATENCY} s")
             for c in args.concurrency:
-                sent = requests_served(port)
+                urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/stats/reset", method="POST"))
                 r = synth(base_url, queries, tmp / f"out-{c}", tmp / f"home-{c}", c)
-                requests = requests_served(port) - sent
+                after = endpoint_stats(port)
+                requests = after["requests"]
                 efficiency = requests * LATENCY / c / r["seconds"]
                 limit = f" (target >= {targets[c]})" if c in targets else ""
-                print(f"C = {c:4d}: {requests} requests in {r['seconds']:.1f} s, efficiency {efficiency:.2f}{limit}; "
+                print(f"C = {c:4d}: {requests} requests in {r['seconds']:.1f} s, efficiency {efficiency:.3f}{limit}; "
                       f"bytes written / output {r['written'] / r['output']:.2f} (target <= 1.5); peak RSS {r['rss_mb']:.0f} MB")  # fmt: skip
+                # Where the time went: before the first request (start-up, validation), the endpoint's slots in
+                # use between its first request and its last answer, after the last answer (Parquet, manifest).
+                span = after["last"] - after["first"]
+                busy = after["busy"] / (c * span)
+                print(f"          first request after {after['first'] - r['started']:.2f} s; slots busy {busy:.3f} of "
+                      f"{span:.1f} s; exit {r['ended'] - after['last']:.2f} s after the last answer")  # fmt: skip
             c = args.concurrency[-1]
             again = synth(base_url, queries, tmp / f"out-{c}", tmp / f"home-{c}", c)
             print(f"resume with everything done: {again['seconds']:.1f} s (target: seconds)")
