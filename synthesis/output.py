@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 BATCH_ROWS = 1000
+BATCH_BYTES = 16 << 20  # long multi-turn prompts make big rows: a batch is bounded in bytes too
 
 
 @functools.cache
@@ -80,11 +81,13 @@ class ParquetTable:
         self.batch_rows = batch_rows
         self.writer = None  # opened with the first batch
         self.lines: list[bytes] = []
+        self.size = 0
         self.rows = 0
 
     def add(self, line: bytes) -> None:
         self.lines.append(line)
-        if len(self.lines) >= self.batch_rows:
+        self.size += len(line)
+        if len(self.lines) >= self.batch_rows or self.size >= BATCH_BYTES:
             self._write()
 
     def _write(self) -> None:
@@ -101,7 +104,7 @@ class ParquetTable:
             parse = pj.ParseOptions(explicit_schema=self.schema(), unexpected_field_behavior="ignore")
             self.writer.write_table(pj.read_json(pa.py_buffer(data), read_options=read, parse_options=parse))
             self.rows += len(self.lines)
-            self.lines = []
+            self.lines, self.size = [], 0
 
     def close(self) -> None:
         self._write()
@@ -117,12 +120,12 @@ class ParquetTable:
 class OutputFolder:
     """Opened at the start of a run (cut-off lines dropped, finished ids collected), closed at its end."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, batch_rows: int = BATCH_ROWS):
         path.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.done: set[str] = set()
-        self.final = ParquetTable(path / "final.parquet", final_schema)
-        self.details = ParquetTable(path / "final_details.parquet", details_schema)
+        self.final = ParquetTable(path / "final.parquet", final_schema, batch_rows)
+        self.details = ParquetTable(path / "final_details.parquet", details_schema, batch_rows)
         for line, row in complete_rows(path / "final.jsonl"):
             if row["id"] not in self.done:
                 self.done.add(row["id"])

@@ -290,13 +290,14 @@ def test_output_folder_resumes_from_cut_off_lines_and_keeps_each_row_once(tmp_pa
     # not its final line; q3's details line was cut off mid-write.
     (out / "details.jsonl").write_bytes(b"".join(json_line(record(i)) for i in (0, 2, 1, 2)) + json_line(record(3))[:25])
     (out / "final.jsonl").write_bytes(json_line(final_row(0)) + json_line(final_row(1)) + b'{"id": "q2", "quest')
-    folder = OutputFolder(out)
+    folder = OutputFolder(out, batch_rows=2)  # the two rows done before make one batch, q2 another at close
     assert folder.done == {"q0", "q1"}
     assert (out / "final.jsonl").read_bytes().endswith(b"\n") and (out / "details.jsonl").read_bytes().endswith(b"\n")
     folder.add(record(2), final_row(2))
     assert folder.close() == 3
     final = pq.read_table(out / "final.parquet")
     assert final.schema == final_schema() and final.to_pylist() == [final_row(i) for i in (0, 1, 2)]
+    assert pq.ParquetFile(out / "final.parquet").metadata.num_row_groups == 2
     details = pq.read_table(out / "final_details.parquet").to_pylist()
     assert details == [{k: record(i)[k] for k in ("id", "prompt", "criteria")} for i in (0, 1, 2)]
     assert not list(out.glob("*.tmp"))
