@@ -242,6 +242,15 @@ def test_export_deduplicates_by_normalised_text_and_caps():
     assert [r["points"] for r in export(criteria, cap=2)] == [-9, 7]  # highest |points| first
 
 
+def test_criteria_without_content_or_copied_from_the_answer_template_are_dropped():
+    from synthesis.criteria import usable
+
+    made = lambda text, weight=3: {"title": "t", "description": text, "weight": weight}  # noqa: E731
+    found = [made("Names the dose."), made("<the criterion, one sentence>"), made(" <criterion> "), made("..."),
+             made("Skips the dose.", 0), made("Mentions <5 mg> as the upper bound.")]  # fmt: skip
+    assert [c["description"] for c in usable(found)] == ["Names the dose.", "Mentions <5 mg> as the upper bound."]
+
+
 def test_an_unexpected_error_in_one_query_is_recorded_and_the_others_finish(tmp_path, home, monkeypatch):
     from synthesis import stages
 
