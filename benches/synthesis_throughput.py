@@ -92,12 +92,13 @@ def main() -> None:
                 limit = f" (target >= {targets[c]})" if c in targets else ""
                 print(f"C = {c:4d}: {requests} requests in {r['seconds']:.1f} s, efficiency {efficiency:.3f}{limit}; "
                       f"bytes written / output {r['written'] / r['output']:.2f} (target <= 1.5); peak RSS {r['rss_mb']:.0f} MB")  # fmt: skip
-                # Where the time went: before the first request (start-up, validation), the endpoint's slots in
-                # use between its first request and its last answer, after the last answer (Parquet, manifest).
-                span = after["last"] - after["first"]
-                busy = after["busy"] / (c * span)
-                print(f"          first request after {after['first'] - r['started']:.2f} s; slots busy {busy:.3f} of "
-                      f"{span:.1f} s; exit {r['ended'] - after['last']:.2f} s after the last answer")  # fmt: skip
+                if requests:
+                    # Where the time went: before the first request (start-up, validation), the endpoint's slots in
+                    # use between its first request and its last answer, after the last answer (Parquet, manifest).
+                    span = after["last"] - after["first"]
+                    busy = after["busy"] / (c * span)
+                    print(f"          first request after {after['first'] - r['started']:.2f} s; slots busy {busy:.3f} "
+                          f"of {span:.1f} s; exit {r['ended'] - after['last']:.2f} s after the last answer")  # fmt: skip
             c = args.concurrency[-1]
             again = synth(base_url, queries, tmp / f"out-{c}", tmp / f"home-{c}", c)
             print(f"resume with everything done: {again['seconds']:.1f} s (target: seconds)")

@@ -11,6 +11,7 @@ from pathlib import Path
 from rubricrl import __version__
 from grading.rubric import RubricError
 from rubricrl.queries import QueryFileError
+from synthesis.output import OutputFolderError
 from rubricrl.config import ConfigError, load_yaml
 
 
@@ -22,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return args.run(args) or 0
-    except (ConfigError, RubricError, QueryFileError, FileNotFoundError) as error:
+    except (ConfigError, RubricError, QueryFileError, OutputFolderError, FileNotFoundError) as error:
         print(f"rubricrl: error: {error}", file=sys.stderr)
         return 2
 

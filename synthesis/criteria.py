@@ -37,13 +37,14 @@ def criteria_schema(config: SynthesisConfig, max_items: int, min_items: int = 1)
     return {"type": "object", "properties": {"criteria": criteria}, "required": ["criteria"], "additionalProperties": False}
 
 
-# A description that is all one `<...>`: the prompt's answer template copied back (small models do), not a criterion.
-TEMPLATE_ECHO = re.compile(r"\s*<[^<>]*>\s*")
+# A description that is all one `<words>`: the prompt's answer template copied back (small models do), not a criterion.
+TEMPLATE_ECHO = re.compile(r"\s*<[^\W\d_][\w ,'-]*>\s*")
 
 
 def usable(criteria: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Criteria worth keeping: a non-zero weight and a description with words in it that is not the template."""
-    return [c for c in criteria
+    """Criteria worth keeping: a non-zero weight and a description with words in it that is not the template.
+    Weights become ints: JSON Schema's "integer" also admits 3.0, which the int32 `points` column does not."""
+    return [{**c, "weight": int(c["weight"])} for c in criteria
             if c["weight"] != 0 and re.search(r"\w", c["description"]) and not TEMPLATE_ECHO.fullmatch(c["description"])]  # fmt: skip
 
 

@@ -6,7 +6,8 @@
 - `errors.jsonl`: the queries that failed in this run (they are retried next run);
 - `final.parquet` (RubricHub's exact schema) and `final_details.parquet` (id, prompt, criteria with detail), built
   alongside in batches of rows under `.tmp` names and moved into place when the run ends. A resumed run first copies
-  in the rows finished before, so the Parquet files always hold every finished query once.
+  in the rows finished before, so that after a run the Parquet files hold every finished query once (during a run,
+  or after a kill, they are those of the last run that ended).
 
 Appending line by line writes each byte once; memory holds the set of finished ids and one batch of rows. Parquet
 batches are converted by pyarrow's JSON reader from the lines themselves: `pa.array` on Python objects would import
@@ -50,19 +51,24 @@ def json_line(row: dict[str, Any]) -> bytes:
     return json.dumps(row, ensure_ascii=False).encode() + b"\n"
 
 
+class OutputFolderError(ValueError):
+    """A file of the output folder holds something this harness did not write; the message names file and line."""
+
+
 def complete_rows(path: Path):
-    """(line, row) for each complete line of a JSONL file we append to; a line cut off by a kill (no newline, or not
-    JSON) ends the file and is truncated away once the lines have been read."""
+    """(line, row) for each line of a JSONL file we append to. The last line may have been cut off by a kill (no
+    newline, or not a row): it is truncated away once the lines have been read. A bad line before the last one is
+    not a kill's doing, and is an error: truncating there would drop the finished rows after it."""
     if not path.exists():
         return
     good_bytes = 0
     with open(path, "rb") as f:
-        for line in f:
-            try:
-                if not line.endswith(b"\n"):
-                    raise ValueError("cut off")
-                row = json.loads(line)
-            except ValueError:
+        for number, line in enumerate(f, 1):
+            row = _row(line)
+            if row is None:
+                if f.read(1):
+                    raise OutputFolderError(f"{path}: line {number}: not a row this harness wrote (JSON with an id); "
+                                            "fix or remove that line, or use another --output-dir")  # fmt: skip
                 break
             good_bytes += len(line)
             yield line, row
@@ -71,14 +77,26 @@ def complete_rows(path: Path):
             f.truncate(good_bytes)
 
 
+def _row(line: bytes) -> dict[str, Any] | None:
+    if not line.endswith(b"\n"):
+        return None
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return None
+    return row if isinstance(row, dict) and isinstance(row.get("id"), str) else None
+
+
 class ParquetTable:
     """One Parquet file, written in batches of JSON lines under a `.tmp` name until `close` moves it into place."""
 
-    def __init__(self, path: Path, schema: Callable[[], "pa.Schema"], batch_rows: int = BATCH_ROWS):
+    def __init__(self, path: Path, schema: Callable[[], "pa.Schema"], batch_rows: int = BATCH_ROWS,
+                 batch_bytes: int = BATCH_BYTES):  # fmt: skip
         self.path = path
         self.tmp = path.with_name(path.name + ".tmp")
         self.schema = schema
         self.batch_rows = batch_rows
+        self.batch_bytes = batch_bytes
         self.writer = None  # opened with the first batch
         self.lines: list[bytes] = []
         self.size = 0
@@ -87,7 +105,7 @@ class ParquetTable:
     def add(self, line: bytes) -> None:
         self.lines.append(line)
         self.size += len(line)
-        if len(self.lines) >= self.batch_rows or self.size >= BATCH_BYTES:
+        if len(self.lines) >= self.batch_rows or self.size >= self.batch_bytes:
             self._write()
 
     def _write(self) -> None:
@@ -106,10 +124,10 @@ class ParquetTable:
             self.rows += len(self.lines)
             self.lines, self.size = [], 0
 
-    def close(self) -> None:
+    def finish(self) -> None:
+        """The last rows written and the file closed, still under its `.tmp` name."""
         self._write()
         self.writer.close()
-        self.tmp.replace(self.path)
 
     def discard(self) -> None:
         if self.writer is not None:
@@ -155,11 +173,24 @@ class OutputFolder:
         self._errors.flush()
 
     def close(self, finished: bool = True) -> int:
-        """Moves the Parquet files into place (or drops them when the run did not finish); returns the final rows."""
+        """Moves the Parquet files into place, both or neither: neither when the run did not finish or when writing
+        one fails (the files of an earlier finished run then stay). Returns the rows in final.parquet."""
         for f in (self._details, self._final, self._errors):
             f.close()
-        for table in (self.final, self.details):
-            table.close() if finished else table.discard()
+        tables = (self.final, self.details)
+        if not finished:
+            for table in tables:
+                table.discard()
+            return self.final.rows
+        try:
+            for table in tables:
+                table.finish()
+        except BaseException:
+            for table in tables:
+                table.discard()
+            raise
+        for table in tables:
+            table.tmp.replace(table.path)
         return self.final.rows
 
 

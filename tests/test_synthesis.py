@@ -1,6 +1,7 @@
 """Synthesis against a scripted endpoint (valid canned answers, exact request counts): outputs, schema, resume
 after SIGKILL, failures. The embedded-model run is in test_synthesis_model.py."""
 
+import asyncio
 import json
 import os
 import signal
@@ -310,6 +311,10 @@ def test_output_folder_resumes_from_cut_off_lines_and_keeps_each_row_once(tmp_pa
     details = pq.read_table(out / "final_details.parquet").to_pylist()
     assert details == [{k: record(i)[k] for k in ("id", "prompt", "criteria")} for i in (0, 1, 2)]
     assert not list(out.glob("*.tmp"))
+    # Reopened: q2 is done now and has three details lines; its row is copied once.
+    again = OutputFolder(out)
+    assert again.done == {"q0", "q1", "q2"} and again.close() == 3
+    assert sorted(pq.read_table(out / "final_details.parquet").column("id").to_pylist()) == ["q0", "q1", "q2"]
 
 
 def test_output_folder_of_a_run_that_did_not_finish_leaves_the_parquet_files_alone(tmp_path):
@@ -317,7 +322,68 @@ def test_output_folder_of_a_run_that_did_not_finish_leaves_the_parquet_files_alo
 
     out = tmp_path / "out"
     out.mkdir()
-    (out / "final.parquet").write_bytes(b"from the last finished run")
-    folder = OutputFolder(out)
+    for name in ("final.parquet", "final_details.parquet"):
+        (out / name).write_bytes(b"from the last finished run")
+    folder = OutputFolder(out, batch_rows=1)
+    folder.add({"id": "a", "prompt": [{"role": "user", "content": "Q?"}], "criteria": []},
+               {"id": "a", "question": "Q?", "rubrics": []})  # fmt: skip
+    assert (out / "final.parquet.tmp").exists() and (out / "final_details.parquet.tmp").exists()  # batches written
     folder.close(finished=False)
-    assert (out / "final.parquet").read_bytes() == b"from the last finished run" and not list(out.glob("*.tmp"))
+    for name in ("final.parquet", "final_details.parquet"):
+        assert (out / name).read_bytes() == b"from the last finished run"
+    assert not list(out.glob("*.tmp"))
+
+
+def test_parquet_batches_are_bounded_in_bytes(tmp_path):
+    from synthesis.output import ParquetTable, json_line
+
+    table = ParquetTable(tmp_path / "t.parquet", final_schema, batch_rows=1000, batch_bytes=100)
+    for i in range(3):  # each line is over 100 bytes: one batch, one row group, per line
+        table.add(json_line({"id": f"q{i}", "question": "x" * 100, "rubrics": [{"criterion": "c", "points": 1}]}))
+    table.finish()
+    assert pq.ParquetFile(tmp_path / "t.parquet.tmp").metadata.num_row_groups == 3
+
+
+def test_a_bad_line_before_the_last_is_an_error_naming_it_not_a_cut(tmp_path, home, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    row = lambda i: json.dumps({"id": f"q{i:04d}", "question": "Q?", "rubrics": []}) + "\n"  # noqa: E731
+    (out / "final.jsonl").write_text(row(0) + "[1, 2]\n" + row(1))
+    with FaultServer(reply=schema_reply) as server:
+        assert synth(server, tmp_path, queries(tmp_path / "q.jsonl", 2)) == 2
+        assert server.count == 0
+    assert f"{out / 'final.jsonl'}: line 2: not a row" in capsys.readouterr().err
+    assert (out / "final.jsonl").read_text() == row(0) + "[1, 2]\n" + row(1)  # nothing truncated
+
+
+def test_an_interrupted_run_leaves_the_last_finished_outputs_alone(tmp_path, home, monkeypatch):
+    from synthesis import stages
+
+    with FaultServer(reply=schema_reply) as server:
+        assert synth(server, tmp_path, queries(tmp_path / "q.jsonl", 2)) == 0
+        before = {name: (tmp_path / "out" / name).read_bytes() for name in ("final.parquet", "final_details.parquet")}
+        original = stages.evolve
+
+        async def interrupted(client, config, messages, merged, responses):
+            if "number 3?" in messages[-1]["content"]:
+                raise asyncio.CancelledError  # what Ctrl-C does: asyncio.run cancels the run
+            return await original(client, config, messages, merged, responses)
+
+        monkeypatch.setattr(stages, "evolve", interrupted)
+        with pytest.raises(asyncio.CancelledError):
+            synth(server, tmp_path, queries(tmp_path / "q.jsonl", 4))
+    for name, content in before.items():
+        assert (tmp_path / "out" / name).read_bytes() == content
+    assert not list((tmp_path / "out").glob("*.tmp"))
+
+
+def test_integer_weights_written_as_floats_become_int_points(tmp_path, home):
+    def float_weights(body):
+        reply = schema_reply(body)
+        return reply.replace('"weight": 10', '"weight": 10.0') if "response_format" in body else reply
+
+    with FaultServer(reply=float_weights) as server:
+        assert synth(server, tmp_path, queries(tmp_path / "q.jsonl", 2)) == 0
+        assert any('"weight": 10.0' in float_weights(r) for r in server.requests)
+    rows = pq.read_table(tmp_path / "out" / "final.parquet").to_pylist()
+    assert len(rows) == 2 and all(type(c["points"]) is int for r in rows for c in r["rubrics"])
