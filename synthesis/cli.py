@@ -74,7 +74,8 @@ def run_synth(args: argparse.Namespace) -> int:
         "prompts": {p.name: p.sha256 for p in stages.ALL_PROMPTS},
         "packages": {name: _version(name) for name in PACKAGES},
         "counts": {"valid_queries": total, "rejected_rows": len(rejected), "done_this_run": summary.done,
-                   "already_done": summary.skipped, "failed": dict(summary.failed), "rows_in_final": summary.rows_in_final},
+                   "already_done": summary.skipped, "failed": dict(summary.failed),
+                   "rows_in_final": summary.rows_in_final},
         "usage": {name: asdict(u) for name, u in usage.items()},
         "seconds": round(time.monotonic() - started, 1),
     }  # fmt: skip

@@ -44,8 +44,8 @@ TEMPLATE_ECHO = re.compile(r"\s*<[^\W\d_][\w ,'-]*>\s*")
 def usable(criteria: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Criteria worth keeping: a non-zero weight and a description with words in it that is not the template.
     Weights become ints: JSON Schema's "integer" also admits 3.0, which the int32 `points` column does not."""
-    return [{**c, "weight": int(c["weight"])} for c in criteria
-            if c["weight"] != 0 and re.search(r"\w", c["description"]) and not TEMPLATE_ECHO.fullmatch(c["description"])]  # fmt: skip
+    kept = (c for c in criteria if c["weight"] != 0 and re.search(r"\w", c["description"]))
+    return [{**c, "weight": int(c["weight"])} for c in kept if not TEMPLATE_ECHO.fullmatch(c["description"])]
 
 
 def listing(criteria: list[dict[str, Any]], label: str | None = None) -> str:
