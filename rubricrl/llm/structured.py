@@ -128,7 +128,7 @@ def _validator(schema_json: str) -> "jsonschema.protocols.Validator":
 
 def example_instance(schema: dict[str, Any]) -> Any:
     """A small valid instance of a bounded schema: what a model under structured outputs could answer (used by
-    the scripted test endpoint and the benchmark server)."""
+    the scripted test endpoint; the benchmark's canned server makes larger, model-sized ones)."""
     if "enum" in schema:
         return schema["enum"][0]
     kind = schema.get("type")
