@@ -18,7 +18,7 @@ PY = $(VENV)/bin/python
 PIP = $(PY) -m pip
 STAMP = $(VENV)/.installed-$(DEVICE)
 
-.PHONY: setup demo test bench serve clean
+.PHONY: setup demo test test-fast bench serve clean
 
 setup: $(STAMP)
 
@@ -41,6 +41,9 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest
+
+test-fast: setup
+	$(PY) -m pytest -m "not model and not slow"
 
 bench: setup
 	$(PY) benches/client_throughput.py

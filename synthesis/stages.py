@@ -9,13 +9,10 @@ The single-pass Rubrics-as-Rewards method is stages 1 and 3 with categories (see
 Malformed model output is sampled again by the client (bounded); what still fails raises LLMError.
 """
 
-import asyncio
-import json
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from rubricrl.llm import ChatResult, LLMClient
+from rubricrl.llm import LLMClient
 from rubricrl.prompts import format_conversation, load_prompt
 from synthesis.config import SynthesisConfig
 from synthesis.criteria import criteria_schema, listing, usable, weight_rules
@@ -35,26 +32,9 @@ async def reference(client: LLMClient, messages: list[dict]) -> str:
     return (await client.chat("reference", REFERENCE.render(conversation=format_conversation(messages)))).text
 
 
-async def samples_per_role(client: LLMClient, roles: list[str], prompt: str, **kwargs: Any) -> list[ChatResult]:
-    """One answer per role. Roles with the same model and sampling parameters would send the same request, which
-    the cache answers once: they share one call with n = their number, and each takes its own sample."""
-    groups: dict[str, list[int]] = {}
-    for i, role in enumerate(roles):
-        spec = client.roles[role]
-        groups.setdefault(json.dumps([spec.model, spec.sampling_params()], sort_keys=True), []).append(i)
-    results = await asyncio.gather(*(client.chat(roles[members[0]], prompt, n=len(members), **kwargs)
-                                     for members in groups.values()))  # fmt: skip
-    answers: list[ChatResult] = [None] * len(roles)  # type: ignore[list-item]
-    for members, result in zip(groups.values(), results):
-        for k, i in enumerate(members):
-            answers[i] = replace(result, texts=[result.texts[k]], finish_reasons=[result.finish_reasons[k]],
-                                 parsed=result.parsed[k : k + 1], role=roles[i])  # fmt: skip
-    return answers
-
-
 async def contrast(client: LLMClient, messages: list[dict]) -> list[str]:
     prompt = RESPONSE.render(conversation=format_conversation(messages))
-    return [answer.text for answer in await samples_per_role(client, ["response_a", "response_b"], prompt)]
+    return [answer.text for answer in await client.chat_each(["response_a", "response_b"], prompt)]
 
 
 async def candidates(client: LLMClient, config: SynthesisConfig, messages: list[dict], ref: str) -> list[Criteria]:
@@ -64,7 +44,7 @@ async def candidates(client: LLMClient, config: SynthesisConfig, messages: list[
         category_field=', "category": "Essential|Important|Optional|Pitfall"' if config.method == "rar" else "",
     )  # fmt: skip
     schema = criteria_schema(config, config.max_criteria)
-    results = await samples_per_role(client, config.rubric_roles, prompt, schema=schema, schema_name="rubric")
+    results = await client.chat_each(config.rubric_roles, prompt, schema=schema, schema_name="rubric")
     return [[{**c, "stage": "candidate", "source": r.model} for c in usable(r.value["criteria"])] for r in results]
 
 

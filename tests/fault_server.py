@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from rubricrl.llm.structured import example_instance
-
 
 @dataclass
 class Fault:
@@ -125,6 +123,23 @@ class FaultServer:
                     pass
 
         return Handler
+
+
+def example_instance(schema: dict[str, Any]) -> Any:
+    """A small valid instance of a bounded schema: what a model under structured outputs could answer."""
+    if "enum" in schema:
+        return schema["enum"][0]
+    kind = schema.get("type")
+    if kind == "object":
+        return {name: example_instance(sub) for name, sub in schema.get("properties", {}).items()}
+    if kind == "array":
+        count = min(max(1, schema.get("minItems", 1)), schema["maxItems"])
+        return [example_instance(schema["items"]) for _ in range(count)]
+    if kind in ("integer", "number"):
+        return schema["maximum"] if schema["maximum"] != 0 else schema["minimum"]
+    if kind == "boolean":
+        return True
+    return "canned text"[: schema.get("maxLength", 100)]
 
 
 def schema_reply(body: dict) -> str:

@@ -13,8 +13,8 @@ import pytest
 
 from rubricrl.llm import ResponseCache, Role
 from rubricrl.llm.cache import cache_key
-from tests.conftest import ask, run
 from tests.fault_server import FaultServer
+from tests.helpers import ask, run
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,13 +1,16 @@
 """Transport faults against a local fault-injecting server: every fault is retried a bounded number of times,
-Retry-After is honoured, and a call that cannot succeed raises LLMError instead of returning something."""
+Retry-After is honoured, a timed-out request is resent once with twice the time, and a call that cannot succeed
+raises LLMError instead of returning something. Also chat_each: identical requests of several roles share one
+call."""
 
+import itertools
 import time
 
 import pytest
 
 from rubricrl.llm import LLMError, Role
-from tests.conftest import ask, run
 from tests.fault_server import Fault
+from tests.helpers import ask, run
 
 SCHEMA = {
     "type": "object",
@@ -53,18 +56,39 @@ def test_client_error_is_not_retried(fault_server):
     assert fault_server.count == 1
 
 
-def test_slow_answer_times_out_and_is_retried(fault_server):
-    fault_server.script = [Fault(delay=3.0)]
-    result, _ = run(ask(roles_for(fault_server), "judge", "hi", timeout=0.5))
-    assert result.text == "ok"
-    assert fault_server.count == 2
+def test_persistent_503_is_still_retried_the_default_max_retries_times(fault_server):
+    fault_server.script = [Fault(503, headers={"Retry-After": "0"})] * 10
+    with pytest.raises(LLMError, match="503"):
+        run(ask(roles_for(fault_server), "judge", "hi", timeout=0.3))
+    assert fault_server.count == 6  # 1 + the default max_retries (5)
 
 
-def test_always_slow_endpoint_fails_with_timeout(fault_server):
+def test_timed_out_request_is_resent_once_with_twice_the_time(fault_server):
+    fault_server.script = [Fault(delay=0.6), Fault(delay=0.6)]  # past the first limit (0.4 s), within the second
+    started = time.monotonic()
+    result, _ = run(ask(roles_for(fault_server), "judge", "hi", timeout=0.4))
+    assert result.text == "ok" and fault_server.count == 2
+    assert time.monotonic() - started >= 1.0  # 0.4 s given up on, then the 0.6 s answer waited for
+
+
+def test_always_slow_endpoint_is_sent_twice_and_the_error_names_the_knobs(fault_server):
     fault_server.script = [Fault(delay=2.0)] * 5
-    with pytest.raises(LLMError, match="(?i)timed out|timeout"):
-        run(ask(roles_for(fault_server), "judge", "hi", timeout=0.3, max_retries=1))
-    assert fault_server.count == 2
+    started = time.monotonic()
+    with pytest.raises(LLMError) as error:
+        run(ask(roles_for(fault_server, max_tokens=64), "judge", "hi", timeout=0.3))  # max_retries 5: not used up
+    assert fault_server.count == 2 and time.monotonic() - started < 1.5
+    message = str(error.value)
+    assert f"role 'judge' (fake at {fault_server.base_url}): no answer within 0.3 s, nor within 0.6 s on a second " \
+           "try: the server is slow or the answer long" in message  # fmt: skip
+    assert "raise the timeout (--timeout, or `timeout:` in the config's llm section)" in message
+    assert "lower the role's max_tokens (now 64)" in message
+
+
+def test_timeout_without_retries_is_not_resent(fault_server):
+    fault_server.script = [Fault(delay=2.0)] * 5
+    with pytest.raises(LLMError, match=r"no answer within 0\.3 s: .* max_tokens \(now not set\)"):
+        run(ask(roles_for(fault_server), "judge", "hi", timeout=0.3, max_retries=0))
+    assert fault_server.count == 1
 
 
 @pytest.mark.parametrize(
@@ -204,3 +228,40 @@ def test_x_should_retry_header_overrides_the_status(fault_server):
     assert fault_server.count == 1
     fault_server.script = [Fault(400, headers={"x-should-retry": "true"})]
     assert run(ask(roles_for(fault_server), "judge", "hi"))[0].text == "ok"
+
+
+async def each(roles: dict[str, Role], names: list[str], messages, *, cache=None, **kwargs):
+    """chat_each through a fresh client; returns (results, usage per role)."""
+    from rubricrl.llm import LLMClient
+
+    async with LLMClient(roles, cache=cache) as client:
+        return await client.chat_each(names, messages, **kwargs), client.usage
+
+
+def test_chat_each_gives_identical_roles_one_call_and_a_sample_each(fault_server, cache):
+    counter = itertools.count()
+    fault_server.reply = lambda body: f"answer {next(counter)}"  # called once per choice
+    same = Role(base_url=fault_server.base_url, model="fake", temperature=1.0)
+    roles = {"a": same, "b": same, "c": Role(base_url=fault_server.base_url, model="fake", temperature=0.5)}
+    results, usage = run(each(roles, ["a", "b", "c", "a"], "hi", cache=cache))
+    assert [r.role for r in results] == ["a", "b", "c", "a"]
+    assert len({r.text for r in results}) == 4 and all(len(r.texts) == 1 for r in results)
+    # a, b and a again: one request with n=3 (three separate ones would share one cache entry, one answer)
+    assert sorted(body.get("n", 1) for body in fault_server.requests) == [1, 3]
+    assert (usage["a"].requests, usage["b"].requests, usage["c"].requests) == (1, 0, 1)
+    again, _ = run(each(roles, ["a", "b", "c", "a"], "hi", cache=cache))
+    assert [r.text for r in again] == [r.text for r in results] and all(r.cached == 1 for r in again)
+    assert fault_server.count == 2
+
+
+def test_chat_each_validates_each_answer_and_keeps_different_requests_apart(fault_server):
+    fault_server.reply = '{"verdict": true, "reason": "ok"}'
+    roles = {"a": Role(base_url=fault_server.base_url, model="fake"),
+             "b": Role(base_url=fault_server.base_url, model="fake", structured_outputs=False),
+             "c": Role(base_url=fault_server.base_url, model="other")}  # fmt: skip
+    results, _ = run(each(roles, ["a", "b", "c"], "grade", schema=SCHEMA))
+    assert [r.value for r in results] == [{"verdict": True, "reason": "ok"}] * 3
+    assert [r.model for r in results] == ["fake", "fake", "other"]
+    assert fault_server.count == 3 and all(body["n"] == 1 for body in fault_server.requests)
+    with pytest.raises(ValueError, match="one answer per role"):
+        run(each(roles, ["a"], "grade", n=2))

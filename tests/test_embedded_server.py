@@ -2,13 +2,11 @@
 
 import asyncio
 import json
-import re
-import urllib.request
 
 import pytest
 
 from rubricrl.llm import LLMClient, Role
-from tests.conftest import ask, run
+from tests.helpers import ask, requests_served, run
 
 pytestmark = pytest.mark.model
 
@@ -27,12 +25,6 @@ ANSWER_SCHEMA = {
 @pytest.fixture
 def roles(local_server):
     return {"chat": Role(base_url=local_server.base_url, model=local_server.model, max_tokens=48, temperature=0.7)}
-
-
-def requests_served(local_server) -> float:
-    """vLLM's own count of finished requests, from its Prometheus metrics."""
-    metrics = urllib.request.urlopen(local_server.base_url.removesuffix("/v1") + "/metrics").read().decode()
-    return sum(float(m) for m in re.findall(r"^vllm:request_success_total\{[^}]*\} ([0-9.e+]+)$", metrics, re.M))
 
 
 def test_chat_answers_and_counts_tokens(roles):

@@ -1,19 +1,25 @@
-"""The rubric reward inside a real TRL GRPOTrainer step on CPU (tiny, LoRA), judged by the embedded model."""
+"""The rubric reward for TRL's GRPOTrainer: one batch judged by the real embedded model, and real GRPO steps on
+CPU (the embedded model as a tiny LoRA policy) with a scripted judge, so that the rewards are known to differ
+within a group, the update is checked, and TRL's treatment of unscorable completions is pinned."""
 
 import asyncio
+import contextlib
+import hashlib
 import inspect
 import json
-import math
+from collections import defaultdict
 
 import pytest
 
 from grading.grader import Grader, GradingConfig
+from grading.judge import response_code
 from grading.reward import make_rubric_reward, rubric_reward
-from rubricrl.embedded_model import embedded_model_dir
+from rubricrl.embedded_model import prepare_embedded_model
 from rubricrl.llm import LLMClient, Role
-from tests.conftest import run
+from tests.fault_server import FaultServer
+from tests.helpers import run
 
-pytestmark = [pytest.mark.model, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 RUBRICS = [
     [{"criterion": "Names Paris as the capital of France.", "points": 5, "tags": None},
@@ -37,6 +43,7 @@ def test_reward_is_detected_as_async_by_trl_and_named():
     assert inspect.iscoroutinefunction(reward) and is_async_callable(reward) and reward.__name__ == "rubric_reward"
 
 
+@pytest.mark.model
 def test_reward_grades_a_batch_with_one_value_per_completion(judge_roles):
     metrics, extras = {}, {}
 
@@ -56,30 +63,155 @@ def test_reward_grades_a_batch_with_one_value_per_completion(judge_roles):
     assert json.loads(extras["rubric_verdicts"][0])[0][0].startswith("Names Paris")
 
 
-def test_grpo_step_with_the_rubric_reward(judge_roles, tmp_path, monkeypatch):
+OPEN_PROMPTS = ["Write one sentence about the sea.", "Name an animal and describe it in a few words."]
+"""Open-ended, so that 4 sampled completions of one prompt differ."""
+WEIGHTS = (1, 2, 4, 8, 16)
+"""Binary points: a completion's reward is its 5 verdicts read as a binary number over 31 (32 distinct values)."""
+GENERATIONS = 4
+
+
+def binary_rubric(topic: str) -> list[dict]:
+    return [{"criterion": f"Criterion {i + 1} on: {topic}", "points": w, "tags": None} for i, w in enumerate(WEIGHTS)]
+
+
+def hashed_verdict(body: dict) -> str:
+    """The scripted judge: met or not from a hash of its request (response and criterion), so each completion gets
+    5 pseudo-random, reproducible verdicts, and two different completions tie with chance 1/32 (all 4 of a group
+    with chance 1/32**3)."""
+    digest = hashlib.sha256(body["messages"][-1]["content"].encode()).digest()
+    return json.dumps({"explanation": "scripted", "criteria_met": digest[0] % 2 == 1})
+
+
+def recorded(reward, calls: list, before=None):
+    """The reward as TRL sees it (async, named rubric_reward), recording its rows: prompt, completion, reward."""
+
+    async def rubric_reward(prompts, completions, **kwargs):
+        rows = [(p[-1]["content"], "".join(m["content"] for m in c)) for p, c in zip(prompts, completions)]
+        if before is not None:
+            before(rows)
+        rewards = await reward(prompts=prompts, completions=completions, **kwargs)
+        calls.append([(p, t, r) for (p, t), r in zip(rows, rewards)])
+        return rewards
+
+    return rubric_reward
+
+
+@contextlib.contextmanager
+def grpo_trainer(tmp_path, judge: FaultServer, calls: list, grading: GradingConfig | None = None, before=None):
+    """A real GRPOTrainer on the embedded model (LoRA, CPU): one step, both prompts in one generation batch of
+    GENERATIONS completions each, the rubric reward judged by the scripted `judge`."""
     from datasets import Dataset
     from peft import LoraConfig
     from trl import GRPOConfig, GRPOTrainer
 
-    monkeypatch.setenv("WANDB_MODE", "disabled")
-    dataset = Dataset.from_list([{"prompt": p, "rubrics": r} for p, r in zip(PROMPTS, RUBRICS)])
+    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": p}], "rubrics": binary_rubric(p)}
+                                 for p in OPEN_PROMPTS])  # fmt: skip
+    role = Role(base_url=judge.base_url, model="scripted-judge", temperature=0.0)
     # The client is created here; TRL calls the reward on its own event loop, where the client's HTTP sessions
     # are opened on first use.
-    grader = Grader(LLMClient(judge_roles), GradingConfig())
+    grader = Grader(LLMClient({"judge": role}, max_retries=0, invalid_answer_retries=0), grading or GradingConfig())
     config = GRPOConfig(
-        output_dir=str(tmp_path), use_cpu=True, bf16=False, gradient_checkpointing=False, max_steps=1,
-        per_device_train_batch_size=2, num_generations=2, max_completion_length=12, learning_rate=1e-3,
-        logging_steps=1, report_to=[], save_strategy="no", log_completions=False,
+        output_dir=str(tmp_path), use_cpu=True, bf16=False, gradient_checkpointing=False, max_steps=1, seed=0,
+        per_device_train_batch_size=GENERATIONS * len(OPEN_PROMPTS), num_generations=GENERATIONS,
+        max_completion_length=8, learning_rate=1e-3, logging_steps=1, report_to=[], save_strategy="no",
+        log_completions=False,
     )  # fmt: skip
     trainer = GRPOTrainer(
-        model=str(embedded_model_dir()), reward_funcs=[make_rubric_reward(grader)], args=config,
-        train_dataset=dataset, peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+        model=str(prepare_embedded_model()), reward_funcs=[recorded(make_rubric_reward(grader), calls, before)],
+        args=config, train_dataset=dataset,
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
     )  # fmt: skip
-    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
-    trainer.train()
+    try:
+        yield trainer
+    finally:
+        asyncio.run_coroutine_threadsafe(grader.client.aclose(), trainer.async_loop).result(timeout=60)
+
+
+def by_prompt(rows) -> dict[str, list[tuple[str, float | None]]]:
+    groups = defaultdict(list)
+    for prompt, text, reward in rows:
+        groups[prompt].append((text, reward))
+    return groups
+
+
+def test_grpo_step_learns_from_rubric_rewards_that_differ_within_a_group(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    calls = []
+    with FaultServer(reply=hashed_verdict) as judge, grpo_trainer(tmp_path, judge, calls) as trainer:
+        before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+        trainer.train()
+        changed = [n for n, p in trainer.model.named_parameters() if p.requires_grad and not p.equal(before[n])]
+    (rows,) = calls  # one generation batch, scored once
+    groups = by_prompt(rows)
+    assert sorted(groups) == sorted(OPEN_PROMPTS) and all(len(g) == GENERATIONS for g in groups.values())
+    assert all(isinstance(r, float) and 0.0 <= r <= 1.0 for _, _, r in rows), rows  # every reward is a number
+    for prompt, group in groups.items():
+        assert len({text for text, _ in group}) > 1, f"the policy sampled one completion {GENERATIONS} times: {group}"
+        assert len({reward for _, reward in group}) > 1, f"rewards tie within the group of {prompt!r}: {group}"
     logs = trainer.state.log_history[0]
-    assert math.isfinite(logs["rewards/rubric_reward/mean"]) and "rubric/judge_failure_rate" in logs
-    assert logs["rubric/judge_failure_rate"] < 1.0  # the embedded judge produced verdicts
-    changed = [n for n, p in trainer.model.named_parameters() if p.requires_grad and not p.equal(before[n])]
-    assert changed or logs.get("rewards/rubric_reward/std", 0) == 0  # no signal, no update: both are honest
-    asyncio.run_coroutine_threadsafe(grader.client.aclose(), trainer.async_loop).result()
+    assert logs["rubric/judge_failure_rate"] == 0.0 and judge.count > 0  # the scripted judge gave every verdict
+    assert logs["frac_reward_zero_std"] == 0.0  # TRL saw a reward spread in every group
+    assert changed, "no trainable parameter moved although every group had differing rewards"
+    assert all("lora_" in n for n in changed)
+
+
+def test_trl_gives_unscorable_completions_advantage_zero_outside_the_group_statistics(tmp_path, monkeypatch):
+    """Pins TRL's GRPOTrainer (>=1.16,<2, pyproject's range; read in 1.16.0, grpo_trainer.py,
+    `_generate_and_score_completions`): a completion for which every reward function returned None is NaN,
+    left out of the nan-aware group mean and std, and its advantage is set to 0. RuRL relies on it: a judge
+    failure must neither count as reward 0 nor move the policy."""
+    import torch
+    from trl import GRPOTrainer
+
+    if not callable(getattr(GRPOTrainer, "_generate_and_score_completions", None)):
+        pytest.fail("TRL no longer has GRPOTrainer._generate_and_score_completions, which this test wraps to read "
+                    "the advantages: find where TRL computes them now, and check again that rows whose rewards are "
+                    "all None get advantage 0 and stay out of the group mean/std")  # fmt: skip
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    failing_prompt, scored_prompt = OPEN_PROMPTS
+    failing_codes = set()
+
+    def one_scored_completion_fails_too(rows):
+        # the first completion of the scored prompt (and any identical one) is failed by the judge as well, so that
+        # its group has a None among numbers: the case where counting None as 0 would shift the group mean
+        failing_codes.add(response_code(next(text for prompt, text in rows if prompt == scored_prompt)))
+
+    def judge_reply(body):
+        content = body["messages"][-1]["content"]
+        if failing_prompt in content or any(code in content for code in failing_codes):
+            return "I refuse to answer in JSON."  # unparsable: the verdict is None, so is the reward
+        return hashed_verdict(body)
+
+    calls, advantages = [], []
+    grading = GradingConfig(integrity_check=False)  # a flagged completion would get 0, not None
+    with FaultServer(reply=judge_reply) as judge, grpo_trainer(tmp_path, judge, calls, grading,
+                                                               one_scored_completion_fails_too) as trainer:  # fmt: skip
+        original = trainer._generate_and_score_completions
+
+        def keep_advantages(inputs):
+            output = original(inputs)
+            advantages.append(output["advantages"].detach().clone())
+            return output
+
+        trainer._generate_and_score_completions = keep_advantages
+        trainer.train()
+    (rows,), (advantage,) = calls, advantages
+    assert advantage.shape == (len(rows),) == (GENERATIONS * len(OPEN_PROMPTS),)
+    failed = [i for i, (prompt, _, _) in enumerate(rows) if prompt == failing_prompt]
+    scored = [i for i, (prompt, _, _) in enumerate(rows) if prompt == scored_prompt]
+    assert len(failed) == len(scored) == GENERATIONS
+    assert all(rows[i][2] is None for i in failed), rows  # the whole group failed
+    unscored = [i for i in scored if rows[i][2] is None]
+    numeric = [i for i in scored if rows[i][2] is not None]
+    assert unscored, f"the judge failed no completion of {scored_prompt!r} (is the response code still quoted?): {rows}"
+    assert len({rows[i][2] for i in numeric}) > 1, f"the numeric rewards tie: {rows}"
+
+    assert all(advantage[i].item() == 0.0 for i in failed + unscored), advantage  # exactly 0, not NaN
+    rewards = torch.tensor([rows[i][2] for i in numeric], dtype=advantage.dtype)
+    got = advantage[numeric]
+    assert torch.isfinite(got).all() and (got != 0).any(), advantage
+    # the group's mean and (Bessel) std over its numeric rewards only ("group" scaling, TRL's default)
+    torch.testing.assert_close(got, (rewards - rewards.mean()) / (rewards.std() + 1e-4))
+    as_zero = torch.tensor([rows[i][2] or 0.0 for i in scored], dtype=advantage.dtype)  # None counted as 0
+    wrong = ((as_zero - as_zero.mean()) / (as_zero.std() + 1e-4))[[scored.index(i) for i in numeric]]
+    assert not torch.allclose(got, wrong)  # the check above tells the two apart

@@ -2,7 +2,7 @@
 
 import pytest
 
-from rubricrl.llm import StructuredOutputError, extract_json, json_schema_format, parse_structured
+from rubricrl.llm import StructuredOutputError, json_schema_format, parse_structured
 
 RUBRIC_SCHEMA = {
     "type": "array",
@@ -16,6 +16,7 @@ RUBRIC_SCHEMA = {
         "required": ["criterion", "points"],
     },
 }
+ANY_OBJECT = {"type": "object"}
 
 
 def test_fenced_array_followed_by_prose_with_closing_bracket():
@@ -32,7 +33,7 @@ def test_fenced_array_followed_by_prose_with_closing_bracket():
 
 def test_bare_json_with_prose_around_it_and_braces_in_strings():
     reply = 'My verdict: {"met": true, "why": "it says \\"}\\" literally {x}"} -- done}'
-    assert extract_json(reply)[0] == {"met": True, "why": 'it says "}" literally {x}'}
+    assert parse_structured(reply, ANY_OBJECT) == {"met": True, "why": 'it says "}" literally {x}'}
 
 
 def test_first_schema_valid_value_wins_over_earlier_invalid_ones():
@@ -41,7 +42,7 @@ def test_first_schema_valid_value_wins_over_earlier_invalid_ones():
 
 
 def test_fence_without_language_tag():
-    assert extract_json("```\n{\"a\": 1}\n```")[0] == {"a": 1}
+    assert parse_structured("```\n{\"a\": 1}\n```", ANY_OBJECT) == {"a": 1}
 
 
 def test_no_json_and_truncated_json_raise_with_the_reply():

@@ -1,14 +1,17 @@
-"""The one LLM client: every model call of every stage goes through `LLMClient.chat`.
+"""The one LLM client: every model call of every stage goes through `LLMClient.chat` or `LLMClient.chat_each`.
 
 Async, against any OpenAI-compatible endpoint (the chat completions API). What it provides:
 - roles (endpoint + model + sampling parameters) chosen by name;
-- bounded concurrency (one semaphore for all calls of this client) and a per-call timeout;
-- retries (transport.py, the openai SDK's policy): exponential backoff, jitter and Retry-After, on
-  408/409/429/5xx, timeouts and connection errors (`max_retries` bounds them); plus a bounded retry of 200
-  answers whose body is not a valid chat completion (garbage, truncated JSON);
+- bounded concurrency (one semaphore for all calls of this client) and a per-request timeout (600 s by default,
+  the openai SDK's: an 8192-token answer from a busy GPU server takes minutes);
+- retries (transport.py): on connection errors, 408/409/429/5xx, with exponential backoff, jitter and
+  Retry-After, at most `max_retries` of them; a request that timed out is resent once only, with twice the time,
+  and then fails with an error that says what to raise or lower; plus a bounded retry of 200 answers whose body
+  is not a valid chat completion (garbage, truncated JSON);
 - structured outputs (`schema=`): a bounded JSON schema as `response_format`, the reply parsed and validated,
   a fresh sample drawn (bounded) when a reply does not parse;
-- n > 1 sampling, cached per sample index; token usage per role;
+- n > 1 sampling, cached per sample index; `chat_each` for one answer from each of several roles; token usage
+  per role;
 - the response cache (cache.py): a call already answered is never sent again.
 """
 
@@ -19,15 +22,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rubricrl.errors import UserError
 from rubricrl.llm.cache import ResponseCache, cache_key
 from rubricrl.llm.roles import Role
 from rubricrl.llm.structured import StructuredOutputError, json_schema_format, parse_structured
-from rubricrl.llm.transport import Transport, TransportError
+from rubricrl.llm.transport import Transport, TransportError, TransportTimeout
 
 Message = dict[str, Any]
 
 
-class LLMError(RuntimeError):
+class LLMError(UserError, RuntimeError):
     """A call failed for good (after its retries). The message names the role, model and endpoint."""
 
 
@@ -74,7 +78,7 @@ class LLMClient:
         *,
         cache: ResponseCache | None = None,
         concurrency: int = 16,
-        timeout: float = 120.0,
+        timeout: float = 600.0,
         max_retries: int = 5,
         invalid_answer_retries: int = 2,
     ):
@@ -105,19 +109,71 @@ class LLMClient:
         answer it rejects is sampled again like one that does not parse."""
         if n < 1:
             raise ValueError(f"n must be at least 1, got {n}")
+        messages = _as_messages(messages)
+        started = time.monotonic()
+        request = self._request_params(role, params, schema, schema_name)
+        samples, parsed = await self._chat(role, messages, request, n, schema, check)
+        return ChatResult(texts=[s["text"] for s in samples], finish_reasons=[s["finish_reason"] for s in samples],
+                          messages=messages, role=role, model=self.roles[role].model,
+                          cached=sum(s["cached"] for s in samples), parsed=parsed,
+                          seconds=time.monotonic() - started)  # fmt: skip
+
+    async def chat_each(
+        self,
+        roles: list[str],
+        messages: str | list[Message],
+        *,
+        schema: dict[str, Any] | None = None,
+        schema_name: str = "output",
+        check: Callable[[Any], None] | None = None,
+        **params: Any,
+    ) -> list[ChatResult]:
+        """One answer from each of `roles` (in order; a role may appear more than once), other arguments as in
+        `chat`. The cache key ignores the role name and the endpoint, so roles whose requests would be identical
+        (same model, sampling parameters and response format) would all get the first one's answer: they share
+        one call with n = their number instead, sent to the first one's endpoint, its usage counted there, and
+        each takes its own sample."""
+        if "n" in params:
+            raise ValueError("chat_each gives one answer per role; ask chat(role, ..., n=...) for several")
+        messages = _as_messages(messages)
+        requests = [self._request_params(role, params, schema, schema_name) for role in roles]
+        same: dict[str, list[int]] = {}
+        for i, (role, request) in enumerate(zip(roles, requests)):
+            same.setdefault(json.dumps([self.roles[role].model, request], sort_keys=True), []).append(i)
+        groups = list(same.values())
+
+        async def ask(members: list[int]) -> tuple[list[dict], list[Any], float]:
+            started = time.monotonic()
+            first = members[0]
+            samples, parsed = await self._chat(roles[first], messages, requests[first], len(members), schema, check)
+            return samples, parsed, time.monotonic() - started
+
+        answers: list[ChatResult] = [None] * len(roles)  # type: ignore[list-item]
+        for members, (samples, parsed, seconds) in zip(groups, await asyncio.gather(*map(ask, groups))):
+            for k, i in enumerate(members):
+                answers[i] = ChatResult(texts=[samples[k]["text"]], finish_reasons=[samples[k]["finish_reason"]],
+                                        messages=messages, role=roles[i], model=self.roles[roles[i]].model,
+                                        cached=int(samples[k]["cached"]), parsed=parsed[k : k + 1],
+                                        seconds=seconds)  # fmt: skip
+        return answers
+
+    def _request_params(self, role: str, params: dict[str, Any], schema, schema_name: str) -> dict[str, Any]:
+        """The request fields beyond model, messages and n: the role's sampling parameters overridden by the
+        call's, and the response format (part of the cache key)."""
         spec = self.roles[role]
-        messages = [{"role": "user", "content": messages}] if isinstance(messages, str) else list(messages)
         request = _normalized({**spec.sampling_params(), **params})
         if schema is not None and spec.structured_outputs:
             request["response_format"] = json_schema_format(schema, schema_name)
-        started = time.monotonic()
+        return request
+
+    async def _chat(self, role, messages, request, n, schema, check) -> tuple[list[dict], list[Any]]:
+        """n samples, and with `schema` their validated values."""
+        spec = self.roles[role]
         samples = await self._samples(role, spec, messages, request, list(range(n)))
         parsed = []
         if schema is not None:
             parsed = await self._parse_samples(role, spec, messages, request, schema, check, samples, n)
-        return ChatResult(texts=[s["text"] for s in samples], finish_reasons=[s["finish_reason"] for s in samples],
-                          messages=messages, role=role, model=spec.model, cached=sum(s["cached"] for s in samples),
-                          parsed=parsed, seconds=time.monotonic() - started)  # fmt: skip
+        return samples, parsed
 
     async def _parse_samples(self, role, spec, messages, request, schema, check, samples, n) -> list[Any]:
         """Validate each sample; replace one that does not parse with a fresh sample (index n, n+1, ...).
@@ -210,6 +266,10 @@ class LLMClient:
                     raise LLMError(_redacted(f"role '{role}' ({spec.model} at {spec.base_url}): invalid response "
                                              f"body after {attempt + 1} attempts: {error!r}", spec)) from None
                 self.usage[role].retries += 1
+            except TransportTimeout as error:
+                raise LLMError(f"role '{role}' ({spec.model} at {spec.base_url}): {error}: the server is slow or the "
+                               "answer long; raise the timeout (--timeout, or `timeout:` in the config's llm section) "
+                               f"or lower the role's max_tokens (now {body.get('max_tokens', 'not set')})") from None
             except TransportError as error:  # some gateways echo the key in their error body: it is cut out
                 raise LLMError(_redacted(f"role '{role}' ({spec.model} at {spec.base_url}): {error}", spec)) from None
         usage = self.usage[role]
@@ -229,6 +289,11 @@ class LLMClient:
 
     async def __aexit__(self, *exc) -> None:
         await self.aclose()
+
+
+def _as_messages(messages: str | list[Message]) -> list[Message]:
+    """A string is one user message."""
+    return [{"role": "user", "content": messages}] if isinstance(messages, str) else list(messages)
 
 
 def _redacted(message: str, spec: Role) -> str:

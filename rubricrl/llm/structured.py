@@ -4,10 +4,10 @@ Every integer, string and array in a schema must be bounded (minimum/maximum, ma
 unbounded field a small model can run to max_tokens inside one value and leave invalid JSON, while with bounds
 vLLM's grammar forces a closing brace in time. `json_schema_format` refuses an unbounded schema.
 
-Endpoints without schema support answer in free text; `extract_json` finds the JSON value in it: the whole
-reply, a fenced ```json block, or the first value that decodes from an opening brace or bracket. Decoding uses
-`json.JSONDecoder.raw_decode`, which stops at the end of one value, so prose after it (even prose containing
-`]` or `}`) cannot corrupt the result, unlike a greedy regex.
+Endpoints without schema support answer in free text; `parse_structured` takes the first JSON value in it that
+satisfies the schema, looking at the whole reply, then fenced ```json blocks, then each value that decodes from an
+opening brace or bracket. Decoding uses `json.JSONDecoder.raw_decode`, which stops at the end of one value, so
+prose after it (even prose containing `]` or `}`) cannot corrupt the result, unlike a greedy regex.
 """
 
 import functools
@@ -66,13 +66,9 @@ def check_bounded(schema: dict[str, Any], path: str = "$") -> None:
         check_bounded(sub, f"{path}.$defs.{key}")
 
 
-def extract_json(text: str) -> list[Any]:
-    """Every JSON object or array found in `text`, most likely first: whole reply, fenced blocks, then embedded."""
-    return list(_json_values(text))
-
-
 def _json_values(text: str) -> Iterator[Any]:
-    """extract_json, lazily: a reply that is one valid JSON value is decoded once."""
+    """Every JSON object or array in `text`, most likely first: whole reply, fenced blocks, then embedded; lazily,
+    so a reply that is one valid JSON value is decoded once."""
     try:
         value = json.loads(text.strip())
         if isinstance(value, (dict, list)):
@@ -124,20 +120,3 @@ def _validator(schema_json: str) -> "jsonschema.protocols.Validator":
     import jsonschema
 
     return jsonschema.Draft202012Validator(json.loads(schema_json))
-
-
-def example_instance(schema: dict[str, Any]) -> Any:
-    """A small valid instance of a bounded schema: what a model under structured outputs could answer (used by
-    the scripted test endpoint; the benchmark's canned server makes larger, model-sized ones)."""
-    if "enum" in schema:
-        return schema["enum"][0]
-    kind = schema.get("type")
-    if kind == "object":
-        return {name: example_instance(sub) for name, sub in schema.get("properties", {}).items()}
-    if kind == "array":
-        return [example_instance(schema["items"]) for _ in range(max(1, schema.get("minItems", 1)))][: schema["maxItems"]]
-    if kind in ("integer", "number"):
-        return schema["maximum"] if schema["maximum"] != 0 else schema["minimum"]
-    if kind == "boolean":
-        return True
-    return "canned text"[: schema.get("maxLength", 100)]

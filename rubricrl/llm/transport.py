@@ -1,13 +1,17 @@
-"""POST a chat completion request and return its JSON body: one aiohttp session per client, the openai SDK's
-retry policy.
+"""POST a chat completion request and return its JSON body: one aiohttp session per client, bounded retries.
 
-Why not the SDK's own request path: it spends ~0.8 ms of CPU per request (building httpx request objects, parsing
-the URL three times, merging headers, constructing option models, then translating to aiohttp), against ~0.2 ms
-for the same POST on aiohttp directly. At a few hundred calls in flight against a fast server that CPU is what
-bounds throughput (benches/synthesis_throughput.py at 256 calls in flight: efficiency 0.44 through the SDK,
-0.75 here). The SDK's policy is kept as it is: connection errors, timeouts, 408, 409, 429 and 5xx are retried (an
-`x-should-retry` header overrides that), up to `max_retries` times, after the server's Retry-After / retry-after-ms
-when it gives one of at most 60 s, else 0.5 s x 2^retry capped at 8 s, less up to 25% jitter.
+Why aiohttp directly and not the openai SDK: the SDK spends ~0.8 ms of CPU per request (httpx request objects,
+the URL parsed three times, merged headers, option models, then a translation to aiohttp), against ~0.2 ms here.
+At a few hundred calls in flight against a fast server that CPU bounds throughput
+(benches/synthesis_throughput.py at 256 calls in flight: efficiency 0.44 through the SDK, 0.75 here).
+
+Retries. Connection errors, 408, 409, 429 and 5xx are retried (an `x-should-retry` header overrides the status)
+up to `max_retries` times, after the server's Retry-After / retry-after-ms when it gives one of at most 60 s,
+else 0.5 s x 2^retry capped at 8 s, less up to 25% jitter (the openai SDK's policy). A request that got no
+answer within the timeout is resent once only, at once, with the limit doubled: at the same limit a slow server
+or a long answer times out again, and every resend of a long generation adds load (resent like connection
+errors, the SDK's way, a 16-query synthesis on a CPU server sent each request 6 times and took 19 minutes).
+The resend counts against `max_retries` like any other.
 """
 
 import asyncio
@@ -25,15 +29,26 @@ INITIAL_RETRY_DELAY = 0.5
 MAX_RETRY_DELAY = 8.0
 MAX_RETRY_AFTER = 60.0
 RETRIED_STATUSES = {408, 409, 429}
+TIMEOUT_RESENDS = 1
+# Not an answer too slow but no connection at all: retried like the other connection errors.
+CONNECT_TIMEOUTS = getattr(aiohttp, "ConnectionTimeoutError", ())  # aiohttp >= 3.10
 
 
 class TransportError(RuntimeError):
     """The request failed for good: an error status, or a transport fault still there after the last retry."""
 
 
+class TransportTimeout(TransportError):
+    """No answer within the time limit, on the first try nor on the resend."""
+
+    def __init__(self, limits: list[float]):
+        tries = ", nor within ".join(f"{limit:g} s" for limit in limits)
+        super().__init__(f"no answer within {tries}" + (" on a second try" if len(limits) > 1 else ""))
+
+
 class Transport:
     def __init__(self, *, timeout: float, max_retries: int, semaphore: asyncio.Semaphore):
-        self.timeout = aiohttp.ClientTimeout(total=timeout)
+        self.timeout = timeout
         self.max_retries = max_retries
         self.semaphore = semaphore
         self._session: aiohttp.ClientSession | None = None
@@ -41,16 +56,19 @@ class Transport:
 
     async def post_json(self, url: str, body: dict[str, Any], api_key: str) -> Any:
         """The decoded JSON body of a 2xx answer. A 2xx body that is not JSON raises json.JSONDecodeError (the
-        caller decides whether to ask again); error statuses and exhausted retries raise TransportError."""
+        caller decides whether to ask again); error statuses and exhausted retries raise TransportError,
+        TransportTimeout when the last try timed out."""
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
         data = json.dumps(body, ensure_ascii=False).encode()
+        limit, timed_out = self.timeout, []
         for attempt in range(self.max_retries + 1):
             wait = None
             try:
+                timeout = aiohttp.ClientTimeout(total=limit)
                 # The semaphore is held while a request is out, not while waiting to retry.
-                async with self.semaphore, self._open().post(url, data=data, headers=headers, timeout=self.timeout,
+                async with self.semaphore, self._open().post(url, data=data, headers=headers, timeout=timeout,
                                                              proxy=self._proxy(url)) as response:  # fmt: skip
                     content = await response.read()
                     if response.status < 300:
@@ -59,7 +77,13 @@ class Transport:
                     retry = _should_retry(response)
                     wait = _retry_after(response.headers)
             except (aiohttp.ClientError, TimeoutError) as fault:
-                error = f"{type(fault).__name__}: {fault}" if str(fault) else f"request timed out ({type(fault).__name__})"
+                if isinstance(fault, TimeoutError) and not isinstance(fault, CONNECT_TIMEOUTS):
+                    timed_out.append(limit)
+                    if len(timed_out) > TIMEOUT_RESENDS or attempt == self.max_retries:
+                        raise TransportTimeout(timed_out) from None
+                    limit *= 2  # no backoff: the server has had `limit` seconds already
+                    continue
+                error = f"{type(fault).__name__}: {fault}" if str(fault) else type(fault).__name__
                 retry = True
             if not retry or attempt == self.max_retries:
                 raise TransportError(f"{error} (after {attempt + 1} attempt(s))" if retry else error)
