@@ -8,6 +8,9 @@ never False: a judge failure is not a score.
 
 Self-consistency: `samples` = k judge samples per call, majority vote per criterion; a tie is undecided (None),
 so use an odd k. Ratings (implicit, Likert) average over samples.
+
+Each judge function renders the prompt it is given (`PROMPT_FOR_MODE` holds the defaults; the grader may pass a
+replacement with the same placeholders), so no module state decides what a judge is asked.
 """
 
 import hashlib
@@ -18,7 +21,7 @@ from typing import Any
 
 from grading.rubric import Criterion
 from rubricrl.llm import LLMClient, LLMError
-from rubricrl.prompts import format_conversation, load_prompt
+from rubricrl.prompts import Prompt, format_conversation, load_prompt
 
 PROMPTS = Path(__file__).parent / "prompts"
 SYSTEM = load_prompt(PROMPTS / "judge_system.txt")
@@ -26,6 +29,8 @@ CRITERION = load_prompt(PROMPTS / "judge_criterion.txt")
 BATCHED = load_prompt(PROMPTS / "judge_batched.txt")
 IMPLICIT = load_prompt(PROMPTS / "judge_implicit.txt")
 LIKERT = load_prompt(PROMPTS / "judge_likert.txt")
+PROMPT_FOR_MODE = {"per_criterion": CRITERION, "batched": BATCHED, "implicit": IMPLICIT, "likert": LIKERT,
+                   "reference_likert": LIKERT}  # fmt: skip
 
 # Short enough that the JSON closes well within a judge's max_tokens even in scripts that take a token per
 # character: with 600 characters, a small judge repeating itself in Spanish ran out of tokens mid-string.
@@ -80,7 +85,7 @@ def response_code(response: str) -> str:
     return hashlib.sha256(response.encode()).hexdigest()[:12]
 
 
-def quoted(template, conversation: list[dict[str, str]], response: str, **values: str) -> list[dict[str, str]]:
+def quoted(template: Prompt, conversation: list[dict[str, str]], response: str, **values: str) -> list[dict[str, str]]:
     """The judge's messages: fixed instructions, then conversation and response (a prefix shared by every
     criterion of the same response, which vLLM's prefix cache serves), then what varies."""
     user = template.render(conversation=format_conversation(conversation), response=response,
@@ -101,10 +106,11 @@ def majority(votes: list[bool]) -> bool | None:
 
 
 async def judge_per_criterion(
-    client: LLMClient, role: str, conversation: list[dict], response: str, criterion: Criterion, samples: int = 1
-) -> Verdict:
-    """One judge call for one criterion (HealthBench style)."""
-    messages = quoted(CRITERION, conversation, response, points=f"{criterion.points:+d}", criterion=criterion.text)
+    client: LLMClient, role: str, prompt: Prompt, conversation: list[dict], response: str, criterion: Criterion,
+    samples: int = 1,
+) -> Verdict:  # fmt: skip
+    """One judge call for one criterion (HealthBench style); `prompt`: CRITERION or one with its placeholders."""
+    messages = quoted(prompt, conversation, response, points=f"{criterion.points:+d}", criterion=criterion.text)
     try:
         result = await client.chat(role, messages, n=samples, schema=VERDICT_SCHEMA, schema_name="verdict")
     except LLMError as error:
@@ -136,13 +142,14 @@ def exactly_these_ids(ids: list[str]):
 
 
 async def judge_batched(
-    client: LLMClient, role: str, conversation: list[dict], response: str, criteria: list[Criterion], samples: int = 1
-) -> list[Verdict]:
-    """All given criteria in one call: one verdict per criterion id, or the call is sampled again (bounded);
-    never padded or truncated. The caller chunks long rubrics."""
+    client: LLMClient, role: str, prompt: Prompt, conversation: list[dict], response: str, criteria: list[Criterion],
+    samples: int = 1,
+) -> list[Verdict]:  # fmt: skip
+    """All given criteria in one call (`prompt`: BATCHED or one with its placeholders): one verdict per criterion
+    id, or the call is sampled again (bounded); never padded or truncated. The caller chunks long rubrics."""
     ids = [f"c{i + 1}" for i in range(len(criteria))]
     listing = "\n".join(f"{i} ({c.points:+d}): {c.text}" for i, c in zip(ids, criteria))
-    messages = quoted(BATCHED, conversation, response, criteria=listing)
+    messages = quoted(prompt, conversation, response, criteria=listing)
     try:
         result = await client.chat(role, messages, n=samples, schema=batched_schema(ids), schema_name="verdicts",
                                    check=exactly_these_ids(ids))  # fmt: skip
@@ -156,17 +163,17 @@ async def judge_batched(
 
 
 async def judge_rating(
-    client: LLMClient, role: str, conversation: list[dict], response: str, *, criteria: list[Criterion] | None = None,
-    reference: str | None = None, samples: int = 1,
+    client: LLMClient, role: str, prompt: Prompt, conversation: list[dict], response: str, *,
+    criteria: list[Criterion] | None = None, reference: str | None = None, samples: int = 1,
 ) -> Rating:  # fmt: skip
-    """One 1-10 rating: against the whole rubric (implicit, when `criteria` is given), or without a rubric
-    (Simple-Likert), optionally against a reference answer (Reference-Likert)."""
+    """One 1-10 rating: against the whole rubric (implicit, when `criteria` is given; `prompt` as IMPLICIT), or
+    without a rubric (Simple-Likert), optionally against a reference answer (Reference-Likert; `prompt` as LIKERT)."""
     if criteria is not None:
         listing = "\n".join(f"({c.points:+d}): {c.text}" for c in criteria)
-        messages = quoted(IMPLICIT, conversation, response, criteria=listing)
+        messages = quoted(prompt, conversation, response, criteria=listing)
     else:
         shown = f"\nA reference answer written by an expert, for comparison:\n{reference}\n" if reference else ""
-        messages = quoted(LIKERT, conversation, response, reference=shown)
+        messages = quoted(prompt, conversation, response, reference=shown)
     try:
         result = await client.chat(role, messages, n=samples, schema=RATING_SCHEMA, schema_name="rating")
     except LLMError as error:

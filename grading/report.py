@@ -6,12 +6,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from grading.rubric import Criterion, Rubric
-from grading.scores import DEFAULT_MIN_COVERAGE, aggregate, tag_scores
+from grading.scores import DEFAULT_MIN_COVERAGE, UndecidedPenalty, aggregate, tag_scores
 
 
-def example_metrics(record: dict[str, Any], min_coverage: float = DEFAULT_MIN_COVERAGE) -> dict[str, float]:
-    """Per-example metrics of one graded record. A flagged record keeps the score it was given (0, or the lowest
-    the rubric allows) overall and on its example tags."""
+def example_metrics(
+    record: dict[str, Any], *, min_coverage: float = DEFAULT_MIN_COVERAGE,
+    undecided_penalty: UndecidedPenalty = "unscored",
+) -> dict[str, float]:  # fmt: skip
+    """Per-example metrics of one graded record, recomputed from its verdicts (not its stored score, which may
+    follow other settings). A flagged record keeps the score it was given (0, or the lowest the rubric allows)
+    overall and on its example tags."""
     example_tags = tuple(record.get("example_tags") or ())
     if record.get("integrity_flag"):
         score = record.get("score") or 0.0
@@ -22,11 +26,15 @@ def example_metrics(record: dict[str, Any], min_coverage: float = DEFAULT_MIN_CO
     verdicts = record["verdicts"]
     rubric = Rubric(tuple(Criterion(v["criterion"], v["points"], tuple(v.get("tags") or ())) for v in verdicts),
                     example_tags)  # fmt: skip
-    return tag_scores(rubric, [v["met"] for v in verdicts], min_coverage=min_coverage)
+    return tag_scores(rubric, [v["met"] for v in verdicts], min_coverage=min_coverage,
+                      undecided_penalty=undecided_penalty)  # fmt: skip
 
 
-def build_report(records: Sequence[dict[str, Any]], *, min_coverage: float = DEFAULT_MIN_COVERAGE, seed: int = 0) -> dict:
-    per_example = [example_metrics(r, min_coverage) for r in records]
+def build_report(
+    records: Sequence[dict[str, Any]], *, min_coverage: float = DEFAULT_MIN_COVERAGE,
+    undecided_penalty: UndecidedPenalty = "unscored", seed: int = 0,
+) -> dict:  # fmt: skip
+    per_example = [example_metrics(r, min_coverage=min_coverage, undecided_penalty=undecided_penalty) for r in records]
     metrics = {}
     for name, stats in aggregate(per_example, seed=seed).items():
         metrics[name] = stats["value"]
@@ -39,6 +47,8 @@ def build_report(records: Sequence[dict[str, Any]], *, min_coverage: float = DEF
         "unscored_examples": sum("overall_score" not in m for m in per_example),
         "judge_failure_rate": sum(v["met"] is None for v in verdicts) / len(verdicts) if verdicts else 0.0,
         "integrity_flagged": sum(bool(r.get("integrity_flag")) for r in records),
+        "min_coverage": min_coverage,
+        "undecided_penalty": undecided_penalty,
     }
 
 

@@ -9,7 +9,8 @@ TRL runs `async def` reward functions concurrently with each other on its own ev
 
 Each dataset row carries its rubric in the `rubrics` column (`[{criterion, points, tags?}]`, as in the rubric
 dataset); TRL repeats it once per generation. A completion whose grade could not be obtained gets `None` (TRL:
-NaN, left out of the advantage), never 0, and the failure is counted in `rubric/judge_failure_rate`.
+NaN, left out of the advantage), never 0, and the failure is counted in `rubric/judge_failure_rate`; that
+includes a penalty left undecided, unless `GradingConfig.undecided_penalty` is "met" (grading/scores.py).
 """
 
 import functools
@@ -18,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from grading.grader import Grader
+from grading.grader import GradeItem, Grader
 from grading.rubric import rubric_from_items
 
 
@@ -43,8 +44,8 @@ async def rubric_reward(
     if not len(prompts) == len(completions) == len(rubrics):
         raise ValueError(f"{len(prompts)} prompts, {len(completions)} completions, {len(rubrics)} rubrics")
     items = [
-        (_messages(prompt), _text(completion), rubric_from_items(list(rubric), f"rubrics column, row {i}"),
-         reference_answer[i] if reference_answer else None)
+        GradeItem(_messages(prompt), _text(completion), rubric_from_items(list(rubric), f"rubrics column, row {i}"),
+                  reference_answer[i] if reference_answer else None)
         for i, (prompt, completion, rubric) in enumerate(zip(prompts, completions, rubrics))
     ]  # fmt: skip
     started = time.monotonic()

@@ -7,16 +7,24 @@ Verdicts that could not be obtained are None, never False. A score is computed o
 (numerator and denominator alike) and marked partial; below `min_coverage` (share of criteria decided) it is
 None. Where the decided criteria hold no positive points the score is None too: there is nothing to earn, and
 0 would be a silent, wrong number. None scores are left out of every mean and counted apart.
+
+An undecided penalty (points < 0) is different: penalties are not in the denominator, so leaving one out can
+only raise the score ([10, -5] with [True, None] would be 1.0, where deciding the penalty as met gives 0.5), and a
+judge failure would pay. So `undecided_penalty` decides: "unscored" (default) makes the example None; "met"
+counts the penalty as met, a lower bound of the true score. Coverage counts real verdicts either way.
 """
 
 import random
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from grading.rubric import Rubric
 
 DEFAULT_MIN_COVERAGE = 0.8
+UndecidedPenalty = Literal["unscored", "met"]
+UNDECIDED_PENALTY: tuple[str, ...] = UndecidedPenalty.__args__
 
 
 @dataclass(frozen=True)
@@ -36,28 +44,38 @@ class ExampleScore:
 
 
 def explicit_score(
-    points: Sequence[int], met: Sequence[bool | None], *, min_coverage: float = DEFAULT_MIN_COVERAGE
-) -> ExampleScore:
-    """HealthBench's per-example score over the decided verdicts.
+    points: Sequence[int], met: Sequence[bool | None], *, min_coverage: float = DEFAULT_MIN_COVERAGE,
+    undecided_penalty: UndecidedPenalty = "unscored",
+) -> ExampleScore:  # fmt: skip
+    """HealthBench's per-example score over the decided verdicts (undecided penalties: see the module doc).
 
     >>> explicit_score([7, 5, 10, -6], [True, False, True, True]).score
     0.5
     """
     if len(points) != len(met):
         raise ValueError(f"{len(points)} criteria but {len(met)} verdicts")
-    decided = [(p, m) for p, m in zip(points, met) if m is not None]
-    possible = sum(p for p, _ in decided if p > 0)
-    if not points or len(decided) / len(points) < min_coverage or possible == 0:
-        return ExampleScore(None, len(decided), len(points))
-    return ExampleScore(sum(p for p, m in decided if m) / possible, len(decided), len(points))
+    if undecided_penalty not in UNDECIDED_PENALTY:
+        raise ValueError(f"undecided_penalty {undecided_penalty!r} is not one of {list(UNDECIDED_PENALTY)}")
+    decided = sum(m is not None for m in met)
+    open_penalty = any(p < 0 and m is None for p, m in zip(points, met))
+    if open_penalty and undecided_penalty == "met":
+        met = [True if p < 0 and m is None else m for p, m in zip(points, met)]
+    counted = [(p, m) for p, m in zip(points, met) if m is not None]
+    possible = sum(p for p, _ in counted if p > 0)
+    if (not points or decided / len(points) < min_coverage or possible == 0
+            or (open_penalty and undecided_penalty == "unscored")):  # fmt: skip
+        return ExampleScore(None, decided, len(points))
+    return ExampleScore(sum(p for p, m in counted if m) / possible, decided, len(points))
 
 
 def tag_scores(
-    rubric: Rubric, met: Sequence[bool | None], *, min_coverage: float = DEFAULT_MIN_COVERAGE
-) -> dict[str, float]:
+    rubric: Rubric, met: Sequence[bool | None], *, min_coverage: float = DEFAULT_MIN_COVERAGE,
+    undecided_penalty: UndecidedPenalty = "unscored",
+) -> dict[str, float]:  # fmt: skip
     """HealthBench's per-example metrics: `overall_score`, each example tag (theme:*) at the overall score, and
     each criterion tag (axis:*, cluster:*, ...) scored over that tag's criteria alone, only where it is defined."""
-    overall = explicit_score([c.points for c in rubric.criteria], met, min_coverage=min_coverage).score
+    rule = {"min_coverage": min_coverage, "undecided_penalty": undecided_penalty}
+    overall = explicit_score([c.points for c in rubric.criteria], met, **rule).score
     if overall is None:
         return {}
     metrics = {"overall_score": overall, **{tag: overall for tag in rubric.example_tags}}
@@ -66,7 +84,7 @@ def tag_scores(
         for tag in criterion.tags:
             by_tag[tag].append((criterion.points, verdict))
     for tag, pairs in by_tag.items():
-        score = explicit_score([p for p, _ in pairs], [m for _, m in pairs], min_coverage=min_coverage).score
+        score = explicit_score([p for p, _ in pairs], [m for _, m in pairs], **rule).score
         if score is not None:
             metrics[tag] = score
     return metrics

@@ -6,11 +6,12 @@ import re
 
 import pytest
 
-from grading.grader import Grader, GradingConfig
+from grading import judge
+from grading.grader import GradeItem, Grader, GradingConfig
 from grading.rubric import rubric_from_items
 from rubricrl.llm import LLMClient, Role
-from tests.conftest import run
 from tests.fault_server import Fault
+from tests.helpers import run
 
 CONVERSATION = [{"role": "user", "content": "I have a mild headache. What should I do?"}]
 RUBRIC = rubric_from_items(
@@ -71,17 +72,32 @@ def test_batched_verdicts_that_do_not_match_the_ids_are_asked_again_never_padded
     assert [v.met for v in graded.verdicts] == [None] * 4 and graded.score is None and graded.judge_failures == 4
 
 
-def test_judge_failure_is_none_not_false(fault_server):
+def failing_on(text):
     def flaky(body):
-        if "unsafe dose" in body["messages"][-1]["content"]:
+        if text in body["messages"][-1]["content"]:
             return "I refuse to answer in JSON."
         return per_criterion_judge(body)
 
-    fault_server.reply = flaky
+    return flaky
+
+
+def test_judge_failure_is_none_not_false(fault_server):
+    fault_server.reply = failing_on("seeing a doctor")  # a positive criterion (+5, truly not met)
+    graded = grade(fault_server, min_coverage=0.75)
+    assert [v.met for v in graded.verdicts] == [True, None, True, True]
+    assert graded.score == pytest.approx((7 + 10 - 6) / 17) and graded.judge_failures == 1  # decided criteria only
+    assert graded.reward == pytest.approx(11 / 17)
+    assert grade(fault_server, "other", min_coverage=0.8).score is None  # 3 of 4 decided: below coverage
+
+
+def test_an_undecided_penalty_leaves_the_response_unscored_unless_counted_as_met(fault_server):
+    fault_server.reply = failing_on("unsafe dose")  # the -6 penalty (truly met): left out it would give 17/22
     graded = grade(fault_server, min_coverage=0.75)
     assert [v.met for v in graded.verdicts] == [True, False, True, None]
-    assert graded.score == pytest.approx(17 / 22) and graded.judge_failures == 1  # decided criteria only
-    assert grade(fault_server, "other", min_coverage=0.8).score is None  # 3 of 4 decided: below coverage
+    assert graded.score is None and graded.reward is None and graded.judge_failures == 1
+    graded = grade(fault_server, min_coverage=0.75, undecided_penalty="met")
+    assert graded.score == pytest.approx((7 + 10 - 6) / 22) and graded.reward == pytest.approx(0.5)
+    assert grade(fault_server, min_coverage=0.8, undecided_penalty="met").score is None  # coverage: real verdicts
 
 
 def test_transport_failure_is_none(fault_server):
@@ -177,8 +193,66 @@ def test_identical_items_are_graded_once(fault_server):
     async def go():
         roles = {"judge": Role(base_url=fault_server.base_url, model="judge")}
         async with LLMClient(roles) as client:
-            item = (CONVERSATION, "Drink water.", RUBRIC, None)
-            return await Grader(client).grade_many([item, item, item])
+            item = GradeItem(CONVERSATION, "Drink water.", RUBRIC)
+            other = GradeItem([dict(m) for m in CONVERSATION], "Drink water.", RUBRIC, None)  # equal, not the same
+            return await Grader(client).grade_many([item, other, item])
 
     graded = run(go())
     assert len(graded) == 3 and graded[0] is graded[1] is graded[2] and fault_server.count == 4
+
+
+def criterion_first_prompt(tmp_path, text=None):
+    default = judge.CRITERION.text
+    head, tail = default.split("Criterion (")
+    criterion, question = tail.split("\n\n", 1)
+    path = tmp_path / "criterion_first.txt"
+    path.write_text(text if text is not None else f"Criterion ({criterion}\n\n{head}{question}", encoding="utf-8")
+    return path
+
+
+def test_a_judge_prompt_file_replaces_the_default_and_is_recorded(fault_server, tmp_path):
+    fault_server.reply = per_criterion_judge
+    path = criterion_first_prompt(tmp_path)
+    graded = grade(fault_server, judge_prompt=str(path))
+    assert graded.score == pytest.approx(0.5) and fault_server.count == 4
+    assert all(r["messages"][-1]["content"].startswith("Criterion (") for r in fault_server.requests)
+
+    async def metadata(**config):
+        async with LLMClient({"judge": Role(base_url=fault_server.base_url, model="judge")}) as client:
+            return Grader(client, GradingConfig(**config)).metadata
+
+    custom, default = run(metadata(judge_prompt=str(path))), run(metadata())
+    assert custom["prompt_sha256"] == judge.Prompt("", path.read_text().strip() + "\n").sha256
+    assert default["prompt_sha256"] == judge.CRITERION.sha256 != custom["prompt_sha256"]
+    assert run(metadata(mode="batched"))["prompt_sha256"] == judge.BATCHED.sha256
+
+
+def test_a_judge_prompt_with_other_placeholders_is_refused_at_construction(tmp_path):
+    path = criterion_first_prompt(tmp_path, "{{conversation}} {{response}} {{code}} {{points}} {{criterion_text}}")
+    with pytest.raises(ValueError) as error:
+        Grader(None, GradingConfig(judge_prompt=str(path)))
+    message = str(error.value)
+    assert str(path) in message and "per_criterion" in message
+    assert "missing ['criterion']" in message and "unknown ['criterion_text']" in message
+    with pytest.raises(ValueError, match=r"missing \['reference'\]"):  # right for per_criterion, not for likert
+        Grader(None, GradingConfig(mode="likert", judge_prompt=str(criterion_first_prompt(tmp_path))))
+    with pytest.raises(ValueError, match="cannot read judge prompt .*nowhere.txt"):
+        Grader(None, GradingConfig(judge_prompt=str(tmp_path / "nowhere.txt")))
+
+
+def test_eval_of_a_graded_file_reports_an_undecided_penalty_as_unscored(tmp_path, capsys):
+    from rubricrl.cli import main
+
+    verdicts = [{"criterion": "Advises rest.", "points": 10, "tags": [], "met": True, "explanation": "", "source": "judge"},
+                {"criterion": "Gives a wrong dose.", "points": -5, "tags": [], "met": None, "explanation": "judge failed",
+                 "source": "judge"}]  # fmt: skip
+    graded = tmp_path / "graded.jsonl"
+    graded.write_text(json.dumps({"id": "a", "response": "r", "score": 1.0, "verdicts": verdicts, "example_tags": []})
+                      + "\n")  # fmt: skip
+    assert main(["eval", "--graded", str(graded), "--output-dir", str(tmp_path / "report")]) == 0
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert report["unscored_examples"] == 1 and "overall_score" not in report["metrics"]  # the stored 1.0 is not trusted
+    assert main(["eval", "--graded", str(graded), "--output-dir", str(tmp_path / "met"), "--undecided-penalty", "met",
+                 "--min-coverage", "0.5"]) == 0
+    assert json.loads((tmp_path / "met" / "report.json").read_text())["metrics"]["overall_score"] == 0.5
+    assert "undecided_penalty: met" in (tmp_path / "met" / "config.yaml").read_text()

@@ -2,16 +2,16 @@
 
 import json
 import random
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from grading.dataset import load_rubric_rows
+from grading.report import build_report
 from grading.rubric import RubricError, rubric_from_items
 from grading.scores import aggregate, bootstrap_std, explicit_score, tag_scores, training_reward
-
-SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "healthbench_sample" / "healthbench_oss_eval_30.jsonl"
+from rubricrl.errors import UserError
+from tests.helpers import HEALTHBENCH_SAMPLE as SAMPLE
 
 
 def test_reference_check():
@@ -29,6 +29,34 @@ def test_undecided_verdicts_are_left_out_not_counted_false():
     result = explicit_score([4, 4, 2, -3, 5], [True, None, True, False, True], min_coverage=0.8)
     assert result.score == pytest.approx(11 / 11) and result.partial and result.coverage == 0.8
     assert explicit_score([4, 4, 2, -3, 5], [True, None, None, False, True], min_coverage=0.8).score is None
+
+
+def test_an_undecided_penalty_leaves_the_example_unscored():
+    # Left out, the penalty could only raise the score: 10/10 = 1.0 here, where deciding it as met gives 0.5.
+    result = explicit_score([10, -5], [True, None], min_coverage=0.5)
+    assert result.score is None and result.decided == 1 and result.total == 2
+    assert explicit_score([10, -5], [True, None], min_coverage=0.5, undecided_penalty="unscored").score is None
+
+
+def test_an_undecided_penalty_counted_as_met_is_a_lower_bound():
+    assert explicit_score([10, -5], [True, None], min_coverage=0.5, undecided_penalty="met").score == 0.5  # (10-5)/10
+    assert explicit_score([10, -5], [False, None], min_coverage=0.5, undecided_penalty="met").score == -0.5
+    # whatever the judge would have said, the bound is never above the truth
+    for truth in (True, False):
+        decided = explicit_score([10, 4, -5], [True, False, truth]).score
+        bound = explicit_score([10, 4, -5], [True, False, None], min_coverage=0.6, undecided_penalty="met").score
+        assert bound == pytest.approx(5 / 14) and bound <= decided
+    # coverage still counts real verdicts only: the assumed one does not lift it over min_coverage
+    met = explicit_score([10, -5], [True, None], min_coverage=0.8, undecided_penalty="met")
+    assert met.score is None and met.coverage == 0.5
+    with pytest.raises(ValueError, match="undecided_penalty"):
+        explicit_score([10, -5], [True, True], undecided_penalty="false")
+
+
+def test_an_undecided_positive_criterion_is_still_left_out_and_partial():
+    for rule in ("unscored", "met"):
+        result = explicit_score([10, 5, -5], [True, None, False], min_coverage=0.5, undecided_penalty=rule)
+        assert result.score == pytest.approx(10 / 10) and result.partial and result.coverage == pytest.approx(2 / 3)
 
 
 def test_undefined_cases_are_none_never_zero():
@@ -58,6 +86,45 @@ def test_tag_scores_by_hand():
         "axis:completeness": 0.0,
         # axis:safety has only a penalty: no positive points, so no score (not 0, not 1)
     }
+
+
+PENALTY_RUBRIC = [
+    {"criterion": "a", "points": 6, "tags": ["axis:accuracy"]},
+    {"criterion": "b", "points": 4, "tags": ["axis:completeness"]},
+    {"criterion": "c", "points": -5, "tags": ["axis:accuracy"]},
+]
+
+
+def test_tag_scores_with_an_undecided_penalty():
+    rubric = rubric_from_items(PENALTY_RUBRIC, "test", example_tags=["theme:hedging"])
+    met = [True, True, None]
+    assert tag_scores(rubric, met, min_coverage=0.5) == {}  # unscored: no tag either
+    assert tag_scores(rubric, met, min_coverage=0.5, undecided_penalty="met") == {
+        "overall_score": pytest.approx((6 + 4 - 5) / 10),
+        "theme:hedging": pytest.approx(0.5),
+        "axis:accuracy": pytest.approx((6 - 5) / 6),
+        "axis:completeness": 1.0,
+    }
+
+
+def test_report_from_a_graded_record_with_an_undecided_penalty():
+    # A record graded before the rule (its stored score, 1.0, left the penalty out): the report recomputes.
+    verdicts = [{**item, "met": met, "explanation": "", "source": "judge"}
+                for item, met in zip(PENALTY_RUBRIC, [True, True, None])]  # fmt: skip
+    records = [
+        {"id": "x", "score": 1.0, "verdicts": verdicts, "example_tags": ["theme:hedging"], "integrity_flag": None},
+        {"id": "y", "score": 0.6, "verdicts": [{**v, "met": m} for v, m in zip(verdicts, [True, False, False])],
+         "example_tags": [], "integrity_flag": None},  # 6/10
+    ]  # fmt: skip
+    report = build_report(records, min_coverage=0.5)
+    assert report["unscored_examples"] == 1 and report["undecided_penalty"] == "unscored"
+    assert report["metrics"]["overall_score"] == pytest.approx(0.6)
+    assert report["metrics"]["overall_score:n_samples"] == 1
+    assert "theme:hedging" not in report["metrics"]
+    report = build_report(records, min_coverage=0.5, undecided_penalty="met")
+    assert report["unscored_examples"] == 0 and report["undecided_penalty"] == "met"
+    assert report["metrics"]["overall_score"] == pytest.approx((0.5 + 0.6) / 2)
+    assert report["metrics"]["theme:hedging"] == pytest.approx(0.5)
 
 
 def simple_evals_metrics(example, met):
@@ -111,8 +178,8 @@ def test_dataset_mean_is_clipped_and_bootstrap_of_constant_is_zero():
 @pytest.mark.parametrize(
     "line, message",
     [
-        ("{not json", "line_file.jsonl:1: invalid JSON"),
-        (json.dumps({"prompt_id": "x", "prompt": [], "rubrics": []}), r"line_file.jsonl:1: needs 'question'.* or 'prompt'"),
+        ("{not json", "line_file.jsonl: line 1: invalid JSON"),
+        (json.dumps({"prompt_id": "x", "prompt": [], "rubrics": []}), r"line_file.jsonl: line 1: 'prompt' is an empty message list"),
         (json.dumps({"prompt_id": "x", "prompt": [{"role": "user", "content": "q"}], "rubrics": []}),
          "'rubrics' must be a non-empty list"),
         (json.dumps({"prompt_id": "x", "prompt": [{"role": "user", "content": "q"}],
@@ -124,7 +191,7 @@ def test_dataset_mean_is_clipped_and_bootstrap_of_constant_is_zero():
 def test_bad_healthbench_lines_are_named(tmp_path, line, message):
     path = tmp_path / "line_file.jsonl"
     path.write_text(line + "\n")
-    with pytest.raises(RubricError, match=message):
+    with pytest.raises(UserError, match=message):  # RecordFileError for the line, RubricError for its content
         load_rubric_rows(path)
 
 
@@ -132,7 +199,7 @@ def test_duplicate_ids_and_criteria_are_refused(tmp_path):
     row = {"prompt_id": "x", "prompt": [{"role": "user", "content": "q"}], "rubrics": [{"criterion": "a", "points": 1}]}
     path = tmp_path / "dup.jsonl"
     path.write_text(json.dumps(row) + "\n" + json.dumps(row) + "\n")
-    with pytest.raises(RubricError, match=r"dup.jsonl:2: duplicate id 'x'"):
+    with pytest.raises(RubricError, match=r"dup.jsonl: line 2: duplicate id 'x'"):
         load_rubric_rows(path)
     with pytest.raises(RubricError, match="criterion 1 repeats an earlier one"):
         rubric_from_items([{"criterion": "a", "points": 1}, {"criterion": "a", "points": 2}], "r")
