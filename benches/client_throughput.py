@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rubricrl.llm import LLMClient, ResponseCache, connected_roles
+from rubricrl.llm import LLMClient, LLMSettings, ResponseCache, open_llm
 
 
 async def measure(roles, concurrency: int, requests: int, tokens: int, cache=None, tag: str = "") -> dict:
@@ -50,8 +50,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=32)
     parser.add_argument("--tokens", type=int, default=32)
     args = parser.parse_args()
-    with connected_roles(["bench"], {"defaults": {"temperature": 0.8}}, source="bench") as roles:
-        asyncio.run(bench(roles, args.requests, args.tokens))
+    with open_llm(LLMSettings(defaults={"temperature": 0.8}), ["bench"], source="bench") as session:
+        asyncio.run(bench(session.roles, args.requests, args.tokens))
 
 
 if __name__ == "__main__":

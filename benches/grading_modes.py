@@ -21,24 +21,26 @@ import time
 from pathlib import Path
 
 from grading import judge
-from grading.grader import Grader, GradingConfig
+from grading.grader import GradeItem, Grader, GradingConfig
 from grading.dataset import load_rubric_rows
-from rubricrl.llm import LLMClient, ResponseCache, connected_roles
-from rubricrl.prompts import Prompt
+from rubricrl.llm import LLMClient, LLMSettings, ResponseCache, open_llm
 
-SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "healthbench_sample" / "healthbench_oss_eval_30.jsonl"
+SAMPLE = Path(__file__).resolve().parents[1] / "tests" / "data" / "healthbench_sample" / "healthbench_oss_eval_30.jsonl"
 
 
-def criterion_first(prompt: Prompt) -> Prompt:
-    """The per-criterion prompt with its criterion block moved to the top."""
-    head, criterion = prompt.text.split("Criterion (")
+def criterion_first(text: str) -> str:
+    """The per-criterion prompt text with its criterion block moved to the top (same placeholders)."""
+    head, criterion = text.split("Criterion (")
     criterion_block, question = criterion.split("\n\n", 1)
-    return Prompt(prompt.name + " (criterion first)", f"Criterion ({criterion_block}\n\n{head}{question}")
+    return f"Criterion ({criterion_block}\n\n{head}{question}"
 
 
 async def run(roles, examples, config: GradingConfig, tag: str, cache=None) -> dict:
-    items = [([{**m, "content": f"[{tag}] {m['content']}" if i == 0 else m["content"]} for i, m in enumerate(e.conversation)],
-              e.ideal_completion, e.rubric, None) for e in examples]  # fmt: skip
+    def tagged(conversation):  # a distinct first message per run: no run reuses another's prefix cache
+        first, *rest = conversation
+        return [{**first, "content": f"[{tag}] {first['content']}"}, *rest]
+
+    items = [GradeItem(tagged(e.conversation), e.ideal_completion, e.rubric) for e in examples]
     async with LLMClient(roles, cache=cache, concurrency=16) as client:
         started = time.monotonic()
         graded = await Grader(client, config).grade_many(items)
@@ -53,14 +55,12 @@ async def run(roles, examples, config: GradingConfig, tag: str, cache=None) -> d
 async def bench(roles, examples, chunk_size: int) -> None:
     per_criterion = GradingConfig(mode="per_criterion")
     results = {"per_criterion": await run(roles, examples, per_criterion, "pc")}
-    original = judge.CRITERION
-    judge.CRITERION = criterion_first(original)
-    try:
-        results["per_criterion, criterion first"] = await run(roles, examples, per_criterion, "pc-first")
-    finally:
-        judge.CRITERION = original
-    results["batched"] = await run(roles, examples, GradingConfig(mode="batched", chunk_size=chunk_size), "b")
     with tempfile.TemporaryDirectory() as tmp:
+        first = Path(tmp) / "judge_criterion_first.txt"
+        first.write_text(criterion_first(judge.CRITERION.text), encoding="utf-8")
+        config = GradingConfig(mode="per_criterion", judge_prompt=str(first))
+        results["per_criterion, criterion first"] = await run(roles, examples, config, "pc-first")
+        results["batched"] = await run(roles, examples, GradingConfig(mode="batched", chunk_size=chunk_size), "b")
         cache = ResponseCache(Path(tmp) / "cache")
         await run(roles, examples, per_criterion, "warm", cache)
         results["per_criterion, cached"] = await run(roles, examples, per_criterion, "warm", cache)
@@ -79,9 +79,9 @@ def main() -> None:
     parser.add_argument("--chunk-size", type=int, default=8)
     args = parser.parse_args()
     examples = [e for e in load_rubric_rows(SAMPLE).values() if e.ideal_completion][: args.examples]
-    llm = {"roles": {"judge": {"temperature": 0.0, "max_tokens": 256}}}
-    with connected_roles(["judge"], llm, source="bench") as roles:
-        asyncio.run(bench(roles, examples, args.chunk_size))
+    settings = LLMSettings(roles={"judge": {"temperature": 0.0, "max_tokens": 256}})
+    with open_llm(settings, ["judge"], source="bench") as session:
+        asyncio.run(bench(session.roles, examples, args.chunk_size))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from rubricrl.cli import main as rubricrl
 from rubricrl.embedded_model import prepare_embedded_model
-from rubricrl.llm import LLMClient, connected_roles
+from rubricrl.llm import LLMClient, LLMSettings, open_llm
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTIONS = ["What is the boiling point of water at sea level?", "Give one tip for writing clear code."]
@@ -79,10 +79,11 @@ def main() -> None:
 
     started = time.monotonic()
     print(f"== embedded model: {prepare_embedded_model()} ({time.monotonic() - started:.1f} s)")
-    with connected_roles(["chat"]) as roles:
-        endpoint = ["--base-url", roles["chat"].base_url, "--model", roles["chat"].model]
-        print(f"== server: {roles['chat'].base_url} serving {roles['chat'].model}")
-        asyncio.run(talk(roles))
+    with open_llm(LLMSettings(), ["chat"]) as session:
+        chat = session.roles["chat"]
+        endpoint = ["--base-url", chat.base_url, "--model", chat.model]
+        print(f"== server: {chat.base_url} serving {chat.model}")
+        asyncio.run(talk(session.roles))
 
         print("\n== synthesis: a rubric per query (Coarse-to-Fine)")
         synthesis = args.output_dir / "synthesis"

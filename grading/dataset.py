@@ -1,18 +1,18 @@
-"""Reading what grading consumes: rubric datasets and response files. Errors name the file, the row and the
-problem.
+"""Reading what grading consumes, through the one record reader (rubricrl/records.py): rubric datasets and
+response files. Errors name the file, the line or row, and the problem.
 
 Rubric datasets come as synthesis's export (`final.parquet` / `.jsonl`: `id, question, rubrics: [{criterion,
-points}]`) or in HealthBench's format (`prompt_id, prompt` (chat messages), `rubrics: [{criterion, points,
-tags}]`, `example_tags`, `ideal_completions_data`); both become `RubricRow`s."""
+points}]`, with the chat messages of multi-turn queries read from `final_details.parquet` beside it), in
+HealthBench's format (`prompt_id, prompt` (chat messages), `rubrics: [{criterion, points, tags}]`, `example_tags`,
+`ideal_completions_data`), or as RaR rows (`question, reference_answer, rubric`); all become `RubricRow`s."""
 
-import json
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from grading.rar import PitfallConvention, criteria_from_rar
 from grading.rubric import Rubric, RubricError, rubric_from_items
+from rubricrl.records import InvalidRecord, conversation_of, id_column_of, iter_rows, record_id
 
 
 @dataclass(frozen=True)
@@ -26,41 +26,23 @@ class RubricRow:
     """HealthBench's physician-written ideal completion, where the example has one."""
 
 
-def read_records(path: Path) -> Iterator[tuple[str, Any]]:
-    """(where, record) for each row of a .jsonl or .parquet file."""
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq  # only here: loading it takes a tenth of a second
-
-        for i, record in enumerate(pq.read_table(path).to_pylist()):
-            yield f"{path}: row {i}", record
-        return
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                yield f"{path}:{number}", json.loads(line)
-            except json.JSONDecodeError as error:
-                raise RubricError(f"{path}:{number}: invalid JSON: {error.msg} at column {error.colno}") from error
-
-
 def load_rubric_rows(path: str | Path, rar_pitfalls: PitfallConvention = "auto") -> dict[str, RubricRow]:
-    """Rows keyed by id: `id` or HealthBench's `prompt_id`; the query as `question` (text) or `prompt` (messages);
-    `rar_pitfalls` reads RaR pitfalls (see rar.py)."""
+    """Rows keyed by id (as the record reader reads ids and conversations: `id` or `prompt_id`, else generated from
+    the content; `prompt` messages before `question`); `rar_pitfalls` reads RaR pitfalls (see rar.py)."""
     path = Path(path)
     rows: dict[str, RubricRow] = {}
-    for where, record in read_records(path):
-        if not isinstance(record, dict):
-            raise RubricError(f"{where}: expected an object, got {type(record).__name__}")
-        row_id = record.get("id", record.get("prompt_id"))
-        if not isinstance(row_id, str) or not row_id:
-            raise RubricError(f"{where}: needs a non-empty string 'id' (or 'prompt_id')")
+    for where, record in iter_rows(path):
+        conversation = _conversation(record, where)  # multi-turn queries keep their turns and roles
+        try:
+            row_id = record_id(record.get(id_column_of(record)), id_column_of(record), conversation)
+        except InvalidRecord as problem:
+            raise RubricError(f"{where}: {problem}") from None
         if row_id in rows:
             raise RubricError(f"{where}: duplicate id {row_id!r}")
         ideal = record.get("ideal_completions_data")
         rows[row_id] = RubricRow(
             id=row_id,
-            conversation=_conversation(record, where),
+            conversation=conversation,
             rubric=rubric_from_items(_rubric_items(record, where, rar_pitfalls), where, record.get("example_tags") or ()),
             reference=record.get("reference_answer"),
             ideal_completion=ideal.get("ideal_completion") if isinstance(ideal, dict) else None,
@@ -78,24 +60,21 @@ def _rubric_items(record: dict, where: str, rar_pitfalls: PitfallConvention) -> 
 
 
 def _conversation(record: dict, where: str) -> list[dict[str, str]]:
-    prompt, question = record.get("prompt"), record.get("question")
-    if isinstance(prompt, list) and prompt and all(
-        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in prompt
-    ):
-        return [{"role": m["role"], "content": m["content"]} for m in prompt]
-    if isinstance(question, str) and question.strip():
-        return [{"role": "user", "content": question}]
-    raise RubricError(f"{where}: needs 'question' (non-empty text) or 'prompt' (a list of {{role, content}} messages)")
+    try:
+        return conversation_of(record)
+    except InvalidRecord as problem:
+        raise RubricError(f"{where}: {problem}") from None
 
 
 def load_responses(path: str | Path, known_ids: set[str]) -> list[tuple[str, str]]:
     """(id, response) pairs of a JSONL file; every id must name a rubric row."""
     path = Path(path)
     pairs = []
-    for where, record in read_records(path):
-        if not isinstance(record, dict) or not isinstance(record.get("response"), str):
+    for where, record in iter_rows(path):
+        if not isinstance(record.get("response"), str):
             raise RubricError(f"{where}: needs a string 'response'")
-        if record.get("id") not in known_ids:
+        row_id = str(record["id"]) if isinstance(record.get("id"), int) else record.get("id")  # as record_id reads it
+        if row_id not in known_ids:
             raise RubricError(f"{where}: id {record.get('id')!r} is not in the rubric file")
-        pairs.append((record["id"], record["response"]))
+        pairs.append((row_id, record["response"]))
     return pairs

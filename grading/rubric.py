@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grading.rules import RuleError, validate_rule
+from rubricrl.errors import UserError
 
 
-class RubricError(ValueError):
+class RubricError(UserError, ValueError):
     """A rubric or criterion is malformed; the message names where (file, row, criterion) and what."""
 
 

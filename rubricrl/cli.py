@@ -9,10 +9,8 @@ import time
 from pathlib import Path
 
 from rubricrl import __version__
-from grading.rubric import RubricError
-from rubricrl.queries import QueryFileError
-from synthesis.output import OutputFolderError
-from rubricrl.config import ConfigError, load_yaml
+from rubricrl.config import add_config_arguments, config_source, parse_settings
+from rubricrl.errors import UserError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return args.run(args) or 0
-    except (ConfigError, RubricError, QueryFileError, OutputFolderError, FileNotFoundError) as error:
+    except (UserError, FileNotFoundError) as error:
         print(f"rubricrl: error: {error}", file=sys.stderr)
         return 2
 
@@ -57,7 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--schema", type=Path, help="JSON schema file: answer with validated JSON")
     chat.add_argument("--max-tokens", type=int, help="default: the role's (config) or the endpoint's")
     chat.add_argument("--temperature", type=float)
-    add_llm_arguments(chat)
+    from rubricrl.llm.connect import LLMSettings
+
+    add_config_arguments(chat, [LLMSettings])
     chat.set_defaults(run=run_chat)
 
     from grading.cli import add_commands as add_grading_commands
@@ -71,32 +71,6 @@ def build_parser() -> argparse.ArgumentParser:
     cache_commands.add_parser("info", help="where the cache is and how much it holds").set_defaults(run=run_cache_info)
     cache_commands.add_parser("clear", help="delete every cached response").set_defaults(run=run_cache_clear)
     return parser
-
-
-def add_llm_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags every command that calls models takes."""
-    group = parser.add_argument_group("models")
-    group.add_argument("--config", type=Path, help="YAML config; its roles override --base-url/--model")
-    group.add_argument("--base-url", help="OpenAI-compatible endpoint for every role (key from OPENAI_API_KEY)")
-    group.add_argument("--model", help="model name for every role (without --base-url: served locally by vLLM)")
-    group.add_argument("--concurrency", type=int, default=16, help="concurrent requests (default 16)")
-    group.add_argument("--timeout", type=float, default=120.0, help="seconds per request attempt (default 120)")
-    group.add_argument("--no-cache", action="store_true", help="neither read nor write the response cache")
-
-
-def llm_client_options(args: argparse.Namespace) -> dict:
-    """Keyword arguments for LLMClient from the flags of add_llm_arguments."""
-    from rubricrl.llm import ResponseCache
-
-    return {"cache": None if args.no_cache else ResponseCache(), "concurrency": args.concurrency,
-            "timeout": args.timeout}  # fmt: skip
-
-
-def llm_config(args: argparse.Namespace) -> tuple[dict, str]:
-    """The `llm:` section of --config (empty without one), and where it came from for error messages."""
-    if args.config is None:
-        return {}, "command line"
-    return load_yaml(args.config).get("llm") or {}, str(args.config)
 
 
 def run_model_prepare(args: argparse.Namespace) -> int:
@@ -161,22 +135,22 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def run_chat(args: argparse.Namespace) -> int:
-    from rubricrl.llm import LLMClient, connected_roles
+    from rubricrl.llm import open_llm
 
-    config, source = llm_config(args)
+    (llm,) = parse_settings(args, command="chat")
     messages = ([{"role": "system", "content": args.system}] if args.system else []) + [
         {"role": "user", "content": args.prompt}
     ]
     schema = json.loads(args.schema.read_text()) if args.schema else None
     params = {"max_tokens": args.max_tokens, "temperature": args.temperature}  # None: the role's own
 
-    async def ask(roles):
-        async with LLMClient(roles, **llm_client_options(args)) as client:
+    async def ask(session):
+        async with session.client() as client:
             result = await client.chat("chat", messages, n=args.n, schema=schema, **params)
             return result, client.usage["chat"]
 
-    with connected_roles(["chat"], config, base_url=args.base_url, model=args.model, source=source) as roles:
-        result, usage = asyncio.run(ask(roles))
+    with open_llm(llm, ["chat"], source=config_source(args)) as session:
+        result, usage = asyncio.run(ask(session))
     for i, text in enumerate(result.texts):
         if args.n > 1:
             print(f"--- sample {i + 1}/{args.n} ({result.finish_reasons[i]})")

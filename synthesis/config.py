@@ -2,11 +2,13 @@
 section of a config (configs/synthesis/*.yaml); documented field by field."""
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 
 @dataclass
 class SynthesisConfig:
+    config_section: ClassVar[str] = "synthesis"
+
     method: Literal["coarse_to_fine", "rar"] = "coarse_to_fine"
     """coarse_to_fine: reference -> responses A, B -> N candidate rubrics -> merge -> difficulty evolution.
     rar (Rubrics as Rewards): reference -> one rubric with categories (Essential / Important / Optional /
@@ -55,6 +57,14 @@ class SynthesisConfig:
         if self.evolve:
             names.append("evolver")
         return names
+
+    def cpu_max_tokens(self) -> dict[str, int]:
+        """max_tokens for roles on the embedded model on a CPU that set none: free text short (the model rambles
+        otherwise), rubric answers long enough to close their JSON at the criteria asked for."""
+        rubric = min(1200, 150 + 90 * self.max_criteria)
+        budgets = {"reference": 192, "response_a": 160, "response_b": 160, "aggregator": rubric,
+                   "evolver": min(600, 150 + 90 * self.max_new_criteria)}  # fmt: skip
+        return {**budgets, **{role: rubric for role in self.rubric_roles}}
 
     @property
     def weight_bounds(self) -> tuple[int, int]:

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rubricrl.errors import UserError
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -51,7 +53,7 @@ def json_line(row: dict[str, Any]) -> bytes:
     return json.dumps(row, ensure_ascii=False).encode() + b"\n"
 
 
-class OutputFolderError(ValueError):
+class OutputFolderError(UserError, ValueError):
     """A file of the output folder holds something this harness did not write; the message names file and line."""
 
 

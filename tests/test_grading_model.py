@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from rubricrl.cli import main
-from tests.test_embedded_server import requests_served
-from tests.test_scores import SAMPLE
+from tests.helpers import HEALTHBENCH_SAMPLE as SAMPLE
+from tests.helpers import requests_served
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 
@@ -77,4 +77,4 @@ def test_bad_rubric_file_is_a_clear_error(tmp_path, capsys):
     responses = tmp_path / "responses.jsonl"
     responses.write_text('{"id": "a", "response": "r"}\n')
     assert main(["grade", "--rubrics", str(bad), "--responses", str(responses), "--output", str(tmp_path / "o")]) == 2
-    assert f"{bad}:2: invalid JSON" in capsys.readouterr().err
+    assert f"{bad}: line 2: invalid JSON" in capsys.readouterr().err

@@ -15,6 +15,7 @@ from rubricrl.queries import (
     read_queries,
     write_rejected,
 )
+from tests.helpers import HEALTHBENCH_SAMPLE
 
 CHAT = [
     {"role": "system", "content": "You are a careful physician."},
@@ -100,14 +101,21 @@ def test_saved_dataset_bad_row_names_row_and_split(tmp_path):
         read_queries(tmp_path / "dd")
 
 
-def test_default_column_is_question_when_present(tmp_path):
-    rows = [{"question": "The question?", "prompt": "Some other text"}]
+def test_default_column_is_prompt_when_present(tmp_path):
+    """One precedence for every reader (rubricrl/records.py): where both exist, `question` is the flattened form."""
+    rows = [{"question": "system: ...\n\nuser: I have a headache. ...", "prompt": CHAT}]
     (query,) = read_queries(write_jsonl(tmp_path / "q.jsonl", rows)).queries
-    assert query.question == "The question?"
-    assert query.extra == {"prompt": "Some other text"}
+    assert query.messages == CHAT and query.question == "Three days."
+    assert query.extra == {"question": rows[0]["question"]}
 
 
-def test_default_column_is_prompt_without_question(tmp_path):
+def test_default_column_is_question_without_prompt(tmp_path):
+    rows = [{"question": "The question?"}]
+    (query,) = read_queries(write_parquet(tmp_path / "q.parquet", rows)).queries
+    assert query.messages == [{"role": "user", "content": "The question?"}]
+
+
+def test_prompt_as_text_or_messages(tmp_path):
     rows = [{"prompt": "Plain text prompt"}, {"prompt": CHAT}]
     queries = read_queries(write_parquet(tmp_path / "q.parquet", rows[:1])).queries
     queries += read_queries(write_jsonl(tmp_path / "q.jsonl", rows)).queries
@@ -136,7 +144,7 @@ def test_blank_lines_and_bom_are_skipped(tmp_path):
 
 
 def test_real_healthbench_sample_reads(tmp_path):
-    result = read_queries("/work/shared/data/healthbench_sample/healthbench_oss_eval_30.jsonl")
+    result = read_queries(HEALTHBENCH_SAMPLE)
     assert len(result.queries) == 30
     assert any(len(q.messages) > 1 for q in result.queries)
     assert all(q.id == q.extra.get("prompt_id", q.id) and "rubrics" in q.extra for q in result.queries)
@@ -195,7 +203,7 @@ def test_identical_queries_without_ids_are_duplicates(tmp_path):
 BAD_JSONL_LINES = [
     ('{"question": "ok?"', r"invalid JSON: Expecting ',' delimiter at column 19"),
     ('["question"]', r"expected a JSON object, got list"),
-    ('{"id": "x"}', r"missing query column 'question' \(the file's query column, chosen from line 1"),
+    ('{"id": "x"}', r"no 'prompt' or 'question' key"),
     ('{"question": ""}', r"'question' is empty"),
     ('{"question": "  \\n\\t "}', r"'question' is empty \(whitespace only\)"),
     ('{"question": 42}', r"'question' must be text, got int"),
@@ -246,17 +254,25 @@ def test_bad_parquet_message_list(tmp_path):
 
 def test_first_jsonl_object_without_a_query_key(tmp_path):
     path = write_jsonl(tmp_path / "q.jsonl", [{"id": "a", "text": "Q?"}])
-    with pytest.raises(QueryFileError, match=located(path, "line 1") + "no 'question' or 'prompt' key; name the query"):
+    with pytest.raises(QueryFileError, match=located(path, "line 1") + "no 'prompt' or 'question' key; name the query"):
         read_queries(path)
 
 
-def test_later_jsonl_line_missing_the_chosen_column(tmp_path):
-    path = write_jsonl(tmp_path / "q.jsonl", [{"prompt": "P?"}, {"question": "Q?"}])
-    with pytest.raises(QueryFileError, match=located(path, "line 2") + r"missing query column 'prompt' \(.*from line 1"):
+def test_each_row_takes_prompt_else_question(tmp_path):
+    path = write_jsonl(tmp_path / "q.jsonl", [{"prompt": "P?"}, {"question": "Q?"}, {"prompt": None, "question": "R?"}])
+    assert [q.question for q in read_queries(path).queries] == ["P?", "Q?", "R?"]
+    path = write_jsonl(tmp_path / "q.jsonl", [{"prompt": "P?"}, {"text": "Q?"}])
+    with pytest.raises(QueryFileError, match=located(path, "line 2") + "no 'prompt' or 'question' key"):
         read_queries(path)
 
 
-@pytest.mark.parametrize("column, expected", [(None, "'question' or 'prompt'"), ("text", "'text'")])
+def test_a_named_query_column_is_required_in_every_row(tmp_path):
+    path = write_jsonl(tmp_path / "q.jsonl", [{"text": "P?"}, {"question": "Q?"}])
+    with pytest.raises(QueryFileError, match=located(path, "line 2") + "missing query column 'text'"):
+        read_queries(path, query_column="text")
+
+
+@pytest.mark.parametrize("column, expected", [(None, "'prompt' or 'question'"), ("text", "'text'")])
 def test_parquet_without_the_query_column(tmp_path, column, expected):
     path = write_parquet(tmp_path / "q.parquet", [{"id": "a", "body": "Q?"}])
     with pytest.raises(QueryFileError, match=re.escape(f"{path}: no query column {expected}; columns: id, body")):
@@ -274,8 +290,8 @@ def test_invalid_utf8_names_line_3(tmp_path):
     ("empty.jsonl", b"", "no rows"),
     ("blank.jsonl", b"\n  \n\n", "no rows"),
     ("broken.parquet", b"not parquet at all", "cannot read as Parquet"),
-    ("queries.csv", b"question\nQ?\n", "unknown query file type '.csv'"),
-    ("notes", b"question\n", "unknown query file type '(no extension)'"),
+    ("queries.csv", b"question\nQ?\n", "unknown file type '.csv'"),
+    ("notes", b"question\n", "unknown file type '(no extension)'"),
 ])  # fmt: skip
 def test_bad_files_are_fatal_even_when_skipping(tmp_path, name, content, problem):
     path = tmp_path / name

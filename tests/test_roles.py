@@ -1,29 +1,31 @@
-"""Role resolution: CLI blanket < config defaults < the role's own entry; config errors say where and what."""
+"""Role resolution: defaults < the role's own entry; config errors say where and what; a base_url without a model
+takes the one the endpoint serves."""
 
 import pytest
 
 from rubricrl.config import ConfigError, load_yaml
-from rubricrl.llm import Role, bind_local, resolve_roles
+from rubricrl.llm import LLMSettings, Role, bind_local, open_llm, resolve_roles
 
 
-def test_cli_flags_point_every_role_at_one_endpoint():
-    roles = resolve_roles(["writer", "judge"], base_url="http://gpu:8000/v1", model="qwen")
+def test_defaults_point_every_role_at_one_endpoint():
+    settings = LLMSettings(base_url="http://gpu:8000/v1", model="qwen")
+    roles = resolve_roles(["writer", "judge"], settings.role_defaults())
     assert roles["writer"] == roles["judge"] == Role(model="qwen", base_url="http://gpu:8000/v1")
 
 
-def test_config_roles_override_cli_flags_and_defaults():
-    config = {
-        "defaults": {"temperature": 0.2, "max_tokens": 512},
-        "roles": {"judge": {"base_url": "https://api.example.com/v1", "model": "big", "temperature": 0.0}},
-    }
-    roles = resolve_roles(["writer", "judge"], config, base_url="http://gpu:8000/v1", model="qwen")
+def test_role_entries_override_defaults():
+    settings = LLMSettings(
+        base_url="http://gpu:8000/v1", model="qwen", defaults={"temperature": 0.2, "max_tokens": 512},
+        roles={"judge": {"base_url": "https://api.example.com/v1", "model": "big", "temperature": 0.0}},
+    )  # fmt: skip
+    roles = resolve_roles(["writer", "judge"], settings.role_defaults(), settings.roles)
     assert roles["writer"] == Role(model="qwen", base_url="http://gpu:8000/v1", temperature=0.2, max_tokens=512)
     assert roles["judge"] == Role(model="big", base_url="https://api.example.com/v1", temperature=0.0, max_tokens=512)
     assert roles["judge"].sampling_params() == {"temperature": 0.0, "max_tokens": 512}
 
 
 def test_roles_without_endpoint_are_bound_to_the_local_server():
-    roles = resolve_roles(["writer", "judge"], {"roles": {"judge": {"base_url": "http://x/v1", "model": "m"}}})
+    roles = resolve_roles(["writer", "judge"], {}, {"judge": {"base_url": "http://x/v1", "model": "m"}})
     assert roles["writer"].is_local and not roles["judge"].is_local
     bound = bind_local(roles, "http://127.0.0.1:8750/v1", "SmolLM2-135M-Instruct")
     assert bound["writer"] == Role(model="SmolLM2-135M-Instruct", base_url="http://127.0.0.1:8750/v1", api_key_env="")
@@ -31,28 +33,36 @@ def test_roles_without_endpoint_are_bound_to_the_local_server():
 
 
 @pytest.mark.parametrize(
-    "config, message",
+    "entries, message",
     [
-        ({"roles": {"judge": {"temprature": 0.1}}}, r"cfg.yaml: roles.judge: unknown key\(s\) \['temprature'\]"),
-        ({"roles": {"judge": {"temperature": "hot"}}}, r"roles.judge.temperature: expected .*float.*, got 'hot'"),
-        ({"roles": {"judge": {"base_url": "http://x/v1"}}}, "role 'judge' points at http://x/v1 but names no model"),
-        ({"role": {}}, r"unknown key\(s\) \['role'\]"),
-        ({"roles": {"judge": {"stop": ["a", 3]}}}, r"roles.judge.stop: expected"),
+        ({"judge": {"temprature": 0.1}}, r"cfg.yaml: roles.judge: unknown key\(s\) \['temprature'\]"),
+        ({"judge": {"temperature": "hot"}}, r"roles.judge.temperature: expected .*float.*, got 'hot'"),
+        ({"judge": ["model"]}, r"llm.roles must map role names to settings"),
+        ({"judge": {"stop": ["a", 3]}}, r"roles.judge.stop: expected"),
     ],
 )
-def test_config_mistakes_are_named(config, message):
+def test_config_mistakes_are_named(entries, message):
     with pytest.raises(ConfigError, match=message):
-        resolve_roles(["judge"], config, source="cfg.yaml")
+        resolve_roles(["judge"], {}, entries, source="cfg.yaml")
+
+
+def test_a_base_url_without_a_model_takes_the_one_it_serves(fault_server):
+    settings = LLMSettings(base_url=fault_server.base_url)
+    with open_llm(settings, ["judge"]) as session:
+        assert session.roles["judge"].model == "fake"  # the one model its /models lists
+    with pytest.raises(ConfigError, match="role 'judge' points at http://127.0.0.1:9/v1 but names no model"):
+        with open_llm(LLMSettings(base_url="http://127.0.0.1:9/v1"), ["judge"]):
+            pass
 
 
 def test_local_server_is_never_sent_the_users_key(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-real-key-of-the-user")
-    bound = bind_local(resolve_roles(["judge"]), "http://127.0.0.1:8750/v1", "SmolLM2-135M-Instruct")
+    bound = bind_local(resolve_roles(["judge"], {}), "http://127.0.0.1:8750/v1", "SmolLM2-135M-Instruct")
     assert bound["judge"].api_key() == "EMPTY"
 
 
 def test_roles_this_command_does_not_use_are_reported(capsys):
-    roles = resolve_roles(["judge"], {"roles": {"juge": {"model": "m"}}}, source="cfg.yaml")
+    roles = resolve_roles(["judge"], {}, {"juge": {"model": "m"}}, source="cfg.yaml")
     assert roles["judge"].is_local
     assert "cfg.yaml: roles ['juge'] are not used by this command" in capsys.readouterr().err
 
@@ -73,5 +83,17 @@ def test_shipped_config_resolves(tmp_path):
     from pathlib import Path
 
     config = load_yaml(Path(__file__).resolve().parents[1] / "configs" / "tiny-cpu.yaml")
-    roles = resolve_roles(["chat"], config["llm"], source="tiny-cpu.yaml")
-    assert roles["chat"].is_local and roles["chat"].max_tokens
+    llm = LLMSettings(**config["llm"])
+    roles = resolve_roles(["chat", "judge"], llm.role_defaults(), llm.roles, source="tiny-cpu.yaml")
+    assert roles["chat"].is_local and roles["chat"].temperature == 0.7 and roles["judge"].temperature == 0.0
+
+
+def test_roles_on_the_embedded_model_get_cpu_budgets_unless_they_set_their_own(fault_server, capsys):
+    settings = LLMSettings(base_url=fault_server.base_url, model="SmolLM2-135M-Instruct",
+                           roles={"writer": {"max_tokens": 50}, "other": {"model": "big"}})  # fmt: skip
+    with open_llm(settings, ["judge", "writer", "chat", "other"], cpu_budgets={"judge": 400}) as session:
+        tokens = {name: role.max_tokens for name, role in session.roles.items()}
+    assert tokens == {"judge": 400, "writer": 50, "chat": 256, "other": None}
+    assert session.budget_note().startswith("max_tokens for the embedded model on CPU (roles without their own): "
+                                            "judge 400, chat 256")  # fmt: skip
+    assert "judge 400" in capsys.readouterr().err

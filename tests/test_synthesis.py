@@ -13,6 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from rubricrl.cli import main
 from rubricrl.llm import ResponseCache
@@ -172,6 +173,29 @@ def test_multiturn_query_keeps_its_messages(tmp_path, home):
     assert pq.read_table(tmp_path / "out" / "final_details.parquet").to_pylist()[0]["prompt"] == messages
 
 
+def test_a_multiturn_query_reaches_the_judge_with_each_turn_once_and_its_role(tmp_path, home):
+    """synth writes RubricHub's schema (the question is a transcript); grade reads the messages back from the
+    details file beside it, so the judge sees three turns, not one user message holding "user: ..." text."""
+    path = tmp_path / "mt.jsonl"
+    turns = [{"role": "user", "content": "I cough at night."}, {"role": "assistant", "content": "Since when?"},
+             {"role": "user", "content": "Three weeks now. Should I worry?"}]  # fmt: skip
+    path.write_text(json.dumps({"id": "mt", "prompt": turns}) + "\n")
+    responses = tmp_path / "responses.jsonl"
+    responses.write_text(json.dumps({"id": "mt", "response": "See a doctor if it persists."}) + "\n")
+    with FaultServer(reply=schema_reply) as server:
+        assert synth(server, tmp_path, path) == 0
+        server.requests.clear()
+        assert main(["grade", "--rubrics", str(tmp_path / "out" / "final.parquet"), "--responses", str(responses),
+                     "--output", str(tmp_path / "graded.jsonl"), "--base-url", server.base_url, "--model", "fake"]) == 0  # fmt: skip
+        judged = [r["messages"][-1]["content"] for r in server.requests]
+    assert judged
+    for prompt in judged:
+        for turn in turns:
+            assert prompt.count(turn["content"]) == 1 and f"{turn['role']}: {turn['content']}" in prompt
+        assert "user: user:" not in prompt and "user: I cough" in prompt
+    assert (tmp_path / "graded.config.yaml").exists()
+
+
 def test_publish_dry_run_builds_a_folder_that_loads_back(tmp_path, home):
     from datasets import load_dataset
 
@@ -204,6 +228,8 @@ def test_two_rubric_writers_are_merged_by_the_aggregator(tmp_path, home):
         assert synth(server, tmp_path, queries(tmp_path / "q.jsonl", 2), "--config", config) == 0
         prompts = [r["messages"][-1]["content"] for r in server.requests]
         assert sum("Merge them into one rubric" in p for p in prompts) == 2  # one aggregation per query
+        # Same model and settings: the two writers share one call with n=2 per query (client.chat_each).
+        assert sum(r.get("n") == 2 and "response_format" in r for r in server.requests) == 2
     details = [json.loads(line) for line in (tmp_path / "out" / "details.jsonl").read_text().splitlines()]
     assert all(len(d["candidates"]) == 2 and d["merged"][0]["stage"] == "aggregate" for d in details)
 
@@ -281,6 +307,28 @@ def test_bad_synthesis_config_is_refused_before_any_call(tmp_path, home, synthes
         assert server.count == 0
     err = capsys.readouterr().err
     assert f"{config}: synthesis" in err and message in err
+
+
+def test_flags_override_the_config_file_and_the_resolved_settings_are_written(tmp_path, home):
+    config = config_file(tmp_path, "  max_criteria: 9\n  evolve: true\n")
+    with FaultServer(reply=schema_reply) as server:
+        assert synth(server, tmp_path, queries(tmp_path / "q.jsonl", 1), "--config", config,
+                     "--max-criteria", "8", "--no-evolve", "--roles", "reference.temperature=0.3") == 0  # fmt: skip
+        rubric_schema = next(r["response_format"]["json_schema"]["schema"] for r in server.requests
+                             if r.get("response_format"))  # fmt: skip
+        assert rubric_schema["properties"]["criteria"]["maxItems"] == 8  # the flag, not the file's 9
+        assert server.count == 3  # reference, A and B in one n=2 call, the rubric; no evolve call
+        assert next(r for r in server.requests if "temperature" in r)["temperature"] == 0.3
+    written = yaml.safe_load((tmp_path / "out" / "config.yaml").read_text())
+    assert written["synthesis"]["max_criteria"] == 8 and written["synthesis"]["evolve"] is False
+    assert written["input"] == str(tmp_path / "q.jsonl") and written["llm"]["roles"]["reference"]["temperature"] == 0.3
+    assert json.loads((tmp_path / "out" / "manifest.json").read_text())["config"] == written
+    # the written settings are a config: rerunning with them alone resumes the same run (nothing left to call)
+    with FaultServer(reply=schema_reply) as server:
+        written["llm"]["base_url"] = server.base_url
+        (tmp_path / "again.yaml").write_text(yaml.safe_dump(written))
+        assert main(["synth", "--config", str(tmp_path / "again.yaml")]) == 0
+        assert server.count == 0
 
 
 def test_output_folder_resumes_from_cut_off_lines_and_keeps_each_row_once(tmp_path):

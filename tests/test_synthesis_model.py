@@ -7,13 +7,16 @@ import pyarrow.parquet as pq
 import pytest
 
 from rubricrl.cli import main
+from synthesis.config import SynthesisConfig
 from synthesis.output import final_schema
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_coarse_to_fine_on_the_embedded_model(local_server, tmp_path, monkeypatch):
+def test_coarse_to_fine_on_the_embedded_model(local_server, tmp_path, monkeypatch, capsys):
+    """Only the server's URL is given: the model is the one it serves, and as it is the embedded model, the CPU
+    token budgets apply to every role without a preset naming them (and the summary says which)."""
     monkeypatch.setenv("RUBRICRL_HOME", str(tmp_path / "home"))  # a cache of its own: real calls are made
     queries = tmp_path / "queries.jsonl"
     rows = [{"id": "single", "prompt": "How do I boil an egg?"},
@@ -24,8 +27,9 @@ def test_coarse_to_fine_on_the_embedded_model(local_server, tmp_path, monkeypatc
     queries.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     out = tmp_path / "out"
     code = main(["synth", "--input", str(queries), "--output-dir", str(out), "--base-url", local_server.base_url,
-                 "--model", local_server.model, "--config", str(ROOT / "configs" / "synthesis" / "tiny-cpu.yaml")])  # fmt: skip
+                 "--config", str(ROOT / "configs" / "synthesis" / "tiny-cpu.yaml")])  # fmt: skip
     assert code == 0
+    assert "max_tokens for the embedded model on CPU" in capsys.readouterr().out
     table = pq.read_table(out / "final.parquet")
     assert table.schema == final_schema()
     rubrics = {row["id"]: row["rubrics"] for row in table.to_pylist()}
@@ -36,4 +40,6 @@ def test_coarse_to_fine_on_the_embedded_model(local_server, tmp_path, monkeypatc
     assert details["multi-turn"]["prompt"][1]["role"] == "assistant"
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["roles"]["reference"]["model"] == local_server.model
+    budgets = SynthesisConfig(**manifest["config"]["synthesis"]).cpu_max_tokens()
+    assert all(role["max_tokens"] == budgets[name] for name, role in manifest["roles"].items())
     assert manifest["usage"]["rubric_writer"]["completion_tokens"] > 0

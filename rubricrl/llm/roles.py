@@ -1,8 +1,9 @@
 """Roles: who answers a call. A role names an endpoint, a model and the sampling parameters to use.
 
-Every stage asks for roles by name ("reference", "judge", "policy", ...). Resolution order, from weakest:
-`--base-url/--model` on the command line (all roles at once) < `defaults:` in the YAML config < the role's own
-entry under `roles:`. A role left without a base_url is served by the embedded local model.
+Every stage asks for roles by name ("reference", "judge", "policy", ...). A role is built from two levels, the
+more specific winning: `defaults` (every role) < the role's own entry under `roles`. At each level the command line
+wins over the config file (see connect.LLMSettings). A role left without a base_url is served by the embedded
+local model.
 """
 
 import os
@@ -63,31 +64,21 @@ class Role:
 
 
 def resolve_roles(
-    names: list[str],
-    config: dict[str, Any] | None = None,
-    *,
-    base_url: str | None = None,
-    model: str | None = None,
-    source: str = "config",
-) -> dict[str, Role]:
-    """Build the named roles from the CLI's blanket --base-url/--model and the config's `defaults`/`roles`."""
-    config = config or {}
-    unknown = set(config) - {"defaults", "roles"}
-    if unknown:
-        raise ConfigError(f"{source}: unknown key(s) {sorted(unknown)} in the LLM section (known: defaults, roles)")
-    role_entries = config.get("roles") or {}
-    unused = set(role_entries) - set(names)
+    names: list[str], defaults: dict[str, Any] | None = None, entries: dict[str, Any] | None = None,
+    *, source: str = "config",
+) -> dict[str, Role]:  # fmt: skip
+    """Build the named roles: each is `defaults` overlaid with its own entry in `entries`."""
+    entries = entries or {}
+    if not isinstance(entries, dict) or not all(isinstance(e, dict | None) for e in entries.values()):
+        raise ConfigError(f"{source}: llm.roles must map role names to settings, got {entries!r:.200}")
+    unused = set(entries) - set(names)
     if unused:  # one config serves several commands, so not an error; but say it, a typo would hide here
         print(f"[rubricrl] {source}: roles {sorted(unused)} are not used by this command (it uses {names})",
               file=sys.stderr)
-    blanket = {k: v for k, v in {"base_url": base_url, "model": model}.items() if v is not None}
     roles = {}
     for name in names:
-        merged = {**blanket, **(config.get("defaults") or {}), **(role_entries.get(name) or {})}
-        role = dataclass_from_dict(Role, merged, f"{source}: roles.{name}")
-        if role.base_url is not None and role.model is None:
-            raise ConfigError(f"{source}: role '{name}' points at {role.base_url} but names no model")
-        roles[name] = role
+        merged = {**(defaults or {}), **(entries.get(name) or {})}
+        roles[name] = dataclass_from_dict(Role, merged, f"{source}: roles.{name}")
     return roles
 
 

@@ -1,0 +1,276 @@
+"""The one reader for every record a stage consumes (queries, rubric rows, responses): JSONL, Parquet or a saved
+Hugging Face dataset folder, streamed, with errors that name the file, the place and the problem:
+`queries.jsonl: line 3: ...` (JSONL lines count from 1, as an editor shows them) or `rubrics.parquet: row 3: ...`
+(Parquet and dataset rows count from 0, as `pandas.read_parquet(...).iloc[3]` and `Dataset[3]` do).
+
+The conversation of a record, one precedence everywhere: `prompt` when the record has it (text, or chat messages
+ending with a user message, as HealthBench stores them), else `question` (text, as RubricHub's export stores it).
+`prompt` comes first because where a file has both, `question` is the flattened form: a multi-turn chat written as
+one transcript string would reach a model as one user message and lose its turns and roles.
+"""
+
+import hashlib
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rubricrl.errors import UserError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+ROLES = ("system", "user", "assistant")
+QUERY_COLUMNS = ("prompt", "question")
+"""Where the conversation is, in order of precedence."""
+# RubricHub's schema keeps a query as a string (`question`, a transcript for a multi-turn chat); synthesis writes
+# the messages themselves beside it, in final_details.parquet.
+SYNTHESIS_FILES = ("final.parquet", "final.jsonl")
+DETAILS_FILE = "final_details.parquet"
+BATCH_ROWS = 1024  # rows per Arrow batch: large enough to be fast, small enough to keep memory flat
+
+
+class RecordFileError(UserError, ValueError):
+    """A file is unreadable or has a bad record; the message names the file, the line or row, and the problem."""
+
+
+class InvalidRecord(Exception):
+    """A record's problem, without its location (the reader adds it, since it knows it)."""
+
+
+@dataclass(frozen=True)
+class Record:
+    location: str
+    """`line 3` (JSONL) or `row 3` (Parquet, dataset)."""
+    raw: Any
+    """The parsed row, or the raw line text when the line is not a JSON object."""
+    row: dict[str, Any] | None = None
+    problem: str | None = None
+    """Why the line is not a record (invalid JSON or UTF-8, not an object)."""
+
+
+@dataclass(frozen=True)
+class RecordFile:
+    source: str
+    """The path (and the split of a dataset dict), for messages."""
+    columns: list[str] | None
+    """Column names; None for JSONL, which has no schema."""
+    records: Iterator[Record]
+
+
+def open_records(path: str | Path) -> RecordFile:
+    """The records of a file, streamed; file-level problems (missing, unreadable, unknown type) raise here.
+    A synthesis output (`final.parquet` / `final.jsonl` beside `final_details.parquet`) comes with its `prompt`."""
+    path = Path(path)
+    source, columns, records = _open(path)
+    details = path.parent / DETAILS_FILE
+    if path.name in SYNTHESIS_FILES and details.exists() and (columns is None or "prompt" not in columns):
+        columns = None if columns is None else [*columns, "prompt"]
+        records = _with_prompts(records, details)
+    return RecordFile(source, columns, records)
+
+
+def iter_rows(path: str | Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(where, row) for each record, `where` being `file: line N` or `file: row N`; a bad record raises."""
+    opened = open_records(path)
+    for record in opened.records:
+        where = f"{opened.source}: {record.location}"
+        if record.problem is not None:
+            raise RecordFileError(f"{where}: {record.problem}")
+        yield where, record.row
+
+
+def query_column(keys: Iterable[str] | dict[str, Any]) -> str | None:
+    """The column that holds the conversation: the first of QUERY_COLUMNS present (in a row, the first not null,
+    as Parquet rows hold every column; a null one is still named, so that the error says it is null)."""
+    if isinstance(keys, dict):
+        found = [c for c in QUERY_COLUMNS if keys.get(c) is not None] or [c for c in QUERY_COLUMNS if c in keys]
+    else:
+        found = [c for c in QUERY_COLUMNS if c in set(keys)]
+    return found[0] if found else None
+
+
+def conversation_of(row: dict[str, Any], key: str | None = None) -> list[dict[str, str]]:
+    """The chat messages of a record (from `key`, else by QUERY_COLUMNS precedence); raises InvalidRecord."""
+    key = key or query_column(row)
+    if key is None:
+        raise InvalidRecord("no 'prompt' or 'question' key")
+    return conversation(row[key], key)
+
+
+def id_column_of(row: dict[str, Any]) -> str:
+    """`id`, or HealthBench's `prompt_id` in rows without `id`."""
+    return "id" if "id" in row else "prompt_id"
+
+
+def record_id(value: Any, id_key: str, messages: list[dict[str, str]]) -> str:
+    """A record's id: a non-empty string, or an integer (as a string: `7` and `"7"` are one id), or, when absent
+    or null, generated from the content (`generated_id`), so reruns and reordered files get the same ids."""
+    if value is None:  # absent, JSON null, or a Parquet null: the id comes from the content
+        return generated_id(messages)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if not isinstance(value, str):
+        raise InvalidRecord(f"{id_key!r} must be a non-empty string or an integer, got {type(value).__name__}")
+    if not value.strip():
+        raise InvalidRecord(f"{id_key!r} is empty")
+    return value
+
+
+def generated_id(messages: list[dict[str, str]]) -> str:
+    """`q-` + 16 hex digits of the sha256 of the messages' canonical JSON: the same query always gets the same id."""
+    canonical = json.dumps(messages, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return "q-" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
+
+
+def _with_prompts(records: Iterator[Record], details: Path) -> Iterator[Record]:
+    """Each record with the `prompt` messages synthesis stored for its id. Only multi-turn prompts are held in
+    memory: a one-message prompt is the record's own `question`."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(details, columns=["id", "prompt"])
+    chats = {i: p for i, p in zip(table["id"].to_pylist(), table["prompt"].to_pylist()) if p and len(p) > 1}
+    del table
+    for record in records:
+        row = record.row
+        if row is not None and "prompt" not in row:
+            chat = chats.get(row.get("id"))
+            question = row.get("question")
+            prompt = chat or ([{"role": "user", "content": question}] if isinstance(question, str) else question)
+            row = {**row, "prompt": prompt}
+            record = Record(record.location, row, row=row)
+        yield record
+
+
+def _open(path: Path) -> tuple[str, list[str] | None, Iterator[Record]]:
+    """(name for messages, column names or None for JSONL, raw rows)."""
+    if path.is_dir():
+        return _dataset_rows(path)
+    if not path.exists():
+        raise RecordFileError(f"{path}: no such file or folder")
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        try:
+            f = open(path, "rb")
+        except OSError as error:
+            raise RecordFileError(f"{path}: cannot read: {error.strerror}") from error
+        return str(path), None, _jsonl_rows(f)
+    if suffix == ".parquet":
+        return _parquet_rows(path)
+    raise RecordFileError(
+        f"{path}: unknown file type {suffix or '(no extension)'!r}; "
+        "expected .jsonl, .parquet or a saved Hugging Face dataset folder"
+    )
+
+
+def _jsonl_rows(f) -> Iterator[Record]:
+    # Bytes, not text mode: an undecodable line is then reported with its number instead of failing the file,
+    # and only "\n" ends a line (text mode would also split on "\r" and Unicode line separators).
+    with f:
+        for number, data in enumerate(f, 1):
+            if number == 1:
+                data = data.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte order mark some editors write
+            location = f"line {number}"
+            try:
+                line = data.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raw = data.decode("utf-8", errors="backslashreplace").rstrip("\r\n")
+                yield Record(location, raw, problem=f"invalid UTF-8 at byte {error.start}: {error.reason}")
+                continue
+            if line.strip():
+                yield _parse_line(line.rstrip("\r\n"), location)
+
+
+def _parse_line(line: str, location: str) -> Record:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as error:
+        return Record(location, line, problem=f"invalid JSON: {error.msg} at column {error.colno}")
+    if not isinstance(row, dict):
+        return Record(location, line, problem=f"expected a JSON object, got {type(row).__name__}")
+    return Record(location, row, row=row)
+
+
+def _parquet_rows(path: Path) -> tuple[str, list[str], Iterator[Record]]:
+    import pyarrow as pa  # only here: it takes a tenth of a second to load, and JSONL needs none of it
+    import pyarrow.parquet as pq
+
+    try:
+        parquet = pq.ParquetFile(path)
+    except (OSError, pa.ArrowException) as error:
+        raise RecordFileError(f"{path}: cannot read as Parquet: {error}") from error
+    return str(path), parquet.schema_arrow.names, _table_rows(parquet.iter_batches(batch_size=BATCH_ROWS))
+
+
+def _dataset_rows(path: Path) -> tuple[str, list[str], Iterator[Record]]:
+    import datasets  # only here: `datasets` is an optional dependency (the `train` extra)
+
+    try:
+        loaded = datasets.load_from_disk(str(path))
+    except FileNotFoundError as error:
+        raise RecordFileError(
+            f"{path}: not a saved Hugging Face dataset (no dataset_info.json/state.json or dataset_dict.json)"
+        ) from error
+    source = str(path)
+    if isinstance(loaded, datasets.DatasetDict):
+        split = _pick_split(path, list(loaded))
+        loaded, source = loaded[split], f"{path} (split {split!r})"
+    batches = loaded.with_format("arrow").iter(batch_size=BATCH_ROWS)
+    return source, loaded.column_names, _table_rows(batches)
+
+
+def _pick_split(path: Path, splits: list[str]) -> str:
+    if "train" in splits:
+        return "train"
+    if len(splits) == 1:
+        return splits[0]
+    raise RecordFileError(f"{path}: a dataset with splits {splits} and no 'train'; save the split to use on its own")
+
+
+def _table_rows(batches: "Iterable[pa.RecordBatch | pa.Table]") -> Iterator[Record]:
+    index = 0
+    for batch in batches:
+        for row in batch.to_pylist():
+            yield Record(f"row {index}", row, row=row)
+            index += 1
+
+
+def conversation(value: Any, key: str) -> list[dict[str, str]]:
+    if isinstance(value, str):
+        if not value.strip():
+            raise InvalidRecord(f"{key!r} is empty" + (" (whitespace only)" if value else ""))
+        return [{"role": "user", "content": value}]
+    if value is None:
+        raise InvalidRecord(f"{key!r} is null")
+    if isinstance(value, list) and key != "question":
+        return _messages(value, key)
+    expected = "text" if key == "question" else "text or a list of {role, content} messages"
+    raise InvalidRecord(f"{key!r} must be {expected}, got {type(value).__name__}")
+
+
+def _messages(value: list, key: str) -> list[dict[str, str]]:
+    if not value:
+        raise InvalidRecord(f"{key!r} is an empty message list")
+    messages = [_message(message, f"{key}[{i}]") for i, message in enumerate(value)]
+    last = len(messages) - 1
+    if messages[last]["role"] != "user":
+        raise InvalidRecord(f"{key}[{last}]: the last message is from {messages[last]['role']!r}; a query ends with 'user'")
+    if not messages[last]["content"].strip():
+        raise InvalidRecord(f"{key}[{last}]: the last user message is empty")
+    return messages
+
+
+def _message(message: Any, where: str) -> dict[str, str]:
+    if not isinstance(message, dict):
+        raise InvalidRecord(f"{where}: a message must be an object with 'role' and 'content', got {type(message).__name__}")
+    # Arrow fills struct fields a message lacks with None, so only non-null unknown keys are errors.
+    unknown = sorted(key for key, value in message.items() if key not in ("role", "content") and value is not None)
+    if unknown:
+        raise InvalidRecord(f"{where}: unexpected key(s) {unknown}; a message has only 'role' and 'content'")
+    role, content = message.get("role"), message.get("content")
+    if role not in ROLES:
+        raise InvalidRecord(f"{where}: 'role' must be one of {', '.join(ROLES)}, got {role!r}")
+    if not isinstance(content, str):
+        raise InvalidRecord(f"{where}: 'content' must be text, got {type(content).__name__}")
+    return {"role": role, "content": content}

@@ -1,0 +1,148 @@
+"""One config system for every command: defaults < --config file < flags, the same way everywhere; the resolved
+settings are written beside the output and load back; TRL's own config fields parse the way `trl sft` reads them."""
+
+import argparse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar, Literal
+
+import pytest
+import yaml
+
+from rubricrl.config import ConfigError, add_config_arguments, field_docs, parse_settings, parse_trl, resolved
+from rubricrl.llm import LLMSettings, resolve_roles
+
+
+@dataclass
+class Paths:
+    input: Path
+    """Where the queries are."""
+    limit: int | None = None
+    """Only the first N."""
+
+
+@dataclass
+class Knobs:
+    config_section: ClassVar[str] = "knobs"
+
+    mode: Literal["a", "b"] = "a"
+    """Which way."""
+    samples: int = 1
+    evolve: bool = True
+    writers: list[str] = field(default_factory=lambda: ["writer"])
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.samples < 1:
+            raise ValueError("samples must be at least 1")
+
+
+def parse(argv: list[str], tmp_path: Path, config: dict | None = None, groups=(Paths, Knobs, LLMSettings)):
+    parser = argparse.ArgumentParser(prog="test", exit_on_error=False)
+    add_config_arguments(parser, list(groups))
+    if config is not None:
+        (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
+        argv = [*argv, "--config", str(tmp_path / "c.yaml")]
+    return parse_settings(parser.parse_args(argv), command="test")
+
+
+@pytest.fixture(autouse=True)
+def sections(monkeypatch):
+    monkeypatch.setattr("rubricrl.config.SECTIONS", ("knobs", "llm", "other"))
+
+
+def test_defaults_then_file_then_flags(tmp_path):
+    paths, knobs, llm = parse(["--input", "q.jsonl"], tmp_path)
+    assert (paths.input, paths.limit, knobs.mode, knobs.evolve, llm.timeout) == (Path("q.jsonl"), None, "a", True, 600.0)
+
+    config = {"input": "from-file.jsonl", "limit": 5, "knobs": {"mode": "b", "samples": 3, "evolve": False},
+              "llm": {"timeout": 30, "roles": {"judge": {"model": "big", "temperature": 0.0}}}}  # fmt: skip
+    paths, knobs, llm = parse([], tmp_path, config)
+    assert (paths.input, paths.limit, knobs.mode, knobs.samples, knobs.evolve) == (Path("from-file.jsonl"), 5, "b", 3, False)
+    assert llm.timeout == 30 and llm.roles == {"judge": {"model": "big", "temperature": 0.0}}
+
+    argv = ["--limit", "7", "--samples", "5", "--evolve", "--mode", "a", "--roles", "judge.temperature=0.5",
+            "writer.max_tokens=64", "--timeout", "99", "--no-cache", "--input", "cli.jsonl"]  # fmt: skip
+    paths, knobs, llm = parse(argv, tmp_path, config)
+    assert (paths.input, paths.limit, knobs.mode, knobs.samples, knobs.evolve) == (Path("cli.jsonl"), 7, "a", 5, True)
+    # a mapping flag is merged into the file's mapping: judge keeps its model, its temperature is the flag's
+    assert llm.roles == {"judge": {"model": "big", "temperature": 0.5}, "writer": {"max_tokens": 64}}
+    assert llm.timeout == 99.0 and llm.cache is False
+
+
+def test_dashes_and_underscores_and_lists(tmp_path):
+    paths, knobs, _ = parse(["--input", "q", "--roles", "a.b=1", "--extra", "x=1", "y=[1, 2]"], tmp_path)
+    assert knobs.extra == {"x": 1, "y": [1, 2]}
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    add_config_arguments(parser, [Paths, Knobs])
+    args = parser.parse_args(["--input", "q", "--writers", "w1", "w2", "--evolve", "false"])
+    _, knobs = parse_settings(args, command="test")
+    assert knobs.writers == ["w1", "w2"] and knobs.evolve is False
+
+
+@pytest.mark.parametrize(
+    "config, argv, message",
+    [
+        ({"knobs": {"samples": "3"}}, ["--input", "q"], r"c.yaml: knobs.samples: expected int, got '3'"),
+        ({"knobs": {"sampels": 3}}, ["--input", "q"], r"c.yaml: knobs: unknown key\(s\) \['sampels'\]"),
+        ({"limt": 3}, ["--input", "q"], r"c.yaml: unknown key\(s\) \['limt'\] for `rubricrl test`"),
+        ({"knobs": {"samples": 0}}, ["--input", "q"], r"c.yaml: knobs: samples must be at least 1"),
+        ({"knobs": ["a"]}, ["--input", "q"], r"c.yaml: knobs: expected a mapping"),
+        (None, [], r"`rubricrl test` needs --input \(or the key\(s\) \['input'\] in --config\)"),
+        (None, ["--input", "q", "--samples", "0"], r"command line: knobs: samples must be at least 1"),
+    ],
+)
+def test_mistakes_name_the_file_key_or_flag(tmp_path, config, argv, message):
+    with pytest.raises(ConfigError, match=message):
+        parse(argv, tmp_path, config)
+
+
+def test_a_shared_file_may_hold_sections_other_commands_use(tmp_path):
+    paths, _, _ = parse([], tmp_path, {"input": "q", "other": {"anything": 1}})
+    assert paths.input == Path("q")
+
+
+def test_bad_flag_values_are_refused_by_the_parser(tmp_path):
+    with pytest.raises(argparse.ArgumentError, match="invalid choice"):
+        parse(["--input", "q", "--mode", "c"], tmp_path)
+    with pytest.raises(argparse.ArgumentError, match="expected KEY=VALUE"):
+        parse(["--input", "q", "--roles", "judge"], tmp_path)
+
+
+def test_resolved_settings_load_back_to_the_same_settings(tmp_path):
+    config = {"input": "q.jsonl", "knobs": {"mode": "b"}, "llm": {"roles": {"judge": {"model": "big"}}}}
+    first = parse(["--samples", "4", "--base-url", "http://gpu:8000/v1"], tmp_path, config)
+    written = resolved(first)
+    assert written["input"] == "q.jsonl" and written["knobs"]["samples"] == 4 and written["llm"]["base_url"]
+    again = parse([], tmp_path, written)
+    assert again == first
+
+
+def test_help_comes_from_the_field_docstrings():
+    assert field_docs(Paths) == {"input": "Where the queries are.", "limit": "Only the first N."}
+    assert "Seconds one request may take" in field_docs(LLMSettings)["timeout"]
+
+
+def test_roles_combine_the_same_way_for_every_command(tmp_path):
+    """defaults < role entry; at each level the flags win over the file. --base-url/--model are the defaults level."""
+    config = {"llm": {"defaults": {"temperature": 0.2, "model": "file-default"},
+                      "roles": {"judge": {"model": "file-judge", "base_url": "http://judge/v1"}}}}  # fmt: skip
+    _, _, llm = parse(["--input", "q", "--model", "cli-model", "--base-url", "http://gpu/v1"], tmp_path, config)
+    roles = resolve_roles(["writer", "judge"], llm.role_defaults(), llm.roles)
+    assert (roles["writer"].model, roles["writer"].base_url, roles["writer"].temperature) == ("cli-model", "http://gpu/v1", 0.2)
+    assert (roles["judge"].model, roles["judge"].base_url) == ("file-judge", "http://judge/v1")  # more specific
+    _, _, llm = parse(["--input", "q", "--roles", "judge.model=cli-judge"], tmp_path, config)
+    assert resolve_roles(["judge"], llm.role_defaults(), llm.roles)["judge"].model == "cli-judge"
+
+
+def test_trl_fields_parse_as_trl_sft_reads_them(tmp_path):
+    """A TRL user's flat YAML (SFTConfig and ModelConfig fields) works beside our sections; flags win."""
+    from trl import ModelConfig, SFTConfig
+
+    file = {"learning_rate": 2.0e-5, "num_train_epochs": 2, "model_name_or_path": "some/model",
+            "output_dir": str(tmp_path / "out"), "use_cpu": True, "bf16": False, "knobs": {"mode": "b"}}  # fmt: skip
+    sft, model = parse_trl([SFTConfig, ModelConfig], file, ["--learning_rate", "1e-5", "--use_peft"])
+    assert sft.learning_rate == 1e-5 and sft.num_train_epochs == 2 and sft.output_dir == str(tmp_path / "out")
+    assert model.model_name_or_path == "some/model" and model.use_peft is True
+    with pytest.raises(ConfigError, match="learning_rat"):
+        parse_trl([SFTConfig, ModelConfig], {"learning_rat": 1.0}, [])
