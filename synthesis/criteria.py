@@ -48,6 +48,13 @@ def usable(criteria: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**c, "weight": int(c["weight"])} for c in kept if not TEMPLATE_ECHO.fullmatch(c["description"])]
 
 
+def require_usable(value: dict[str, Any]) -> None:
+    """A `check` for the client: a rubric answer without one usable criterion is sampled again, like malformed
+    JSON (bounded), instead of failing its query at export with the same cached answer on every rerun."""
+    if not usable(value["criteria"]):
+        raise ValueError("no usable criterion (every one empty, weighted 0 or the answer template copied back)")
+
+
 def listing(criteria: list[dict[str, Any]], label: str | None = None) -> str:
     prefix = f"[{label}] " if label else ""
     return "\n".join(f"{prefix}({c['weight']:+d}) {c['title']}: {c['description']}" for c in criteria)

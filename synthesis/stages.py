@@ -15,7 +15,7 @@ from typing import Any
 from rubricrl.llm import LLMClient
 from rubricrl.prompts import format_conversation, load_prompt
 from synthesis.config import SynthesisConfig
-from synthesis.criteria import criteria_schema, listing, usable, weight_rules
+from synthesis.criteria import criteria_schema, listing, require_usable, usable, weight_rules
 
 PROMPTS = Path(__file__).parent / "prompts"
 REFERENCE = load_prompt(PROMPTS / "reference.txt")
@@ -44,7 +44,8 @@ async def candidates(client: LLMClient, config: SynthesisConfig, messages: list[
         category_field=', "category": "Essential|Important|Optional|Pitfall"' if config.method == "rar" else "",
     )  # fmt: skip
     schema = criteria_schema(config, config.max_criteria)
-    results = await client.chat_each(config.rubric_roles, prompt, schema=schema, schema_name="rubric")
+    results = await client.chat_each(config.rubric_roles, prompt, schema=schema, schema_name="rubric",
+                                     check=require_usable)  # fmt: skip
     return [[{**c, "stage": "candidate", "source": r.model} for c in usable(r.value["criteria"])] for r in results]
 
 
@@ -55,7 +56,8 @@ async def aggregate(client: LLMClient, config: SynthesisConfig, messages: list[d
     prompt = AGGREGATE.render(conversation=format_conversation(messages), candidates=lines,
                               weight_rules=weight_rules(config))  # fmt: skip
     limit = min(50, sum(len(c) for c in found))
-    result = await client.chat("aggregator", prompt, schema=criteria_schema(config, limit), schema_name="rubric")
+    result = await client.chat("aggregator", prompt, schema=criteria_schema(config, limit), schema_name="rubric",
+                               check=require_usable)  # fmt: skip
     return [{**c, "stage": "aggregate", "source": result.model} for c in usable(result.value["criteria"])]
 
 

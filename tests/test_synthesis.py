@@ -278,6 +278,24 @@ def test_criteria_without_content_or_copied_from_the_answer_template_are_dropped
     assert [c["description"] for c in usable(found)] == ["Names the dose.", "Mentions <5 mg> as the upper bound."]
 
 
+def test_a_rubric_answer_without_a_usable_criterion_is_sampled_again(tmp_path, home):
+    """Seen with the embedded model: every criterion the template copied back. Failing at export would replay the
+    same cached answer on every rerun; the client samples it again instead (bounded) and drops it from the cache."""
+    echoed = json.dumps({"criteria": [{"title": "t", "description": "<the criterion, one sentence>", "weight": 5}]})
+    answers = iter([echoed])
+
+    def reply(body):
+        if body.get("response_format", {}).get("json_schema", {}).get("name") == "rubric":
+            return next(answers, None) or schema_reply(body)
+        return schema_reply(body)
+
+    with FaultServer(reply=reply) as server:
+        assert synth(server, tmp_path, queries(tmp_path / "q.jsonl", 1)) == 0
+        rubric_calls = [r for r in server.requests if r.get("response_format", {}).get("json_schema", {}).get("name") == "rubric"]
+        assert len(rubric_calls) == 2
+    assert pq.read_table(tmp_path / "out" / "final.parquet").num_rows == 1
+
+
 def test_an_unexpected_error_in_one_query_is_recorded_and_the_others_finish(tmp_path, home, monkeypatch):
     from synthesis import stages
 
