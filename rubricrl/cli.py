@@ -15,7 +15,10 @@ from rubricrl.errors import UserError
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, rest = parser.parse_known_args(argv)
+    if rest and not getattr(args, "trl_types", None):  # only training commands pass flags on, to TRL's parser
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    args.trl_argv = rest
     if not hasattr(args, "run"):
         parser.print_help()
         return 2

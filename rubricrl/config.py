@@ -23,6 +23,7 @@ import argparse
 import ast
 import dataclasses
 import functools
+import importlib
 import inspect
 import textwrap
 import types
@@ -82,11 +83,16 @@ def dataclass_from_dict(cls: type, data: dict[str, Any], where: str) -> Any:
 # --- the command line ---------------------------------------------------------------------------------------------
 
 
-def add_config_arguments(parser: argparse.ArgumentParser, groups: list[type]) -> None:
+def add_config_arguments(parser: argparse.ArgumentParser, groups: list[type], trl_types: list[type] = ()) -> None:
     """`--config` and one flag per field of each dataclass in `groups` (help from the fields' docstrings). Flags
-    default to "not given" (argparse.SUPPRESS), so that `parse_settings` knows what the command line set."""
+    default to "not given" (argparse.SUPPRESS), so that `parse_settings` knows what the command line set.
+    `trl_types` (e.g. SFTConfig, ModelConfig, imported only when the command runs) are TRL's own dataclasses:
+    their fields come as top-level keys and the flags this parser does not know, read by `parse_trl`."""
     parser.add_argument("--config", type=Path, metavar="FILE", help="YAML file of settings (flags win over it)")
-    parser.set_defaults(config_groups=groups)
+    parser.set_defaults(config_groups=groups, trl_types=list(trl_types))
+    if trl_types:
+        parser.epilog = (f"TRL's {' and '.join(trl_types)} fields are accepted too, as top-level keys of --config "
+                         "and as flags (--learning_rate 1e-5), exactly as `trl sft --config` takes them.")  # fmt: skip
     for cls in groups:
         section = getattr(cls, "config_section", None)
         group = parser.add_argument_group(f"{section}: (config section)" if section else "arguments")
@@ -120,14 +126,16 @@ def _add_field(group, f: dataclasses.Field, hint: Any, doc: str) -> None:
 
 
 def parse_settings(args: argparse.Namespace, *, command: str) -> list[Any]:
-    """The command's dataclasses (`args.config_groups`), each field from defaults < `--config` file < flags.
+    """The command's dataclasses (`args.config_groups`), each field from defaults < `--config` file < flags, then
+    TRL's (`args.trl_types`, from the remaining top-level keys and `args.trl_argv`, the flags ours do not know).
     Raises ConfigError naming the file and key, or the flag, and what is wrong."""
     groups = args.config_groups
     file = load_yaml(args.config) if args.config else {}
     source = str(args.config) if args.config else "command line"
     flat_keys = {f.name for cls in groups if not getattr(cls, "config_section", None) for f, _ in _fields(cls)}
     unknown = sorted(k for k in file if k not in flat_keys and k not in SECTIONS)
-    if unknown:
+    trl_types = [_import(name) for name in getattr(args, "trl_types", [])]
+    if unknown and not trl_types:
         raise ConfigError(f"{source}: unknown key(s) {unknown} for `rubricrl {command}`; it takes "
                           f"{sorted(flat_keys)} and the sections {list(SECTIONS)}")  # fmt: skip
     settings = []
@@ -153,6 +161,9 @@ def parse_settings(args: argparse.Namespace, *, command: str) -> list[Any]:
             flags = ", ".join(f"--{name.replace('_', '-')}" for name in missing)
             raise ConfigError(f"`rubricrl {command}` needs {flags} (or the key(s) {missing} in --config)")
         settings.append(dataclass_from_dict(cls, values, where))
+    if trl_types:
+        settings += parse_trl(trl_types, {k: v for k, v in file.items() if k not in flat_keys},
+                              getattr(args, "trl_argv", []), source=source)  # fmt: skip
     return settings
 
 
@@ -161,7 +172,7 @@ def config_source(args: argparse.Namespace) -> str:
     return str(args.config) if args.config else "command line"
 
 
-def parse_trl(trl_types: list[type], file: dict[str, Any], argv: list[str]) -> tuple:
+def parse_trl(trl_types: list[type], file: dict[str, Any], argv: list[str], source: str = "config") -> list[Any]:
     """TRL's own dataclasses (e.g. `SFTConfig`, `ModelConfig`) from the top-level keys of a config file and the
     flags that are not ours, exactly as `trl sft --config FILE ...` reads them (TrlParser: file values become
     defaults, flags win, unknown keys are errors)."""
@@ -170,12 +181,18 @@ def parse_trl(trl_types: list[type], file: dict[str, Any], argv: list[str]) -> t
     parser = TrlParser(trl_types)
     leftover = parser.set_defaults_with_config(**{k: v for k, v in file.items() if k not in SECTIONS})
     if leftover:
-        raise ConfigError(f"config: keys not known to rubricrl or to {[t.__name__ for t in trl_types]}: "
-                          f"{leftover[::2]}")  # fmt: skip
+        raise ConfigError(f"{source}: key(s) {leftover[::2]} are neither rubricrl's nor fields of "
+                          f"{[t.__name__ for t in trl_types]}")  # fmt: skip
     try:
-        return parser.parse_args_into_dataclasses(args=argv)
-    except ValueError as error:
-        raise ConfigError(f"TRL settings: {error}") from error
+        return list(parser.parse_args_into_dataclasses(args=argv))
+    except (ValueError, SystemExit) as error:  # argparse exits on an unknown or malformed flag
+        raise ConfigError(f"{source}: TRL settings: {error or 'see the message above'}") from None
+
+
+def _import(name: str) -> type:
+    """`trl.SFTConfig` -> the class: TRL loads only when a training command runs, not for `rubricrl --help`."""
+    module, _, attr = name.rpartition(".")
+    return getattr(importlib.import_module(module), attr)
 
 
 # --- the resolved config --------------------------------------------------------------------------------------------
