@@ -13,8 +13,10 @@ from tqdm.asyncio import tqdm_asyncio
 from grading.dataset import RubricRow, load_responses, load_rubric_rows
 from grading.grader import GradeItem, Grader, GradingConfig
 from grading.report import build_report, format_report
+from grading.rubric import RubricError
 from rubricrl.config import ConfigError, add_config_arguments, config_source, parse_settings, resolved, write_resolved
 from rubricrl.llm import LLMError, LLMSession, LLMSettings, open_llm
+from rubricrl.records import iter_rows
 
 Pitfalls = Literal["auto", "mistake", "avoidance"]
 
@@ -92,7 +94,7 @@ def run_eval(args: argparse.Namespace) -> int:
     evaluate.output_dir.mkdir(parents=True, exist_ok=True)
     write_resolved(evaluate.output_dir / "config.yaml", resolved(settings))
     if evaluate.graded:
-        records = [json.loads(line) for line in open(evaluate.graded, encoding="utf-8") if line.strip()]
+        records = read_graded(evaluate.graded)
     else:
         records = generate_and_grade(evaluate, config, llm, config_source(args))
         write_jsonl(evaluate.output_dir / "graded.jsonl", records)
@@ -150,6 +152,18 @@ async def grade_pairs(grader: Grader, rows: dict[str, RubricRow], pairs: list[tu
     graded = await grader.grade_many(items, progress="grading")
     return [g.to_record(rows[row_id].rubric.example_tags, id=row_id, response=response, judge=grader.metadata)
             for (row_id, response), g in zip(pairs, graded)]  # fmt: skip
+
+
+def read_graded(path: Path) -> list[dict]:
+    """Graded records (as `grade` and `eval` write them), checked enough to recompute a report from."""
+    records = []
+    for where, record in iter_rows(path):
+        verdicts = record.get("verdicts")
+        if not isinstance(verdicts, list) or not all(isinstance(v, dict) and isinstance(v.get("points"), int)
+                                                     and "met" in v for v in verdicts):  # fmt: skip
+            raise RubricError(f"{where}: not a graded record: needs 'verdicts', each with integer 'points' and 'met'")
+        records.append(record)
+    return records
 
 
 def write_jsonl(path: Path, records: list[dict]) -> None:

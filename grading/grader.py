@@ -63,6 +63,7 @@ class GradingConfig:
             raise ValueError(f"min_coverage must be within [0, 1], got {self.min_coverage}")
         if self.undecided_penalty not in UNDECIDED_PENALTY:
             raise ValueError(f"undecided_penalty {self.undecided_penalty!r} is not one of {list(UNDECIDED_PENALTY)}")
+        judge_prompt(self)  # a missing file or wrong placeholders: said now, before any server starts or call is paid
 
     def cpu_max_tokens(self) -> dict[str, int]:
         """max_tokens for a judge on the embedded model on a CPU that sets none: room for a 300-character

@@ -59,25 +59,26 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 
 
 def dataclass_from_dict(cls: type, data: dict[str, Any], where: str) -> Any:
-    """Instantiate `cls` from a mapping, rejecting unknown keys and values of the wrong basic type."""
+    """Instantiate `cls` from a mapping, rejecting unknown keys and values of the wrong basic type. `where` names
+    the mapping (`file: section`), or ends with ":" for the top level of a file."""
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping, got {type(data).__name__}")
     known = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - set(known))
     if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown}; known: {sorted(known)}")
+        raise ConfigError(f"{where.rstrip(':')}: unknown key(s) {unknown}; known: {sorted(known)}")
     hints = typing.get_type_hints(cls)
     values = {}
     for key, value in data.items():
         if hints[key] is Path or hints[key] == Path | None:  # a path in YAML is a string
             value = Path(value) if isinstance(value, str) else value
         if not _matches(value, hints[key]):
-            raise ConfigError(f"{where}.{key}: expected {_describe(hints[key])}, got {value!r}")
+            raise ConfigError(f"{_at(where, key)}: expected {_describe(hints[key])}, got {value!r}")
         values[key] = value
     try:
         return cls(**values)
     except ValueError as error:  # the class's own checks (__post_init__) say what is wrong; say where
-        raise ConfigError(f"{where}: {error}") from error
+        raise ConfigError(f"{where.rstrip(':')}: {error}") from error
 
 
 # --- the command line ---------------------------------------------------------------------------------------------
@@ -118,8 +119,9 @@ def _add_field(group, f: dataclasses.Field, hint: Any, doc: str) -> None:
         group.add_argument(*names, choices=typing.get_args(inner), **kwargs)
     elif origin is list:
         group.add_argument(*names, nargs="+", type=typing.get_args(inner)[0], **kwargs)
-    elif inner is dict or origin is dict:
-        group.add_argument(*names, nargs="+", type=_key_value, metavar="KEY=VALUE", **kwargs)
+    elif inner is dict or origin is dict:  # repeated flags add up ("extend"): each item sets one key
+        kwargs["help"] += " (KEY=VALUE items, values read as YAML: quote a name like 'yes' or '1.5' as \"'1.5'\")"
+        group.add_argument(*names, nargs="+", action="extend", type=_key_value, metavar="KEY=VALUE", **kwargs)
     else:
         convert = inner if inner in (int, float, str, Path) else str
         group.add_argument(*names, type=_or_none(convert) if optional else convert, **kwargs)
@@ -145,7 +147,7 @@ def parse_settings(args: argparse.Namespace, *, command: str) -> list[Any]:
             from_file = file.get(section) or {}
         else:
             from_file = {k: v for k, v in file.items() if k in flat_keys}
-        where = f"{source}: {section}" if section else source
+        where = f"{source}: {section}" if section else f"{source}:"
         if not isinstance(from_file, dict):
             raise ConfigError(f"{where}: expected a mapping, got {type(from_file).__name__}")
         values = dict(from_file)
@@ -154,7 +156,13 @@ def parse_settings(args: argparse.Namespace, *, command: str) -> list[Any]:
                 continue
             given = getattr(args, f.name)
             if isinstance(given, list) and given and isinstance(given[0], tuple):  # KEY=VALUE items onto the mapping
-                given = _merged(values.get(f.name) or {}, given)
+                base = values.get(f.name) or {}
+                if not isinstance(base, dict):
+                    raise ConfigError(f"{_at(where, f.name)}: expected a mapping, got {base!r:.100}")
+                try:
+                    given = _merged(base, given)
+                except ConfigError as error:
+                    raise ConfigError(f"{_at(where, f.name)}: {error}") from None
             values[f.name] = given
         missing = [f.name for f, _ in _fields(cls) if _default(f) is dataclasses.MISSING and f.name not in values]
         if missing:
@@ -220,6 +228,10 @@ def write_resolved(path: Path, config: dict[str, Any]) -> Path:
                    + yaml.safe_dump(config, sort_keys=False, allow_unicode=True))  # fmt: skip
     tmp.replace(path)
     return path
+
+
+def _at(where: str, key: str) -> str:
+    return f"{where} {key}" if where.endswith(":") else f"{where}.{key}"
 
 
 def _plain(value: Any) -> Any:
@@ -310,7 +322,9 @@ def _merged(base: dict[str, Any], items: list[tuple[list[str], Any]]) -> dict[st
     for path, value in items:
         node = out
         for key in path[:-1]:
-            node[key] = dict(node[key]) if isinstance(node.get(key), dict) else {}
+            if node.get(key) is not None and not isinstance(node[key], dict):
+                raise ConfigError(f"cannot set {'.'.join(path)}: {key} holds {node[key]!r:.100}, not a mapping")
+            node[key] = dict(node.get(key) or {})
             node = node[key]
         node[path[-1]] = value
     return out

@@ -12,8 +12,7 @@ Columns:
   reordered files get the same ids, and a plain question shares its id with the one-message prompt of the same text.
 - Every other column passes through untouched in `Query.extra`.
 
-`iter_queries` streams (memory grows only with the set of ids seen, for duplicate detection); `read_queries`
-collects everything, for small files and tests. With `skip_bad_rows` / `on_reject`, a bad row becomes a `Rejected`
+`iter_queries` streams (memory grows only with the set of ids seen, for duplicate detection). With `skip_bad_rows` / `on_reject`, a bad row becomes a `Rejected`
 (location, reason, raw row) instead of an error; `write_rejected` writes them to `rejected.jsonl`. An empty file, an
 unreadable file, a missing column in a Parquet/dataset schema, or a file with no valid row stays fatal.
 """
@@ -54,25 +53,6 @@ class Rejected:
         # default=str: Parquet rows may hold timestamps or bytes, which a record of the rejection must not choke on
         record = {"location": self.location, "reason": self.reason, "row": self.row}
         return json.dumps(record, ensure_ascii=False, default=str)
-
-
-@dataclass(frozen=True)
-class QueryFile:
-    path: Path
-    queries: list[Query]
-    rejected: list[Rejected]
-
-
-def read_queries(
-    path: str | Path, *, query_column: str | None = None, id_column: str | None = None, skip_bad_rows: bool = False
-) -> QueryFile:
-    """All queries of a file; with `skip_bad_rows`, bad rows are collected in `rejected` instead of raising."""
-    rejected: list[Rejected] = []
-    queries = list(
-        iter_queries(path, query_column=query_column, id_column=id_column,
-                     on_reject=rejected.append if skip_bad_rows else None)
-    )  # fmt: skip
-    return QueryFile(path=Path(path), queries=queries, rejected=rejected)
 
 
 def write_rejected(rejected: Iterable[Rejected], path: str | Path) -> Path:

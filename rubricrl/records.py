@@ -25,9 +25,9 @@ ROLES = ("system", "user", "assistant")
 QUERY_COLUMNS = ("prompt", "question")
 """Where the conversation is, in order of precedence."""
 # RubricHub's schema keeps a query as a string (`question`, a transcript for a multi-turn chat); synthesis writes
-# the messages themselves beside it, in final_details.parquet.
-SYNTHESIS_FILES = ("final.parquet", "final.jsonl")
-DETAILS_FILE = "final_details.parquet"
+# the messages themselves beside it, in the details file written in step with each export file: details.jsonl
+# line by line before final.jsonl, final_details.parquet with final.parquet.
+DETAILS_FILES = {"final.parquet": "final_details.parquet", "final.jsonl": "details.jsonl"}
 BATCH_ROWS = 1024  # rows per Arrow batch: large enough to be fast, small enough to keep memory flat
 
 
@@ -64,8 +64,8 @@ def open_records(path: str | Path) -> RecordFile:
     A synthesis output (`final.parquet` / `final.jsonl` beside `final_details.parquet`) comes with its `prompt`."""
     path = Path(path)
     source, columns, records = _open(path)
-    details = path.parent / DETAILS_FILE
-    if path.name in SYNTHESIS_FILES and details.exists() and (columns is None or "prompt" not in columns):
+    details = path.parent / DETAILS_FILES.get(path.name, "-")
+    if details.is_file() and (columns is None or "prompt" not in columns):
         columns = None if columns is None else [*columns, "prompt"]
         records = _with_prompts(records, details)
     return RecordFile(source, columns, records)
@@ -126,21 +126,43 @@ def generated_id(messages: list[dict[str, str]]) -> str:
 
 def _with_prompts(records: Iterator[Record], details: Path) -> Iterator[Record]:
     """Each record with the `prompt` messages synthesis stored for its id. Only multi-turn prompts are held in
-    memory: a one-message prompt is the record's own `question`."""
-    import pyarrow.parquet as pq
-
-    table = pq.read_table(details, columns=["id", "prompt"])
-    chats = {i: p for i, p in zip(table["id"].to_pylist(), table["prompt"].to_pylist()) if p and len(p) > 1}
-    del table
+    memory (a one-message prompt is the record's own `question`), and the ids, to tell "one message" from "not in
+    the details file" (which would be a folder mixed up by hand: an error, never the transcript as one message)."""
+    ids, chats = _detail_prompts(details)
     for record in records:
         row = record.row
-        if row is not None and "prompt" not in row:
-            chat = chats.get(row.get("id"))
+        if row is not None and "prompt" not in row and isinstance(row.get("id"), str):
+            if row["id"] not in ids:
+                raise RecordFileError(f"{details}: no messages for id {row['id']!r} of {record.location} beside it; "
+                                      "was the folder changed by hand?")  # fmt: skip
             question = row.get("question")
-            prompt = chat or ([{"role": "user", "content": question}] if isinstance(question, str) else question)
+            prompt = chats.get(row["id"]) or ([{"role": "user", "content": question}] if isinstance(question, str)
+                                              else question)  # fmt: skip
             row = {**row, "prompt": prompt}
             record = Record(record.location, row, row=row)
         yield record
+
+
+def _detail_prompts(details: Path) -> tuple[set[str], dict[str, list]]:
+    """(every id, the prompts of more than one message by id) of a synthesis details file."""
+    if details.suffix == ".parquet":
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(details, columns=["id", "prompt"])
+        chats = table.filter(pc.greater(pc.list_value_length(table["prompt"]), 1))
+        return set(table["id"].to_pylist()), dict(zip(chats["id"].to_pylist(), chats["prompt"].to_pylist()))
+    ids, chats = set(), {}
+    with open(details, "rb") as f:
+        for line in f:
+            try:
+                row = json.loads(line)
+            except ValueError:  # the last line of a killed run may be cut off; its query is not in final.jsonl
+                continue
+            ids.add(row["id"])
+            if len(row.get("prompt") or ()) > 1:
+                chats[row["id"]] = row["prompt"]
+    return ids, chats
 
 
 def _open(path: Path) -> tuple[str, list[str] | None, Iterator[Record]]:

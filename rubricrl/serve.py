@@ -79,10 +79,13 @@ def state_file() -> Path:
     return rubricrl_home() / "server.json"
 
 
-def served_models(base_url: str, timeout: float = 2.0) -> list[str]:
+def served_models(base_url: str, timeout: float = 2.0, api_key: str | None = None) -> list[str]:
     """The model names a server lists at /models; [] when nothing answers there."""
+    request = urllib.request.Request(f"{base_url}/models")
+    if api_key:
+        request.add_header("Authorization", f"Bearer {api_key}")
     try:
-        with urllib.request.urlopen(f"{base_url}/models", timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
             return [m["id"] for m in json.load(response)["data"]]
     except (OSError, ValueError, KeyError, TypeError):
         return []

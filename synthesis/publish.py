@@ -63,7 +63,7 @@ def build_folder(source: Path, out: Path, repo_id: str) -> Path:
     rubrics = table.column("rubrics").to_pylist()
     counts = [len(r) for r in rubrics]
     points = [c["points"] for r in rubrics for c in r]
-    config = manifest["config"]["synthesis"]
+    config = manifest["config"].get("synthesis", manifest["config"])  # before the one config system: the section itself
     metadata = (
         "license: other\ntask_categories:\n- text-generation\ntags:\n- rubrics\n- reward-modeling\n- rubricrl\n"
         "configs:\n- config_name: default\n  data_files:\n  - split: train\n    path: data/train-*\n"

@@ -6,13 +6,30 @@ Everything the tests read lives in this repository: the HealthBench sample is in
 import asyncio
 import re
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 from rubricrl.llm import LLMClient, Role
+from rubricrl.queries import Query, Rejected, iter_queries
 
 DATA = Path(__file__).resolve().parent / "data"
 HEALTHBENCH_SAMPLE = DATA / "healthbench_sample" / "healthbench_oss_eval_30.jsonl"
 """The first 30 examples of OpenAI's public HealthBench set (MIT); see tests/data/healthbench_sample/README.md."""
+
+
+@dataclass(frozen=True)
+class QueryFile:
+    queries: list[Query]
+    rejected: list[Rejected]
+
+
+def read_queries(path, *, query_column=None, id_column=None, skip_bad_rows: bool = False) -> QueryFile:
+    """All queries of a file at once (the harness streams them with iter_queries); with `skip_bad_rows`, bad rows
+    are collected in `rejected` instead of raising."""
+    rejected: list[Rejected] = []
+    queries = list(iter_queries(path, query_column=query_column, id_column=id_column,
+                                on_reject=rejected.append if skip_bad_rows else None))  # fmt: skip
+    return QueryFile(queries, rejected)
 
 
 def run(coroutine):

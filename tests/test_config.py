@@ -70,6 +70,19 @@ def test_defaults_then_file_then_flags(tmp_path):
     assert llm.timeout == 99.0 and llm.cache is False
 
 
+def test_repeated_mapping_flags_add_up_and_mistakes_are_named(tmp_path):
+    _, _, llm = parse(["--input", "q", "--roles", "judge.model=a", "--roles", "judge.temperature=0"], tmp_path)
+    assert llm.roles == {"judge": {"model": "a", "temperature": 0}}
+    with pytest.raises(ConfigError, match=r"c.yaml: llm.roles: expected a mapping, got \['judge'\]"):
+        parse(["--input", "q", "--roles", "judge.model=x"], tmp_path, {"llm": {"roles": ["judge"]}})
+    with pytest.raises(ConfigError, match=r"llm.roles: cannot set judge.model: judge holds 'big'"):
+        parse(["--input", "q", "--roles", "judge.model=x"], tmp_path, {"llm": {"roles": {"judge": "big"}}})
+    with pytest.raises(ConfigError, match=r"c.yaml: input: expected Path, got 3"):
+        parse([], tmp_path, {"input": 3})
+    with pytest.raises(ConfigError, match=r"not inside llm.defaults"):
+        parse(["--input", "q", "--defaults", "model=m"], tmp_path)
+
+
 def test_dashes_and_underscores_and_lists(tmp_path):
     paths, knobs, _ = parse(["--input", "q", "--roles", "a.b=1", "--extra", "x=1", "y=[1, 2]"], tmp_path)
     assert knobs.extra == {"x": 1, "y": [1, 2]}
@@ -125,7 +138,7 @@ def test_help_comes_from_the_field_docstrings():
 
 def test_roles_combine_the_same_way_for_every_command(tmp_path):
     """defaults < role entry; at each level the flags win over the file. --base-url/--model are the defaults level."""
-    config = {"llm": {"defaults": {"temperature": 0.2, "model": "file-default"},
+    config = {"llm": {"model": "file-default", "defaults": {"temperature": 0.2},
                       "roles": {"judge": {"model": "file-judge", "base_url": "http://judge/v1"}}}}  # fmt: skip
     _, _, llm = parse(["--input", "q", "--model", "cli-model", "--base-url", "http://gpu/v1"], tmp_path, config)
     roles = resolve_roles(["writer", "judge"], llm.role_defaults(), llm.roles)

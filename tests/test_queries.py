@@ -7,15 +7,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rubricrl.queries import (
-    Query,
-    QueryFileError,
-    generated_id,
-    iter_queries,
-    read_queries,
-    write_rejected,
-)
-from tests.helpers import HEALTHBENCH_SAMPLE
+from rubricrl.queries import Query, QueryFileError, generated_id, iter_queries, write_rejected
+from tests.helpers import HEALTHBENCH_SAMPLE, read_queries
 
 CHAT = [
     {"role": "system", "content": "You are a careful physician."},

@@ -9,9 +9,9 @@ import pytest
 
 from grading.dataset import load_responses, load_rubric_rows
 from grading.rubric import RubricError
-from rubricrl.queries import read_queries
 from rubricrl.records import RecordFileError, generated_id, iter_rows
 from synthesis.output import details_schema, final_schema
+from tests.helpers import read_queries
 
 CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "I cough."},
         {"role": "assistant", "content": "Since when?"}, {"role": "user", "content": "Three weeks."}]  # fmt: skip
@@ -29,6 +29,7 @@ def synthesis_output(folder, details: bool = True):
         rows = [{"id": "chat", "prompt": CHAT, "criteria": []},
                 {"id": "single", "prompt": [{"role": "user", "content": "What is a fever?"}], "criteria": []}]  # fmt: skip
         pq.write_table(pa.Table.from_pylist(rows, schema=details_schema()), folder / "final_details.parquet")
+        (folder / "details.jsonl").write_text("".join(json.dumps({**r, "reference": "..."}) + "\n" for r in rows))
     return folder
 
 
@@ -40,6 +41,21 @@ def test_a_synthesis_output_is_read_with_its_messages(tmp_path, name):
     assert rows["single"].conversation == [{"role": "user", "content": "What is a fever?"}]
     queries = {q.id: q for q in read_queries(path).queries}
     assert queries["chat"].messages == CHAT and queries["single"].question == "What is a fever?"
+
+
+def test_a_run_cut_short_reads_final_jsonl_with_the_details_written_in_step(tmp_path):
+    """After a kill, final.jsonl and details.jsonl hold queries the Parquet files (written when a run ends) lack."""
+    out = synthesis_output(tmp_path / "out")
+    late = {"id": "late", "prompt": CHAT[:2] + [{"role": "user", "content": "And now?"}], "criteria": []}
+    with open(out / "details.jsonl", "a") as f:
+        f.write(json.dumps(late) + "\n")
+    with open(out / "final.jsonl", "a") as f:
+        f.write(json.dumps({"id": "late", "question": "transcript", "rubrics": RUBRIC}) + "\n")
+    assert load_rubric_rows(out / "final.jsonl")["late"].conversation == late["prompt"]
+    with open(out / "final.jsonl", "a") as f:  # a row no details file knows: an error, never the transcript
+        f.write(json.dumps({"id": "stray", "question": "transcript", "rubrics": RUBRIC}) + "\n")
+    with pytest.raises(RecordFileError, match=r"details.jsonl: no messages for id 'stray' of line 4"):
+        load_rubric_rows(out / "final.jsonl")
 
 
 def test_without_details_the_question_is_the_conversation(tmp_path):

@@ -35,8 +35,8 @@ class LLMSettings:
     model: str | None = None
     """Model for every role (a role's own entry wins). With base_url and no model: the one model it serves."""
     defaults: dict[str, Any] = field(default_factory=dict)
-    """Settings for every role: model, base_url, api_key_env, temperature, top_p, max_tokens, seed, stop,
-    structured_outputs, extra_body (e.g. --defaults temperature=0.7). base_url and model above win over these."""
+    """Settings for every role: api_key_env, temperature, top_p, max_tokens, seed, stop, structured_outputs,
+    extra_body (e.g. --defaults temperature=0.7); the endpoint and model for every role are base_url and model."""
     roles: dict[str, Any] = field(default_factory=dict)
     """Per-role settings, more specific than defaults, e.g. --roles judge.model=gpt-4.1-mini judge.temperature=0"""
     concurrency: int = 16
@@ -49,6 +49,10 @@ class LLMSettings:
     def __post_init__(self) -> None:
         if self.concurrency < 1 or self.timeout <= 0:
             raise ValueError("concurrency must be at least 1 and timeout above 0")
+        if isinstance(self.defaults, dict) and {"base_url", "model"} & set(self.defaults):
+            # one place for each setting, so that "the command line wins over the file" has one meaning
+            raise ValueError("set the endpoint and model for every role with llm.base_url / llm.model "
+                             "(--base-url / --model), not inside llm.defaults")  # fmt: skip
 
     def role_defaults(self) -> dict[str, Any]:
         shorthand = {key: value for key, value in (("base_url", self.base_url), ("model", self.model)) if value}
@@ -85,7 +89,8 @@ def open_llm(
     """Resolve the named roles, start or reuse the local server they need, and apply CPU budgets where a role is
     on the embedded model (`cpu_budgets[name]`, else DEFAULT_CPU_MAX_TOKENS)."""
     roles = resolve_roles(names, settings.role_defaults(), settings.roles, source=source)
-    roles = {name: _with_model(name, role, source) for name, role in roles.items()}
+    listed: dict[str, list[str]] = {}  # each endpoint asked once
+    roles = {name: _with_model(name, role, source, listed) for name, role in roles.items()}
     local_models = {role.model for role in roles.values() if role.is_local}
     if len(local_models) > 1:
         raise ConfigError(
@@ -113,11 +118,14 @@ def _local(models: set) -> Iterator[Any]:
         yield endpoint
 
 
-def _with_model(name: str, role: Role, source: str) -> Role:
+def _with_model(name: str, role: Role, source: str, asked: dict[str, list[str]]) -> Role:
     """A role at an endpoint without a model name takes the one model the endpoint serves (vLLM serves one)."""
     if role.is_local or role.model is not None:
         return role
-    listed = served_models(role.base_url.rstrip("/"))
+    url = role.base_url.rstrip("/")
+    if url not in asked:
+        asked[url] = served_models(url, api_key=role.api_key())
+    listed = asked[url]
     if len(listed) == 1:
         return replace(role, model=listed[0])
     found = f"it serves {listed[:5]}" if listed else "its /models lists nothing (or it does not answer)"
