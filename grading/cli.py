@@ -16,6 +16,7 @@ from grading.report import build_report, format_report
 from grading.rubric import RubricError
 from rubricrl.config import ConfigError, add_config_arguments, config_source, parse_settings, resolved, write_resolved
 from rubricrl.llm import LLMError, LLMSession, LLMSettings, open_llm
+from rubricrl.jsonl import write_jsonl
 from rubricrl.records import iter_rows
 
 Pitfalls = Literal["auto", "mistake", "avoidance"]
@@ -164,15 +165,6 @@ def read_graded(path: Path) -> list[dict]:
             raise RubricError(f"{where}: not a graded record: needs 'verdicts', each with integer 'points' and 'met'")
         records.append(record)
     return records
-
-
-def write_jsonl(path: Path, records: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for record in records:
-            f.write(json.dumps(record, ensure_ascii=False) + "\n")
-    tmp.replace(path)
 
 
 def _print_budgets(session: LLMSession) -> None:

@@ -16,12 +16,11 @@ before the first request: loading it takes a tenth of a second, during which no 
 """
 
 import functools
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rubricrl.errors import UserError
+from rubricrl.jsonl import complete_rows, json_line
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -47,46 +46,6 @@ def details_schema() -> "pa.Schema":
     criterion = pa.struct([("criterion", pa.string()), ("points", pa.int32()), ("title", pa.string()),
                            ("category", pa.string()), ("stage", pa.string()), ("source", pa.string())])  # fmt: skip
     return pa.schema([("id", pa.string()), ("prompt", pa.list_(message)), ("criteria", pa.list_(criterion))])
-
-
-def json_line(row: dict[str, Any]) -> bytes:
-    return json.dumps(row, ensure_ascii=False).encode() + b"\n"
-
-
-class OutputFolderError(UserError, ValueError):
-    """A file of the output folder holds something this harness did not write; the message names file and line."""
-
-
-def complete_rows(path: Path):
-    """(line, row) for each line of a JSONL file we append to. The last line may have been cut off by a kill (no
-    newline, or not a row): it is truncated away once the lines have been read. A bad line before the last one is
-    not a kill's doing, and is an error: truncating there would drop the finished rows after it."""
-    if not path.exists():
-        return
-    good_bytes = 0
-    with open(path, "rb") as f:
-        for number, line in enumerate(f, 1):
-            row = _row(line)
-            if row is None:
-                if f.read(1):
-                    raise OutputFolderError(f"{path}: line {number}: not a row this harness wrote (JSON with an id); "
-                                            "fix or remove that line, or use another --output-dir")  # fmt: skip
-                break
-            good_bytes += len(line)
-            yield line, row
-    if good_bytes != path.stat().st_size:
-        with open(path, "r+b") as f:
-            f.truncate(good_bytes)
-
-
-def _row(line: bytes) -> dict[str, Any] | None:
-    if not line.endswith(b"\n"):
-        return None
-    try:
-        row = json.loads(line)
-    except ValueError:
-        return None
-    return row if isinstance(row, dict) and isinstance(row.get("id"), str) else None
 
 
 class ParquetTable:
