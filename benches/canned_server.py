@@ -52,6 +52,9 @@ def instance(schema: dict[str, Any], rng: random.Random, corpus: list[str]) -> A
     if kind == "object":
         return {name: instance(sub, rng, corpus) for name, sub in schema.get("properties", {}).items()}
     if kind == "array":
+        ids = schema["items"].get("properties", {}).get("id", {}).get("enum")
+        if ids and schema.get("minItems") == schema.get("maxItems") == len(ids):  # one item per id, as asked
+            return [{**instance(schema["items"], rng, corpus), "id": i} for i in ids]
         count = rng.randint(max(1, schema.get("minItems", 0)), max(1, min(schema["maxItems"], MAX_ITEMS)))
         return [instance(schema["items"], rng, corpus) for _ in range(count)]
     if kind in ("integer", "number"):

@@ -6,6 +6,7 @@ points}]`, with the chat messages of multi-turn queries read from `final_details
 HealthBench's format (`prompt_id, prompt` (chat messages), `rubrics: [{criterion, points, tags}]`, `example_tags`,
 `ideal_completions_data`), or as RaR rows (`question, reference_answer, rubric`); all become `RubricRow`s."""
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,29 +28,35 @@ class RubricRow:
 
 
 def load_rubric_rows(path: str | Path, rar_pitfalls: PitfallConvention = "auto") -> dict[str, RubricRow]:
-    """Rows keyed by id (as the record reader reads ids and conversations: `id` or `prompt_id`, else generated from
-    the content; `prompt` messages before `question`); `rar_pitfalls` reads RaR pitfalls (see rar.py)."""
+    """Rows keyed by id (see iter_rubric_rows); for files that fit in memory."""
+    return {row.id: row for row in iter_rubric_rows(path, rar_pitfalls)}
+
+
+def iter_rubric_rows(path: str | Path, rar_pitfalls: PitfallConvention = "auto") -> Iterator[RubricRow]:
+    """Rows one at a time, as the record reader reads ids and conversations (`id` or `prompt_id`, else generated
+    from the content; `prompt` messages before `question`); `rar_pitfalls` reads RaR pitfalls (see rar.py).
+    Memory holds the set of ids seen (duplicates are errors). A file without rows is an error."""
     path = Path(path)
-    rows: dict[str, RubricRow] = {}
+    seen: set[str] = set()
     for where, record in iter_rows(path):
         conversation = _conversation(record, where)  # multi-turn queries keep their turns and roles
         try:
             row_id = record_id(record.get(id_column_of(record)), id_column_of(record), conversation)
         except InvalidRecord as problem:
             raise RubricError(f"{where}: {problem}") from None
-        if row_id in rows:
+        if row_id in seen:
             raise RubricError(f"{where}: duplicate id {row_id!r}")
+        seen.add(row_id)
         ideal = record.get("ideal_completions_data")
-        rows[row_id] = RubricRow(
+        yield RubricRow(
             id=row_id,
             conversation=conversation,
             rubric=rubric_from_items(_rubric_items(record, where, rar_pitfalls), where, record.get("example_tags") or ()),
             reference=record.get("reference_answer"),
             ideal_completion=ideal.get("ideal_completion") if isinstance(ideal, dict) else None,
         )
-    if not rows:
+    if not seen:
         raise RubricError(f"{path}: no rows")
-    return rows
 
 
 def _rubric_items(record: dict, where: str, rar_pitfalls: PitfallConvention) -> Any:

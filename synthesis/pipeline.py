@@ -16,6 +16,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from grading.grader import Grader, GradingConfig
 from rubricrl.llm import LLMClient, LLMError
 from rubricrl.prompts import format_conversation
 from rubricrl.queries import Query
@@ -46,6 +47,7 @@ class SynthesisRun:
     def __init__(self, output_dir: Path, config: SynthesisConfig, client: LLMClient, in_flight: int = 64):
         self.config = config
         self.client = client
+        self.grader = Grader(client, GradingConfig()) if config.contrast_pool else None  # the judge role, per criterion
         self.in_flight = in_flight
         self.summary = RunSummary()
         self.output = OutputFolder(output_dir)
@@ -80,20 +82,25 @@ class SynthesisRun:
         try:
             # The reference and the contrast responses do not depend on each other: both are asked for at once.
             first = [stages.reference(self.client, query.messages)]
-            if self.config.contrast:
+            if self.config.contrast and not self.config.contrast_pool:
                 first.append(stages.contrast(self.client, query.messages))
             results = await asyncio.gather(*first, return_exceptions=True)
             for stage, result in zip(("reference", "contrast"), results):
                 if isinstance(result, BaseException):
                     raise result
             record["reference"] = results[0]
-            if self.config.contrast:
+            if len(results) > 1:
                 record["responses"] = results[1]
             stage = "candidates"
-            record["candidates"] = await stages.candidates(self.client, self.config, query.messages, record["reference"])
+            record["candidates"] = await stages.rubric_candidates(self.client, self.config, query.messages,
+                                                                  record["reference"])  # fmt: skip
             stage = "aggregate"
             merged = await stages.aggregate(self.client, self.config, query.messages, record["candidates"])
             record["merged"] = merged
+            if self.config.contrast_pool:  # A and B by consensus: the two best of a pool graded against `merged`
+                stage = "contrast"
+                record["responses"], record["response_scores"] = await stages.contrast_pool(
+                    self.client, self.grader, self.config, query.messages, merged)  # fmt: skip
             evolved = []
             if self.config.evolve:
                 stage = "evolve"

@@ -1,5 +1,6 @@
-"""`rubricrl publish`: a synthesis output folder as a Hugging Face Hub dataset: the parquet data and a dataset
-card (YAML metadata, schema, statistics, provenance from the manifest), uploaded with huggingface_hub."""
+"""`rubricrl publish`: a synthesis output folder (or a `ruft build` folder: ruft/card.py) as a Hugging Face Hub
+dataset: the parquet data and a dataset card (YAML metadata, schema, statistics, provenance from the manifest),
+uploaded with huggingface_hub."""
 
 import argparse
 import json
@@ -42,8 +43,8 @@ ds = load_dataset("{repo_id}", split="train")
 
 
 def add_commands(commands) -> None:
-    publish = commands.add_parser("publish", help="publish a synthesis output folder as a Hugging Face dataset")
-    publish.add_argument("dir", type=Path, help="a `rubricrl synth` output folder (final.parquet, manifest.json)")
+    publish = commands.add_parser("publish", help="publish a synthesis or RuFT output folder as a Hugging Face dataset")
+    publish.add_argument("dir", type=Path, help="a finished `rubricrl synth` or `rubricrl ruft build` output folder")
     publish.add_argument("--repo-id", required=True, help="ORG/NAME on the Hub")
     publish.add_argument("--private", action="store_true")
     publish.add_argument("--dry-run", type=Path, metavar="OUT", help="only write the Hub-ready folder to OUT")
@@ -54,8 +55,13 @@ def build_folder(source: Path, out: Path, repo_id: str) -> Path:
     import pyarrow.parquet as pq  # here, not at the top: every command would pay its tenth of a second to load
 
     manifest_path, data = source / "manifest.json", source / "final.parquet"
+    if (source / "sft.parquet").is_file() and manifest_path.is_file():
+        from ruft.card import build_folder as build_ruft_folder
+
+        return build_ruft_folder(source, out, repo_id)
     if not data.is_file() or not manifest_path.is_file():
-        raise FileNotFoundError(f"{source}: no final.parquet and manifest.json; is this a finished `rubricrl synth` output?")
+        raise FileNotFoundError(f"{source}: no final.parquet (or sft.parquet) and manifest.json; is this a finished "
+                                "`rubricrl synth` or `rubricrl ruft build` output?")  # fmt: skip
     manifest = json.loads(manifest_path.read_text())
     (out / "data").mkdir(parents=True, exist_ok=True)
     shutil.copyfile(data, out / "data" / "train-00000-of-00001.parquet")

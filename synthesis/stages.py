@@ -1,7 +1,8 @@
 """The stages of Coarse-to-Fine rubric synthesis, one function each; the pipeline runs them per query.
 
 1. reference: a model writes a reference answer (response grounding);
-2. contrast: two roles write responses A and B;
+2. contrast: two roles write responses A and B (or, with contrast_pool, the two best of a pool graded against the
+   merged rubric, after stage 4);
 3. candidates: N rubric roles each write a principle-guided rubric grounded in the reference;
 4. aggregate: the N candidates are merged conservatively (one candidate passes through, no call);
 5. evolve: stricter criteria are added that would separate an excellent answer from A and B.
@@ -9,13 +10,18 @@ The single-pass Rubrics-as-Rewards method is stages 1 and 3 with categories (see
 Malformed model output is sampled again by the client (bounded); what still fails raises LLMError.
 """
 
+import math
 from pathlib import Path
 from typing import Any
 
+from grading.grader import Grader
+from grading.rubric import rubric_from_items
 from rubricrl.llm import LLMClient
 from rubricrl.prompts import format_conversation, load_prompt
+from ruft.sampling import candidates, sample_and_grade
+from ruft.select import select
 from synthesis.config import SynthesisConfig
-from synthesis.criteria import criteria_schema, listing, require_usable, usable, weight_rules
+from synthesis.criteria import criteria_schema, export, listing, require_usable, usable, weight_rules
 
 PROMPTS = Path(__file__).parent / "prompts"
 REFERENCE = load_prompt(PROMPTS / "reference.txt")
@@ -37,7 +43,20 @@ async def contrast(client: LLMClient, messages: list[dict]) -> list[str]:
     return [answer.text for answer in await client.chat_each(["response_a", "response_b"], prompt)]
 
 
-async def candidates(client: LLMClient, config: SynthesisConfig, messages: list[dict], ref: str) -> list[Criteria]:
+async def contrast_pool(client: LLMClient, grader: Grader, config: SynthesisConfig, messages: list[dict],
+                        merged: Criteria) -> tuple[list[str], list[float | None]]:  # fmt: skip
+    """A and B by consensus: a pool of responses graded against the merged rubric, the two best first (ties: the
+    shorter). Where fewer than two could be scored, unscored responses fill in, in sampling order."""
+    rubric = rubric_from_items([{"criterion": c["criterion"], "points": c["points"]} for c in export(merged)],
+                               "merged rubric")  # fmt: skip
+    answers, graded = await sample_and_grade(client, grader, ["response_a"] * config.contrast_pool, messages, rubric)
+    pool = candidates(answers, graded)
+    best = select(pool, threshold=-math.inf, keep=2)
+    chosen = best + [c for c in pool if c not in best][: 2 - len(best)]
+    return [c.text for c in chosen], [c.score for c in chosen]
+
+
+async def rubric_candidates(client: LLMClient, config: SynthesisConfig, messages: list[dict], ref: str) -> list[Criteria]:
     prompt = RUBRIC.render(
         conversation=format_conversation(messages), reference=ref, min_criteria=str(config.min_criteria),
         max_criteria=str(config.max_criteria), weight_rules=weight_rules(config),

@@ -213,7 +213,7 @@ def test_publish_dry_run_builds_a_folder_that_loads_back(tmp_path, home):
 def test_publish_refuses_an_unfinished_folder(tmp_path, capsys):
     (tmp_path / "half").mkdir()
     assert main(["publish", str(tmp_path / "half"), "--repo-id", "me/x", "--dry-run", str(tmp_path / "o")]) == 2
-    assert "no final.parquet and manifest.json" in capsys.readouterr().err
+    assert "no final.parquet (or sft.parquet) and manifest.json" in capsys.readouterr().err
 
 
 def config_file(tmp_path, synthesis: str) -> str:
@@ -453,3 +453,30 @@ def test_integer_weights_written_as_floats_become_int_points(tmp_path, home):
         assert any('"weight": 10.0' in float_weights(r) for r in server.requests)
     rows = pq.read_table(tmp_path / "out" / "final.parquet").to_pylist()
     assert len(rows) == 2 and all(type(c["points"]) is int for r in rows for c in r["rubrics"])
+
+
+def test_a_contrast_pool_evolves_against_the_two_best_responses_of_the_pool(tmp_path, home):
+    """The paper's A and B by consensus: a pool of responses graded against the merged rubric (RuFT's
+    sample-and-grade), the two best kept; the judge says a criterion is met when the response says 'good'."""
+    pool = iter(["bad one", "good and long answer", "good", "meh"])
+
+    def reply(body):
+        name = (body.get("response_format") or {}).get("json_schema", {}).get("name")
+        if name == "verdict":
+            response = body["messages"][-1]["content"].split("]]\n", 1)[1].rsplit("\n[[end of response", 1)[0]
+            return json.dumps({"explanation": "s", "criteria_met": "good" in response})
+        if name is None and body["messages"][-1]["content"].startswith(("I cough", "Question")):
+            return next(pool)  # the pool answers the query itself
+        return schema_reply(body)
+
+    with FaultServer(reply=reply) as server:
+        assert synth(server, tmp_path, queries(tmp_path / "q.jsonl", 1), "--contrast-pool", "4") == 0
+        evolve = next(r for r in server.requests if (r.get("response_format") or {}).get("json_schema", {}).get("name")
+                      == "new_criteria")  # fmt: skip
+    details = json.loads((tmp_path / "out" / "details.jsonl").read_text())
+    assert details["responses"] == ["good", "good and long answer"]  # best first; the tie goes to the shorter
+    assert "good and long answer" in evolve["messages"][-1]["content"]
+    with pytest.raises(ValueError, match="contrast_pool"):
+        from synthesis.config import SynthesisConfig
+
+        SynthesisConfig(contrast_pool=1)

@@ -1,0 +1,79 @@
+"""What the scale benchmarks share: the canned endpoint in a child process, and one `rubricrl` command in a child
+process with the bytes it wrote and its peak RSS."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+
+from rubricrl.serve import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN = """
+import resource, sys
+from rubricrl.cli import main
+code = main(sys.argv[1:])
+io = dict(line.split(": ") for line in open("/proc/self/io").read().splitlines())
+print("WCHAR", io["write_bytes"], "RSS_KB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
+sys.exit(code)
+"""
+
+
+class Canned:
+    """benches/canned_server.py on a free port: valid answers after a latency L +- 20%."""
+
+    def __init__(self, port: int):
+        self.port = port
+        self.base_url = f"http://127.0.0.1:{port}/v1"
+
+    def stats(self) -> dict:
+        return json.load(urllib.request.urlopen(f"http://127.0.0.1:{self.port}/stats"))
+
+    def reset(self) -> None:
+        urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{self.port}/stats/reset", method="POST"))
+
+
+@contextmanager
+def canned_endpoint(latency: float):
+    port = free_port()
+    server = subprocess.Popen([sys.executable, str(ROOT / "benches" / "canned_server.py"), "--port", str(port),
+                               "--latency", str(latency)], cwd=ROOT)  # fmt: skip
+    endpoint = Canned(port)
+    try:
+        for _ in range(100):
+            try:
+                endpoint.stats()
+                break
+            except OSError:
+                time.sleep(0.1)
+        yield endpoint
+    finally:
+        server.terminate()
+        server.wait()
+
+
+def run_command(argv: list[str], out: Path, home: Path) -> dict:
+    """One `rubricrl` command in a child process: wall time, bytes it wrote, its output's size, its peak RSS."""
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", RUN, *argv], env={**os.environ, "RUBRICRL_HOME": str(home)},
+                          cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    ended = time.monotonic()
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr[-3000:])
+    wchar, rss_kb = (int(done.stderr.split(tag)[1].split()[0]) for tag in ("WCHAR ", "RSS_KB "))
+    output = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    return {"seconds": ended - started, "started": started, "ended": ended, "written": wchar, "output": output,
+            "rss_mb": rss_kb / 1024}  # fmt: skip
+
+
+def where_time_went(stats: dict, run: dict, concurrency: int) -> str:
+    """Before the first request (start-up, validation), the endpoint's slots in use between its first request and
+    its last answer, after the last answer (final files, manifest)."""
+    span = stats["last"] - stats["first"]
+    busy = stats["busy"] / (concurrency * span)
+    return (f"first request after {stats['first'] - run['started']:.2f} s; slots busy {busy:.3f} of {span:.1f} s; "
+            f"exit {run['ended'] - stats['last']:.2f} s after the last answer")  # fmt: skip

@@ -1,0 +1,25 @@
+"""Sample answers and grade them against a rubric: the step RuFT runs per query, and synthesis runs to pick its
+contrast pair from a pool (SynthesisConfig.contrast_pool)."""
+
+from grading.grader import GradeItem, Graded, Grader
+from grading.rubric import Rubric
+from rubricrl.llm import ChatResult, LLMClient
+from ruft.select import Candidate
+
+
+async def sample_and_grade(
+    client: LLMClient, grader: Grader, roles: list[str], conversation: list[dict[str, str]], rubric: Rubric,
+    reference: str | None = None,
+) -> tuple[list[ChatResult], list[Graded]]:  # fmt: skip
+    """One answer per entry of `roles` (repeat a role for several: requests that would be identical share one
+    n-sample call), each graded against `rubric`; identical answers are graded once."""
+    answers = await client.chat_each(roles, conversation)
+    graded = await grader.grade_many([GradeItem(conversation, a.text, rubric, reference) for a in answers])
+    return answers, graded
+
+
+def candidates(answers: list[ChatResult], graded: list[Graded]) -> list[Candidate]:
+    """What selection ranks: each answer's text, score, whether the integrity check flagged it and whether it was cut
+    off at max_tokens."""
+    return [Candidate(i, a.text, g.score, g.integrity_flag is not None, a.finish_reasons[0] == "length")
+            for i, (a, g) in enumerate(zip(answers, graded))]  # fmt: skip

@@ -1,0 +1,36 @@
+"""Which graded candidates a query keeps: RubricHub's Max/Threshold selection, as a pure function.
+
+A candidate is eligible when it has a score (a judge failure leaves it unscored), the integrity check did not flag
+it, it was not cut off at max_tokens (unless `truncated_ok`: an incomplete answer is a poor SFT target), and its
+score is at least tau. The eligible ones are ranked by score, best first; ties go to the shorter answer
+(so that length is never rewarded by accident), then to the earlier candidate. The first `keep` are kept.
+
+>>> [c.index for c in select([Candidate(0, "long answer", 0.8), Candidate(1, "short", 0.8),
+...                           Candidate(2, "best", None)], threshold=0.5, keep=1)]
+[1]
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Candidate:
+    index: int
+    text: str
+    score: float | None
+    flagged: bool = False
+    truncated: bool = False
+    """Cut off at max_tokens (finish reason "length")."""
+
+
+def eligible(candidate: Candidate, threshold: float, truncated_ok: bool = False) -> bool:
+    return (candidate.score is not None and not candidate.flagged and (truncated_ok or not candidate.truncated)
+            and candidate.score >= threshold)  # fmt: skip
+
+
+def select(candidates: Sequence[Candidate], *, threshold: float, keep: int = 1, truncated_ok: bool = False
+           ) -> list[Candidate]:  # fmt: skip
+    ranked = sorted((c for c in candidates if eligible(c, threshold, truncated_ok)),
+                    key=lambda c: (-c.score, len(c.text), c.index))  # fmt: skip
+    return ranked[:keep]
