@@ -84,13 +84,16 @@ def dataclass_from_dict(cls: type, data: dict[str, Any], where: str) -> Any:
 # --- the command line ---------------------------------------------------------------------------------------------
 
 
-def add_config_arguments(parser: argparse.ArgumentParser, groups: list[type], trl_types: list[type] = ()) -> None:
+def add_config_arguments(
+    parser: argparse.ArgumentParser, groups: list[type], trl_types: list[str] = (), shares_file_with: list[str] = (),
+) -> None:  # fmt: skip
     """`--config` and one flag per field of each dataclass in `groups` (help from the fields' docstrings). Flags
     default to "not given" (argparse.SUPPRESS), so that `parse_settings` knows what the command line set.
-    `trl_types` (e.g. SFTConfig, ModelConfig, imported only when the command runs) are TRL's own dataclasses:
-    their fields come as top-level keys and the flags this parser does not know, read by `parse_trl`."""
+    `trl_types` (e.g. "trl.SFTConfig", imported only when the command runs) are TRL's own dataclasses: their fields
+    come as top-level keys and the flags this parser does not know, read by `parse_trl`. `shares_file_with` names
+    TRL dataclasses whose top-level keys this command skips (a preset that serves `ruft build` and `ruft train`)."""
     parser.add_argument("--config", type=Path, metavar="FILE", help="YAML file of settings (flags win over it)")
-    parser.set_defaults(config_groups=groups, trl_types=list(trl_types))
+    parser.set_defaults(config_groups=groups, trl_types=list(trl_types), shares_file_with=list(shares_file_with))
     if trl_types:
         parser.epilog = (f"TRL's {' and '.join(trl_types)} fields are accepted too, as top-level keys of --config "
                          "and as flags (--learning_rate 1e-5), exactly as `trl sft --config` takes them.")  # fmt: skip
@@ -127,9 +130,10 @@ def _add_field(group, f: dataclasses.Field, hint: Any, doc: str) -> None:
         group.add_argument(*names, type=_or_none(convert) if optional else convert, **kwargs)
 
 
-def parse_settings(args: argparse.Namespace, *, command: str) -> list[Any]:
+def parse_settings(args: argparse.Namespace, *, command: str, trl_defaults: dict[str, Any] | None = None) -> list[Any]:
     """The command's dataclasses (`args.config_groups`), each field from defaults < `--config` file < flags, then
-    TRL's (`args.trl_types`, from the remaining top-level keys and `args.trl_argv`, the flags ours do not know).
+    TRL's (`args.trl_types`, from `trl_defaults` < the remaining top-level keys < `args.trl_argv`, the flags ours do
+    not know).
     Raises ConfigError naming the file and key, or the flag, and what is wrong."""
     groups = args.config_groups
     file = load_yaml(args.config) if args.config else {}
@@ -137,6 +141,9 @@ def parse_settings(args: argparse.Namespace, *, command: str) -> list[Any]:
     flat_keys = {f.name for cls in groups if not getattr(cls, "config_section", None) for f, _ in _fields(cls)}
     unknown = sorted(k for k in file if k not in flat_keys and k not in SECTIONS)
     trl_types = [_import(name) for name in getattr(args, "trl_types", [])]
+    if unknown and getattr(args, "shares_file_with", None):
+        skipped = {f.name for name in args.shares_file_with for f in dataclasses.fields(_import(name))}
+        unknown = [key for key in unknown if key not in skipped]
     if unknown and not trl_types:
         raise ConfigError(f"{source}: unknown key(s) {unknown} for `rubricrl {command}`; it takes "
                           f"{sorted(flat_keys)} and the sections {list(SECTIONS)}")  # fmt: skip
@@ -170,8 +177,8 @@ def parse_settings(args: argparse.Namespace, *, command: str) -> list[Any]:
             raise ConfigError(f"`rubricrl {command}` needs {flags} (or the key(s) {missing} in --config)")
         settings.append(dataclass_from_dict(cls, values, where))
     if trl_types:
-        settings += parse_trl(trl_types, {k: v for k, v in file.items() if k not in flat_keys},
-                              getattr(args, "trl_argv", []), source=source)  # fmt: skip
+        rest = {k: v for k, v in file.items() if k not in flat_keys}
+        settings += parse_trl(trl_types, {**(trl_defaults or {}), **rest}, getattr(args, "trl_argv", []), source=source)
     return settings
 
 

@@ -3,7 +3,6 @@
 import argparse
 import asyncio
 import itertools
-import json
 import statistics
 import sys
 import time
@@ -13,7 +12,7 @@ from pathlib import Path
 from rubricrl.config import add_config_arguments, config_source, parse_settings, resolved, write_resolved
 from rubricrl.llm import LLMSettings, open_llm
 from rubricrl.queries import iter_queries, write_rejected
-from rubricrl.versions import package_versions
+from rubricrl.manifest import package_versions, usage_lines, write_manifest
 from synthesis import stages
 from synthesis.config import SynthesisConfig
 from synthesis.pipeline import SynthesisRun
@@ -82,9 +81,7 @@ def run_synth(args: argparse.Namespace) -> int:
         "usage": {name: asdict(u) for name, u in usage.items()},
         "seconds": round(time.monotonic() - started, 1),
     }  # fmt: skip
-    tmp = synth.output_dir / "manifest.json.tmp"
-    tmp.write_text(json.dumps(manifest, indent=2))
-    tmp.replace(synth.output_dir / "manifest.json")  # last: its presence means the run finished
+    write_manifest(synth.output_dir, manifest)
     print(summary_text(manifest, summary.criteria))
     return 0 if not summary.failed else 1
 
@@ -97,10 +94,6 @@ def summary_text(manifest: dict, criteria: list[int]) -> str:
     if criteria:
         lines.append(f"criteria per query (this run): min {min(criteria)}, median {statistics.median(criteria):g}, "
                      f"mean {statistics.mean(criteria):.1f}, max {max(criteria)}")  # fmt: skip
-    for name, u in manifest["usage"].items():
-        lines.append(f"  {name:14} {u['requests']:6d} requests {u['prompt_tokens']:9d} prompt "
-                     f"{u['completion_tokens']:8d} completion tokens {u['cache_hits']:6d} cache hits")  # fmt: skip
-    if manifest.get("budgets"):
-        lines.append(manifest["budgets"])
+    lines += usage_lines(manifest)
     lines.append(f"wall time {manifest['seconds']} s")
     return "\n".join(lines)

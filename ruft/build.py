@@ -1,0 +1,287 @@
+"""`rubricrl ruft build`: a rubric dataset in, SFT data out. For each query, K candidate answers from the candidate
+roles (one n-sample call per distinct request, through the one client and its cache), each graded against the
+query's rubric, the best at or above tau kept (ruft/select.py). Queries stream through sampling and grading on their
+own, with no barrier between the stages, as in synthesis.
+
+The output folder (append-only while running; a rerun skips the queries in queries.jsonl and replays the rest from
+the response cache, whatever the input order):
+- `candidates.jsonl`: every candidate with its role, model, finish reason, length, score, verdicts and whether kept;
+- `sft.jsonl`: the kept answers; `queries.jsonl`: one line per finished query (written last: its presence means done);
+- when the run ends: `sft.parquet` and `sft/` (`datasets.load_from_disk`) in TRL's conversational prompt-completion
+  format with provenance columns, `below_threshold.jsonl` (queries with no candidate >= tau), `scores.png` and
+  `length_vs_score.png`, `config.yaml`, and `manifest.json` (written last).
+"""
+
+import argparse
+import asyncio
+import hashlib
+import itertools
+import json
+import statistics
+import sys
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from tqdm import tqdm
+
+from grading.dataset import RubricRow, iter_rubric_rows
+from grading.grader import Grader, GradingConfig
+from grading.rubric import RubricError
+from rubricrl.config import config_source, parse_settings, resolved, write_resolved
+from rubricrl.jsonl import complete_rows, json_line
+from rubricrl.llm import LLMClient, LLMError, open_llm
+from rubricrl.manifest import package_versions, usage_lines, write_manifest
+from ruft.config import RuftConfig
+from ruft.sampling import candidates, sample_and_grade
+from ruft.select import select
+
+EXPLICIT_MODES = ("per_criterion", "batched")
+
+
+@dataclass
+class BuildArgs:
+    rubrics: Path
+    """Rubric dataset: a synthesis output (final.parquet / final.jsonl), HealthBench JSONL, RaR rows, Parquet or a
+    saved HF dataset; multi-turn prompts are kept as messages."""
+    output_dir: Path
+    """Where candidates, the SFT dataset, plots, config.yaml and manifest.json go; a rerun resumes there."""
+    limit: int | None = None
+    """Only the first N rows."""
+    rar_pitfalls: Literal["auto", "mistake", "avoidance"] = "auto"
+    """RaR rubrics: whether pitfall texts name the mistake or what to avoid (grading/rar.py)."""
+
+
+@dataclass
+class BuildCounts:
+    done: int = 0
+    skipped: int = 0
+    """Finished in an earlier run."""
+    failed: Counter = field(default_factory=Counter)
+    """Queries whose sampling failed (retried next run)."""
+
+
+def run_build(args: argparse.Namespace) -> int:
+    settings = parse_settings(args, command="ruft build")
+    build, config, grading, llm = settings
+    rows = lambda: itertools.islice(iter_rubric_rows(build.rubrics, build.rar_pitfalls), build.limit)  # noqa: E731
+    total = sum(1 for row in rows() if _checked(row, grading, build.rubrics))  # every row, before any call
+    build.output_dir.mkdir(parents=True, exist_ok=True)
+    write_resolved(build.output_dir / "config.yaml", resolved(settings))
+    started = time.monotonic()
+
+    async def run(session):
+        async with session.client() as client:
+            builder = Builder(build.output_dir, config, Grader(client, grading), client,
+                              in_flight=max(8, 2 * llm.concurrency // config.k))  # fmt: skip
+            return await builder.run(rows(), total), client.usage, builder.grader.metadata
+
+    roles = list(dict.fromkeys([*config.candidates, grading.judge_role]))
+    budgets = {**config.cpu_max_tokens(), **grading.cpu_max_tokens()}
+    with open_llm(llm, roles, source=config_source(args), cpu_budgets=budgets) as session:
+        counts, usage, judge = asyncio.run(run(session))
+    stats = finish(build.output_dir, config, judge)
+    manifest = {
+        "command": "ruft build", "rubrics": str(build.rubrics), "config": resolved(settings),
+        "roles": {name: role.public() for name, role in session.roles.items()}, "judge": judge,
+        "budgets": session.budget_note(), "packages": package_versions(),
+        "counts": {"queries": total, "done_this_run": counts.done, "done_before": counts.skipped,
+                   "failed": dict(counts.failed), **stats["counts"]},
+        "scores": stats["scores"], "usage": {name: asdict(u) for name, u in usage.items()},
+        "seconds": round(time.monotonic() - started, 1),
+    }  # fmt: skip
+    write_manifest(build.output_dir, manifest)
+    print(summary_text(manifest, build.output_dir))
+    return 0 if not counts.failed else 1
+
+
+def _checked(row: RubricRow, grading: GradingConfig, path: Path) -> bool:
+    """A row the build can grade: explicit modes need a criterion with positive points (a score divides by them)."""
+    if grading.mode in EXPLICIT_MODES and row.rubric.positive_points == 0:
+        raise RubricError(f"{path}: id {row.id!r}: no criterion with positive points, so no score can be computed "
+                          f"in {grading.mode} mode; fix the row or leave it out")  # fmt: skip
+    return True
+
+
+def rubric_sha256(row: RubricRow) -> str:
+    """What the candidates were graded against, as a hash (provenance of each SFT row)."""
+    criteria = [[c.text, c.points, list(c.tags)] for c in row.rubric.criteria]
+    return hashlib.sha256(json.dumps(criteria, ensure_ascii=False).encode()).hexdigest()
+
+
+class Builder:
+    def __init__(self, out: Path, config: RuftConfig, grader: Grader, client: LLMClient, in_flight: int):
+        self.out, self.config, self.grader, self.client, self.in_flight = out, config, grader, client, in_flight
+        self.counts = BuildCounts()
+        self.done = {row["id"] for _, row in complete_rows(out / "queries.jsonl")}
+        for name in ("candidates.jsonl", "sft.jsonl"):
+            list(complete_rows(out / name))  # a line cut off by a kill is dropped before appending
+        self.files = {name: open(out / f"{name}.jsonl", "ab") for name in ("candidates", "sft", "queries")}
+        self.files["errors"] = open(out / "errors.jsonl", "wb")
+
+    async def run(self, rows, total: int) -> BuildCounts:
+        slots = asyncio.Semaphore(self.in_flight)
+        tasks: set[asyncio.Task] = set()
+        try:
+            with tqdm(total=total, desc="ruft build", unit="query", file=sys.stderr) as progress:
+                for row in rows:
+                    if row.id in self.done:
+                        self.counts.skipped += 1
+                        progress.update()
+                        continue
+                    await slots.acquire()
+                    task = asyncio.create_task(self._one(row))
+                    tasks.add(task)
+                    task.add_done_callback(lambda t: (tasks.discard(t), slots.release(), progress.update()))
+                await asyncio.gather(*tasks)
+        finally:
+            for f in self.files.values():
+                f.close()
+        return self.counts
+
+    async def _one(self, row: RubricRow) -> None:
+        roles = [role for role, count in self.config.candidates.items() for _ in range(count)]
+        try:
+            answers, graded = await sample_and_grade(self.client, self.grader, roles, row.conversation, row.rubric,
+                                                     row.reference)  # fmt: skip
+        except LLMError as error:  # sampling failed for good: this query is retried next run; the others go on
+            self.counts.failed["sample"] += 1
+            self._write("errors", [{"id": row.id, "stage": "sample", "error": str(error)[:1000]}])
+            return
+        texts = [answer.text for answer in answers]
+        ranked = candidates(answers, graded)
+        kept = {c.index for c in select(ranked, threshold=self.config.threshold, keep=self.config.keep,
+                                        truncated_ok=self.config.keep_truncated)}  # fmt: skip
+        self._write("candidates", [
+            g.to_record(row.rubric.example_tags, id=row.id, candidate=i, role=a.role, model=a.model, response=a.text,
+                        finish_reason=a.finish_reasons[0], length=len(a.text), kept=i in kept)
+            for i, (a, g) in enumerate(zip(answers, graded))
+        ])  # fmt: skip
+        judge, digest = self.grader.metadata, rubric_sha256(row)
+        self._write("sft", [
+            {"prompt": row.conversation, "completion": [{"role": "assistant", "content": texts[i]}], "id": row.id,
+             "candidate": i, "model": answers[i].model, "score": graded[i].score, "k": self.config.k,
+             "threshold": self.config.threshold, "judge_model": judge["judge_model"], "grading_mode": judge["mode"],
+             "rubric_sha256": digest}
+            for i in sorted(kept, key=lambda i: -graded[i].score)
+        ])  # fmt: skip
+        scores = [g.score for g in graded if g.score is not None]
+        self._write("queries", [{"id": row.id, "k": len(texts), "scored": len(scores),
+                                 "flagged": sum(c.flagged for c in ranked),
+                                 "truncated": sum(c.truncated for c in ranked), "kept": sorted(kept),
+                                 "best_score": max(scores) if scores else None}])  # fmt: skip
+        self.counts.done += 1
+
+    def _write(self, name: str, rows: list[dict[str, Any]]) -> None:
+        """One write per query and file, flushed: a kill loses at most the query in hand (its done line comes last)."""
+        self.files[name].write(b"".join(json_line(r) for r in rows))
+        self.files[name].flush()
+
+
+def finish(out: Path, config: RuftConfig, judge: dict[str, Any]) -> dict[str, Any]:
+    """The SFT dataset, the list of queries below tau, plots and statistics, from the finished queries' lines
+    (a query killed before its done line and redone has its lines twice: the last ones count)."""
+    queries = {row["id"]: row for _, row in complete_rows(out / "queries.jsonl")}
+    sft = {(r["id"], r["candidate"]): r for _, r in complete_rows(out / "sft.jsonl") if r["id"] in queries}
+    candidates = {(r["id"], r["candidate"]): (r["score"], r["length"], r["kept"], r["integrity_flag"] is not None,
+                                              r["finish_reason"] == "length")
+                  for _, r in complete_rows(out / "candidates.jsonl") if r["id"] in queries}  # fmt: skip
+    write_sft(out, list(sft.values()))
+    below = [{"id": i, "best_score": q["best_score"]} for i, q in queries.items() if not q["kept"]]
+    (out / "below_threshold.jsonl").write_bytes(b"".join(json_line(r) for r in below))
+    scored = [(s, n, kept) for s, n, kept, _, _ in candidates.values() if s is not None]
+    kept = [(s, n) for s, n, k in scored if k]
+    best = [q["best_score"] for q in queries.values() if q["best_score"] is not None]
+    plots = write_plots(out, scored, config.threshold)
+    return {
+        "counts": {"finished_queries": len(queries), "queries_kept": len(queries) - len(below),
+                   "queries_below_threshold": len(below), "candidates": len(candidates),
+                   "unscored_candidates": sum(s is None for s, *_ in candidates.values()),
+                   "flagged_candidates": sum(f for *_, f, _ in candidates.values()),
+                   "truncated_candidates": sum(t for *_, t in candidates.values()), "sft_rows": len(sft)},
+        "scores": {"best_per_query": _describe(best), "all": _describe([s for s, _, _ in scored]),
+                   "kept": _describe([s for s, _ in kept]), "length_all": _describe([n for _, n, _ in scored]),
+                   "length_kept": _describe([n for _, n in kept]), "plots": plots},
+    }  # fmt: skip
+
+
+def write_sft(out: Path, rows: list[dict[str, Any]]) -> None:
+    """sft.parquet and sft/ (save_to_disk), with an explicit schema so that an empty selection still has one."""
+    import datasets
+
+    message = {"role": datasets.Value("string"), "content": datasets.Value("string")}
+    features = datasets.Features({
+        "prompt": datasets.List(message), "completion": datasets.List(message), "id": datasets.Value("string"),
+        "candidate": datasets.Value("int32"), "model": datasets.Value("string"), "score": datasets.Value("float64"),
+        "k": datasets.Value("int32"), "threshold": datasets.Value("float64"), "judge_model": datasets.Value("string"),
+        "grading_mode": datasets.Value("string"), "rubric_sha256": datasets.Value("string"),
+    })  # fmt: skip
+    dataset = datasets.Dataset.from_dict({name: [row[name] for row in rows] for name in features}, features=features)
+    dataset.to_parquet(str(out / "sft.parquet"))
+    dataset.save_to_disk(str(out / "sft"), num_shards=1)  # one shard even when empty: 0 shards do not load back
+
+
+def write_plots(out: Path, scored: list[tuple[float, int, bool]], threshold: float) -> list[str]:
+    """Score histograms (all vs kept candidates) and length against score: where a verbosity bias would show."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:  # the `train` extra brings it; without it the statistics stay in the manifest
+        return []
+    if not scored:
+        return []
+    figure, axis = plt.subplots(figsize=(6, 4))
+    bins = [i / 20 for i in range(21)]
+    axis.hist([min(1.0, max(0.0, s)) for s, _, _ in scored], bins=bins, alpha=0.6, label="all candidates")
+    axis.hist([min(1.0, max(0.0, s)) for s, _, k in scored if k], bins=bins, alpha=0.8, label="kept")
+    axis.axvline(threshold, color="black", linestyle="--", label=f"tau = {threshold:g}")
+    axis.set(xlabel="rubric score (clipped to [0, 1])", ylabel="candidates", title="RuFT candidate scores")
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(out / "scores.png", dpi=100)
+    plt.close(figure)
+    figure, axis = plt.subplots(figsize=(6, 4))
+    axis.scatter([n for _, n, _ in scored], [s for s, _, _ in scored], s=8, alpha=0.5, label="all candidates")
+    axis.scatter([n for _, n, k in scored if k], [s for s, _, k in scored if k], s=12, label="kept")
+    axis.set(xlabel="answer length (characters)", ylabel="rubric score", title="Length vs score")
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(out / "length_vs_score.png", dpi=100)
+    plt.close(figure)
+    return ["scores.png", "length_vs_score.png"]
+
+
+def _describe(values: list[float]) -> dict[str, float] | None:
+    if not values:
+        return None
+    return {"n": len(values), "min": min(values), "median": statistics.median(values),
+            "mean": statistics.fmean(values), "max": max(values)}  # fmt: skip
+
+
+def summary_text(manifest: dict[str, Any], out: Path) -> str:
+    counts, scores = manifest["counts"], manifest["scores"]
+    finished = counts["finished_queries"]
+    lines = [
+        f"queries: {counts['queries']}; {counts['done_this_run']} done now, {counts['done_before']} before, failed "
+        f"{counts['failed'] or 'none'}",
+        f"kept: {counts['queries_kept']} of {finished} queries ({counts['queries_kept'] / max(1, finished):.0%} "
+        f"retained), {counts['sft_rows']} SFT rows; below tau: {counts['queries_below_threshold']} "
+        f"({out / 'below_threshold.jsonl'})",
+        f"candidates: {counts['candidates']}, unscored (judge failed) {counts['unscored_candidates']}, "
+        f"flagged {counts['flagged_candidates']}, cut off at max_tokens {counts['truncated_candidates']}",
+    ]  # fmt: skip
+    for name, label in (("best_per_query", "best score per query"), ("all", "score, all candidates"),
+                        ("kept", "score, kept"), ("length_all", "length, all"), ("length_kept", "length, kept")):  # fmt: skip
+        d = scores[name]
+        if d:
+            lines.append(f"{label:22} n {d['n']:6d}  min {d['min']:8.3f}  median {d['median']:8.3f}  "
+                         f"mean {d['mean']:8.3f}  max {d['max']:8.3f}")  # fmt: skip
+    if scores["plots"]:
+        lines.append("plots: " + ", ".join(str(out / p) for p in scores["plots"]))
+    lines += usage_lines(manifest)
+    lines.append(f"dataset: {out / 'sft'} (load_from_disk), {out / 'sft.parquet'}; wall time {manifest['seconds']} s")
+    return "\n".join(lines)

@@ -1,0 +1,42 @@
+"""What a RuFT build does: which roles answer each query and how often, and which answers are kept. Loaded from the
+`ruft:` section of a config (configs/ruft/*.yaml); documented field by field."""
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+
+@dataclass
+class RuftConfig:
+    config_section: ClassVar[str] = "ruft"
+
+    candidates: dict[str, int] = field(default_factory=lambda: {"policy": 4})
+    """Candidate roles (llm.roles) and how many answers each samples per query: K is their sum. Several models,
+    as in the RubricHub paper, e.g. {policy: 4, strong: 2}."""
+    threshold: float | None = None
+    """tau: a candidate scoring below it is never kept. Required, in [0, 1]: no value hides in code, and each
+    preset says where its value comes from."""
+    keep: int = 1
+    """At most this many candidates >= tau per query, best first (1: the paper's Max/Threshold selection)."""
+    keep_truncated: bool = False
+    """Keep answers cut off at max_tokens too (an incomplete answer is a poor SFT target, so not by default)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.candidates, dict) or not self.candidates:
+            raise ValueError("candidates must map at least one role to a number of answers, e.g. {policy: 4}")
+        for role, count in self.candidates.items():
+            if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+                raise ValueError(f"candidates.{role}: K per role must be an integer >= 1, got {count!r}")
+        if self.threshold is None:
+            raise ValueError("threshold (tau) is required: set ruft.threshold in the config or --threshold, in [0, 1]")
+        if not 0.0 <= self.threshold <= 1.0:
+            raise ValueError(f"threshold must be within the score range [0, 1], got {self.threshold}")
+        if self.keep < 1:
+            raise ValueError(f"keep must be at least 1, got {self.keep}")
+
+    @property
+    def k(self) -> int:
+        return sum(self.candidates.values())
+
+    def cpu_max_tokens(self) -> dict[str, int]:
+        """max_tokens for candidate roles on the embedded model on a CPU that set none."""
+        return {role: 256 for role in self.candidates}

@@ -1,0 +1,393 @@
+"""`rubricrl ruft train`: supervised fine-tuning on the answers a `ruft build` kept, with TRL's SFTTrainer.
+
+    rubricrl ruft train --config configs/ruft/tiny-cpu.yaml --dataset runs/ruft --output_dir runs/ruft-sft
+
+What runs, in order (everything a user can get wrong is checked before a model is loaded):
+1. settings: `TrainArgs` (ours), then TRL's `SFTConfig` and `ModelConfig` as `trl sft --config` reads them (flat
+   keys, flags win); on a machine without CUDA, `CPU_DEFAULTS` first (SFTConfig's bf16 default fails on a CPU);
+2. the dataset: a `ruft build` folder (its `sft/`), a saved HF dataset, a .parquet or a .jsonl in TRL's
+   conversational prompt-completion format, read with the one record reader (`rubricrl.records`) into memory, each
+   row checked; its provenance columns (id, score, judge, ...) ride along and SFTTrainer drops them;
+3. SFTTrainer on `model_name_or_path` (default: the embedded model), LoRA when `use_peft`. The loss is on the
+   completion only: TRL's default for prompt-completion data (`completion_only_loss=None`);
+4. wandb when `report_to` names it: offline without WANDB_API_KEY (a WANDB_MODE of the user's wins); the run's
+   config is config.yaml's plus the build's manifest.json;
+5. the model and tokenizer in `output_dir` (LoRA merged in unless `merge_adapter` is false), `config.yaml` (the
+   resolved settings, loadable with --config, written first) and a model card `README.md` naming the dataset and
+   base model. `resume_from_checkpoint` (a checkpoint folder, or true: the latest in output_dir) goes to
+   `trainer.train`.
+
+TRL, transformers, torch and datasets load only inside the functions: `rubricrl --help` imports this module.
+"""
+
+import itertools
+import json
+import os
+import re
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from rubricrl.config import ConfigError, parse_settings, resolved, write_resolved
+from rubricrl.records import InvalidRecord, RecordFileError, conversation, open_records
+
+if TYPE_CHECKING:
+    from datasets import Dataset
+    from trl import ModelConfig, SFTConfig, SFTTrainer
+
+CPU_DEFAULTS = {"use_cpu": True, "bf16": False, "gradient_checkpointing": False}
+"""TRL defaults on a machine without CUDA: SFTConfig's own (bf16=True, gradient checkpointing on) fail there
+("Your setup doesn't support bf16/gpu") or only cost time. The config file and the flags still win."""
+NO_OUTPUT_DIR = "\x00unset"
+"""output_dir's default while parsing: TRL would write to ./trainer_output unasked; we ask for --output_dir."""
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
+"""A Hugging Face Hub model id (`Qwen/Qwen3-4B-Base`); a name that is not one must be a folder that exists."""
+PROVENANCE = {"threshold": "threshold tau", "k": "K candidates per query", "model": "candidate models",
+              "judge_model": "judge", "grading_mode": "grading mode"}  # fmt: skip
+"""Provenance columns of a `ruft build` dataset whose distinct values the model card lists, with their names."""
+BUILD_FILES = ("manifest.json", "sft", "sft.jsonl", "queries.jsonl", "candidates.jsonl")
+"""What marks a `ruft build` output folder (finished when manifest.json, written last, is there)."""
+
+
+@dataclass
+class TrainArgs:
+    dataset: Path
+    """The training data: a `ruft build` output folder (its sft/ dataset is read, its manifest.json goes into the
+    run's config), a saved Hugging Face dataset folder, a .parquet or a .jsonl file, in TRL's conversational
+    prompt-completion format: `prompt` (chat messages ending with the user's turn), `completion` ([{role:
+    assistant, content}]). Set --output_dir (TRL's) too."""
+    merge_adapter: bool = True
+    """With --use_peft: save the model with the LoRA weights merged in (a plain model folder for vLLM, `rubricrl
+    eval` and `rurl train`) and the adapter alone in output_dir/adapter; false: output_dir holds only the adapter
+    (transformers loads it onto the base model through peft)."""
+
+
+@dataclass
+class SFTData:
+    dataset: "Dataset"
+    source: str
+    """Where the rows were read (the sft/ folder of a build folder), for messages and the model card."""
+    manifest: dict[str, Any] | None
+    """The `ruft build` manifest.json of the dataset, when there is one."""
+    manifest_path: Path | None = None
+    """Where that manifest is."""
+
+
+def run_train(args) -> int:
+    import torch
+
+    trl_defaults = {"output_dir": NO_OUTPUT_DIR, **({} if torch.cuda.is_available() else CPU_DEFAULTS)}
+    train_args, sft_config, model_config = parse_settings(args, command="ruft train", trl_defaults=trl_defaults)
+    if sft_config.output_dir == NO_OUTPUT_DIR:
+        raise ConfigError("`rubricrl ruft train` needs --output_dir (or the key output_dir in --config): where the "
+                          "checkpoints and the trained model go")  # fmt: skip
+    data = load_sft_data(train_args.dataset)
+    resume = resume_target(sft_config)
+    if model_config.model_name_or_path is None:
+        from rubricrl.embedded_model import prepare_embedded_model
+
+        model_config.model_name_or_path = str(prepare_embedded_model(log=lambda m: print(m, file=sys.stderr)))
+    check_base_model(model_config.model_name_or_path)
+
+    output_dir = Path(sft_config.output_dir)
+    main_process = sft_config.process_index == 0  # under `accelerate launch`, one process writes and reports
+    config = run_config(train_args, sft_config, model_config)
+    run_settings = {**config, "dataset_manifest": data.manifest}
+    wandb_run = None
+    if main_process:
+        write_resolved(output_dir / "config.yaml", config)
+        print(f"ruft train: {model_config.model_name_or_path} on {len(data.dataset)} examples from {data.source}"
+              f"{' (LoRA)' if model_config.use_peft else ''} -> {output_dir}", file=sys.stderr)  # fmt: skip
+        wandb_run = start_wandb(sft_config, run_settings)
+    try:
+        trainer = build_trainer(sft_config, model_config, data)
+        if wandb_run is not None:
+            trainer.add_callback(keep_run_config(wandb_run, run_settings))
+        started, first_step = time.monotonic(), _step_of(resume)
+        output = trainer.train(resume_from_checkpoint=resume)
+        seconds = time.monotonic() - started
+        losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+        final_loss = losses[-1] if losses else output.training_loss
+        merge = model_config.use_peft and train_args.merge_adapter
+        save_model(trainer, output_dir, merge)
+        if main_process:
+            write_model_card(trainer, output_dir, data, model_config.model_name_or_path, config, final_loss, merge)
+        if hasattr(trainer, "end"):  # transformers >= 5.18: ends accelerate's trackers and the process group
+            trainer.end()
+    finally:
+        if wandb_run is not None:
+            wandb_run.finish()
+    if main_process:
+        steps = trainer.state.global_step
+        run_steps, resumed = steps - first_step, f", resumed from {Path(resume).name}" if resume else ""
+        print(f"ruft train: {steps} steps ({run_steps} this run{resumed}) in {seconds:.1f} s "
+              f"({run_steps / seconds:.2f} steps/s), final loss {final_loss:.4f}; model: {output_dir}")  # fmt: skip
+    return 0
+
+
+# --- the dataset ----------------------------------------------------------------------------------------------------
+
+
+def load_sft_data(path: Path) -> SFTData:
+    """The prompt-completion rows of `path`, checked one by one, in memory (so that SFTTrainer's tokenization writes
+    no cache files into the build folder). Raises RecordFileError naming the file, the row and the problem."""
+    from datasets import Dataset
+
+    path = Path(path)
+    manifest_path = _manifest_path(path)
+    if path.is_dir() and any((path / name).exists() for name in BUILD_FILES):  # a `ruft build` output folder
+        if manifest_path is None or not (path / "sft").is_dir():
+            raise RecordFileError(f"{path}: a `ruft build` folder without manifest.json and sft/, which the build "
+                                  "writes when it ends: rerun the same `rubricrl ruft build` to finish it")  # fmt: skip
+        path = path / "sft"
+    manifest = _read_manifest(manifest_path)
+    opened = open_records(path)
+    records = iter(opened.records)
+    first = next(records, None)
+    if first is None:
+        raise RecordFileError(f"{opened.source}: the dataset is empty (0 rows): {_empty_hint(manifest)}")
+    missing = [c for c in ("prompt", "completion") if opened.columns is not None and c not in opened.columns]
+    if missing:
+        raise RecordFileError(f"{opened.source}: no {' or '.join(map(repr, missing))} column (it has "
+                              f"{opened.columns}); `ruft train` takes TRL's conversational prompt-completion format: "
+                              "prompt = chat messages, completion = [{role: assistant, content}]")  # fmt: skip
+    rows = []
+    for record in itertools.chain([first], records):
+        where = f"{opened.source}: {record.location}"
+        if record.problem is not None:
+            raise RecordFileError(f"{where}: {record.problem}")
+        try:
+            rows.append(_sft_row(record.row))
+        except InvalidRecord as error:
+            raise RecordFileError(f"{where}: {error}") from None
+    return SFTData(Dataset.from_list(rows), opened.source, manifest, manifest_path)
+
+
+def _manifest_path(path: Path) -> Path | None:
+    """The build's manifest.json: in the folder given, or beside its sft/ or sft.parquet when one of those is given."""
+    if (path / "manifest.json").is_file():
+        return path / "manifest.json"
+    if path.name in ("sft", "sft.parquet") and (path.parent / "manifest.json").is_file():
+        return path.parent / "manifest.json"
+    return None
+
+
+def _read_manifest(path: Path | None) -> dict[str, Any] | None:
+    if path is None:
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise RecordFileError(f"{path}: cannot read the build manifest: {error}") from None
+
+
+def _empty_hint(manifest: dict[str, Any] | None) -> str:
+    if manifest is None:
+        return "nothing to train on"
+    counts = manifest.get("counts") or {}
+    tau = ((manifest.get("config") or {}).get("ruft") or {}).get("threshold")
+    below = counts.get("queries_below_threshold")
+    return (f"no candidate reached the threshold tau = {tau} in the build ({below} of {counts.get('finished_queries')} "
+            "queries below it, listed in below_threshold.jsonl): lower ruft.threshold or sample more candidates "
+            "(ruft.candidates)")  # fmt: skip
+
+
+def _sft_row(row: dict[str, Any]) -> dict[str, Any]:
+    """The row with `prompt` as chat messages ending with the user's turn and `completion` as assistant messages
+    (a text is read as one message); the other columns unchanged. Raises InvalidRecord."""
+    for key in ("prompt", "completion"):
+        if key not in row:
+            raise InvalidRecord(f"no {key!r} key; a row holds prompt (chat messages) and completion "
+                                "([{role: assistant, content}])")  # fmt: skip
+    return {**row, "prompt": conversation(row["prompt"], "prompt"), "completion": _completion(row["completion"])}
+
+
+def _completion(value: Any) -> list[dict[str, str]]:
+    if isinstance(value, str):
+        value = [{"role": "assistant", "content": value}]
+    if not isinstance(value, list) or not value:
+        raise InvalidRecord(f"'completion' must be a non-empty list of assistant messages, got {value!r:.80}")
+    for i, message in enumerate(value):
+        if not isinstance(message, dict) or message.get("role") != "assistant":
+            raise InvalidRecord(f"completion[{i}]: expected {{role: assistant, content}}, got {message!r:.80}")
+        if not isinstance(message.get("content"), str) or not message["content"].strip():
+            raise InvalidRecord(f"completion[{i}]: 'content' must be a non-empty text, got {message.get('content')!r:.80}")
+    return [{"role": "assistant", "content": m["content"]} for m in value]
+
+
+# --- the checks before the model ------------------------------------------------------------------------------------
+
+
+def check_base_model(name: str) -> None:
+    """A folder must exist and hold config.json; anything else must look like a Hub id (loaded by transformers)."""
+    path = Path(name).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise ConfigError(f"model_name_or_path {name}: not a model folder (no config.json)")
+    elif path.is_absolute() or name.startswith((".", "~")) or not HUB_ID.fullmatch(name):
+        raise ConfigError(f"model_name_or_path {name}: no such folder")
+
+
+def resume_target(sft_config: "SFTConfig") -> str | bool | None:
+    """`resume_from_checkpoint` as Trainer.train takes it: a checkpoint folder, True (the latest checkpoint-N in
+    output_dir; "true" on the command line, where the field is a string) or None. Checked here, before the model."""
+    value = sft_config.resume_from_checkpoint
+    if isinstance(value, str) and value.strip().lower() in ("true", "yes", "1", "false", "no", "0", "none", ""):
+        value = value.strip().lower() in ("true", "yes", "1")
+    if not value:
+        return None
+    if value is True:
+        from transformers.trainer_utils import get_last_checkpoint
+
+        output_dir = sft_config.output_dir
+        latest = get_last_checkpoint(output_dir) if os.path.isdir(output_dir) else None
+        if latest is None:
+            raise ConfigError(f"resume_from_checkpoint: no checkpoint-N folder in {output_dir} to resume from")
+        return latest
+    if not (Path(value) / "trainer_state.json").is_file():
+        raise ConfigError(f"resume_from_checkpoint {value}: not a checkpoint folder (no trainer_state.json)")
+    return str(value)
+
+
+def _step_of(checkpoint: str | None) -> int:
+    if checkpoint is None:
+        return 0
+    return json.loads((Path(checkpoint) / "trainer_state.json").read_text())["global_step"]
+
+
+# --- the run --------------------------------------------------------------------------------------------------------
+
+
+def run_config(train_args: TrainArgs, sft_config: "SFTConfig", model_config: "ModelConfig") -> dict[str, Any]:
+    """The resolved settings, flat as `--config` takes them back: ours, then SFTConfig's and ModelConfig's fields.
+    TrainingArguments.to_dict masks every field ending in `_token`: hub_token (a secret) is left out, eos_token and
+    pad_token (not secrets) keep their values."""
+    sft = sft_config.to_dict()
+    for key in [k for k in sft if k.endswith("_token")]:
+        if key == "hub_token":
+            del sft[key]
+        else:
+            sft[key] = getattr(sft_config, key)
+    return {**resolved([train_args]), **sft, **asdict(model_config)}
+
+
+def start_wandb(sft_config: "SFTConfig", config: dict[str, Any]):
+    """The wandb run, started here with the run's config (the resolved settings and the dataset's manifest), which
+    transformers' WandbCallback then reuses. Offline without WANDB_API_KEY, unless WANDB_MODE says otherwise."""
+    if "wandb" not in (sft_config.report_to or []):
+        return None
+    import wandb
+
+    mode = None
+    if not os.environ.get("WANDB_MODE") and not os.environ.get("WANDB_API_KEY"):
+        mode = "offline"
+        print("ruft train: no WANDB_API_KEY: wandb runs offline (`wandb sync` uploads it later; WANDB_MODE=online "
+              "uses the key of `wandb login`)", file=sys.stderr)  # fmt: skip
+    project = os.environ.get("WANDB_PROJECT", "rubricrl")
+    return wandb.init(project=project, name=sft_config.run_name, config=config, mode=mode)
+
+
+def keep_run_config(wandb_run, settings: dict[str, Any]):
+    """A callback that sets the run's config again once transformers' WandbCallback has merged its own into it
+    (at train begin): that one holds the model's config.json keys (its `dtype` would replace ModelConfig's) and
+    TrainingArguments.to_dict's masked `<EOS_TOKEN>` / `<PAD_TOKEN>`."""
+    from transformers import TrainerCallback
+
+    class KeepRunConfig(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            wandb_run.config.update(settings, allow_val_change=True)
+
+    return KeepRunConfig()
+
+
+def build_trainer(sft_config: "SFTConfig", model_config: "ModelConfig", data: SFTData) -> "SFTTrainer":
+    """SFTTrainer as `trl sft` builds it (trl/scripts/sft.py): the model's load settings from ModelConfig, the
+    user's model_init_kwargs on top."""
+    from trl import SFTTrainer, get_peft_config, get_quantization_config
+
+    init_kwargs = {"revision": model_config.model_revision, "trust_remote_code": sft_config.trust_remote_code,
+                   "attn_implementation": model_config.attn_implementation, "dtype": model_config.dtype}  # fmt: skip
+    init_kwargs.update(sft_config.model_init_kwargs or {})
+    sft_config.model_init_kwargs = init_kwargs
+    try:
+        trainer = SFTTrainer(model=model_config.model_name_or_path, args=sft_config, train_dataset=data.dataset,
+                             peft_config=get_peft_config(model_config),
+                             quantization_config=get_quantization_config(model_config))  # fmt: skip
+    except OSError as error:  # transformers: not on the Hub, offline, no weights in the folder
+        raise ConfigError(f"model_name_or_path {model_config.model_name_or_path}: cannot load: {error}") from None
+    if len(trainer.train_dataset) == 0:  # TRL drops the rows truncation left without a completion token
+        raise ConfigError(f"{data.source}: no example keeps a completion token within max_length "
+                          f"{sft_config.max_length}: raise --max_length")  # fmt: skip
+    note = truncation_note(trainer.train_dataset, len(data.dataset), sft_config)
+    if note:
+        print(f"ruft train: {note}", file=sys.stderr)
+    return trainer
+
+
+def truncation_note(prepared: "Dataset", total: int, sft_config: "SFTConfig") -> str | None:
+    """What max_length did to the examples, or None: TRL drops an example whose prompt fills it, and cuts the end of
+    the others silently (a cut answer loses its end-of-turn token, so the model is not taught to stop there)."""
+    if sft_config.max_length is None or sft_config.packing:
+        return None
+    import pyarrow.compute as pc
+
+    lengths = pc.list_value_length(prepared.with_format("arrow")["input_ids"])
+    cut = pc.sum(pc.greater_equal(lengths, sft_config.max_length)).as_py() or 0
+    dropped = total - len(prepared)
+    if not cut and not dropped:
+        return None
+    return (f"max_length {sft_config.max_length}: {dropped} of {total} examples dropped (the prompt fills it), "
+            f"{cut} cut short (their answers lose the end); raise --max_length to keep them whole")  # fmt: skip
+
+
+def save_model(trainer: "SFTTrainer", output_dir: Path, merge: bool) -> None:
+    """The model and tokenizer in output_dir; a LoRA model merged (the adapter alone in output_dir/adapter)."""
+    if not merge:
+        trainer.save_model(str(output_dir))
+        return
+    trainer.save_model(str(output_dir / "adapter"))  # every process: it gathers the weights where sharded
+    if trainer.args.should_save:
+        merged = trainer.model.merge_and_unload()
+        merged.save_pretrained(output_dir)
+        trainer.processing_class.save_pretrained(output_dir)
+
+
+def write_model_card(trainer: "SFTTrainer", output_dir: Path, data: SFTData, base_model: str, config: dict[str, Any],
+                     final_loss: float, merged: bool) -> None:  # fmt: skip
+    """README.md in output_dir: what the model was trained from, on what, how, and how to load it. (TRL's own card
+    names a local base model `None`, and its Quick start points at the Hub; each checkpoint rewrites it.)"""
+    from rubricrl.manifest import package_versions
+
+    hub_base = not Path(base_model).expanduser().exists()
+    kind = "full fine-tuning" if not config.get("use_peft") else "LoRA, merged" if merged else "LoRA adapter"
+    front = {**({"base_model": base_model} if hub_base else {}), "library_name": "peft" if kind == "LoRA adapter"
+             else "transformers", "tags": ["rubricrl", "ruft", "sft", "trl"]}  # fmt: skip
+    provenance = {c: sorted({v for v in data.dataset[c] if v is not None}) for c in PROVENANCE
+                  if c in data.dataset.column_names}  # fmt: skip
+    versions = ", ".join(f"{name} {v}" for name, v in package_versions().items() if v)
+    lines = [
+        "---", yaml.safe_dump(front, sort_keys=False).rstrip(), "---", "", f"# {output_dir.name}", "",
+        f"`{base_model}` fine-tuned with RuFT (rubricrl): supervised fine-tuning (TRL's SFTTrainer, loss on the "
+        "answers only) on the rubric-graded answers a `rubricrl ruft build` kept, the best of K candidates per query "
+        "at or above the threshold tau.", "",
+        f"- base model: `{base_model}`",
+        f"- dataset: `{data.source}` ({len(data.dataset)} examples)"
+        + (f"; build manifest `{data.manifest_path}`" if data.manifest_path else ""),
+        *[f"- {PROVENANCE[column]}: {', '.join(map(str, values))}" for column, values in provenance.items()],
+        f"- training: {kind}, {trainer.state.global_step} steps, final loss {final_loss:.4f}",
+        f"- packages: {versions}", "",
+        "## Use", "", "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer", "",
+        f"model = AutoModelForCausalLM.from_pretrained({str(output_dir)!r})",
+        f"tokenizer = AutoTokenizer.from_pretrained({str(output_dir)!r})",
+        'inputs = tokenizer.apply_chat_template([{"role": "user", "content": "Hello"}], add_generation_prompt=True,',
+        '                                       return_tensors="pt", return_dict=True)',
+        "print(tokenizer.decode(model.generate(**inputs, max_new_tokens=64)[0]))", "```", "",
+        "## Settings", "", "Resolved (defaults < --config file < flags), as `config.yaml` beside this file: "
+        "`rubricrl ruft train --config config.yaml` reruns it.", "",
+        "```yaml", yaml.safe_dump(config, sort_keys=False, allow_unicode=True).rstrip(), "```", "",
+    ]  # fmt: skip
+    (output_dir / "README.md").write_text("\n".join(lines))

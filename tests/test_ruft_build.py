@@ -1,0 +1,219 @@
+"""`rubricrl ruft build` against a scripted endpoint (canned candidates and verdicts, exact request counts): the
+selection rule, the output folder and its dataset, resume after SIGKILL, bad input before any call."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rubricrl.cli import main
+from rubricrl.llm import ResponseCache
+from ruft.select import Candidate, select
+from tests.fault_server import FaultServer
+
+ROOT = Path(__file__).resolve().parents[1]
+# Candidate answers come round in this order; the judge decides by keyword. With the rubric below they score
+# 0.5, 1.0, -0.5, 1.0 (the last ties with the second and is longer).
+ANSWERS = ["Drink water.", "Drink water and rest.", "I cannot help.", "Drink water, rest, and then rest more."]
+RUBRIC = [{"criterion": "Advises hydration.", "points": 5}, {"criterion": "Recommends sleep.", "points": 5},
+          {"criterion": "Declines to answer.", "points": -5}]  # fmt: skip
+KEYWORDS = {"hydration": "water", "sleep": "rest", "Declines": "cannot"}
+
+
+def verdict(body: dict) -> str:
+    """The scripted judge: a criterion is met when its keyword is in the quoted response."""
+    content = body["messages"][-1]["content"]
+    criterion = content.rsplit("points):", 1)[1]
+    response = content.split("]]\n", 1)[1].rsplit("\n[[end of response", 1)[0]
+    met = next(word in response for key, word in KEYWORDS.items() if key in criterion)
+    return json.dumps({"explanation": "scripted", "criteria_met": met})
+
+
+class Script:
+    """Candidates: ANSWERS in turn, one per sample; verdicts by keyword."""
+
+    def __init__(self):
+        self.answered = 0
+
+    def __call__(self, body):
+        if body.get("response_format"):
+            return verdict(body)
+        self.answered += 1
+        return ANSWERS[(self.answered - 1) % len(ANSWERS)]
+
+
+def rubrics(path: Path, n: int = 2) -> Path:
+    rows = [{"id": f"r{i}", "prompt": [{"role": "user", "content": f"I have a cold ({i}). What should I do?"}],
+             "rubrics": RUBRIC} for i in range(n)]  # fmt: skip
+    rows[0]["prompt"] = [{"role": "user", "content": "I have a cold."}, {"role": "assistant", "content": "Fever?"},
+                         {"role": "user", "content": "No fever. What should I do?"}]  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def build(server, tmp_path, input_path, *extra) -> int:
+    return main(["ruft", "build", "--rubrics", str(input_path), "--output-dir", str(tmp_path / "out"),
+                 "--base-url", server.base_url, "--model", "fake", "--threshold", "0.5",
+                 "--candidates", "policy=4", *extra])  # fmt: skip
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("RUBRICRL_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+# --- selection, by hand
+
+
+def test_best_at_or_above_tau_is_kept_ties_go_to_the_shorter_then_the_earlier():
+    cands = [Candidate(0, "aaaa", 0.9), Candidate(1, "aa", 0.9), Candidate(2, "bb", 0.9), Candidate(3, "c", 0.4)]
+    assert [c.index for c in select(cands, threshold=0.5)] == [1]
+    assert [c.index for c in select(cands, threshold=0.5, keep=3)] == [1, 2, 0]
+    assert [c.index for c in select(cands, threshold=0.4, keep=9)] == [1, 2, 0, 3]
+    assert select(cands, threshold=0.95) == []  # nothing reaches tau: nothing kept (the query is listed apart)
+
+
+def test_unscored_and_flagged_candidates_are_never_kept():
+    cands = [Candidate(0, "judge failed", None), Candidate(1, "flagged", 1.0, flagged=True), Candidate(2, "ok", 0.6)]
+    assert [c.index for c in select(cands, threshold=0.0, keep=3)] == [2]
+    assert select(cands[:2], threshold=0.0) == []
+
+
+# --- the command
+
+
+def test_build_writes_candidates_and_an_sft_dataset_of_the_best_answers(tmp_path, home, capsys):
+    import datasets
+
+    with FaultServer(reply=Script()) as server:
+        assert build(server, tmp_path, rubrics(tmp_path / "rubrics.jsonl")) == 0
+        # per query: one n=4 candidate call, then 4 candidates x 3 criteria judged one by one
+        assert sorted(r.get("n", 1) for r in server.requests if not r.get("response_format")) == [4, 4]
+        assert sum(1 for r in server.requests if r.get("response_format")) == 2 * 4 * 3
+    out = tmp_path / "out"
+    candidates = [json.loads(line) for line in (out / "candidates.jsonl").read_text().splitlines()]
+    assert len(candidates) == 8 and {c["response"] for c in candidates} == set(ANSWERS)
+    by_text = {c["response"]: c["score"] for c in candidates}
+    assert by_text == {ANSWERS[0]: 0.5, ANSWERS[1]: 1.0, ANSWERS[2]: -0.5, ANSWERS[3]: 1.0}
+    sft = datasets.load_from_disk(str(out / "sft"))
+    assert len(sft) == 2 and set(sft["id"]) == {"r0", "r1"}
+    for row in sft:
+        assert row["completion"] == [{"role": "assistant", "content": ANSWERS[1]}]  # best, and shorter of the tie
+        assert row["score"] == 1.0 >= row["threshold"] == 0.5 and row["k"] == 4 and row["grading_mode"] == "per_criterion"
+    assert [m["role"] for m in sft.filter(lambda r: r["id"] == "r0")[0]["prompt"]] == ["user", "assistant", "user"]
+    assert datasets.load_dataset("parquet", data_files=str(out / "sft.parquet"), split="train").num_rows == 2
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["counts"]["queries_kept"] == 2 and manifest["counts"]["candidates"] == 8
+    assert manifest["config"]["ruft"]["threshold"] == 0.5 and manifest["scores"]["kept"]["mean"] == 1.0
+    assert (out / "scores.png").stat().st_size > 0 and (out / "config.yaml").exists()
+    assert "kept: 2 of 2 queries (100% retained)" in capsys.readouterr().out
+
+
+def test_queries_below_tau_are_listed_and_an_empty_selection_still_writes_a_dataset(tmp_path, home):
+    import datasets
+
+    half_right = lambda body: verdict(body) if body.get("response_format") else ANSWERS[0]  # noqa: E731 (0.5)
+    with FaultServer(reply=half_right) as server:
+        assert build(server, tmp_path, rubrics(tmp_path / "rubrics.jsonl"), "--threshold", "0.6") == 0
+    out = tmp_path / "out"
+    assert sorted(json.loads(line)["id"] for line in (out / "below_threshold.jsonl").read_text().splitlines()) == ["r0", "r1"]
+    assert len(datasets.load_from_disk(str(out / "sft"))) == 0
+
+
+def test_a_judge_that_fails_leaves_candidates_unscored_and_never_kept(tmp_path, home):
+    def failing_judge(body):
+        return "not JSON at all" if body.get("response_format") else "Drink water and rest."
+
+    with FaultServer(reply=failing_judge) as server:
+        assert build(server, tmp_path, rubrics(tmp_path / "rubrics.jsonl", 1), "--candidates", "policy=2") == 0
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["counts"]["unscored_candidates"] == 2 and manifest["counts"]["sft_rows"] == 0
+    assert manifest["counts"]["queries_below_threshold"] == 1
+
+
+@pytest.mark.parametrize("extra, content, message", [
+    (["--candidates", "policy=0"], None, "K per role must be an integer >= 1"),
+    (["--threshold", "1.5"], None, "threshold must be within the score range [0, 1]"),
+    (["--threshold", "none"], None, "threshold (tau) is required"),
+    ([], '{"id": "a", "prompt": "Q?", "rubrics": [{"criterion": "Bad.", "points": -3}]}\n', "no criterion with positive points"),
+    ([], '{"id": "a", "rubrics": [{"criterion": "x", "points": 3}]}\n', "line 1: no 'prompt' or 'question' key"),
+    (["--temprature", "1"], None, "unrecognized arguments: --temprature"),
+])  # fmt: skip
+def test_bad_input_is_one_line_before_any_call(tmp_path, home, capsys, extra, content, message):
+    path = rubrics(tmp_path / "rubrics.jsonl")
+    if content is not None:
+        path.write_text(content)
+    with FaultServer(reply=Script()) as server:
+        try:
+            code = build(server, tmp_path, path, *extra)
+        except SystemExit as exit:  # argparse's own errors
+            code = exit.code
+        assert code == 2 and server.count == 0
+    assert message in capsys.readouterr().err
+
+
+KILLED_RUN = """
+import sys
+from rubricrl.cli import main
+main(["ruft", "build", "--rubrics", sys.argv[1], "--output-dir", sys.argv[2], "--base-url", sys.argv[3],
+      "--model", "fake", "--threshold", "0.5", "--candidates", "policy=4", "--concurrency", "4"])
+"""
+
+
+def test_sigkill_then_rerun_finishes_without_repeating_a_finished_call(tmp_path, home):
+    input_path = rubrics(tmp_path / "rubrics.jsonl", 40)
+    out = tmp_path / "out"
+    with FaultServer(reply=Script(), latency=0.01) as server:
+        env = {**os.environ, "RUBRICRL_HOME": str(home)}
+        killed = subprocess.Popen([sys.executable, "-c", KILLED_RUN, str(input_path), str(out), server.base_url],
+                                  cwd=ROOT, env=env, stderr=subprocess.DEVNULL)  # fmt: skip
+        done = lambda: len((out / "queries.jsonl").read_text().splitlines()) if (out / "queries.jsonl").exists() else 0  # noqa: E731
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and done() < 10:
+            time.sleep(0.05)
+        killed.send_signal(signal.SIGKILL)
+        killed.wait()
+        time.sleep(1.0)  # let the server finish reading what the killed process had sent
+        done_before = done()
+        assert 10 <= done_before < 40 and not (out / "manifest.json").exists()
+        cache = ResponseCache(home / "cache" / "responses")
+        cached_before, sent_before = len(cache), server.count
+        lines = input_path.read_text().splitlines()  # the rerun reads the rows in another order
+        input_path.write_text("\n".join(reversed(lines)) + "\n")
+        assert build(server, tmp_path, input_path, "--concurrency", "4") == 0
+        samples_asked = sum(r.get("n", 1) for r in server.requests[sent_before:])
+        assert samples_asked == len(cache) - cached_before  # every call of the rerun was a new one
+        cache.close()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["counts"]["done_before"] == done_before and manifest["counts"]["finished_queries"] == 40
+    sft = [json.loads(line) for line in (out / "sft.jsonl").read_text().splitlines()]
+    import datasets
+
+    rows = datasets.load_from_disk(str(out / "sft"))
+    assert sorted(rows["id"]) == sorted(f"r{i}" for i in range(40))  # each query once, whatever was appended twice
+    assert len(sft) >= 40
+
+
+def test_publish_dry_run_of_a_build_states_k_tau_models_and_the_rule(tmp_path, home):
+    import datasets
+
+    with FaultServer(reply=Script()) as server:
+        assert build(server, tmp_path, rubrics(tmp_path / "rubrics.jsonl")) == 0
+    assert main(["publish", str(tmp_path / "out"), "--repo-id", "me/ruft-sft", "--dry-run", str(tmp_path / "hub")]) == 0
+    card = (tmp_path / "hub" / "README.md").read_text()
+    assert "| candidates per query (K) | 4 (policy: 4) |" in card and "| threshold (tau) | 0.5 |" in card
+    assert "ties go to the shorter answer" in card and "policy `fake`" in card
+    loaded = datasets.load_dataset(str(tmp_path / "hub"), split="train")
+    assert loaded.num_rows == 2 and loaded[0]["completion"][0]["role"] == "assistant"
+
+
+def test_answers_cut_off_at_max_tokens_are_not_kept_unless_asked():
+    cands = [Candidate(0, "cut off mid-sent", 1.0, truncated=True), Candidate(1, "complete", 0.6)]
+    assert [c.index for c in select(cands, threshold=0.5)] == [1]
+    assert [c.index for c in select(cands, threshold=0.5, truncated_ok=True)] == [0]
