@@ -19,11 +19,14 @@ import itertools
 import json
 import statistics
 import sys
+import tempfile
 import time
+from array import array
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from tqdm import tqdm
 
@@ -31,12 +34,15 @@ from grading.dataset import RubricRow, iter_rubric_rows
 from grading.grader import Grader, GradingConfig
 from grading.rubric import RubricError
 from rubricrl.config import config_source, parse_settings, resolved, write_resolved
-from rubricrl.jsonl import complete_rows, json_line
+from rubricrl.jsonl import ParquetTable, complete_rows, json_line
 from rubricrl.llm import LLMClient, LLMError, open_llm
 from rubricrl.manifest import package_versions, usage_lines, write_manifest
 from ruft.config import RuftConfig
 from ruft.sampling import candidates, sample_and_grade
 from ruft.select import select
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 EXPLICIT_MODES = ("per_criterion", "batched")
 
@@ -117,7 +123,7 @@ class Builder:
         self.counts = BuildCounts()
         self.done = {row["id"] for _, row in complete_rows(out / "queries.jsonl")}
         for name in ("candidates.jsonl", "sft.jsonl"):
-            list(complete_rows(out / name))  # a line cut off by a kill is dropped before appending
+            _only_finished(out / name, self.done)
         self.files = {name: open(out / f"{name}.jsonl", "ab") for name in ("candidates", "sft", "queries")}
         self.files["errors"] = open(out / "errors.jsonl", "wb")
 
@@ -180,50 +186,83 @@ class Builder:
         self.files[name].flush()
 
 
+def _only_finished(path: Path, done: set[str]) -> None:
+    """Before appending: drop a line cut off by a kill, and the lines of queries without a done line (killed in
+    flight; they are done again), so that every line of a finished build is counted once, reading it as it streams."""
+    if all(row["id"] in done for _, row in complete_rows(path)):
+        return
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.writelines(line for line, row in complete_rows(path) if row["id"] in done)
+    tmp.replace(path)
+
+
 def finish(out: Path, config: RuftConfig, judge: dict[str, Any]) -> dict[str, Any]:
-    """The SFT dataset, the list of queries below tau, plots and statistics, from the finished queries' lines
-    (a query killed before its done line and redone has its lines twice: the last ones count)."""
-    queries = {row["id"]: row for _, row in complete_rows(out / "queries.jsonl")}
-    sft = {(r["id"], r["candidate"]): r for _, r in complete_rows(out / "sft.jsonl") if r["id"] in queries}
-    candidates = {(r["id"], r["candidate"]): (r["score"], r["length"], r["kept"], r["integrity_flag"] is not None,
-                                              r["finish_reason"] == "length")
-                  for _, r in complete_rows(out / "candidates.jsonl") if r["id"] in queries}  # fmt: skip
-    write_sft(out, list(sft.values()))
-    below = [{"id": i, "best_score": q["best_score"]} for i, q in queries.items() if not q["kept"]]
-    (out / "below_threshold.jsonl").write_bytes(b"".join(json_line(r) for r in below))
-    scored = [(s, n, kept) for s, n, kept, _, _ in candidates.values() if s is not None]
-    kept = [(s, n) for s, n, k in scored if k]
-    best = [q["best_score"] for q in queries.values() if q["best_score"] is not None]
-    plots = write_plots(out, scored, config.threshold)
+    """The SFT dataset, the list of queries below tau, plots and statistics, streamed from the lines of the
+    finished queries (memory holds numbers, not rows)."""
+    write_sft(out, (row for _, row in complete_rows(out / "sft.jsonl")))
+    finished, below, best = 0, 0, array("d")
+    with open(out / "below_threshold.jsonl", "wb") as f:
+        for _, q in complete_rows(out / "queries.jsonl"):
+            finished += 1
+            if q["best_score"] is not None:
+                best.append(q["best_score"])
+            if not q["kept"]:
+                below += 1
+                f.write(json_line({"id": q["id"], "best_score": q["best_score"]}))
+    scores, lengths, kept = array("d"), array("l"), array("b")
+    counts = Counter()
+    for _, c in complete_rows(out / "candidates.jsonl"):
+        counts["candidates"] += 1
+        counts["flagged_candidates"] += c["integrity_flag"] is not None
+        counts["truncated_candidates"] += c["finish_reason"] == "length"
+        if c["score"] is None:
+            counts["unscored_candidates"] += 1
+            continue
+        scores.append(c["score"]), lengths.append(c["length"]), kept.append(c["kept"])
+    chosen = [i for i, k in enumerate(kept) if k]
     return {
-        "counts": {"finished_queries": len(queries), "queries_kept": len(queries) - len(below),
-                   "queries_below_threshold": len(below), "candidates": len(candidates),
-                   "unscored_candidates": sum(s is None for s, *_ in candidates.values()),
-                   "flagged_candidates": sum(f for *_, f, _ in candidates.values()),
-                   "truncated_candidates": sum(t for *_, t in candidates.values()), "sft_rows": len(sft)},
-        "scores": {"best_per_query": _describe(best), "all": _describe([s for s, _, _ in scored]),
-                   "kept": _describe([s for s, _ in kept]), "length_all": _describe([n for _, n, _ in scored]),
-                   "length_kept": _describe([n for _, n in kept]), "plots": plots},
+        "counts": {"finished_queries": finished, "queries_kept": finished - below, "queries_below_threshold": below,
+                   "candidates": counts["candidates"], "unscored_candidates": counts["unscored_candidates"],
+                   "flagged_candidates": counts["flagged_candidates"],
+                   "truncated_candidates": counts["truncated_candidates"], "sft_rows": sum(kept)},
+        "scores": {"best_per_query": _describe(best), "all": _describe(scores),
+                   "kept": _describe([scores[i] for i in chosen]), "length_all": _describe(lengths),
+                   "length_kept": _describe([lengths[i] for i in chosen]),
+                   "plots": write_plots(out, scores, lengths, kept, config.threshold)},
     }  # fmt: skip
 
 
-def write_sft(out: Path, rows: list[dict[str, Any]]) -> None:
-    """sft.parquet and sft/ (save_to_disk), with an explicit schema so that an empty selection still has one."""
+def sft_schema() -> "pa.Schema":
+    """TRL's conversational prompt-completion columns, then the provenance of each row."""
+    import pyarrow as pa
+
+    messages = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
+    return pa.schema([("prompt", messages), ("completion", messages), ("id", pa.string()), ("candidate", pa.int32()),
+                      ("model", pa.string()), ("score", pa.float64()), ("k", pa.int32()), ("threshold", pa.float64()),
+                      ("judge_model", pa.string()), ("grading_mode", pa.string()), ("rubric_sha256", pa.string())])  # fmt: skip
+
+
+def write_sft(out: Path, rows: Iterable[dict[str, Any]]) -> None:
+    """sft.parquet, written in batches, and sft/ (save_to_disk) from it, memory-mapped: memory stays flat."""
     import datasets
 
-    message = {"role": datasets.Value("string"), "content": datasets.Value("string")}
-    features = datasets.Features({
-        "prompt": datasets.List(message), "completion": datasets.List(message), "id": datasets.Value("string"),
-        "candidate": datasets.Value("int32"), "model": datasets.Value("string"), "score": datasets.Value("float64"),
-        "k": datasets.Value("int32"), "threshold": datasets.Value("float64"), "judge_model": datasets.Value("string"),
-        "grading_mode": datasets.Value("string"), "rubric_sha256": datasets.Value("string"),
-    })  # fmt: skip
-    dataset = datasets.Dataset.from_dict({name: [row[name] for row in rows] for name in features}, features=features)
-    dataset.to_parquet(str(out / "sft.parquet"))
-    dataset.save_to_disk(str(out / "sft"), num_shards=1)  # one shard even when empty: 0 shards do not load back
+    table = ParquetTable(out / "sft.parquet", sft_schema)
+    for row in rows:
+        table.add(json_line(row))
+    table.finish()
+    table.tmp.replace(table.path)
+    with tempfile.TemporaryDirectory(dir=out) as cache:  # datasets' Arrow copy, gone once sft/ is written
+        if table.rows:
+            dataset = datasets.Dataset.from_parquet(str(table.path), cache_dir=cache)
+        else:  # nothing reached tau: an empty dataset with the columns (from_parquet refuses an empty file)
+            features = datasets.Features.from_arrow_schema(sft_schema())
+            dataset = datasets.Dataset.from_dict({name: [] for name in features}, features=features)
+        dataset.save_to_disk(str(out / "sft"), num_shards=1)  # one shard even when empty: 0 shards do not load back
 
 
-def write_plots(out: Path, scored: list[tuple[float, int, bool]], threshold: float) -> list[str]:
+def write_plots(out: Path, scores: Sequence[float], lengths: Sequence[int], kept: Sequence[int], threshold: float
+                ) -> list[str]:  # fmt: skip
     """Score histograms (all vs kept candidates) and length against score: where a verbosity bias would show."""
     try:
         import matplotlib
@@ -232,12 +271,13 @@ def write_plots(out: Path, scored: list[tuple[float, int, bool]], threshold: flo
         import matplotlib.pyplot as plt
     except ImportError:  # the `train` extra brings it; without it the statistics stay in the manifest
         return []
-    if not scored:
+    if not scores:
         return []
+    chosen = [i for i, k in enumerate(kept) if k]
     figure, axis = plt.subplots(figsize=(6, 4))
     bins = [i / 20 for i in range(21)]
-    axis.hist([min(1.0, max(0.0, s)) for s, _, _ in scored], bins=bins, alpha=0.6, label="all candidates")
-    axis.hist([min(1.0, max(0.0, s)) for s, _, k in scored if k], bins=bins, alpha=0.8, label="kept")
+    axis.hist([min(1.0, max(0.0, s)) for s in scores], bins=bins, alpha=0.6, label="all candidates")
+    axis.hist([min(1.0, max(0.0, scores[i])) for i in chosen], bins=bins, alpha=0.8, label="kept")
     axis.axvline(threshold, color="black", linestyle="--", label=f"tau = {threshold:g}")
     axis.set(xlabel="rubric score (clipped to [0, 1])", ylabel="candidates", title="RuFT candidate scores")
     axis.legend()
@@ -245,8 +285,8 @@ def write_plots(out: Path, scored: list[tuple[float, int, bool]], threshold: flo
     figure.savefig(out / "scores.png", dpi=100)
     plt.close(figure)
     figure, axis = plt.subplots(figsize=(6, 4))
-    axis.scatter([n for _, n, _ in scored], [s for s, _, _ in scored], s=8, alpha=0.5, label="all candidates")
-    axis.scatter([n for _, n, k in scored if k], [s for s, _, k in scored if k], s=12, label="kept")
+    axis.scatter(lengths, scores, s=8, alpha=0.5, label="all candidates")
+    axis.scatter([lengths[i] for i in chosen], [scores[i] for i in chosen], s=12, label="kept")
     axis.set(xlabel="answer length (characters)", ylabel="rubric score", title="Length vs score")
     axis.legend()
     figure.tight_layout()
@@ -255,7 +295,7 @@ def write_plots(out: Path, scored: list[tuple[float, int, bool]], threshold: flo
     return ["scores.png", "length_vs_score.png"]
 
 
-def _describe(values: list[float]) -> dict[str, float] | None:
+def _describe(values: Sequence[float]) -> dict[str, float] | None:
     if not values:
         return None
     return {"n": len(values), "min": min(values), "median": statistics.median(values),

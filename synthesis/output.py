@@ -16,17 +16,15 @@ before the first request: loading it takes a tenth of a second, during which no 
 """
 
 import functools
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rubricrl.jsonl import complete_rows, json_line
+from rubricrl.jsonl import ParquetTable, complete_rows, json_line
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 BATCH_ROWS = 1000
-BATCH_BYTES = 16 << 20  # long multi-turn prompts make big rows: a batch is bounded in bytes too
 
 
 @functools.cache
@@ -46,54 +44,6 @@ def details_schema() -> "pa.Schema":
     criterion = pa.struct([("criterion", pa.string()), ("points", pa.int32()), ("title", pa.string()),
                            ("category", pa.string()), ("stage", pa.string()), ("source", pa.string())])  # fmt: skip
     return pa.schema([("id", pa.string()), ("prompt", pa.list_(message)), ("criteria", pa.list_(criterion))])
-
-
-class ParquetTable:
-    """One Parquet file, written in batches of JSON lines under a `.tmp` name until `close` moves it into place."""
-
-    def __init__(self, path: Path, schema: Callable[[], "pa.Schema"], batch_rows: int = BATCH_ROWS,
-                 batch_bytes: int = BATCH_BYTES):  # fmt: skip
-        self.path = path
-        self.tmp = path.with_name(path.name + ".tmp")
-        self.schema = schema
-        self.batch_rows = batch_rows
-        self.batch_bytes = batch_bytes
-        self.writer = None  # opened with the first batch
-        self.lines: list[bytes] = []
-        self.size = 0
-        self.rows = 0
-
-    def add(self, line: bytes) -> None:
-        self.lines.append(line)
-        self.size += len(line)
-        if len(self.lines) >= self.batch_rows or self.size >= self.batch_bytes:
-            self._write()
-
-    def _write(self) -> None:
-        import pyarrow as pa
-        import pyarrow.json as pj
-        import pyarrow.parquet as pq
-
-        if self.writer is None:
-            self.writer = pq.ParquetWriter(self.tmp, self.schema())
-        if self.lines:
-            data = b"".join(self.lines)
-            # one block for the whole batch: a block must hold whole lines, and a line may be long
-            read = pj.ReadOptions(block_size=len(data))
-            parse = pj.ParseOptions(explicit_schema=self.schema(), unexpected_field_behavior="ignore")
-            self.writer.write_table(pj.read_json(pa.py_buffer(data), read_options=read, parse_options=parse))
-            self.rows += len(self.lines)
-            self.lines, self.size = [], 0
-
-    def finish(self) -> None:
-        """The last rows written and the file closed, still under its `.tmp` name."""
-        self._write()
-        self.writer.close()
-
-    def discard(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-        self.tmp.unlink(missing_ok=True)
 
 
 class OutputFolder:

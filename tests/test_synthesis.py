@@ -401,7 +401,7 @@ def test_output_folder_of_a_run_that_did_not_finish_leaves_the_parquet_files_alo
 
 
 def test_parquet_batches_are_bounded_in_bytes(tmp_path):
-    from synthesis.output import ParquetTable, json_line
+    from rubricrl.jsonl import ParquetTable, json_line
 
     table = ParquetTable(tmp_path / "t.parquet", final_schema, batch_rows=1000, batch_bytes=100)
     for i in range(3):  # each line is over 100 bytes: one batch, one row group, per line
