@@ -216,6 +216,8 @@ def finish(out: Path, config: RuftConfig, judge: dict[str, Any]) -> dict[str, An
         counts["candidates"] += 1
         counts["flagged_candidates"] += c["integrity_flag"] is not None
         counts["truncated_candidates"] += c["finish_reason"] == "length"
+        counts["verdicts"] += sum(v["source"] != "none" for v in c["verdicts"])
+        counts["failed_verdicts"] += sum(v["met"] is None and v["source"] == "judge" for v in c["verdicts"])
         if c["score"] is None:
             counts["unscored_candidates"] += 1
             continue
@@ -225,7 +227,8 @@ def finish(out: Path, config: RuftConfig, judge: dict[str, Any]) -> dict[str, An
         "counts": {"finished_queries": finished, "queries_kept": finished - below, "queries_below_threshold": below,
                    "candidates": counts["candidates"], "unscored_candidates": counts["unscored_candidates"],
                    "flagged_candidates": counts["flagged_candidates"],
-                   "truncated_candidates": counts["truncated_candidates"], "sft_rows": sum(kept)},
+                   "truncated_candidates": counts["truncated_candidates"], "sft_rows": sum(kept),
+                   "judge_failure_rate": counts["failed_verdicts"] / max(1, counts["verdicts"])},
         "scores": {"best_per_query": _describe(best), "all": _describe(scores),
                    "kept": _describe([scores[i] for i in chosen]), "length_all": _describe(lengths),
                    "length_kept": _describe([lengths[i] for i in chosen]),
@@ -312,7 +315,8 @@ def summary_text(manifest: dict[str, Any], out: Path) -> str:
         f"retained), {counts['sft_rows']} SFT rows; below tau: {counts['queries_below_threshold']} "
         f"({out / 'below_threshold.jsonl'})",
         f"candidates: {counts['candidates']}, unscored (judge failed) {counts['unscored_candidates']}, "
-        f"flagged {counts['flagged_candidates']}, cut off at max_tokens {counts['truncated_candidates']}",
+        f"flagged {counts['flagged_candidates']}, cut off at max_tokens {counts['truncated_candidates']}; judge failure "
+        f"rate {counts['judge_failure_rate']:.1%} of verdicts",
     ]  # fmt: skip
     for name, label in (("best_per_query", "best score per query"), ("all", "score, all candidates"),
                         ("kept", "score, kept"), ("length_all", "length, all"), ("length_kept", "length, kept")):  # fmt: skip

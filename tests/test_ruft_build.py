@@ -134,6 +134,7 @@ def test_a_judge_that_fails_leaves_candidates_unscored_and_never_kept(tmp_path, 
         assert build(server, tmp_path, rubrics(tmp_path / "rubrics.jsonl", 1), "--candidates", "policy=2") == 0
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["counts"]["unscored_candidates"] == 2 and manifest["counts"]["sft_rows"] == 0
+    assert manifest["counts"]["judge_failure_rate"] == 1.0
     assert manifest["counts"]["queries_below_threshold"] == 1
 
 
