@@ -97,3 +97,9 @@ def test_roles_on_the_embedded_model_get_cpu_budgets_unless_they_set_their_own(f
     assert session.budget_note().startswith("max_tokens for the embedded model on CPU (roles without their own): "
                                             "judge 400, chat 256")  # fmt: skip
     assert "judge 400" in capsys.readouterr().err
+
+
+def test_an_endpoint_that_does_not_answer_is_one_line_before_any_call():
+    with pytest.raises(ConfigError, match=r"endpoint http://127.0.0.1:9/v1 \(roles \['judge', 'writer'\]\) does not answer"):
+        with open_llm(LLMSettings(base_url="http://127.0.0.1:9/v1", model="m"), ["writer", "judge"]):
+            pass
