@@ -17,6 +17,7 @@ import asyncio
 import hashlib
 import itertools
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -59,6 +60,10 @@ class BuildArgs:
     rar_pitfalls: Literal["auto", "mistake", "avoidance"] = "auto"
     """RaR rubrics: whether pitfall texts name the mistake or what to avoid (grading/rar.py)."""
 
+    def __post_init__(self) -> None:
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"limit must be at least 1, got {self.limit}")
+
 
 @dataclass
 class BuildCounts:
@@ -74,8 +79,6 @@ def run_build(args: argparse.Namespace) -> int:
     build, config, grading, llm = settings
     rows = lambda: itertools.islice(iter_rubric_rows(build.rubrics, build.rar_pitfalls), build.limit)  # noqa: E731
     total = sum(1 for row in rows() if _checked(row, grading, build.rubrics))  # every row, before any call
-    build.output_dir.mkdir(parents=True, exist_ok=True)
-    write_resolved(build.output_dir / "config.yaml", resolved(settings))
     started = time.monotonic()
 
     async def run(session):
@@ -87,6 +90,11 @@ def run_build(args: argparse.Namespace) -> int:
     roles = list(dict.fromkeys([*config.candidates, grading.judge_role]))
     budgets = {**config.cpu_max_tokens(), **grading.cpu_max_tokens()}
     with open_llm(llm, roles, source=config_source(args), cpu_budgets=budgets) as session:
+        build.output_dir.mkdir(parents=True, exist_ok=True)
+        for stale in ("manifest.json", "sft.parquet"):  # what says "finished": only true again at the end
+            (build.output_dir / stale).unlink(missing_ok=True)
+        shutil.rmtree(build.output_dir / "sft", ignore_errors=True)
+        write_resolved(build.output_dir / "config.yaml", resolved(settings))
         counts, usage, judge = asyncio.run(run(session))
     stats = finish(build.output_dir, config, judge)
     manifest = {
@@ -104,16 +112,19 @@ def run_build(args: argparse.Namespace) -> int:
 
 
 def _checked(row: RubricRow, grading: GradingConfig, path: Path) -> bool:
-    """A row the build can grade: explicit modes need a criterion with positive points (a score divides by them)."""
+    """A row the build can grade: explicit modes need a criterion with positive points (a score divides by them),
+    reference_likert a reference answer."""
     if grading.mode in EXPLICIT_MODES and row.rubric.positive_points == 0:
         raise RubricError(f"{path}: id {row.id!r}: no criterion with positive points, so no score can be computed "
                           f"in {grading.mode} mode; fix the row or leave it out")  # fmt: skip
+    if grading.mode == "reference_likert" and not row.reference:
+        raise RubricError(f"{path}: id {row.id!r}: reference_likert grading needs a reference_answer in every row")
     return True
 
 
 def rubric_sha256(row: RubricRow) -> str:
     """What the candidates were graded against, as a hash (provenance of each SFT row)."""
-    criteria = [[c.text, c.points, list(c.tags)] for c in row.rubric.criteria]
+    criteria = [[c.text, c.points, list(c.tags), c.rule] for c in row.rubric.criteria]
     return hashlib.sha256(json.dumps(criteria, ensure_ascii=False).encode()).hexdigest()
 
 
@@ -152,9 +163,10 @@ class Builder:
         try:
             answers, graded = await sample_and_grade(self.client, self.grader, roles, row.conversation, row.rubric,
                                                      row.reference)  # fmt: skip
-        except LLMError as error:  # sampling failed for good: this query is retried next run; the others go on
-            self.counts.failed["sample"] += 1
-            self._write("errors", [{"id": row.id, "stage": "sample", "error": str(error)[:1000]}])
+        except Exception as error:  # noqa: BLE001 - recorded, retried next run; never stops the other queries
+            message = str(error) if isinstance(error, LLMError) else f"{type(error).__name__}: {error}"
+            self.counts.failed["sample and grade"] += 1
+            self._write("errors", [{"id": row.id, "stage": "sample and grade", "error": message[:1000]}])
             return
         texts = [answer.text for answer in answers]
         ranked = candidates(answers, graded)
@@ -216,8 +228,10 @@ def finish(out: Path, config: RuftConfig, judge: dict[str, Any]) -> dict[str, An
         counts["candidates"] += 1
         counts["flagged_candidates"] += c["integrity_flag"] is not None
         counts["truncated_candidates"] += c["finish_reason"] == "length"
-        counts["verdicts"] += sum(v["source"] != "none" for v in c["verdicts"])
-        counts["failed_verdicts"] += sum(v["met"] is None and v["source"] == "judge" for v in c["verdicts"])
+        # judge decisions: one per judged criterion, or one rating (rating modes); none for a flagged answer
+        judged = sum(v["source"] == "judge" for v in c["verdicts"]) or int(c["integrity_flag"] is None)
+        counts["verdicts"] += judged
+        counts["failed_verdicts"] += min(judged, c["judge_failures"])
         if c["score"] is None:
             counts["unscored_candidates"] += 1
             continue

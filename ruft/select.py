@@ -1,8 +1,8 @@
 """Which graded candidates a query keeps: RubricHub's Max/Threshold selection, as a pure function.
 
 A candidate is eligible when it has a score (a judge failure leaves it unscored), the integrity check did not flag
-it, it was not cut off at max_tokens (unless `truncated_ok`: an incomplete answer is a poor SFT target), and its
-score is at least tau. The eligible ones are ranked by score, best first; ties go to the shorter answer
+it, it was not cut off at max_tokens (unless `truncated_ok`: an incomplete answer is a poor SFT target), it is not
+blank, and its score is at least tau. The eligible ones are ranked by score, best first; ties go to the shorter answer
 (so that length is never rewarded by accident), then to the earlier candidate. The first `keep` are kept.
 
 >>> [c.index for c in select([Candidate(0, "long answer", 0.8), Candidate(1, "short", 0.8),
@@ -26,7 +26,7 @@ class Candidate:
 
 def eligible(candidate: Candidate, threshold: float, truncated_ok: bool = False) -> bool:
     return (candidate.score is not None and not candidate.flagged and (truncated_ok or not candidate.truncated)
-            and candidate.score >= threshold)  # fmt: skip
+            and candidate.score >= threshold and bool(candidate.text.strip()))  # fmt: skip
 
 
 def select(candidates: Sequence[Candidate], *, threshold: float, keep: int = 1, truncated_ok: bool = False

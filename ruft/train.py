@@ -241,13 +241,13 @@ def resume_target(sft_config: "SFTConfig") -> str | bool | None:
     if not value:
         return None
     if value is True:
-        from transformers.trainer_utils import get_last_checkpoint
-
-        output_dir = sft_config.output_dir
-        latest = get_last_checkpoint(output_dir) if os.path.isdir(output_dir) else None
-        if latest is None:
-            raise ConfigError(f"resume_from_checkpoint: no checkpoint-N folder in {output_dir} to resume from")
-        return latest
+        # The latest checkpoint-N with trainer_state.json, which the Trainer writes last: a kill while saving leaves
+        # a half-written folder that transformers' get_last_checkpoint would pick.
+        found = [p for p in Path(sft_config.output_dir).glob("checkpoint-*")
+                 if p.name.split("-")[-1].isdigit() and (p / "trainer_state.json").is_file()]  # fmt: skip
+        if not found:
+            raise ConfigError(f"resume_from_checkpoint: no complete checkpoint-N folder in {sft_config.output_dir}")
+        return str(max(found, key=lambda p: int(p.name.split("-")[-1])))
     if not (Path(value) / "trainer_state.json").is_file():
         raise ConfigError(f"resume_from_checkpoint {value}: not a checkpoint folder (no trainer_state.json)")
     return str(value)

@@ -68,6 +68,7 @@ def run_synth(args: argparse.Namespace) -> int:
             return summary, client.usage
 
     with open_llm(llm, config.roles, source=config_source(args), cpu_budgets=config.cpu_max_tokens()) as session:
+        (synth.output_dir / "manifest.json").unlink(missing_ok=True)  # "finished" is only true again at the end
         summary, usage = asyncio.run(synthesize(session))
     manifest = {
         "command": "synth", "input": str(synth.input), "config": resolved(settings),

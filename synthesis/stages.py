@@ -46,13 +46,18 @@ async def contrast(client: LLMClient, messages: list[dict]) -> list[str]:
 async def contrast_pool(client: LLMClient, grader: Grader, config: SynthesisConfig, messages: list[dict],
                         merged: Criteria) -> tuple[list[str], list[float | None]]:  # fmt: skip
     """A and B by consensus: a pool of responses graded against the merged rubric, the two best first (ties: the
-    shorter). Where fewer than two could be scored, unscored responses fill in, in sampling order."""
+    shorter), two different texts where the pool has them. Where fewer than two could be scored, unscored responses
+    fill in, in sampling order, and flagged ones last."""
     rubric = rubric_from_items([{"criterion": c["criterion"], "points": c["points"]} for c in export(merged)],
                                "merged rubric")  # fmt: skip
     answers, graded = await sample_and_grade(client, grader, ["response_a"] * config.contrast_pool, messages, rubric)
     pool = candidates(answers, graded)
-    best = select(pool, threshold=-math.inf, keep=2)
-    chosen = best + [c for c in pool if c not in best][: 2 - len(best)]
+    # By score (answers cut off at max_tokens count too: on a CPU budget most are); then unscored, then flagged,
+    # in sampling order; a text already chosen is not chosen again while another is left.
+    ranked = select(pool, threshold=-math.inf, keep=len(pool), truncated_ok=True)
+    ranked += [c for c in pool if c not in ranked and not c.flagged] + [c for c in pool if c.flagged]
+    chosen = [c for i, c in enumerate(ranked) if c.text not in {r.text for r in ranked[:i]}][:2]
+    chosen += [c for c in ranked if c not in chosen][: 2 - len(chosen)]
     return [c.text for c in chosen], [c.score for c in chosen]
 
 

@@ -218,3 +218,52 @@ def test_answers_cut_off_at_max_tokens_are_not_kept_unless_asked():
     cands = [Candidate(0, "cut off mid-sent", 1.0, truncated=True), Candidate(1, "complete", 0.6)]
     assert [c.index for c in select(cands, threshold=0.5)] == [1]
     assert [c.index for c in select(cands, threshold=0.5, truncated_ok=True)] == [0]
+
+
+def test_blank_answers_are_never_kept():
+    assert select([Candidate(0, "  ", 0.0), Candidate(1, "An answer.", 0.0)], threshold=0.0) == [Candidate(1, "An answer.", 0.0)]
+
+
+def test_an_unexpected_error_in_one_query_is_recorded_and_the_others_finish(tmp_path, home, monkeypatch):
+    from ruft import build as ruft_build
+
+    original = ruft_build.sample_and_grade
+
+    async def broken_for_r0(client, grader, roles, conversation, rubric, reference=None):
+        if "I have a cold." in conversation[0]["content"]:
+            raise KeyError("boom")
+        return await original(client, grader, roles, conversation, rubric, reference)
+
+    monkeypatch.setattr(ruft_build, "sample_and_grade", broken_for_r0)
+    with FaultServer(reply=Script()) as server:
+        assert build(server, tmp_path, rubrics(tmp_path / "rubrics.jsonl")) == 1
+    errors = [json.loads(line) for line in (tmp_path / "out" / "errors.jsonl").read_text().splitlines()]
+    assert errors == [{"id": "r0", "stage": "sample and grade", "error": "KeyError: 'boom'"}]
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["counts"]["failed"] == {"sample and grade": 1} and manifest["counts"]["finished_queries"] == 1
+
+
+def test_a_rerun_removes_what_says_finished_until_it_finishes_itself(tmp_path, home, monkeypatch):
+    with FaultServer(reply=Script()) as server:
+        assert build(server, tmp_path, rubrics(tmp_path / "rubrics.jsonl")) == 0
+        out = tmp_path / "out"
+        assert (out / "manifest.json").exists() and (out / "sft").exists()
+
+        async def killed(self, rows, total):
+            raise RuntimeError("killed mid-run")
+
+        monkeypatch.setattr("ruft.build.Builder.run", killed)
+        with pytest.raises(RuntimeError):
+            build(server, tmp_path, rubrics(tmp_path / "rubrics.jsonl", 3))
+    assert not (out / "manifest.json").exists() and not (out / "sft").exists() and not (out / "sft.parquet").exists()
+
+
+def test_the_judge_failure_rate_counts_ratings_too(tmp_path, home):
+    def failing_judge(body):
+        return "no rating here" if body.get("response_format") else "Drink water."
+
+    with FaultServer(reply=failing_judge) as server:
+        assert build(server, tmp_path, rubrics(tmp_path / "rubrics.jsonl", 1), "--mode", "implicit",
+                     "--candidates", "policy=2") == 0  # fmt: skip
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["counts"]["judge_failure_rate"] == 1.0 and manifest["counts"]["unscored_candidates"] == 2

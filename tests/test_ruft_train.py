@@ -116,7 +116,7 @@ def _unfinished_build(tmp_path):
     pytest.param(_unfinished_build, [], id="unfinished-build"),
     pytest.param(lambda tmp: (write_build(tmp / "b"), r"model_name_or_path .*no-model: no such folder"),
                  ["--model_name_or_path", "{tmp}/no-model"], id="no-base-model"),
-    pytest.param(lambda tmp: (write_build(tmp / "b"), r"resume_from_checkpoint: no checkpoint-N folder in .*out"),
+    pytest.param(lambda tmp: (write_build(tmp / "b"), r"resume_from_checkpoint: no complete checkpoint-N folder in .*out"),
                  ["--resume_from_checkpoint", "true"], id="nothing-to-resume"),
     pytest.param(lambda tmp: (write_build(tmp / "b"), r"needs --output_dir"), ["--no-output-dir"], id="no-output-dir"),
 ])  # fmt: skip
@@ -363,3 +363,16 @@ def test_resume_from_checkpoint_continues_the_run(tmp_path, capsys, base_model, 
         torch.testing.assert_close(final[name], expected[name], rtol=1e-4, atol=1e-6)
     model = AutoModelForCausalLM.from_pretrained(out)  # base model + adapter, through peft
     assert any("lora_" in name for name, _ in model.named_parameters())
+
+
+def test_resume_true_takes_the_latest_complete_checkpoint(tmp_path):
+    from types import SimpleNamespace
+
+    from ruft.train import resume_target
+
+    for step, complete in ((2, True), (3, False), (10, True), (11, False)):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        if complete:
+            (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text('{"global_step": %d}' % step)
+    config = SimpleNamespace(resume_from_checkpoint="true", output_dir=str(tmp_path))
+    assert resume_target(config) == str(tmp_path / "checkpoint-10")  # checkpoint-11 was killed while being saved
