@@ -71,7 +71,7 @@ class BuildCounts:
     skipped: int = 0
     """Finished in an earlier run."""
     failed: Counter = field(default_factory=Counter)
-    """Queries whose sampling failed (retried next run)."""
+    """Queries whose sampling or grading failed, by stage (retried next run)."""
 
 
 def run_build(args: argparse.Namespace) -> int:
