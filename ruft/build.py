@@ -17,6 +17,7 @@ import asyncio
 import hashlib
 import itertools
 import json
+import math
 import shutil
 import statistics
 import sys
@@ -40,7 +41,7 @@ from rubricrl.llm import LLMClient, LLMError, open_llm
 from rubricrl.manifest import package_versions, usage_lines, write_manifest
 from ruft.config import RuftConfig
 from ruft.sampling import candidates, sample_and_grade
-from ruft.select import select
+from ruft.select import eligible, select
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -189,7 +190,9 @@ class Builder:
         self._write("queries", [{"id": row.id, "k": len(texts), "scored": len(scores),
                                  "flagged": sum(c.flagged for c in ranked),
                                  "truncated": sum(c.truncated for c in ranked), "kept": sorted(kept),
-                                 "best_score": max(scores) if scores else None}])  # fmt: skip
+                                 "best_score": max(scores) if scores else None,
+                                 "best_eligible_score": max((c.score for c in ranked if eligible(
+                                     c, -math.inf, self.config.keep_truncated)), default=None)}])  # fmt: skip
         self.counts.done += 1
 
     def _write(self, name: str, rows: list[dict[str, Any]]) -> None:
@@ -221,7 +224,9 @@ def finish(out: Path, config: RuftConfig, judge: dict[str, Any]) -> dict[str, An
                 best.append(q["best_score"])
             if not q["kept"]:
                 below += 1
-                f.write(json_line({"id": q["id"], "best_score": q["best_score"]}))
+                # best_eligible_score: of the answers that could be kept but for tau (not cut off, flagged or blank)
+                f.write(json_line({"id": q["id"], "best_score": q["best_score"],
+                                   "best_eligible_score": q.get("best_eligible_score")}))  # fmt: skip
     scores, lengths, kept = array("d"), array("l"), array("b")
     counts = Counter()
     for _, c in complete_rows(out / "candidates.jsonl"):

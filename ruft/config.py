@@ -11,7 +11,8 @@ class RuftConfig:
 
     candidates: dict[str, int] = field(default_factory=lambda: {"policy": 4})
     """Candidate roles (llm.roles) and how many answers each samples per query: K is their sum. Several models,
-    as in the RubricHub paper, e.g. {policy: 4, strong: 2}."""
+    as in the RubricHub paper, e.g. {policy: 4, strong: 2}. A count of 0 leaves the role out (--candidates
+    policy=0 strong=4 on the command line, over a file's mapping)."""
     threshold: float | None = None
     """tau: a candidate scoring below it is never kept. Required, in [0, 1]: no value hides in code, and each
     preset says where its value comes from."""
@@ -24,8 +25,11 @@ class RuftConfig:
         if not isinstance(self.candidates, dict) or not self.candidates:
             raise ValueError("candidates must map at least one role to a number of answers, e.g. {policy: 4}")
         for role, count in self.candidates.items():
-            if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-                raise ValueError(f"candidates.{role}: K per role must be an integer >= 1, got {count!r}")
+            if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+                raise ValueError(f"candidates.{role}: K per role must be an integer >= 0 (0: left out), got {count!r}")
+        self.candidates = {role: count for role, count in self.candidates.items() if count}
+        if not self.candidates:
+            raise ValueError("candidates: at least one role must sample answers (K >= 1)")
         if self.threshold is None:
             raise ValueError("threshold (tau) is required: set ruft.threshold in the config or --threshold, in [0, 1]")
         if not 0.0 <= self.threshold <= 1.0:

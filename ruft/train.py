@@ -228,7 +228,9 @@ def check_base_model(name: str) -> None:
     if path.exists():
         if not (path / "config.json").is_file():
             raise ConfigError(f"model_name_or_path {name}: not a model folder (no config.json)")
-    elif path.is_absolute() or name.startswith((".", "~")) or not HUB_ID.fullmatch(name):
+    elif (path.is_absolute() or name.startswith((".", "~")) or not HUB_ID.fullmatch(name)
+          or (len(path.parts) > 1 and Path(path.parts[0]).is_dir())):  # fmt: skip
+        # `runs/missing` reads as a Hub id, but `runs/` is a folder here: a local path that does not exist
         raise ConfigError(f"model_name_or_path {name}: no such folder")
 
 

@@ -122,7 +122,8 @@ def test_queries_below_tau_are_listed_and_an_empty_selection_still_writes_a_data
     with FaultServer(reply=half_right) as server:
         assert build(server, tmp_path, rubrics(tmp_path / "rubrics.jsonl"), "--threshold", "0.6") == 0
     out = tmp_path / "out"
-    assert sorted(json.loads(line)["id"] for line in (out / "below_threshold.jsonl").read_text().splitlines()) == ["r0", "r1"]
+    below = [json.loads(line) for line in (out / "below_threshold.jsonl").read_text().splitlines()]
+    assert sorted(b["id"] for b in below) == ["r0", "r1"] and {b["best_eligible_score"] for b in below} == {0.5}
     assert len(datasets.load_from_disk(str(out / "sft"))) == 0
 
 
@@ -139,7 +140,8 @@ def test_a_judge_that_fails_leaves_candidates_unscored_and_never_kept(tmp_path, 
 
 
 @pytest.mark.parametrize("extra, content, message", [
-    (["--candidates", "policy=0"], None, "K per role must be an integer >= 1"),
+    (["--candidates", "policy=0"], None, "at least one role must sample answers (K >= 1)"),
+    (["--candidates", "policy=-1"], None, "K per role must be an integer >= 0"),
     (["--threshold", "1.5"], None, "threshold must be within the score range [0, 1]"),
     (["--threshold", "none"], None, "threshold (tau) is required"),
     ([], '{"id": "a", "prompt": "Q?", "rubrics": [{"criterion": "Bad.", "points": -3}]}\n', "no criterion with positive points"),
@@ -267,3 +269,13 @@ def test_the_judge_failure_rate_counts_ratings_too(tmp_path, home):
                      "--candidates", "policy=2") == 0  # fmt: skip
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["counts"]["judge_failure_rate"] == 1.0 and manifest["counts"]["unscored_candidates"] == 2
+
+
+def test_a_role_of_the_file_can_be_left_out_from_the_command_line(tmp_path, home):
+    config = tmp_path / "ruft.yaml"
+    config.write_text("ruft: {candidates: {strong: 3}, threshold: 0.5}\n")
+    with FaultServer(reply=Script()) as server:
+        assert build(server, tmp_path, rubrics(tmp_path / "rubrics.jsonl", 1), "--config", str(config),
+                     "--candidates", "strong=0", "policy=2") == 0  # fmt: skip
+        assert [r.get("n", 1) for r in server.requests if not r.get("response_format")] == [2]
+    assert json.loads((tmp_path / "out" / "manifest.json").read_text())["config"]["ruft"]["candidates"] == {"policy": 2}

@@ -116,6 +116,8 @@ def _unfinished_build(tmp_path):
     pytest.param(_unfinished_build, [], id="unfinished-build"),
     pytest.param(lambda tmp: (write_build(tmp / "b"), r"model_name_or_path .*no-model: no such folder"),
                  ["--model_name_or_path", "{tmp}/no-model"], id="no-base-model"),
+    pytest.param(lambda tmp: (write_build(tmp / "b"), r"model_name_or_path tests/no-such-model: no such folder"),
+                 ["--model_name_or_path", "tests/no-such-model"], id="relative-path-like-a-hub-id"),
     pytest.param(lambda tmp: (write_build(tmp / "b"), r"resume_from_checkpoint: no complete checkpoint-N folder in .*out"),
                  ["--resume_from_checkpoint", "true"], id="nothing-to-resume"),
     pytest.param(lambda tmp: (write_build(tmp / "b"), r"needs --output_dir"), ["--no-output-dir"], id="no-output-dir"),
