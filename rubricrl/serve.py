@@ -27,6 +27,7 @@ from pathlib import Path
 
 from rubricrl.embedded_model import EMBEDDED_MODEL_NAME, prepare_embedded_model
 from rubricrl.home import rubricrl_home
+from rubricrl.jsonl import write_whole
 
 DEFAULT_PORT = 8750
 HOST = "127.0.0.1"
@@ -79,15 +80,24 @@ def state_file() -> Path:
     return rubricrl_home() / "server.json"
 
 
-def served_models(base_url: str, timeout: float = 2.0, api_key: str | None = None) -> list[str]:
-    """The model names a server lists at /models; [] when nothing answers there."""
+def listed_models(base_url: str, timeout: float = 2.0, api_key: str | None = None) -> list[str]:
+    """The model names a server lists at /models; [] when it answers with an error status or something else.
+    Raises OSError (or ValueError for a malformed URL) when nothing answers at all."""
     request = urllib.request.Request(f"{base_url}/models")
     if api_key:
         request.add_header("Authorization", f"Bearer {api_key}")
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             return [m["id"] for m in json.load(response)["data"]]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (urllib.error.HTTPError, json.JSONDecodeError, KeyError, TypeError):  # it answered, not with a list
+        return []
+
+
+def served_models(base_url: str, timeout: float = 2.0, api_key: str | None = None) -> list[str]:
+    """The model names a server lists at /models; [] when nothing answers there."""
+    try:
+        return listed_models(base_url, timeout, api_key)
+    except (OSError, ValueError):
         return []
 
 
@@ -215,10 +225,7 @@ def port_is_free(port: int) -> bool:
 
 def advertise(endpoint: Endpoint) -> None:
     """Record a long-lived server so that other commands reuse it (written atomically)."""
-    path = state_file()
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(asdict(endpoint)))
-    tmp.replace(path)
+    write_whole(state_file(), json.dumps(asdict(endpoint)))
 
 
 def withdraw(endpoint: Endpoint) -> None:

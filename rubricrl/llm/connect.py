@@ -8,8 +8,6 @@ without one, that model rambles to thousands of tokens, minutes per request on t
 """
 
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -20,7 +18,7 @@ from rubricrl.embedded_model import EMBEDDED_MODEL_NAME
 from rubricrl.llm.cache import ResponseCache
 from rubricrl.llm.client import LLMClient
 from rubricrl.llm.roles import Role, bind_local, resolve_roles
-from rubricrl.serve import local_endpoint, served_models
+from rubricrl.serve import listed_models, local_endpoint, served_models
 
 DEFAULT_CPU_MAX_TOKENS = 256
 REACHABLE_TIMEOUT = 10.0  # seconds for an endpoint to accept a connection and answer GET /models
@@ -94,7 +92,7 @@ def open_llm(
     roles = resolve_roles(names, settings.role_defaults(), settings.roles, source=source)
     listed: dict[str, list[str]] = {}  # each endpoint asked once
     roles = {name: _with_model(name, role, source, listed) for name, role in roles.items()}
-    _check_reachable(roles, source)
+    _check_reachable(roles, source, answered=set(listed))
     local_models = {role.model for role in roles.values() if role.is_local}
     if len(local_models) > 1:
         raise ConfigError(
@@ -113,15 +111,13 @@ def open_llm(
         yield session
 
 
-def _check_reachable(roles: dict[str, Role], source: str) -> None:
-    """Each endpoint once, before any paid call: one that refuses connections or does not answer at all is a
-    one-line error naming it (an HTTP error status is not: some endpoints do not list models)."""
-    for url in sorted({role.base_url.rstrip("/") for role in roles.values() if not role.is_local}):
-        request = urllib.request.Request(f"{url}/models")
+def _check_reachable(roles: dict[str, Role], source: str, answered: set[str]) -> None:
+    """Each endpoint once, before any paid call (those in `answered` already listed their model): one that refuses
+    connections or does not answer at all is a one-line error naming it (an HTTP error status is not: some
+    endpoints do not list models)."""
+    for url in sorted({role.base_url.rstrip("/") for role in roles.values() if not role.is_local} - answered):
         try:
-            urllib.request.urlopen(request, timeout=REACHABLE_TIMEOUT).close()
-        except urllib.error.HTTPError:
-            continue  # it answered
+            listed_models(url, timeout=REACHABLE_TIMEOUT)
         except (OSError, ValueError) as error:
             names = sorted(name for name, role in roles.items() if (role.base_url or "").rstrip("/") == url)
             reason = getattr(error, "reason", error)
