@@ -20,7 +20,6 @@ import json
 import math
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from array import array
@@ -30,7 +29,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from tqdm import tqdm
 
 from grading.dataset import RubricRow, iter_rubric_rows
 from grading.grader import Grader, GradingConfig
@@ -39,6 +37,7 @@ from rubricrl.config import config_source, parse_settings, resolved, write_resol
 from rubricrl.jsonl import ParquetTable, complete_rows, json_line
 from rubricrl.llm import LLMClient, LLMError, open_llm
 from rubricrl.manifest import package_versions, usage_lines, write_manifest
+from rubricrl.streaming import for_each
 from ruft.config import RuftConfig
 from ruft.sampling import candidates, sample_and_grade
 from ruft.select import eligible, select
@@ -140,20 +139,9 @@ class Builder:
         self.files["errors"] = open(out / "errors.jsonl", "wb")
 
     async def run(self, rows, total: int) -> BuildCounts:
-        slots = asyncio.Semaphore(self.in_flight)
-        tasks: set[asyncio.Task] = set()
         try:
-            with tqdm(total=total, desc="ruft build", unit="query", file=sys.stderr) as progress:
-                for row in rows:
-                    if row.id in self.done:
-                        self.counts.skipped += 1
-                        progress.update()
-                        continue
-                    await slots.acquire()
-                    task = asyncio.create_task(self._one(row))
-                    tasks.add(task)
-                    task.add_done_callback(lambda t: (tasks.discard(t), slots.release(), progress.update()))
-                await asyncio.gather(*tasks)
+            self.counts.skipped = await for_each(rows, self._one, done=self.done, in_flight=self.in_flight,
+                                                 total=total, desc="ruft build")  # fmt: skip
         finally:
             for f in self.files.values():
                 f.close()
@@ -171,8 +159,9 @@ class Builder:
             return
         texts = [answer.text for answer in answers]
         ranked = candidates(answers, graded)
-        kept = {c.index for c in select(ranked, threshold=self.config.threshold, keep=self.config.keep,
-                                        truncated_ok=self.config.keep_truncated)}  # fmt: skip
+        best = [c.index for c in select(ranked, threshold=self.config.threshold, keep=self.config.keep,
+                                        truncated_ok=self.config.keep_truncated)]  # fmt: skip
+        kept = set(best)
         self._write("candidates", [
             g.to_record(row.rubric.example_tags, id=row.id, candidate=i, role=a.role, model=a.model, response=a.text,
                         finish_reason=a.finish_reasons[0], length=len(a.text), kept=i in kept)
@@ -184,7 +173,7 @@ class Builder:
              "candidate": i, "model": answers[i].model, "score": graded[i].score, "k": self.config.k,
              "threshold": self.config.threshold, "judge_model": judge["judge_model"], "grading_mode": judge["mode"],
              "rubric_sha256": digest}
-            for i in sorted(kept, key=lambda i: -graded[i].score)
+            for i in best
         ])  # fmt: skip
         scores = [g.score for g in graded if g.score is not None]
         self._write("queries", [{"id": row.id, "k": len(texts), "scored": len(scores),

@@ -7,19 +7,18 @@ only the set of finished ids, the queries in flight and one batch of Parquet row
 """
 
 import asyncio
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
 
 from grading.grader import Grader, GradingConfig
 from rubricrl.llm import LLMClient, LLMError
 from rubricrl.prompts import format_conversation
 from rubricrl.queries import Query
+from rubricrl.streaming import for_each
 from synthesis import stages
 from synthesis.config import SynthesisConfig
 from synthesis.criteria import export
@@ -55,20 +54,9 @@ class SynthesisRun:
     async def run(self, queries, total: int | None = None) -> RunSummary:
         """Every query not done yet, then the output closed: Parquet files in place only when the run got through."""
         started = time.monotonic()
-        slots = asyncio.Semaphore(self.in_flight)
-        tasks: set[asyncio.Task] = set()
         try:
-            with tqdm(total=total, desc="synthesis", unit="query", file=sys.stderr) as progress:
-                for query in queries:
-                    if query.id in self.output.done:
-                        self.summary.skipped += 1
-                        progress.update()
-                        continue
-                    await slots.acquire()
-                    task = asyncio.create_task(self._one(query))
-                    tasks.add(task)
-                    task.add_done_callback(lambda t: (tasks.discard(t), slots.release(), progress.update()))
-                await asyncio.gather(*tasks)
+            self.summary.skipped = await for_each(queries, self._one, done=self.output.done, in_flight=self.in_flight,
+                                                  total=total, desc="synthesis")  # fmt: skip
         except BaseException:
             self.output.close(finished=False)
             raise

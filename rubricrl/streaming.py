@@ -1,0 +1,32 @@
+"""Queries streaming through a per-query pipeline: every stage of synthesis and RuFT builds works this way."""
+
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from tqdm import tqdm
+
+
+async def for_each(
+    items: Iterable[Any], work: Callable[[Any], Awaitable[None]], *, done: set[str], in_flight: int,
+    total: int | None, desc: str,
+) -> int:  # fmt: skip
+    """`work(item)` for each item whose `id` is not in `done`, at most `in_flight` at once, each on its own (no
+    barrier between items), with a progress bar; the items are read only as slots free up, so memory holds those in
+    flight. Returns how many were skipped as done. `work` handles its own failures: an exception stops the run."""
+    slots = asyncio.Semaphore(in_flight)
+    tasks: set[asyncio.Task] = set()
+    skipped = 0
+    with tqdm(total=total, desc=desc, unit="query", file=sys.stderr) as progress:
+        for item in items:
+            if item.id in done:
+                skipped += 1
+                progress.update()
+                continue
+            await slots.acquire()
+            task = asyncio.create_task(work(item))
+            tasks.add(task)
+            task.add_done_callback(lambda t: (tasks.discard(t), slots.release(), progress.update()))
+        await asyncio.gather(*tasks)
+    return skipped
