@@ -140,8 +140,7 @@ def generate_and_grade(evaluate: EvalArgs, config: GradingConfig, llm: LLMSettin
                       file=sys.stderr)  # fmt: skip
             return graded + failed
 
-    budgets = {**config.cpu_max_tokens(), "policy": 256}
-    with open_llm(llm, names, source=source, cpu_budgets=budgets) as session:
+    with open_llm(llm, names, source=source, cpu_budgets=config.cpu_max_tokens()) as session:  # policy: the default
         records = asyncio.run(run(session))
     _print_budgets(session)
     return records
