@@ -11,20 +11,30 @@ Each dataset row carries its rubric in the `rubrics` column (`[{criterion, point
 dataset); TRL repeats it once per generation. A completion whose grade could not be obtained gets `None` (TRL:
 NaN, left out of the advantage), never 0, and the failure is counted in `rubric/judge_failure_rate`; that
 includes a penalty left undecided, unless `GradingConfig.undecided_penalty` is "met" (grading/scores.py).
+
+Length shaping (DAPO's soft overlong penalty) is applied here, inside the one reward, not as a second reward
+function: TRL sums reward functions with nansum, so a number from a second one beside a None would turn an unscored
+completion into a scored one. Per batch, besides the reward, it logs (TRL's `log_metric`): judge failure, unscored
+and integrity-flag rates, judge latency and calls, criteria pass rates overall, per tag and per category, completion
+length and the correlation of reward with length; and each completion's verdicts into the completions table.
 """
 
 import functools
 import json
+import statistics
 import time
+from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from grading.grader import GradeItem, Grader
-from grading.rubric import rubric_from_items
+from grading.rubric import Rubric, rubric_from_items
 
 
-def make_rubric_reward(grader: Grader) -> Callable:
-    reward = functools.partial(rubric_reward, grader=grader)
+def make_rubric_reward(grader: Grader, **options: Any) -> Callable:
+    """The reward bound to its grader; `options` are rubric_reward's keyword options (overlong, on_batch)."""
+    reward = functools.partial(rubric_reward, grader=grader, **options)
     reward.__name__ = "rubric_reward"  # TRL names metrics after the function
     return reward
 
@@ -38,32 +48,129 @@ async def rubric_reward(
     log_metric: Callable[[str, float], None] | None = None,
     log_extra: Callable[[str, list], None] | None = None,
     reference_answer: list | None = None,
+    completion_ids: list | None = None,
+    overlong: "Overlong | None" = None,
+    on_batch: Callable[["BatchStats"], None] | None = None,
     **kwargs: Any,
 ) -> list[float | None]:
-    """One reward per completion: the rubric score of `completions[i]` for `prompts[i]` against `rubrics[i]`."""
+    """One reward per completion: the rubric score of `completions[i]` for `prompts[i]` against `rubrics[i]`, minus
+    DAPO's soft overlong penalty when `overlong` is given (on the token count, `completion_ids`; an unscored
+    completion stays None). `on_batch` receives the batch's statistics (the judge-failure guard reads them)."""
     if not len(prompts) == len(completions) == len(rubrics):
         raise ValueError(f"{len(prompts)} prompts, {len(completions)} completions, {len(rubrics)} rubrics")
-    items = [
-        GradeItem(_messages(prompt), _text(completion), rubric_from_items(list(rubric), f"rubrics column, row {i}"),
-                  reference_answer[i] if reference_answer else None)
-        for i, (prompt, completion, rubric) in enumerate(zip(prompts, completions, rubrics))
-    ]  # fmt: skip
+    parsed = [rubric_from_items(list(rubric), f"rubrics column, row {i}") for i, rubric in enumerate(rubrics)]
+    texts = [_text(completion) for completion in completions]
+    items = [GradeItem(_messages(prompt), text, rubric, reference_answer[i] if reference_answer else None)
+             for i, (prompt, text, rubric) in enumerate(zip(prompts, texts, parsed))]  # fmt: skip
+    calls_before = _judge_calls(grader)
     started = time.monotonic()
     graded = await grader.grade_many(items)
+    seconds = time.monotonic() - started
     rewards = [g.reward for g in graded]  # one per completion: grade_many keeps the items' order and count
+    lengths = [len(ids) for ids in completion_ids] if completion_ids is not None else [len(t) for t in texts]
+    if overlong is not None and completion_ids is not None:
+        rewards = [None if r is None else r - overlong.penalty(n) for r, n in zip(rewards, lengths)]
+    stats = batch_stats(graded, parsed, rewards, lengths, seconds, _judge_calls(grader) - calls_before)
+    if on_batch is not None:
+        on_batch(stats)
     if log_metric is not None:
-        verdicts = [v for g in graded for v in g.verdicts if v.source != "none"]
-        decided = [v for v in verdicts if v.met is not None]
-        log_metric("rubric/judge_failure_rate", 1 - len(decided) / len(verdicts) if verdicts else 0.0)
-        log_metric("rubric/criteria_pass_rate", sum(v.met for v in decided) / len(decided) if decided else 0.0)
-        log_metric("rubric/unscored_rate", sum(r is None for r in rewards) / len(rewards))
-        log_metric("rubric/integrity_flag_rate", sum(g.integrity_flag is not None for g in graded) / len(graded))
-        log_metric("rubric/judge_latency_s", time.monotonic() - started)
+        for name, value in stats.metrics().items():
+            log_metric(name, value)
     if log_extra is not None:
         log_extra("rubric_verdicts", [json.dumps([[v.criterion[:60], v.points, v.met] for v in g.verdicts],
                                                  ensure_ascii=False) for g in graded])  # fmt: skip
         log_extra("rubric_flag", [g.integrity_flag or "" for g in graded])
     return rewards
+
+
+@dataclass(frozen=True)
+class Overlong:
+    """DAPO's soft overlong punishment (arXiv 2503.14476, eq. 13): 0 up to max_length - buffer tokens, then growing
+    linearly to `scale` at max_length (and beyond: a completion cut off there has no end)."""
+
+    max_length: int
+    buffer: int
+    scale: float = 1.0
+
+    def penalty(self, length: int) -> float:
+        start = self.max_length - self.buffer
+        if length <= start:
+            return 0.0
+        return self.scale * min(1.0, (length - start) / self.buffer)
+
+
+@dataclass
+class BatchStats:
+    """What one reward call saw: completions, unscored ones, verdicts and their pass rates, judge time and calls."""
+
+    completions: int
+    unscored: int
+    flagged: int
+    verdicts: int
+    failed_verdicts: int
+    seconds: float
+    judge_calls: int
+    pass_rates: dict[str, float] = field(default_factory=dict)
+    """criteria_pass_rate overall, and per tag (`tag/axis:accuracy`) and per category (`category/Essential`)."""
+    mean_length: float = 0.0
+    length_reward_corr: float | None = None
+    """Pearson correlation of reward and completion length over the scored completions: the verbosity signal."""
+
+    def metrics(self) -> dict[str, float]:
+        out = {
+            "rubric/judge_failure_rate": self.failed_verdicts / self.verdicts if self.verdicts else 0.0,
+            "rubric/unscored_rate": self.unscored / self.completions if self.completions else 0.0,
+            "rubric/integrity_flag_rate": self.flagged / self.completions if self.completions else 0.0,
+            "rubric/judge_latency_s": self.seconds,
+            "rubric/judge_calls": float(self.judge_calls),
+            "rubric/completion_length": self.mean_length,
+            **{f"rubric/{name}": rate for name, rate in self.pass_rates.items()},
+        }
+        if self.length_reward_corr is not None:
+            out["rubric/length_reward_corr"] = self.length_reward_corr
+        return out
+
+
+def batch_stats(graded: list, rubrics: list[Rubric], rewards: list[float | None], lengths: list[int], seconds: float,
+                judge_calls: int) -> BatchStats:  # fmt: skip
+    """Pure: the statistics of one graded batch (verdicts read against their rubric's criteria for categories)."""
+    decided: dict[str, list[bool]] = defaultdict(list)
+    verdicts = failed = 0
+    for g, rubric in zip(graded, rubrics):
+        by_text = {c.text: c for c in rubric.criteria}
+        for v in g.verdicts:
+            if v.source == "none":
+                continue
+            verdicts += 1
+            if v.met is None:
+                failed += 1
+                continue
+            category = by_text[v.criterion].category if v.criterion in by_text else None
+            for key in ("criteria_pass_rate", *(f"tag/{t}" for t in v.tags),
+                        *((f"category/{category}",) if category else ())):  # fmt: skip
+                decided[key].append(v.met)
+    scored = [(r, n) for r, n in zip(rewards, lengths) if r is not None]
+    return BatchStats(
+        completions=len(graded), unscored=sum(r is None for r in rewards),
+        flagged=sum(g.integrity_flag is not None for g in graded), verdicts=verdicts, failed_verdicts=failed,
+        seconds=seconds, judge_calls=judge_calls,
+        pass_rates={key: sum(values) / len(values) for key, values in decided.items()},
+        mean_length=sum(lengths) / len(lengths) if lengths else 0.0,
+        length_reward_corr=_pearson([r for r, _ in scored], [n for _, n in scored]),
+    )  # fmt: skip
+
+
+def _pearson(xs: list[float], ys: list[float]) -> float | None:
+    """None when undefined (fewer than 2 points, or one side constant)."""
+    try:
+        return statistics.correlation(xs, ys)
+    except statistics.StatisticsError:
+        return None
+
+
+def _judge_calls(grader: Grader) -> int:
+    """Requests the client sent so far (cache hits are not calls)."""
+    return sum(usage.requests for usage in grader.client.usage.values())
 
 
 def _messages(prompt: Any) -> list[dict[str, str]]:

@@ -22,8 +22,6 @@ TRL, transformers, torch and datasets load only inside the functions: `rubricrl 
 
 import itertools
 import json
-import os
-import re
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -34,18 +32,13 @@ import yaml
 
 from rubricrl.config import ConfigError, parse_settings, resolved, write_resolved
 from rubricrl.records import InvalidRecord, RecordFileError, conversation, open_records
+from rubricrl.training import (base_model, keep_run_config, model_init_kwargs, require_output_dir,
+                               resume_target, save_model, start_wandb, step_of, trl_defaults, trl_settings)  # fmt: skip
 
 if TYPE_CHECKING:
     from datasets import Dataset
     from trl import ModelConfig, SFTConfig, SFTTrainer
 
-CPU_DEFAULTS = {"use_cpu": True, "bf16": False, "gradient_checkpointing": False}
-"""TRL defaults on a machine without CUDA: SFTConfig's own (bf16=True, gradient checkpointing on) fail there
-("Your setup doesn't support bf16/gpu") or only cost time. The config file and the flags still win."""
-NO_OUTPUT_DIR = "\x00unset"
-"""output_dir's default while parsing: TRL would write to ./trainer_output unasked; we ask for --output_dir."""
-HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
-"""A Hugging Face Hub model id (`Qwen/Qwen3-4B-Base`); a name that is not one must be a folder that exists."""
 PROVENANCE = {"threshold": "threshold tau", "k": "K candidates per query", "model": "candidate models",
               "judge_model": "judge", "grading_mode": "grading mode"}  # fmt: skip
 """Provenance columns of a `ruft build` dataset whose distinct values the model card lists, with their names."""
@@ -78,22 +71,12 @@ class SFTData:
 
 
 def run_train(args) -> int:
-    import torch
-
-    trl_defaults = {"output_dir": NO_OUTPUT_DIR, **({} if torch.cuda.is_available() else CPU_DEFAULTS)}
-    train_args, sft_config, model_config = parse_settings(args, command="ruft train", trl_defaults=trl_defaults)
-    if sft_config.output_dir == NO_OUTPUT_DIR:
-        raise ConfigError("`rubricrl ruft train` needs --output_dir (or the key output_dir in --config): where the "
-                          "checkpoints and the trained model go")  # fmt: skip
+    train_args, sft_config, model_config = parse_settings(args, command="ruft train", trl_defaults=trl_defaults())
+    output_dir = require_output_dir(sft_config, "ruft train")
     data = load_sft_data(train_args.dataset)
     resume = resume_target(sft_config)
-    if model_config.model_name_or_path is None:
-        from rubricrl.embedded_model import prepare_embedded_model
+    base_model(model_config)
 
-        model_config.model_name_or_path = str(prepare_embedded_model(log=lambda m: print(m, file=sys.stderr)))
-    check_base_model(model_config.model_name_or_path)
-
-    output_dir = Path(sft_config.output_dir)
     main_process = sft_config.process_index == 0  # under `accelerate launch`, one process writes and reports
     config = run_config(train_args, sft_config, model_config)
     run_settings = {**config, "dataset_manifest": data.manifest}
@@ -102,12 +85,12 @@ def run_train(args) -> int:
         write_resolved(output_dir / "config.yaml", config)
         print(f"ruft train: {model_config.model_name_or_path} on {len(data.dataset)} examples from {data.source}"
               f"{' (LoRA)' if model_config.use_peft else ''} -> {output_dir}", file=sys.stderr)  # fmt: skip
-        wandb_run = start_wandb(sft_config, run_settings)
+        wandb_run = start_wandb(sft_config, run_settings, "ruft train")
     try:
         trainer = build_trainer(sft_config, model_config, data)
         if wandb_run is not None:
             trainer.add_callback(keep_run_config(wandb_run, run_settings))
-        started, first_step = time.monotonic(), _step_of(resume)
+        started, first_step = time.monotonic(), step_of(resume)
         output = trainer.train(resume_from_checkpoint=resume)
         seconds = time.monotonic() - started
         losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
@@ -222,88 +205,12 @@ def _completion(value: Any) -> list[dict[str, str]]:
 # --- the checks before the model ------------------------------------------------------------------------------------
 
 
-def check_base_model(name: str) -> None:
-    """A folder must exist and hold config.json; anything else must look like a Hub id (loaded by transformers)."""
-    path = Path(name).expanduser()
-    if path.exists():
-        if not (path / "config.json").is_file():
-            raise ConfigError(f"model_name_or_path {name}: not a model folder (no config.json)")
-    elif (path.is_absolute() or name.startswith((".", "~")) or not HUB_ID.fullmatch(name)
-          or (len(path.parts) > 1 and Path(path.parts[0]).is_dir())):  # fmt: skip
-        # `runs/missing` reads as a Hub id, but `runs/` is a folder here: a local path that does not exist
-        raise ConfigError(f"model_name_or_path {name}: no such folder")
-
-
-def resume_target(sft_config: "SFTConfig") -> str | bool | None:
-    """`resume_from_checkpoint` as Trainer.train takes it: a checkpoint folder, True (the latest checkpoint-N in
-    output_dir; "true" on the command line, where the field is a string) or None. Checked here, before the model."""
-    value = sft_config.resume_from_checkpoint
-    if isinstance(value, str) and value.strip().lower() in ("true", "yes", "1", "false", "no", "0", "none", ""):
-        value = value.strip().lower() in ("true", "yes", "1")
-    if not value:
-        return None
-    if value is True:
-        # The latest checkpoint-N with trainer_state.json, which the Trainer writes last: a kill while saving leaves
-        # a half-written folder that transformers' get_last_checkpoint would pick.
-        found = [p for p in Path(sft_config.output_dir).glob("checkpoint-*")
-                 if p.name.split("-")[-1].isdigit() and (p / "trainer_state.json").is_file()]  # fmt: skip
-        if not found:
-            raise ConfigError(f"resume_from_checkpoint: no complete checkpoint-N folder in {sft_config.output_dir}")
-        return str(max(found, key=lambda p: int(p.name.split("-")[-1])))
-    if not (Path(value) / "trainer_state.json").is_file():
-        raise ConfigError(f"resume_from_checkpoint {value}: not a checkpoint folder (no trainer_state.json)")
-    return str(value)
-
-
-def _step_of(checkpoint: str | None) -> int:
-    if checkpoint is None:
-        return 0
-    return json.loads((Path(checkpoint) / "trainer_state.json").read_text())["global_step"]
-
-
 # --- the run --------------------------------------------------------------------------------------------------------
 
 
 def run_config(train_args: TrainArgs, sft_config: "SFTConfig", model_config: "ModelConfig") -> dict[str, Any]:
-    """The resolved settings, flat as `--config` takes them back: ours, then SFTConfig's and ModelConfig's fields.
-    TrainingArguments.to_dict masks every field ending in `_token`: hub_token (a secret) is left out, eos_token and
-    pad_token (not secrets) keep their values."""
-    sft = sft_config.to_dict()
-    for key in [k for k in sft if k.endswith("_token")]:
-        if key == "hub_token":
-            del sft[key]
-        else:
-            sft[key] = getattr(sft_config, key)
-    return {**resolved([train_args]), **sft, **asdict(model_config)}
-
-
-def start_wandb(sft_config: "SFTConfig", config: dict[str, Any]):
-    """The wandb run, started here with the run's config (the resolved settings and the dataset's manifest), which
-    transformers' WandbCallback then reuses. Offline without WANDB_API_KEY, unless WANDB_MODE says otherwise."""
-    if "wandb" not in (sft_config.report_to or []):
-        return None
-    import wandb
-
-    mode = None
-    if not os.environ.get("WANDB_MODE") and not os.environ.get("WANDB_API_KEY"):
-        mode = "offline"
-        print("ruft train: no WANDB_API_KEY: wandb runs offline (`wandb sync` uploads it later; WANDB_MODE=online "
-              "uses the key of `wandb login`)", file=sys.stderr)  # fmt: skip
-    project = os.environ.get("WANDB_PROJECT", "rubricrl")
-    return wandb.init(project=project, name=sft_config.run_name, config=config, mode=mode)
-
-
-def keep_run_config(wandb_run, settings: dict[str, Any]):
-    """A callback that sets the run's config again once transformers' WandbCallback has merged its own into it
-    (at train begin): that one holds the model's config.json keys (its `dtype` would replace ModelConfig's) and
-    TrainingArguments.to_dict's masked `<EOS_TOKEN>` / `<PAD_TOKEN>`."""
-    from transformers import TrainerCallback
-
-    class KeepRunConfig(TrainerCallback):
-        def on_train_begin(self, args, state, control, **kwargs):
-            wandb_run.config.update(settings, allow_val_change=True)
-
-    return KeepRunConfig()
+    """The resolved settings, flat as `--config` takes them back: ours, then SFTConfig's and ModelConfig's fields."""
+    return {**resolved([train_args]), **trl_settings(sft_config), **asdict(model_config)}
 
 
 def build_trainer(sft_config: "SFTConfig", model_config: "ModelConfig", data: SFTData) -> "SFTTrainer":
@@ -311,10 +218,7 @@ def build_trainer(sft_config: "SFTConfig", model_config: "ModelConfig", data: SF
     user's model_init_kwargs on top."""
     from trl import SFTTrainer, get_peft_config, get_quantization_config
 
-    init_kwargs = {"revision": model_config.model_revision, "trust_remote_code": sft_config.trust_remote_code,
-                   "attn_implementation": model_config.attn_implementation, "dtype": model_config.dtype}  # fmt: skip
-    init_kwargs.update(sft_config.model_init_kwargs or {})
-    sft_config.model_init_kwargs = init_kwargs
+    sft_config.model_init_kwargs = model_init_kwargs(sft_config, model_config)
     try:
         trainer = SFTTrainer(model=model_config.model_name_or_path, args=sft_config, train_dataset=data.dataset,
                              peft_config=get_peft_config(model_config),
@@ -344,18 +248,6 @@ def truncation_note(prepared: "Dataset", total: int, sft_config: "SFTConfig") ->
         return None
     return (f"max_length {sft_config.max_length}: {dropped} of {total} examples dropped (the prompt fills it), "
             f"{cut} cut short (their answers lose the end); raise --max_length to keep them whole")  # fmt: skip
-
-
-def save_model(trainer: "SFTTrainer", output_dir: Path, merge: bool) -> None:
-    """The model and tokenizer in output_dir; a LoRA model merged (the adapter alone in output_dir/adapter)."""
-    if not merge:
-        trainer.save_model(str(output_dir))
-        return
-    trainer.save_model(str(output_dir / "adapter"))  # every process: it gathers the weights where sharded
-    if trainer.args.should_save:
-        merged = trainer.model.merge_and_unload()
-        merged.save_pretrained(output_dir)
-        trainer.processing_class.save_pretrained(output_dir)
 
 
 def write_model_card(trainer: "SFTTrainer", output_dir: Path, data: SFTData, base_model: str, config: dict[str, Any],

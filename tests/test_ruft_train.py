@@ -156,7 +156,8 @@ def test_resolved_config_loads_back_and_holds_no_secret(tmp_path):
     """config.yaml: ours, SFTConfig's and ModelConfig's fields, flat; `--config` it and the settings are the same.
     hub_token is left out (TrainingArguments.to_dict masks every `*_token`, eos_token too: that one is kept)."""
     from rubricrl.config import write_resolved
-    from ruft.train import CPU_DEFAULTS, run_config
+    from ruft.train import run_config
+    from rubricrl.training import CPU_DEFAULTS
 
     def settings(argv):
         args, rest = build_parser().parse_known_args(["ruft", "train", *argv])
@@ -370,7 +371,7 @@ def test_resume_from_checkpoint_continues_the_run(tmp_path, capsys, base_model, 
 def test_resume_true_takes_the_latest_complete_checkpoint(tmp_path):
     from types import SimpleNamespace
 
-    from ruft.train import resume_target
+    from rubricrl.training import resume_target
 
     for step, complete in ((2, True), (3, False), (10, True), (11, False)):
         (tmp_path / f"checkpoint-{step}").mkdir()

@@ -1,0 +1,154 @@
+"""What the training commands (`ruft train`, `rurl train`) share around TRL's trainers: the CPU defaults, the checks
+made before a model loads (base model, checkpoint to resume), the resolved TRL settings, wandb (offline without a
+key) and saving a LoRA model merged.
+
+TRL, transformers and torch load only inside the functions: `rubricrl --help` imports this module.
+"""
+
+import json
+import os
+import re
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rubricrl.config import ConfigError
+
+if TYPE_CHECKING:
+    from transformers import Trainer, TrainingArguments
+
+CPU_DEFAULTS = {"use_cpu": True, "bf16": False, "gradient_checkpointing": False}
+"""TRL defaults on a machine without CUDA: SFTConfig's and GRPOConfig's own (bf16=True, gradient checkpointing on)
+fail there ("Your setup doesn't support bf16/gpu") or only cost time. The config file and the flags still win."""
+NO_OUTPUT_DIR = "\x00unset"
+"""output_dir's default while parsing: TRL would write to ./trainer_output unasked; we ask for --output_dir."""
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
+"""A Hugging Face Hub model id (`Qwen/Qwen3-4B-Base`); a name that is not one must be a folder that exists."""
+
+
+def trl_defaults() -> dict[str, Any]:
+    """The defaults a training command gives TRL's config before the file and flags: no output_dir, and the CPU
+    defaults on a machine without CUDA."""
+    import torch
+
+    return {"output_dir": NO_OUTPUT_DIR, **({} if torch.cuda.is_available() else CPU_DEFAULTS)}
+
+
+def require_output_dir(trl_config: "TrainingArguments", command: str) -> Path:
+    if trl_config.output_dir == NO_OUTPUT_DIR:
+        raise ConfigError(f"`rubricrl {command}` needs --output_dir (or the key output_dir in --config): where the "
+                          "checkpoints and the trained model go")  # fmt: skip
+    return Path(trl_config.output_dir)
+
+
+def check_base_model(name: str) -> None:
+    """A folder must exist and hold config.json; anything else must look like a Hub id (loaded by transformers)."""
+    path = Path(name).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise ConfigError(f"model_name_or_path {name}: not a model folder (no config.json)")
+    elif (path.is_absolute() or name.startswith((".", "~")) or not HUB_ID.fullmatch(name)
+          or (len(path.parts) > 1 and Path(path.parts[0]).is_dir())):  # fmt: skip
+        # `runs/missing` reads as a Hub id, but `runs/` is a folder here: a local path that does not exist
+        raise ConfigError(f"model_name_or_path {name}: no such folder")
+
+
+def base_model(model_config) -> str:
+    """ModelConfig's model_name_or_path, the embedded model when unset (prepared on first use), checked."""
+    if model_config.model_name_or_path is None:
+        from rubricrl.embedded_model import prepare_embedded_model
+
+        model_config.model_name_or_path = str(prepare_embedded_model(log=lambda m: print(m, file=sys.stderr)))
+    check_base_model(model_config.model_name_or_path)
+    return model_config.model_name_or_path
+
+
+def resume_target(trl_config: "TrainingArguments") -> str | None:
+    """`resume_from_checkpoint` as Trainer.train takes it: a checkpoint folder, True (the latest checkpoint-N in
+    output_dir; "true" on the command line, where the field is a string) or None. Checked here, before the model."""
+    value = trl_config.resume_from_checkpoint
+    if isinstance(value, str) and value.strip().lower() in ("true", "yes", "1", "false", "no", "0", "none", ""):
+        value = value.strip().lower() in ("true", "yes", "1")
+    if not value:
+        return None
+    if value is True:
+        # The latest checkpoint-N with trainer_state.json, which the Trainer writes last: a kill while saving leaves
+        # a half-written folder that transformers' get_last_checkpoint would pick.
+        found = [p for p in Path(trl_config.output_dir).glob("checkpoint-*")
+                 if p.name.split("-")[-1].isdigit() and (p / "trainer_state.json").is_file()]  # fmt: skip
+        if not found:
+            raise ConfigError(f"resume_from_checkpoint: no complete checkpoint-N folder in {trl_config.output_dir}")
+        return str(max(found, key=lambda p: int(p.name.split("-")[-1])))
+    if not (Path(value) / "trainer_state.json").is_file():
+        raise ConfigError(f"resume_from_checkpoint {value}: not a checkpoint folder (no trainer_state.json)")
+    return str(value)
+
+
+def step_of(checkpoint: str | None) -> int:
+    if checkpoint is None:
+        return 0
+    return json.loads((Path(checkpoint) / "trainer_state.json").read_text())["global_step"]
+
+
+def trl_settings(trl_config: "TrainingArguments") -> dict[str, Any]:
+    """TRL's config as a flat mapping `--config` takes back. TrainingArguments.to_dict masks every field ending in
+    `_token`: hub_token (a secret) is left out, eos_token and pad_token (not secrets) keep their values."""
+    settings = trl_config.to_dict()
+    if settings.get("output_dir") == NO_OUTPUT_DIR:  # not given (a dry run): say so
+        settings["output_dir"] = None
+    for key in [k for k in settings if k.endswith("_token")]:
+        if key == "hub_token":
+            del settings[key]
+        else:
+            settings[key] = getattr(trl_config, key)
+    return settings
+
+
+def model_init_kwargs(trl_config: "TrainingArguments", model_config) -> dict[str, Any]:
+    """The model's load settings from ModelConfig, the user's model_init_kwargs on top (as `trl sft|grpo` do)."""
+    kwargs = {"revision": model_config.model_revision, "trust_remote_code": trl_config.trust_remote_code,
+              "attn_implementation": model_config.attn_implementation, "dtype": model_config.dtype}  # fmt: skip
+    kwargs.update(trl_config.model_init_kwargs or {})
+    return kwargs
+
+
+def start_wandb(trl_config: "TrainingArguments", config: dict[str, Any], command: str):
+    """The wandb run, started here with the run's config (the resolved settings and what the data came with),
+    which transformers' WandbCallback then reuses. Offline without WANDB_API_KEY, unless WANDB_MODE says otherwise."""
+    if "wandb" not in (trl_config.report_to or []):
+        return None
+    import wandb
+
+    mode = None
+    if not os.environ.get("WANDB_MODE") and not os.environ.get("WANDB_API_KEY"):
+        mode = "offline"
+        print(f"{command}: no WANDB_API_KEY: wandb runs offline (`wandb sync` uploads it later; WANDB_MODE=online "
+              "uses the key of `wandb login`)", file=sys.stderr)  # fmt: skip
+    project = os.environ.get("WANDB_PROJECT", "rubricrl")
+    return wandb.init(project=project, name=trl_config.run_name, config=config, mode=mode,
+                      dir=os.environ.get("WANDB_DIR") or str(trl_config.output_dir))  # fmt: skip
+
+
+def keep_run_config(wandb_run, settings: dict[str, Any]):
+    """A callback that sets the run's config again once transformers' WandbCallback has merged its own into it
+    (at train begin): that one holds the model's config.json keys (its `dtype` would replace ModelConfig's) and
+    TrainingArguments.to_dict's masked `<EOS_TOKEN>` / `<PAD_TOKEN>`."""
+    from transformers import TrainerCallback
+
+    class KeepRunConfig(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            wandb_run.config.update(settings, allow_val_change=True)
+
+    return KeepRunConfig()
+
+
+def save_model(trainer: "Trainer", output_dir: Path, merge: bool) -> None:
+    """The model and tokenizer in output_dir; a LoRA model merged (the adapter alone in output_dir/adapter)."""
+    if not merge:
+        trainer.save_model(str(output_dir))
+        return
+    trainer.save_model(str(output_dir / "adapter"))  # every process: it gathers the weights where sharded
+    if trainer.args.should_save:
+        merged = trainer.model.merge_and_unload()
+        merged.save_pretrained(output_dir)
+        trainer.processing_class.save_pretrained(output_dir)

@@ -1,0 +1,18 @@
+"""`rubricrl rurl train`: GRPO / DAPO with the rubric reward on TRL's GRPOTrainer."""
+
+from rubricrl.config import add_config_arguments
+
+
+def add_commands(commands) -> None:
+    from grading.grader import GradingConfig
+    from rubricrl.llm import LLMSettings
+    from rurl.config import RurlConfig, TrainArgs
+    from rurl.train import run_train
+
+    rurl = commands.add_parser("rurl", help="RuRL: reinforcement learning (GRPO / DAPO) with the rubric reward")
+    actions = rurl.add_subparsers(title="rurl commands", metavar="<action>", required=True)
+    train = actions.add_parser("train", help="train a policy with GRPO/DAPO on TRL, rewarded by the rubric judge",
+                               allow_abbrev=False)  # fmt: skip
+    add_config_arguments(train, [TrainArgs, RurlConfig, GradingConfig, LLMSettings],
+                         trl_types=["trl.GRPOConfig", "trl.ModelConfig"])  # fmt: skip
+    train.set_defaults(run=run_train)

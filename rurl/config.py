@@ -1,0 +1,86 @@
+"""What `rubricrl rurl train` adds to TRL's GRPOConfig: the rubric data, dynamic sampling, the judge-failure guard,
+overlong shaping and evaluation. Loaded from the `rurl:` section of a config (configs/rurl/*.yaml); documented field
+by field. The command's own arguments (`TrainArgs`) are top-level keys, beside GRPOConfig's and ModelConfig's."""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+
+@dataclass
+class TrainArgs:
+    rubrics: Path
+    """The rubric dataset: synthesis's final.parquet / .jsonl, HealthBench rows (prompt, rubrics, example_tags) or
+    RaR rows (question, reference_answer, rubric); JSONL, Parquet or a saved HF dataset folder. Multi-turn prompts
+    keep their turns. Set --output_dir (TRL's) too."""
+    dry_run: bool = False
+    """Print the resolved settings (YAML, loadable with --config) and exit: no model, no judge call."""
+    merge_adapter: bool = True
+    """With --use_peft: save the final model with the LoRA weights merged in (the adapter alone in
+    output_dir/adapter); false: output_dir holds only the adapter."""
+
+
+@dataclass
+class RurlConfig:
+    config_section: ClassVar[str] = "rurl"
+
+    eval_size: float = 0.0
+    """Rubric rows held out for evaluation: a share (0 < x < 1) or a count (>= 1); 0: none. The split is seeded
+    (GRPOConfig's seed) and the held-out ids are written to output_dir/eval_ids.txt."""
+    eval_every: int = 0
+    """Steps between HealthBench-style evaluations of the policy on the held-out rows (overall, per axis and theme,
+    bootstrap std), logged as eval/...; 0: only once, at the end (when rows are held out)."""
+    eval_max_examples: int = 64
+    """At most this many held-out rows per evaluation (the first ones, the same every time)."""
+
+    prefilter: Path | None = None
+    """A `ruft build` output folder: train only on queries whose candidate scores vary (the offline form of
+    dynamic sampling), by prefilter_min_std and prefilter_mean_range."""
+    prefilter_min_std: float = 0.05
+    """Keep a query when the std of its candidates' scores is above this."""
+    prefilter_mean_range: list[float] = field(default_factory=lambda: [0.05, 0.95])
+    """... and their mean score lies inside this band [low, high] (neither solved nor hopeless)."""
+
+    dynamic_sampling: bool = False
+    """DAPO's dynamic sampling: a group whose reward std is <= dynamic_std_threshold does not enter the batch, more
+    prompts are generated until the batch is full."""
+    dynamic_std_threshold: float = 0.02
+    """Rubric scores are continuous: a group whose rewards differ by a hair is as flat as a zero-std one (its
+    advantages would be noise divided by a tiny std)."""
+    max_extra_rounds: int = 4
+    """At most this many extra generation rounds per batch (verl's filter_groups.max_num_gen_batches). When they
+    run out, the kept groups are repeated to fill the batch (logged); when no group at all was kept, training stops
+    after saving a checkpoint."""
+
+    max_failure_rate: float = 0.3
+    """Judge-failure guard: when the share of unscored completions over the last failure_window steps exceeds
+    this, training stops after saving a checkpoint, instead of optimising on noise. 1 turns the guard off."""
+    failure_window: int = 5
+    """Steps the judge-failure rate is averaged over."""
+
+    overlong_buffer: int = 0
+    """DAPO's soft overlong penalty: the last this many tokens before max_completion_length cost a linearly growing
+    penalty, up to overlong_penalty at the limit; 0: off. Applied inside the rubric reward: an unscored completion
+    stays unscored."""
+    overlong_penalty: float = 1.0
+    """The penalty at max_completion_length (DAPO: 1)."""
+
+    preflight: bool = True
+    """Before the policy loads, one judge call checks that the judge answers with a verdict."""
+
+    def __post_init__(self) -> None:
+        if self.eval_size < 0 or (self.eval_size >= 1 and self.eval_size != int(self.eval_size)):
+            raise ValueError(f"eval_size must be a share in (0, 1), a whole count >= 1 or 0, got {self.eval_size}")
+        for name in ("eval_every", "max_extra_rounds", "overlong_buffer"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.eval_max_examples < 1 or self.failure_window < 1:
+            raise ValueError("eval_max_examples and failure_window must be at least 1")
+        for name in ("max_failure_rate", "dynamic_std_threshold", "prefilter_min_std"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be within [0, 1], got {getattr(self, name)}")
+        low_high = self.prefilter_mean_range
+        if len(low_high) != 2 or not 0.0 <= low_high[0] <= low_high[1] <= 1.0:
+            raise ValueError(f"prefilter_mean_range must be [low, high] with 0 <= low <= high <= 1, got {low_high}")
+        if self.overlong_penalty < 0:
+            raise ValueError(f"overlong_penalty must be >= 0, got {self.overlong_penalty}")

@@ -1,0 +1,82 @@
+"""HealthBench-style evaluation of the policy during training: every `eval_every` steps (and at the end), the policy
+answers the held-out rows (greedy, up to max_completion_length tokens), the grader grades the answers against their
+rubrics, and grading.report builds the report (overall, per axis and theme, bootstrap std), logged as `eval/...` at
+the step and appended to output_dir/eval.jsonl."""
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import torch
+from transformers import TrainerCallback
+
+from grading.dataset import RubricRow
+from grading.grader import GradeItem, Grader
+from grading.report import build_report
+
+
+class PolicyEvaluation(TrainerCallback):
+    def __init__(self, trainer, grader: Grader, rows: list[RubricRow], every: int, output_dir: Path):
+        self.trainer, self.grader, self.rows, self.every = trainer, grader, rows, every
+        self.path = Path(output_dir) / "eval.jsonl"
+        self.last: dict | None = None
+        self._done_at: int | None = None
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.every and state.global_step % self.every == 0:
+            self.evaluate(state.global_step)
+        return control
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self._done_at != state.global_step:
+            self.evaluate(state.global_step)
+        return control
+
+    def evaluate(self, step: int) -> dict:
+        answers = self.answer()
+        items = [GradeItem(row.conversation, answer, row.rubric, row.reference) for row, answer in zip(self.rows, answers)]
+        future = asyncio.run_coroutine_threadsafe(self.grader.grade_many(items), self.trainer.async_loop)
+        graded = future.result()
+        records = [g.to_record(row.rubric.example_tags, id=row.id, response=answer)
+                   for row, answer, g in zip(self.rows, answers, graded)]  # fmt: skip
+        report = build_report(records, min_coverage=self.grader.config.min_coverage,
+                              undecided_penalty=self.grader.config.undecided_penalty)  # fmt: skip
+        metrics = {f"eval/{name}": value for name, value in report["metrics"].items()}
+        metrics["eval/judge_failure_rate"] = report["judge_failure_rate"]
+        metrics["eval/unscored_examples"] = report["unscored_examples"]
+        self._done_at, self.last = step, {"step": step, **report}
+        if self.trainer.accelerator.is_main_process:
+            self.trainer.log(metrics)
+            with open(self.path, "a") as f:
+                f.write(json.dumps({"step": step, **report}) + "\n")
+            overall = report["metrics"].get("overall_score")
+            shown = "unscored" if overall is None else f"{overall:.3f}"
+            print(f"rurl eval: step {step}: overall {shown} on {len(self.rows)} held-out rows", file=sys.stderr)
+        return report
+
+    @torch.no_grad()
+    def answer(self) -> list[str]:
+        """Greedy answers of the current policy, a few rows at a time (every process takes part: ZeRO-3 gathers)."""
+        from trl.models.utils import unwrap_model_for_generation
+
+        trainer, tokenizer = self.trainer, self.trainer.processing_class
+        max_tokens, answers = trainer.args.max_completion_length, []
+        was_training = trainer.model.training
+        trainer.model.eval()
+        try:
+            with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
+                for start in range(0, len(self.rows), 8):
+                    chunk = self.rows[start:start + 8]
+                    texts = [tokenizer.apply_chat_template(row.conversation, tokenize=False, add_generation_prompt=True)
+                             for row in chunk]  # fmt: skip
+                    side, tokenizer.padding_side = tokenizer.padding_side, "left"
+                    batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+                    tokenizer.padding_side = side
+                    batch = {k: v.to(trainer.accelerator.device) for k, v in batch.items()}
+                    out = model.generate(**batch, max_new_tokens=max_tokens, do_sample=False,
+                                         pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+                    answers += tokenizer.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+        finally:
+            trainer.model.train(was_training)
+        return answers

@@ -1,0 +1,258 @@
+"""`rubricrl rurl train`: GRPO / DAPO on TRL's GRPOTrainer with the rubric reward.
+
+    rubricrl rurl train --config configs/rurl/tiny-cpu.yaml --output_dir runs/rurl
+
+What runs, in order (everything a user can get wrong is checked before the policy loads):
+1. settings: `TrainArgs` and the `rurl:`, `grading:`, `llm:` sections (ours), then TRL's `GRPOConfig` and
+   `ModelConfig` as `trl grpo --config` reads them (flat keys, flags win; TRL checks its batch divisibility rules
+   here); on a machine without CUDA, rubricrl.training.CPU_DEFAULTS first. `--dry_run` prints them and exits;
+2. the rubric dataset (rurl/data.py): every row checked, held-out rows split off, the RuFT prefilter;
+3. the judge: the `grading.judge_role` role of `llm:` (the local vLLM server when it names no endpoint), reachable,
+   then one preflight call that must come back with a verdict;
+4. RubricGRPOTrainer (rurl/trainer.py: GRPOTrainer, plus dynamic sampling when asked) with the rubric reward
+   (grading/reward.py: all judge calls of a batch concurrent and bounded, identical ones once, cached), the
+   judge-failure guard and the in-training evaluation as callbacks; wandb when report_to names it (offline without
+   a key), its config the resolved settings;
+5. in output_dir: config.yaml (first), checkpoints, eval.jsonl, the final model (LoRA merged unless
+   merge_adapter is false), reward.png, and manifest.json (last: versions, models, counts, the summary).
+   `--resume_from_checkpoint true` continues from the latest complete checkpoint after a kill; the judge calls it
+   replays come from the response cache.
+"""
+
+import asyncio
+import math
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from grading.grader import Grader, GradingConfig
+from grading.reward import Overlong, make_rubric_reward
+from rubricrl.config import ConfigError, config_source, parse_settings, resolved, write_resolved
+from rubricrl.errors import UserError
+from rubricrl.llm import LLMClient, open_llm
+from rubricrl.manifest import package_versions, write_manifest
+from rubricrl.training import (base_model, keep_run_config, model_init_kwargs, require_output_dir, resume_target,
+                               save_model, start_wandb, step_of, trl_defaults, trl_settings)  # fmt: skip
+from rurl.config import RurlConfig, TrainArgs
+from rurl.data import RurlData, load_rurl_data
+
+if TYPE_CHECKING:
+    from trl import GRPOConfig, ModelConfig
+
+COMMAND = "rurl train"
+PREFLIGHT_ANSWER = "Drink water and rest; see a doctor if it gets worse."
+"""The answer the preflight asks the judge to grade: any text will do, the verdict's format is what is checked."""
+
+
+class TrainingStopped(UserError):
+    """A guard stopped the run (after saving a checkpoint); the message says why and how to go on."""
+
+
+def run_train(args) -> int:
+    settings = parse_settings(args, command=COMMAND, trl_defaults=trl_defaults())
+    train_args, rurl, grading, llm, grpo, model = settings
+    config = run_config(settings)
+    if train_args.dry_run:
+        print(yaml.safe_dump(config, sort_keys=False, allow_unicode=True), end="")
+        return 0
+    output_dir = require_output_dir(grpo, COMMAND)
+    data = load_rurl_data(train_args.rubrics, rurl, grpo.seed)
+    resume = resume_target(grpo)
+    base_model(model)
+    config["model_name_or_path"] = model.model_name_or_path
+    with open_llm(llm, [grading.judge_role], source=config_source(args), cpu_budgets=grading.cpu_max_tokens()) as llm_session:
+        if rurl.preflight:
+            preflight(llm_session.roles, grading, data)
+        client = llm_session.client()
+        try:
+            return train(train_args, rurl, grading, grpo, model, data, client, config, output_dir, resume)
+        finally:
+            if client.cache is not None:
+                client.cache.flush()
+
+
+def run_config(settings: list[Any]) -> dict[str, Any]:
+    """The resolved settings, loadable with --config: ours (top level and sections), then GRPOConfig's and
+    ModelConfig's fields."""
+    ours, (grpo, model) = settings[:-2], settings[-2:]
+    config = {**resolved(ours), **trl_settings(grpo), **asdict(model)}
+    del config["dry_run"]  # the written config reruns the training, not the dry run
+    return config
+
+
+def preflight(roles, grading: GradingConfig, data: RurlData) -> None:
+    """One grade of a fixed answer against the first rubric with a judged criterion, without the cache (a cached
+    answer proves nothing about the judge now): it must come back with every verdict decided."""
+    row = next((r for r in data.train if grading.mode not in ("per_criterion", "batched")
+                or any(c.rule is None for c in r.rubric.criteria)), None)  # fmt: skip
+    if row is None:
+        print(f"{COMMAND}: every criterion is a rule check: no judge call, no preflight", file=sys.stderr)
+        return
+    judge = roles[grading.judge_role]
+
+    async def ask():
+        async with LLMClient(roles, cache=None, max_retries=1) as client:
+            return await Grader(client, grading).grade(row.conversation, PREFLIGHT_ANSWER, row.rubric, row.reference)
+
+    started = time.monotonic()
+    try:
+        graded = asyncio.run(ask())
+    except UserError as error:
+        raise ConfigError(f"judge preflight: {error}") from None
+    if graded.reward is None or graded.judge_failures:
+        raise ConfigError(f"judge preflight: role '{grading.judge_role}' ({judge.model} at {judge.base_url}) did not "
+                          f"answer the {grading.mode} verdict format for row {row.id!r} ({graded.judge_failures} "
+                          f"verdict(s) failed; explanation: {graded.explanation[:200]!r}): check the model, its "
+                          "max_tokens and structured_outputs")  # fmt: skip
+    print(f"{COMMAND}: judge preflight: {judge.model} answered in {time.monotonic() - started:.1f} s", file=sys.stderr)
+
+
+def train(train_args: TrainArgs, rurl: RurlConfig, grading: GradingConfig, grpo: "GRPOConfig", model: "ModelConfig",
+          data: RurlData, client: LLMClient, config: dict[str, Any], output_dir: Path, resume: str | None) -> int:  # fmt: skip
+    from trl import get_peft_config, get_quantization_config
+
+    from rurl.evaluate import PolicyEvaluation
+    from rurl.guards import FailureMonitor, StopOnJudgeFailures, StopOnRequest
+    from rurl.trainer import DynamicSampling, RubricGRPOTrainer
+
+    main_process = grpo.process_index == 0
+    grader = Grader(client, grading)
+    monitor = FailureMonitor(rurl.failure_window)
+    overlong = Overlong(grpo.max_completion_length, rurl.overlong_buffer, rurl.overlong_penalty) if rurl.overlong_buffer else None
+    reward = make_rubric_reward(grader, overlong=overlong, on_batch=monitor.record)
+    dynamic = DynamicSampling(rurl.dynamic_std_threshold, rurl.max_extra_rounds) if rurl.dynamic_sampling else None
+    data_info = {"source": data.source, "train_rows": len(data.train), "eval_rows": len(data.evaluation),
+                 "prefilter": data.prefiltered or None, "judge": grader.metadata}  # fmt: skip
+    run_settings = {**config, "data": data_info}
+    wandb_run = None
+    if main_process:
+        write_resolved(output_dir / "config.yaml", config)
+        if data.evaluation:
+            (output_dir / "eval_ids.txt").write_text("".join(f"{row.id}\n" for row in data.evaluation))
+        print(f"{COMMAND}: {model.model_name_or_path}{' (LoRA)' if model.use_peft else ''} on {len(data.train)} "
+              f"queries of {data.source} ({len(data.evaluation)} held out), {grpo.num_generations} completions "
+              f"each, judge {grader.metadata['judge_model']} ({grading.mode}) -> {output_dir}", file=sys.stderr)  # fmt: skip
+        wandb_run = start_wandb(grpo, run_settings, COMMAND)
+    grpo.model_init_kwargs = model_init_kwargs(grpo, model)
+    trainer = None
+    try:
+        try:
+            trainer = RubricGRPOTrainer(
+                model=model.model_name_or_path, reward_funcs=[reward], args=grpo, train_dataset=data.train_dataset(),
+                peft_config=get_peft_config(model), dynamic=dynamic,
+            )  # fmt: skip
+        except OSError as error:  # transformers: not on the Hub, offline, no weights in the folder
+            raise ConfigError(f"model_name_or_path {model.model_name_or_path}: cannot load: {error}") from None
+        if get_quantization_config(model) is not None:
+            raise ConfigError("load_in_4bit / load_in_8bit: not supported by `rurl train` yet")
+        guard, requested = StopOnJudgeFailures(monitor, rurl.max_failure_rate), StopOnRequest(trainer)
+        for callback in (guard, requested):
+            trainer.add_callback(callback)
+        evaluation = None
+        if data.evaluation:
+            evaluation = PolicyEvaluation(trainer, grader, data.evaluation[:rurl.eval_max_examples], rurl.eval_every,
+                                          output_dir)  # fmt: skip
+            trainer.add_callback(evaluation)
+        if wandb_run is not None:
+            trainer.add_callback(keep_run_config(wandb_run, run_settings))
+        started, first_step = time.monotonic(), step_of(resume)
+        trainer.train(resume_from_checkpoint=resume)
+        seconds = time.monotonic() - started
+        stopped = guard.reason or requested.reason
+        merge = model.use_peft and train_args.merge_adapter
+        if not stopped:
+            save_model(trainer, output_dir, merge)
+        if main_process:
+            summary = run_summary(trainer, monitor, evaluation, first_step, seconds, stopped)
+            write_reward_plot(trainer.state.log_history, output_dir / "reward.png")
+            write_manifest(output_dir, {"command": COMMAND, "config": config, "data": data_info,
+                                        "versions": package_versions(), "summary": summary})  # fmt: skip
+            print(summary_text(summary, output_dir), file=sys.stderr)
+        if hasattr(trainer, "end"):  # transformers >= 5.18: ends accelerate's trackers and the process group
+            trainer.end()
+    finally:
+        if wandb_run is not None:
+            wandb_run.finish()
+        if trainer is not None:  # the client's HTTP sessions live on TRL's event loop
+            asyncio.run_coroutine_threadsafe(client.aclose(), trainer.async_loop).result(timeout=60)
+    if stopped:
+        checkpoint = output_dir / f"checkpoint-{trainer.state.global_step}"
+        raise TrainingStopped(f"{stopped}. Stopped at step {trainer.state.global_step}, checkpoint {checkpoint}; "
+                              "fix the cause and rerun with --resume_from_checkpoint true")  # fmt: skip
+    return 0
+
+
+def run_summary(trainer, monitor, evaluation, first_step: int, seconds: float, stopped: str | None) -> dict[str, Any]:
+    history = [entry for entry in trainer.state.log_history if "reward" in entry]
+    rewards = [entry["reward"] for entry in history if entry["reward"] is not None]
+    dynamic = {key.split("/")[-1]: sum(entry.get(key) or 0 for entry in history)
+               for key in ("dynamic_sampling/groups_generated", "dynamic_sampling/groups_kept",
+                           "dynamic_sampling/extra_rounds", "dynamic_sampling/repeated_groups")
+               if any(key in entry for entry in history)}  # fmt: skip
+    steps = trainer.state.global_step
+    return {
+        "steps": steps, "steps_this_run": steps - first_step, "seconds": round(seconds, 1),
+        "reward_first": rewards[0] if rewards else None, "reward_last": rewards[-1] if rewards else None,
+        "judge": dict(monitor.totals, seconds=round(monitor.seconds, 1)),
+        "dynamic_sampling_logged": dynamic or None,
+        "eval": _headline((evaluation.last or {}).get("metrics", {})) if evaluation else None,
+        "stopped": stopped,
+    }  # fmt: skip
+
+
+def summary_text(summary: dict[str, Any], output_dir: Path) -> str:
+    judge = summary["judge"]
+    rate = judge["unscored"] / judge["completions"] if judge["completions"] else 0.0
+    first, last = summary["reward_first"], summary["reward_last"]
+    lines = [
+        f"{COMMAND}: {summary['steps']} steps ({summary['steps_this_run']} this run) in {summary['seconds']} s",
+        f"  reward (mean per logged step): first {_num(first)}, last {_num(last)}",
+        f"  judge: {judge['judge_calls']} calls in {judge['seconds']} s of reward time, {judge['completions']} "
+        f"completions graded, {rate:.1%} unscored, {judge['failed_verdicts']} of {judge['verdicts']} verdicts failed",
+    ]  # fmt: skip
+    if summary["dynamic_sampling_logged"]:
+        lines.append(f"  dynamic sampling (logged steps): {summary['dynamic_sampling_logged']}")
+    if summary["eval"]:
+        lines.append("  eval (last): " + ", ".join(f"{k} {v:.3f}" for k, v in summary["eval"].items() if v is not None))
+    lines.append(f"  output: {output_dir} (config.yaml, manifest.json, reward.png"
+                 f"{'' if summary['stopped'] else ', the model'})")  # fmt: skip
+    return "\n".join(lines)
+
+
+def _headline(metrics: dict[str, float]) -> dict[str, float]:
+    """The overall score and the per-axis scores of an eval report (not their n_samples and bootstrap_std)."""
+    return {name: value for name, value in metrics.items() if name == "overall_score"
+            or (name.startswith("axis:") and name.count(":") == 1)}  # fmt: skip
+
+
+def _num(value: float | None) -> str:
+    return "n/a" if value is None or math.isnan(value) else f"{value:.3f}"
+
+
+def write_reward_plot(log_history: list[dict[str, Any]], path: Path) -> None:
+    """The mean reward per logged step, and the eval overall score where there is one."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    train = [(e["step"], e["reward"]) for e in log_history if e.get("reward") is not None]
+    evals = [(e["step"], e["eval/overall_score"]) for e in log_history if e.get("eval/overall_score") is not None]
+    if not train and not evals:
+        return
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    if train:
+        ax.plot(*zip(*train), marker=".", label="train reward (mean)")
+    if evals:
+        ax.plot(*zip(*evals), marker="o", label="eval overall score")
+    ax.set_xlabel("step")
+    ax.set_ylabel("rubric score")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
