@@ -1,6 +1,6 @@
-"""An OpenAI-compatible server for benchmarks: every chat request is answered after a fixed latency (L +- 20%)
-with a valid canned answer, so that what is measured is the client, not a model. GET /stats gives the request
-count, the request-seconds spent answering and the span between the first request and the last answer;
+"""An OpenAI-compatible server for benchmarks: every chat request is answered after a fixed latency (L +- 20% by
+default, --jitter) with a valid canned answer, so that what is measured is the client, not a model. GET /stats gives
+the request count, the request-seconds spent answering and the span between the first request and the last answer;
 POST /stats/reset starts them afresh.
 
 Answers are shaped like real ones, because their size and compressibility decide what the client writes: plain
@@ -65,7 +65,7 @@ def instance(schema: dict[str, Any], rng: random.Random, corpus: list[str]) -> A
     return prose(rng, corpus, rng.randint(limit // 2, limit))
 
 
-def make_app(latency: float) -> web.Application:
+def make_app(latency: float, jitter: float = 0.2) -> web.Application:
     # busy: request-seconds from arrival to answer (slept: the latencies drawn); first/last: the
     # span the endpoint was in use, so that a benchmark can tell client overhead at the edges from gaps in between.
     stats = {"requests": 0, "busy": 0.0, "slept": 0.0, "first": None, "last": None}
@@ -77,7 +77,7 @@ def make_app(latency: float) -> web.Application:
         stats["first"] = stats["first"] or arrived
         body = await request.json()
         stats["requests"] += 1
-        pause = latency * rng.uniform(0.8, 1.2)
+        pause = latency * rng.uniform(1 - jitter, 1 + jitter)
         response_format = body.get("response_format") or {}
         n = body.get("n") or 1
         if response_format.get("type") == "json_schema":
@@ -114,5 +114,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--latency", type=float, default=0.2)
+    parser.add_argument("--jitter", type=float, default=0.2, help="latency spread: L * (1 +- jitter)")
     args = parser.parse_args()
-    web.run_app(make_app(args.latency), host="127.0.0.1", port=args.port, print=None, access_log=None)
+    web.run_app(make_app(args.latency, args.jitter), host="127.0.0.1", port=args.port, print=None, access_log=None)

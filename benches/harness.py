@@ -38,10 +38,10 @@ class Canned:
 
 
 @contextmanager
-def canned_endpoint(latency: float):
+def canned_endpoint(latency: float, jitter: float = 0.2):
     port = free_port()
     server = subprocess.Popen([sys.executable, str(ROOT / "benches" / "canned_server.py"), "--port", str(port),
-                               "--latency", str(latency)], cwd=ROOT)  # fmt: skip
+                               "--latency", str(latency), "--jitter", str(jitter)], cwd=ROOT)  # fmt: skip
     endpoint = Canned(port)
     try:
         for _ in range(100):

@@ -14,12 +14,14 @@ What runs, in order (everything a user can get wrong is checked before the polic
    judge-failure guard and the in-training evaluation as callbacks; wandb when report_to names it (offline without
    a key), its config the resolved settings;
 5. in output_dir: config.yaml (first), checkpoints, eval.jsonl, the final model (LoRA merged unless
-   merge_adapter is false), reward.png, and manifest.json (last: versions, models, counts, the summary).
+   merge_adapter is false), log_history.json (every logged step), reward.png, and manifest.json (last: versions,
+   models, counts, the summary).
    `--resume_from_checkpoint true` continues from the latest complete checkpoint after a kill; the judge calls it
    replays come from the response cache.
 """
 
 import asyncio
+import json
 import math
 import sys
 import time
@@ -33,6 +35,7 @@ from grading.grader import Grader, GradingConfig
 from grading.reward import Overlong, make_rubric_reward
 from rubricrl.config import ConfigError, config_source, parse_settings, resolved, write_resolved
 from rubricrl.errors import UserError
+from rubricrl.jsonl import write_whole
 from rubricrl.llm import LLMClient, open_llm
 from rubricrl.manifest import package_versions, write_manifest
 from rubricrl.training import (base_model, keep_run_config, model_init_kwargs, require_output_dir, resume_target,
@@ -81,6 +84,9 @@ def run_config(settings: list[Any]) -> dict[str, Any]:
     ours, (grpo, model) = settings[:-2], settings[-2:]
     config = {**resolved(ours), **trl_settings(grpo), **asdict(model)}
     del config["dry_run"]  # the written config reruns the training, not the dry run
+    # GRPOConfig derives one of these two from the other and refuses both: keep steps_per_generation, which gives
+    # back the same generation batch on the same number of processes
+    del config["generation_batch_size"]
     return config
 
 
@@ -168,6 +174,7 @@ def train(train_args: TrainArgs, rurl: RurlConfig, grading: GradingConfig, grpo:
             save_model(trainer, output_dir, merge)
         if main_process:
             summary = run_summary(trainer, monitor, evaluation, first_step, seconds, stopped)
+            write_whole(output_dir / "log_history.json", json.dumps(trainer.state.log_history, indent=1))
             write_reward_plot(trainer.state.log_history, output_dir / "reward.png")
             write_manifest(output_dir, {"command": COMMAND, "config": config, "data": data_info,
                                         "versions": package_versions(), "summary": summary})  # fmt: skip

@@ -1,0 +1,185 @@
+"""RuRL training on CPU with real TRL steps on the embedded model (LoRA): dynamic sampling keeps flat groups out of
+the batch and stops a run that finds none with spread, the judge-failure guard stops a run whose judge fails (a
+scripted judge: what a real one cannot do on demand), and the tiny preset runs against the real judge, is killed
+and resumes (the `model` test)."""
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from grading.grader import Grader, GradingConfig
+from grading.reward import make_rubric_reward
+from rubricrl.cli import main
+from rubricrl.embedded_model import prepare_embedded_model
+from rubricrl.llm import LLMClient, Role
+from tests.fault_server import FaultServer
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "configs" / "rurl" / "tiny-cpu.yaml"
+GENERATIONS = 4
+WEIGHTS = (1, 2, 4, 8, 16)
+"""Binary points: a completion's reward is its 5 verdicts read as a binary number over 31."""
+VARIED = ["Write one sentence about the sea.", "Name an animal and describe it in a few words."]
+FLAT = ["FLAT: say hello.", "FLAT: name a colour."]
+"""The scripted judge says "met" to every criterion of these: every completion scores 1, the group's std is 0."""
+
+
+@pytest.fixture
+def quiet_env(monkeypatch, tmp_path):
+    for name in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_PROJECT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def scripted_verdict(body: dict) -> str:
+    """Met for FLAT prompts; otherwise met or not from a hash of the request (response and criterion)."""
+    content = body["messages"][-1]["content"]
+    met = "FLAT:" in content or hashlib.sha256(content.encode()).digest()[0] % 2 == 1
+    return json.dumps({"explanation": "scripted", "criteria_met": met})
+
+
+@contextlib.contextmanager
+def rubric_trainer(tmp_path, judge: FaultServer, prompts: list[str], max_extra_rounds: int, max_steps: int = 1):
+    """RubricGRPOTrainer with dynamic sampling on the embedded model: 2 groups of GENERATIONS per step."""
+    from datasets import Dataset
+    from peft import LoraConfig
+    from trl import GRPOConfig
+
+    from rurl.guards import StopOnRequest
+    from rurl.trainer import DynamicSampling, RubricGRPOTrainer
+
+    rubric = [{"criterion": f"Criterion {i + 1}.", "points": w, "tags": None} for i, w in enumerate(WEIGHTS)]
+    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": p}], "rubrics": rubric} for p in prompts])
+    role = Role(base_url=judge.base_url, model="scripted-judge", temperature=0.0)
+    grader = Grader(LLMClient({"judge": role}, max_retries=0, invalid_answer_retries=0), GradingConfig())
+    config = GRPOConfig(
+        output_dir=str(tmp_path), use_cpu=True, bf16=False, gradient_checkpointing=False, max_steps=max_steps,
+        seed=0, per_device_train_batch_size=2 * GENERATIONS, num_generations=GENERATIONS, max_completion_length=8,
+        learning_rate=1e-3, logging_steps=1, report_to=[], save_strategy="steps", save_steps=100,
+    )  # fmt: skip
+    trainer = RubricGRPOTrainer(
+        model=str(prepare_embedded_model()), reward_funcs=[make_rubric_reward(grader)], args=config,
+        train_dataset=dataset, peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+        dynamic=DynamicSampling(std_threshold=0.02, max_extra_rounds=max_extra_rounds),
+    )  # fmt: skip
+    trainer.add_callback(StopOnRequest(trainer))
+    try:
+        yield trainer
+    finally:
+        import asyncio
+
+        asyncio.run_coroutine_threadsafe(grader.client.aclose(), trainer.async_loop).result(timeout=60)
+
+
+def test_dynamic_sampling_keeps_flat_groups_out_of_the_batch(tmp_path, quiet_env):
+    """Half the prompts score 1 on every completion (std 0). With dynamic sampling, the batch that reaches the loss
+    holds only groups of the other prompts, whole and at full size, drawing extra rounds until it is full."""
+    batches = []
+    with FaultServer(reply=scripted_verdict) as judge, \
+            rubric_trainer(tmp_path, judge, VARIED + FLAT, max_extra_rounds=8) as trainer:  # fmt: skip
+        original = trainer._generate_and_score_completions
+
+        def keep(inputs):
+            output = original(inputs)
+            batches.append(output)
+            return output
+
+        trainer._generate_and_score_completions = keep
+        trainer.train()
+        tokenizer = trainer.processing_class
+    (batch,) = batches
+    prompts = tokenizer.batch_decode(batch["prompt_ids"], skip_special_tokens=True)
+    assert len(prompts) == 2 * GENERATIONS == batch["completion_ids"].shape[0] == batch["advantages"].shape[0]
+    assert not [p for p in prompts if "FLAT:" in p], prompts  # no flat group reached the loss
+    for g in range(2):  # two whole groups, each of one prompt, with a spread of advantages
+        group = prompts[g * GENERATIONS:(g + 1) * GENERATIONS]
+        assert len(set(group)) == 1, group
+        assert batch["advantages"][g * GENERATIONS:(g + 1) * GENERATIONS].abs().sum() > 0
+    assert batch["num_items_in_batch"] == batch["completion_mask"].sum()  # recomputed over the kept rows
+    logs = trainer.state.log_history[0]
+    assert logs["dynamic_sampling/groups_kept"] >= 2
+    assert logs["dynamic_sampling/groups_generated"] == 2 * (1 + logs["dynamic_sampling/extra_rounds"])
+    assert trainer.stop_reason is None and trainer.state.global_step == 1
+
+
+def test_dynamic_sampling_stops_with_a_checkpoint_when_no_group_has_a_spread(tmp_path, quiet_env):
+    with FaultServer(reply=scripted_verdict) as judge, \
+            rubric_trainer(tmp_path, judge, FLAT, max_extra_rounds=1, max_steps=3) as trainer:  # fmt: skip
+        trainer.train()
+    assert trainer.state.global_step == 1  # stopped after the first step, not 3
+    assert "no group" in trainer.stop_reason and "dynamic_std_threshold" in trainer.stop_reason
+    assert (tmp_path / "checkpoint-1" / "trainer_state.json").is_file()
+    logs = trainer.state.log_history[0]
+    assert (logs["dynamic_sampling/groups_kept"], logs["dynamic_sampling/extra_rounds"]) == (0, 1)
+    assert logs["dynamic_sampling/groups_generated"] == 4
+
+
+def test_the_failure_guard_stops_a_run_whose_judge_fails(tmp_path, quiet_env, capsys):
+    """Every judge call returns garbage: the rewards are None (no update), and the guard stops the run after the
+    first step with a checkpoint and a one-line error, instead of training on for max_steps."""
+    out = tmp_path / "run"
+    with FaultServer(reply="garbage, not a verdict") as judge:
+        code = main(["rurl", "train", "--config", str(TINY), "--output_dir", str(out), "--base-url", judge.base_url,
+                     "--model", "scripted-judge", "--no-cache", "--no-preflight", "--max_steps", "4",
+                     "--eval_size", "0", "--dynamic_sampling", "false", "--report_to", "none",
+                     "--roles", "judge.max_tokens=50"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "judge-failure guard" in err and "100%" in err and "--resume_from_checkpoint true" in err
+    assert (out / "checkpoint-1" / "trainer_state.json").is_file()
+    assert not (out / "model.safetensors").exists()  # no final model from a stopped run
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["summary"]["steps"] == 1 and "judge-failure guard" in manifest["summary"]["stopped"]
+    assert manifest["summary"]["judge"]["unscored"] == manifest["summary"]["judge"]["completions"] == 8
+
+
+@pytest.mark.model
+def test_tiny_preset_trains_with_the_real_judge_and_resumes_after_a_kill(tmp_path, quiet_env, local_server):
+    """`rubricrl rurl train --config configs/rurl/tiny-cpu.yaml`, killed (SIGKILL) once a checkpoint is written,
+    then resumed: the run ends at max_steps with the model, eval, wandb offline files holding the rubric metrics and
+    the completions table with each completion's verdicts."""
+    out = tmp_path / "run"
+    command = [str(Path(sys.executable).with_name("rubricrl")), "rurl", "train", "--config", str(TINY),
+               "--output_dir", str(out), "--max_steps", "3", "--save_steps", "1", "--eval_every", "0"]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 600
+    while not (out / "checkpoint-1" / "trainer_state.json").is_file():
+        assert first.poll() is None, first.stderr.read().decode()[-3000:]
+        assert time.monotonic() < deadline, "no checkpoint-1 within 10 minutes"
+        time.sleep(0.5)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    assert not (out / "manifest.json").exists()
+
+    second = subprocess.run(command + ["--resume_from_checkpoint", "true"], env=env, capture_output=True, text=True,
+                            timeout=900)  # fmt: skip
+    assert second.returncode == 0, second.stderr[-3000:]
+    manifest = json.loads((out / "manifest.json").read_text())
+    summary = manifest["summary"]
+    assert summary["steps"] == 3 and 1 <= summary["steps_this_run"] <= 2 and summary["stopped"] is None
+    assert summary["eval"]["overall_score"] is not None  # the held-out rows, graded at the end
+    assert (out / "model.safetensors").is_file() and (out / "reward.png").is_file()
+    assert manifest["config"]["llm"]["roles"]["judge"] == {"temperature": 0.0}
+    history = json.loads((out / "log_history.json").read_text())
+    steps = [entry for entry in history if "reward" in entry]
+    assert {"rubric/judge_failure_rate", "rubric/criteria_pass_rate", "rubric/tag/axis:accuracy",
+            "rubric/length_reward_corr", "dynamic_sampling/groups_kept"} <= set(steps[-1])  # fmt: skip
+    runs = sorted((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 2  # the killed run and the resumed one, both offline
+    log = next(runs[-1].glob("run-*.wandb")).read_bytes()
+    assert b"rubric/criteria_pass_rate" in log and b"rubric/judge_latency_s" in log
+    tables = list(runs[-1].glob("files/media/table/completions_*.table.json"))
+    assert tables and "rubric_verdicts" in json.loads(tables[-1].read_text())["columns"]
