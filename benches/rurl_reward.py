@@ -78,7 +78,8 @@ def grpo_step_times(base_url: str, args, rubric_reward_on: bool) -> list[float]:
     trainer = RubricGRPOTrainer(model=str(prepare_embedded_model()), reward_funcs=[reward], args=config,
                                 train_dataset=dataset, peft_config=LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))  # fmt: skip
     trainer.train()
-    asyncio.run_coroutine_threadsafe(grader.client.aclose(), trainer.async_loop).result(timeout=60)
+    if rubric_reward_on:  # TRL runs async rewards on its own loop, where the client's sessions live
+        asyncio.run_coroutine_threadsafe(grader.client.aclose(), trainer.async_loop).result(timeout=60)
     return [entry["step_time"] for entry in trainer.state.log_history if "step_time" in entry][1:]
 
 

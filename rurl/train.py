@@ -31,12 +31,13 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from grading.dataset import RubricRow
 from grading.grader import Grader, GradingConfig
 from grading.reward import Overlong, make_rubric_reward
 from rubricrl.config import ConfigError, config_source, parse_settings, resolved, write_resolved
 from rubricrl.errors import UserError
 from rubricrl.jsonl import write_whole
-from rubricrl.llm import LLMClient, open_llm
+from rubricrl.llm import LLMClient, Role, open_llm
 from rubricrl.manifest import package_versions, write_manifest
 from rubricrl.training import (base_model, keep_run_config, model_init_kwargs, require_output_dir, resume_target,
                                save_model, start_wandb, step_of, trl_defaults, trl_settings)  # fmt: skip
@@ -47,6 +48,8 @@ if TYPE_CHECKING:
     from trl import GRPOConfig, ModelConfig
 
 COMMAND = "rurl train"
+NO_JUDGE = Role(base_url="http://no-judge.invalid/v1", model="none (rule checks only)")
+"""The judge role of a run whose criteria are all rule checks: never called (grading decides rules in code)."""
 PREFLIGHT_ANSWER = "Drink water and rest; see a doctor if it gets worse."
 """The answer the preflight asks the judge to grade: any text will do, the verdict's format is what is checked."""
 
@@ -67,9 +70,14 @@ def run_train(args) -> int:
     resume = resume_target(grpo)
     base_model(model)
     config["model_name_or_path"] = model.model_name_or_path
+    judged = first_judged_row(grading, data)
+    if judged is None:  # rule checks decide every criterion: no judge to start or ask
+        print(f"{COMMAND}: every criterion is a rule check: no judge, no server, no preflight", file=sys.stderr)
+        client = LLMClient({grading.judge_role: NO_JUDGE}, cache=None)
+        return train(train_args, rurl, grading, grpo, model, data, client, config, output_dir, resume)
     with open_llm(llm, [grading.judge_role], source=config_source(args), cpu_budgets=grading.cpu_max_tokens()) as llm_session:
         if rurl.preflight:
-            preflight(llm_session.roles, grading, data)
+            preflight(llm_session.roles, grading, judged)
         client = llm_session.client()
         try:
             return train(train_args, rurl, grading, grpo, model, data, client, config, output_dir, resume)
@@ -90,14 +98,17 @@ def run_config(settings: list[Any]) -> dict[str, Any]:
     return config
 
 
-def preflight(roles, grading: GradingConfig, data: RurlData) -> None:
-    """One grade of a fixed answer against the first rubric with a judged criterion, without the cache (a cached
-    answer proves nothing about the judge now): it must come back with every verdict decided."""
-    row = next((r for r in data.train if grading.mode not in ("per_criterion", "batched")
-                or any(c.rule is None for c in r.rubric.criteria)), None)  # fmt: skip
-    if row is None:
-        print(f"{COMMAND}: every criterion is a rule check: no judge call, no preflight", file=sys.stderr)
-        return
+def first_judged_row(grading: GradingConfig, data: RurlData) -> RubricRow | None:
+    """The first row that needs the judge: any row in a rating mode, else one with a criterion that is no rule."""
+    rows = data.train + data.evaluation
+    if grading.mode not in ("per_criterion", "batched"):
+        return rows[0]
+    return next((row for row in rows if any(c.rule is None for c in row.rubric.criteria)), None)
+
+
+def preflight(roles, grading: GradingConfig, row: RubricRow) -> None:
+    """One grade of a fixed answer against `row`'s rubric, without the cache (a cached answer proves nothing about
+    the judge now): it must come back with every verdict decided."""
     judge = roles[grading.judge_role]
 
     async def ask():

@@ -156,7 +156,7 @@ def test_grpo_step_learns_from_rubric_rewards_that_differ_within_a_group(tmp_pat
 
 
 def test_trl_gives_unscorable_completions_advantage_zero_outside_the_group_statistics(tmp_path, monkeypatch):
-    """Pins TRL's GRPOTrainer (>=1.16,<2, pyproject's range; read in 1.16.0, grpo_trainer.py,
+    """Pins TRL's GRPOTrainer (>=1.16,<1.17, pyproject's range; read in 1.16.0, grpo_trainer.py,
     `_generate_and_score_completions`): a completion for which every reward function returned None is NaN,
     left out of the nan-aware group mean and std, and its advantage is set to 0. RuRL relies on it: a judge
     failure must neither count as reward 0 nor move the policy."""
