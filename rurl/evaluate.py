@@ -55,28 +55,47 @@ class PolicyEvaluation(TrainerCallback):
             print(f"rurl eval: step {step}: overall {shown} on {len(self.rows)} held-out rows", file=sys.stderr)
         return report
 
-    @torch.no_grad()
     def answer(self) -> list[str]:
-        """Greedy answers of the current policy, a few rows at a time (every process takes part: ZeRO-3 gathers)."""
+        """Greedy answers of the current policy (every process takes part: ZeRO-3 gathers the weights)."""
         from trl.models.utils import unwrap_model_for_generation
 
-        trainer, tokenizer = self.trainer, self.trainer.processing_class
-        max_tokens, answers = trainer.args.max_completion_length, []
+        trainer = self.trainer
         was_training = trainer.model.training
         trainer.model.eval()
         try:
             with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
-                for start in range(0, len(self.rows), 8):
-                    chunk = self.rows[start:start + 8]
-                    texts = [tokenizer.apply_chat_template(row.conversation, tokenize=False, add_generation_prompt=True)
-                             for row in chunk]  # fmt: skip
-                    side, tokenizer.padding_side = tokenizer.padding_side, "left"
-                    batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-                    tokenizer.padding_side = side
-                    batch = {k: v.to(trainer.accelerator.device) for k, v in batch.items()}
-                    out = model.generate(**batch, max_new_tokens=max_tokens, do_sample=False,
-                                         pad_token_id=tokenizer.pad_token_id)  # fmt: skip
-                    answers += tokenizer.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+                return greedy_answers(model, trainer.processing_class, [row.conversation for row in self.rows],
+                                      trainer.args.max_completion_length)  # fmt: skip
         finally:
             trainer.model.train(was_training)
-        return answers
+
+
+@torch.no_grad()
+def greedy_answers(model, tokenizer, conversations: list[list[dict[str, str]]], max_new_tokens: int,
+                   batch_size: int = 8) -> list[str]:  # fmt: skip
+    """The model's greedy answer to each conversation (chat template, left padding), a few at a time."""
+    answers = []
+    side, tokenizer.padding_side = tokenizer.padding_side, "left"
+    try:
+        for start in range(0, len(conversations), batch_size):
+            texts = [tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True)
+                     for c in conversations[start:start + batch_size]]  # fmt: skip
+            batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+            out = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,
+                                 pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+            answers += tokenizer.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+    finally:
+        tokenizer.padding_side = side
+    return answers
+
+
+def answer_with(model_path: str, conversations: list[list[dict[str, str]]], max_new_tokens: int) -> list[str]:
+    """Greedy answers of a saved model folder (or Hub id), e.g. a `ruft train` or `rurl train` output."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32 if not torch.cuda.is_available()
+                                                 else "auto").eval()  # fmt: skip
+    if torch.cuda.is_available():
+        model = model.to("cuda")
+    return greedy_answers(model, tokenizer, conversations, max_new_tokens)

@@ -155,6 +155,8 @@ def train(train_args: TrainArgs, rurl: RurlConfig, grading: GradingConfig, grpo:
               f"each, judge {grader.metadata['judge_model']} ({grading.mode}) -> {output_dir}", file=sys.stderr)  # fmt: skip
         wandb_run = start_wandb(grpo, run_settings, COMMAND)
     grpo.model_init_kwargs = model_init_kwargs(grpo, model)
+    if get_quantization_config(model) is not None:
+        raise ConfigError("load_in_4bit / load_in_8bit: not supported by `rurl train` yet")
     trainer = None
     try:
         try:
@@ -164,8 +166,6 @@ def train(train_args: TrainArgs, rurl: RurlConfig, grading: GradingConfig, grpo:
             )  # fmt: skip
         except OSError as error:  # transformers: not on the Hub, offline, no weights in the folder
             raise ConfigError(f"model_name_or_path {model.model_name_or_path}: cannot load: {error}") from None
-        if get_quantization_config(model) is not None:
-            raise ConfigError("load_in_4bit / load_in_8bit: not supported by `rurl train` yet")
         guard, requested = StopOnJudgeFailures(monitor, rurl.max_failure_rate), StopOnRequest(trainer)
         for callback in (guard, requested):
             trainer.add_callback(callback)
