@@ -64,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     chat.set_defaults(run=run_chat)
 
     from grading.cli import add_commands as add_grading_commands
+    from reports.cli import add_commands as add_report_commands
     from ruft.cli import add_commands as add_ruft_commands
     from rurl.cli import add_commands as add_rurl_commands
     from synthesis.cli import add_commands as add_synthesis_commands
@@ -72,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_grading_commands(commands)
     add_ruft_commands(commands)
     add_rurl_commands(commands)
+    add_report_commands(commands)
 
     cache = commands.add_parser("cache", help="inspect or clear the response cache")
     cache_commands = cache.add_subparsers(title="cache commands", metavar="<action>", required=True)

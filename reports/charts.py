@@ -1,0 +1,220 @@
+"""The report's figures, drawn with matplotlib (Agg: `Figure` objects, no pyplot state, no display) and returned as
+`data:image/png;base64,...` URIs, so that the page opens offline, anywhere, as one file.
+
+matplotlib comes with the `train` extra; without it the page has its tables and examples and says why no charts
+(`available`)."""
+
+import base64
+import io
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from reports.folder import BuildPoints, Folder
+from reports.tables import group_of, metric, metric_names
+
+MAX_BARS = 40
+"""Metric groups with more entries than this (HealthBench's dozens of clusters) are left to the table."""
+RATES = ("rubric/criteria_pass_rate", "rubric/judge_failure_rate", "rubric/unscored_rate",
+         "rubric/integrity_flag_rate", "completions/clipped_ratio", "frac_reward_zero_std")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Chart:
+    title: str
+    uri: str
+    """data:image/png;base64,..."""
+
+
+def available() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# --- what each kind of folder shows ---------------------------------------------------------------------------------
+
+
+def folder_charts(folder: Folder) -> list[Chart]:
+    charts: list[Chart | None] = []
+    if folder.retention:
+        charts.append(retention_bars(folder.retention))
+    if folder.build and folder.build.scores:
+        charts.append(build_histogram(folder.build))
+        charts.append(length_scatter(folder.build))
+    if folder.history:
+        charts += training_curves(folder)
+    for group in ("axes", "themes", "other tags"):
+        names = [n for n in metric_names(folder.reports.values()) if group_of(n) == group]
+        if 0 < len(names) <= MAX_BARS:
+            charts.append(metric_bars(folder.reports, names, f"{group}: score ± bootstrap std"))
+    if folder.scores and not folder.build:
+        charts.append(histogram({folder.scores_label: folder.scores}, f"{folder.scores_label} (n {len(folder.scores)})",
+                                "score"))  # fmt: skip
+    return [c for c in charts if c is not None]
+
+
+def training_curves(folder: Folder) -> list[Chart | None]:
+    reward = {key: folder.series(key) for key in ("reward", "eval/overall_score")}
+    errors = {"reward": [v for _, v in folder.series("reward_std")],
+              "eval/overall_score": [v for _, v in folder.series("eval/overall_score:bootstrap_std")]}
+    evals = [k for k in folder.history_keys("eval/axis:") if not k.endswith((":n_samples", ":bootstrap_std"))]
+    tags = folder.history_keys("rubric/tag/") + folder.history_keys("rubric/category/")
+    return [
+        curves(reward, "reward (± std over the batch)" + (" and eval overall score (± bootstrap std)"
+                                                          if reward["eval/overall_score"] else ""), "score", errors),
+        curves({k: folder.series(k) for k in evals}, "eval score per axis", "score"),
+        curves({k: folder.series(k) for k in RATES}, "rubric rates per step", "rate"),
+        curves({k: folder.series(k) for k in tags}, "criteria pass rate per tag / category", "pass rate"),
+        curves({k: folder.series(k) for k in ("rubric/completion_length", "completions/mean_length")},
+               "mean completion length (tokens)", "tokens"),
+        curves({"rubric/length_reward_corr": folder.series("rubric/length_reward_corr")},
+               "correlation of reward with completion length", "Pearson r"),
+        curves({k: folder.series(k) for k in ("loss", "entropy", "mean_token_accuracy")}, "loss", "value"),
+        curves({k: folder.series(k) for k in ("learning_rate",)}, "learning rate", "learning rate"),
+    ]  # fmt: skip
+
+
+def comparison_charts(folders: Sequence[Folder]) -> list[Chart]:
+    reports = {f.label: f.reports[f.headline] for f in folders if f.headline}
+    charts: list[Chart | None] = []
+    for group in ("overall", "axes", "themes"):
+        names = [n for n in metric_names(reports.values()) if group_of(n) == group]
+        if len(reports) > 1 and 0 < len(names) <= MAX_BARS:
+            charts.append(metric_bars(reports, names, f"{group}: score ± bootstrap std, one bar per folder"))
+    runs = [f for f in folders if f.history]
+    if len(runs) > 1:
+        for key, title in (("reward", "train reward"), ("eval/overall_score", "eval overall score"), ("loss", "loss")):
+            charts.append(curves({f.label: f.series(key) for f in runs}, f"{title}, one line per run", key))
+    return [c for c in charts if c is not None]
+
+
+# --- the figures ----------------------------------------------------------------------------------------------------
+
+
+def metric_bars(reports: dict[str, dict[str, Any]], names: list[str], title: str) -> Chart | None:
+    """Horizontal bars, one group per metric and one bar per report, with bootstrap-std error bars."""
+    if not names or not reports:
+        return None
+    reports = {label: r for label, r in reports.items() if any(metric(r, n) for n in names)}
+    if not reports:
+        return None
+    figure, axis = _figure(7.0, 1.0 + 0.28 * len(names) * max(1, len(reports)) ** 0.8)
+    height = 0.8 / len(reports)
+    for i, (label, report) in enumerate(reports.items()):
+        offset = (i - (len(reports) - 1) / 2) * height
+        # a metric the report does not define gets no bar (not a bar at 0)
+        found = [(j + offset, metric(report, n)) for j, n in enumerate(names) if metric(report, n)]
+        axis.barh([p for p, _ in found], [f[0] for _, f in found], height=height * 0.95,
+                  xerr=[f[1] or 0.0 for _, f in found], capsize=2, label=label, alpha=0.85)  # fmt: skip
+    axis.set_yticks(range(len(names)), [_short(n) for n in names])
+    axis.invert_yaxis()
+    axis.set_xlim(0, 1.05)
+    axis.set_xlabel("score (clipped mean)")
+    axis.grid(axis="x", alpha=0.3)
+    if len(reports) > 1:
+        axis.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    return _chart(figure, title)
+
+
+def histogram(values: dict[str, Sequence[float]], title: str, xlabel: str, threshold: float | None = None
+              ) -> Chart | None:  # fmt: skip
+    values = {label: v for label, v in values.items() if v}
+    if not values:
+        return None
+    low = min(0.0, math.floor(min(min(v) for v in values.values()) * 20) / 20)
+    high = max(1.0, math.ceil(max(max(v) for v in values.values()) * 20) / 20)
+    bins = [low + i * 0.05 for i in range(round((high - low) / 0.05) + 1)]
+    figure, axis = _figure(6.4, 3.6)
+    for label, v in values.items():
+        axis.hist(list(v), bins=bins, alpha=0.6, label=f"{label} (n {len(v)})")
+    if threshold is not None:
+        axis.axvline(threshold, color="black", linestyle="--", label=f"tau = {threshold:g}")
+    axis.set(xlabel=xlabel, ylabel="count")
+    axis.grid(alpha=0.3)
+    if len(values) > 1 or threshold is not None:
+        axis.legend(fontsize=8)
+    return _chart(figure, title)
+
+
+def build_histogram(build: BuildPoints) -> Chart | None:
+    kept = [s for s, k in zip(build.scores, build.kept) if k]
+    return histogram({"all candidates": build.scores, "kept": kept}, "candidate scores: all vs kept", "rubric score",
+                     build.threshold)  # fmt: skip
+
+
+def length_scatter(build: BuildPoints) -> Chart | None:
+    figure, axis = _figure(6.4, 3.6)
+    axis.scatter(build.lengths, build.scores, s=10, alpha=0.5, label="all candidates")
+    kept = [i for i, k in enumerate(build.kept) if k]
+    axis.scatter([build.lengths[i] for i in kept], [build.scores[i] for i in kept], s=16, label="kept")
+    if build.threshold is not None:
+        axis.axhline(build.threshold, color="black", linestyle="--", linewidth=1, label=f"tau = {build.threshold:g}")
+    axis.set(xlabel="answer length (characters)", ylabel="rubric score")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
+    return _chart(figure, "score vs length (a verbosity bias shows as a rising cloud)")
+
+
+def retention_bars(retention: dict[str, int]) -> Chart | None:
+    if not retention.get("finished"):
+        return None
+    figure, axis = _figure(6.4, 1.8)
+    labels = ["kept", "below threshold"]
+    counts = [retention.get(label, 0) for label in labels]
+    left = 0
+    for label, count, color in zip(labels, counts, ("tab:green", "tab:red")):
+        axis.barh([0], [count], left=left, color=color, alpha=0.8, label=f"{label}: {count}")
+        left += count
+    axis.set_yticks([])
+    axis.set_xlim(0, max(1, retention["finished"]))
+    axis.set_xlabel("queries")
+    axis.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.45), ncol=2)
+    return _chart(figure, f"retention: {counts[0]} of {retention['finished']} queries kept")
+
+
+def curves(lines: dict[str, list[tuple[float, float]]], title: str, ylabel: str,
+           errors: dict[str, list[float]] | None = None) -> Chart | None:  # fmt: skip
+    """One line per series over steps; a band of ± error where `errors` has one value per point."""
+    lines = {label: points for label, points in lines.items() if points}
+    if not lines:
+        return None
+    figure, axis = _figure(6.4, 3.6)
+    for label, points in lines.items():
+        xs, ys = [p[0] for p in points], [p[1] for p in points]
+        marker = "o" if len(points) < 30 else None
+        (line,) = axis.plot(xs, ys, marker=marker, markersize=3, label=_short(label))
+        spread = (errors or {}).get(label) or []
+        if len(spread) == len(ys) and len(ys) > 1:
+            axis.fill_between(xs, [y - e for y, e in zip(ys, spread)], [y + e for y, e in zip(ys, spread)],
+                              color=line.get_color(), alpha=0.15)  # fmt: skip
+        elif len(spread) == len(ys):
+            axis.errorbar(xs, ys, yerr=spread, color=line.get_color(), capsize=3, linestyle="none")
+    from matplotlib.ticker import MaxNLocator
+
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axis.set(xlabel="step", ylabel=ylabel)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return _chart(figure, title)
+
+
+def _figure(width: float, height: float):
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(width, height), dpi=100)
+    return figure, figure.subplots()
+
+
+def _chart(figure, title: str) -> Chart:
+    figure.axes[0].set_title(title, fontsize=10)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", bbox_inches="tight")
+    return Chart(title, "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii"))
+
+
+def _short(label: str, width: int = 48) -> str:
+    return label if len(label) <= width else label[: width - 1] + "…"

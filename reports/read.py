@@ -1,0 +1,113 @@
+"""Reading an output folder's files without ever writing to it (a build or a run may still be appending): JSON, YAML,
+JSONL with a last line a kill or a running writer may have cut off, trainer log histories, and the prompts of a
+rubric file."""
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rubricrl.errors import UserError
+
+
+class ReportError(UserError):
+    """A folder `rubricrl report` cannot read; the message names the folder or file and what was looked for."""
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise ReportError(f"{path}: cannot read: {error.strerror}") from None
+    except ValueError as error:
+        raise ReportError(f"{path}: not valid JSON: {error}") from None
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """A config.yaml as a mapping ({} when the folder has none)."""
+    if not path.is_file():
+        return {}
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as error:
+        raise ReportError(f"{path}: cannot read the config: {error}") from None
+    return data if isinstance(data, dict) else {}
+
+
+def iter_jsonl(path: Path, notes: list[str]) -> Iterator[dict[str, Any]]:
+    """The rows of a JSONL file. A last line without its newline, or not JSON, is skipped with a note (a writer may be
+    appending to it, or was killed); a bad line before the last one raises ReportError naming the line."""
+    with open(path, "rb") as f:
+        for number, line in enumerate(f, 1):
+            try:
+                row = json.loads(line) if line.endswith(b"\n") else None
+            except ValueError:
+                row = None
+            if not isinstance(row, dict):
+                if f.read(1):
+                    raise ReportError(f"{path}: line {number}: not a JSON object")
+                notes.append(f"{path.name}: line {number} is incomplete (still being written, or cut off): left out")
+                return
+            yield row
+
+
+def log_history(folder: Path) -> tuple[list[dict[str, Any]], str]:
+    """transformers' Trainer log history and where it was read: log_history.json (written when a run ends), else
+    the trainer_state.json of the newest checkpoint (a run in progress, or one that writes no log_history.json)."""
+    path = folder / "log_history.json"
+    if path.is_file():
+        history = read_json(path)
+        return (history if isinstance(history, list) else []), path.name
+    checkpoints = sorted((p for p in folder.glob("checkpoint-*/trainer_state.json") if _step(p.parent) is not None),
+                         key=lambda p: _step(p.parent))  # fmt: skip
+    if not checkpoints:
+        return [], ""
+    state = read_json(checkpoints[-1])
+    return list(state.get("log_history") or []), str(checkpoints[-1].relative_to(folder))
+
+
+def _step(checkpoint: Path) -> int | None:
+    match = re.fullmatch(r"checkpoint-(\d+)", checkpoint.name)
+    return int(match.group(1)) if match else None
+
+
+def find_file(name: str | None, folder: Path) -> Path | None:
+    """A path a config names (relative to where the command ran, which the config does not record): as given, then
+    from the folder, then from its parent."""
+    if not name:
+        return None
+    path = Path(name).expanduser()
+    for candidate in (path, folder / path, folder.parent / path):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def rubric_rows(name: str | None, folder: Path, ids: set[str], notes: list[str]) -> dict[str, Any]:
+    """{id: grading.dataset.RubricRow} for `ids` from the rubric file a config names (for the prompts, which graded
+    files do not repeat); {} with a note when the file is gone or unreadable: the page shows the rest."""
+    if not ids:
+        return {}
+    path = find_file(name, folder)
+    if path is None:
+        notes.append(f"prompts not shown: the rubric file {name!r} named in the config was not found"
+                     if name else "prompts not shown: the config names no rubric file")  # fmt: skip
+        return {}
+    from grading.dataset import iter_rubric_rows
+
+    rows = {}
+    try:
+        for row in iter_rubric_rows(path):
+            if row.id in ids:
+                rows[row.id] = row
+                if len(rows) == len(ids):
+                    break
+    except (UserError, OSError, ValueError) as error:
+        notes.append(f"prompts not shown: cannot read the rubric file {path}: {error}")
+        return {}
+    if len(rows) < len(ids):
+        notes.append(f"{len(ids) - len(rows)} prompt(s) not found in the rubric file {path}")
+    return rows
