@@ -1,0 +1,372 @@
+"""How far two judges agree, pure and in one place: per criterion (verdicts) and per example (scores).
+
+Judge A is the one under study, judge B the reference (a stronger judge, or the physicians of HealthBench's
+meta-evaluation): precision and recall are A's against B, as HealthBench's meta-evaluation reports its grader
+against each physician label. Agreement, kappa and Spearman are symmetric.
+
+Per criterion, each pair of verdicts is (met, met), (met, not met), (not met, met) or (not met, not met): the
+confusion counts. A verdict that could not be given is None (grading/scores.py); a pair with a None on either side
+is *undecided*, counted apart (A only, B only, both) and never as a disagreement: a judge failure is not an opinion.
+Everything else is over the decided pairs:
+- raw agreement: (both met + neither) / decided;
+- Cohen's kappa: (p_o - p_e) / (1 - p_e), p_e = P_A(met) P_B(met) + P_A(not) P_B(not). Undefined (None) when
+  p_e = 1, i.e. both judges gave one and the same class throughout: chance explains all of the agreement;
+- F1 per class with B as reference: met: precision = both met / A met, recall = both met / B met; not met the
+  same way; macro F1 = the mean of the two (HealthBench's `f1_balanced`). A precision or recall over nothing is
+  None, and so is every F1 built on it; precision = recall = 0 gives F1 0.
+
+Per example, over the examples both judges scored: Spearman's rank correlation (Pearson's over ranks, ties taking
+the average of the ranks they span; None when either side is constant or fewer than 2 pairs), Pearson's r, mean
+absolute score difference and each side's mean.
+
+Bootstrap std (seeded; population std over the resamples where the statistic is defined, as grading/scores.py's
+`bootstrap_std`): per criterion, the pairs are resampled by group when groups are given (the example a criterion
+belongs to: criteria of one response are not independent), else one by one; per example, the pairs one by one.
+"""
+
+import math
+import random
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+Met = bool | None
+
+DEFAULT_SAMPLES = 1000
+
+
+@dataclass(frozen=True)
+class Pair:
+    """Two verdicts on one criterion of one example."""
+
+    a: Met
+    b: Met
+    tags: tuple[str, ...] = ()
+    """Where the pair is also counted: the criterion's tags (axis:*, cluster:*) and the example's (theme:*)."""
+    group: str | None = None
+    """The example it belongs to: the bootstrap resamples whole groups."""
+
+
+@dataclass(frozen=True)
+class Confusion:
+    """Counts of decided pairs, A's verdict first."""
+
+    both_met: int = 0
+    a_only: int = 0
+    """A met, B not met: a false positive of A against B."""
+    b_only: int = 0
+    """A not met, B met: a false negative of A against B."""
+    neither: int = 0
+
+    @classmethod
+    def of(cls, pairs: Sequence[tuple[Met, Met]]) -> "Confusion":
+        counts = [0, 0, 0, 0]
+        for a, b in pairs:
+            if a is not None and b is not None:
+                counts[_cell(a, b)] += 1
+        return cls(*counts)
+
+    @property
+    def decided(self) -> int:
+        return self.both_met + self.a_only + self.b_only + self.neither
+
+    @property
+    def agreement(self) -> float | None:
+        return _ratio(self.both_met + self.neither, self.decided)
+
+    @property
+    def kappa(self) -> float | None:
+        """Cohen's kappa in integers: (n * agreed - chance) / (n^2 - chance), chance = n^2 p_e."""
+        n = self.decided
+        a_met, b_met = self.both_met + self.a_only, self.both_met + self.b_only
+        chance = a_met * b_met + (n - a_met) * (n - b_met)
+        if n == 0 or chance == n * n:
+            return None
+        return (n * (self.both_met + self.neither) - chance) / (n * n - chance)
+
+    def per_class(self) -> dict[str, dict[str, float | None]]:
+        """precision, recall and F1 of A against B, for `met` and `not_met`."""
+        met = _f1(self.both_met, self.both_met + self.a_only, self.both_met + self.b_only)
+        not_met = _f1(self.neither, self.neither + self.b_only, self.neither + self.a_only)
+        return {"met": met, "not_met": not_met}
+
+    @property
+    def macro_f1(self) -> float | None:
+        classes = self.per_class()
+        f1s = [classes["met"]["f1"], classes["not_met"]["f1"]]
+        return None if None in f1s else (f1s[0] + f1s[1]) / 2
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+@dataclass
+class CriterionAgreement:
+    pairs: int
+    """All pairs, decided or not."""
+    undecided_a: int
+    """Pairs where only A gave no verdict."""
+    undecided_b: int
+    undecided_both: int
+    confusion: Confusion
+    agreement: float | None
+    kappa: float | None
+    macro_f1: float | None
+    per_class: dict[str, dict[str, float | None]]
+    bootstrap: dict[str, float | None] = field(default_factory=dict)
+    """Bootstrap std of agreement, kappa and macro_f1 (None where fewer than 2 resamples define it)."""
+
+    @property
+    def decided(self) -> int:
+        return self.confusion.decided
+
+    @property
+    def undecided(self) -> int:
+        return self.undecided_a + self.undecided_b + self.undecided_both
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pairs": self.pairs, "decided": self.decided, "undecided": self.undecided,
+                "undecided_a": self.undecided_a, "undecided_b": self.undecided_b,
+                "undecided_both": self.undecided_both, "confusion": self.confusion.to_dict(),
+                "agreement": self.agreement, "kappa": self.kappa, "macro_f1": self.macro_f1,
+                "per_class": self.per_class, "bootstrap_std": dict(self.bootstrap)}  # fmt: skip
+
+
+@dataclass
+class ScoreAgreement:
+    examples: int
+    paired: int
+    """Examples both sides scored: the statistics below are over these."""
+    unscored_a: int
+    """Examples A left unscored (None), whether B scored them or not."""
+    unscored_b: int
+    spearman: float | None
+    pearson: float | None
+    mean_abs_diff: float | None
+    mean_a: float | None
+    mean_b: float | None
+    bootstrap: dict[str, float | None] = field(default_factory=dict)
+    """Bootstrap std of spearman."""
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["bootstrap_std"] = out.pop("bootstrap")
+        return out
+
+
+@dataclass
+class AgreementResult:
+    criteria: CriterionAgreement | None
+    """None when a side gave no verdicts per criterion (a rating mode: implicit, likert)."""
+    by_tag: dict[str, CriterionAgreement]
+    scores: ScoreAgreement
+    samples: int = DEFAULT_SAMPLES
+    seed: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"criteria": self.criteria.to_dict() if self.criteria else None,
+                "by_tag": {tag: a.to_dict() for tag, a in self.by_tag.items()},
+                "scores": self.scores.to_dict(), "bootstrap": {"samples": self.samples, "seed": self.seed}}  # fmt: skip
+
+
+# --- per criterion --------------------------------------------------------------------------------------------------
+
+
+def criterion_agreement(
+    a: Sequence[Met], b: Sequence[Met], *, groups: Sequence[Any] | None = None, samples: int = DEFAULT_SAMPLES,
+    seed: int = 0,
+) -> CriterionAgreement:  # fmt: skip
+    """Agreement of two equally long verdict lists (see the module doc); `groups[i]` names the example of pair i."""
+    if len(a) != len(b) or (groups is not None and len(groups) != len(a)):
+        raise ValueError(f"verdict lists of different lengths: {len(a)}, {len(b)}"
+                         + (f", groups {len(groups)}" if groups is not None else ""))  # fmt: skip
+    confusion = Confusion.of(list(zip(a, b)))
+    undecided = [0, 0, 0]  # A only, B only, both
+    for x, y in zip(a, b):
+        if x is None or y is None:
+            undecided[2 if x is None and y is None else 0 if x is None else 1] += 1
+    counts: dict[Any, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x is not None and y is not None:
+            counts[groups[i] if groups is not None else i][_cell(x, y)] += 1
+    return CriterionAgreement(
+        pairs=len(a), undecided_a=undecided[0], undecided_b=undecided[1], undecided_both=undecided[2],
+        confusion=confusion, agreement=confusion.agreement, kappa=confusion.kappa, macro_f1=confusion.macro_f1,
+        per_class=confusion.per_class(), bootstrap=_bootstrap_confusion(list(counts.values()), samples, seed),
+    )  # fmt: skip
+
+
+def _bootstrap_confusion(cells: list[list[int]], samples: int, seed: int) -> dict[str, float | None]:
+    """Std of agreement, kappa and macro F1 over `samples` resamples (with replacement) of the groups' counts."""
+    rng = random.Random(seed)
+    values: dict[str, list[float]] = {"agreement": [], "kappa": [], "macro_f1": []}
+    if cells:
+        for _ in range(samples):
+            picked = rng.choices(cells, k=len(cells))
+            confusion = Confusion(*(sum(column) for column in zip(*picked)))
+            for name in values:
+                value = getattr(confusion, name)
+                if value is not None:
+                    values[name].append(value)
+    return {name: _std(vs) for name, vs in values.items()}
+
+
+def crosstab(a: Sequence[Met], b: Sequence[Met]) -> dict[str, dict[str, int]]:
+    """Counts of every (A, B) combination, undecided included: {"met": {"met": n, "not_met": n, "undecided": n},
+    ...}, A's verdict first (what a confusion-matrix plot shows)."""
+    names = {True: "met", False: "not_met", None: "undecided"}
+    table = {x: {y: 0 for y in names.values()} for x in names.values()}
+    for x, y in zip(a, b, strict=True):
+        table[names[x]][names[y]] += 1
+    return table
+
+
+def _cell(a: bool, b: bool) -> int:
+    """Index into Confusion's fields: both met, A only, B only, neither."""
+    return (0 if b else 1) if a else (2 if b else 3)
+
+
+def _f1(agreed: int, predicted: int, actual: int) -> dict[str, float | None]:
+    precision, recall = _ratio(agreed, predicted), _ratio(agreed, actual)
+    if precision is None or recall is None:
+        f1 = None
+    elif precision + recall == 0:
+        f1 = 0.0
+    else:
+        f1 = 2 * precision * recall / (precision + recall)
+    return {"precision": precision, "recall": recall, "f1": f1, "support": actual}
+
+
+# --- per example ----------------------------------------------------------------------------------------------------
+
+
+def average_ranks(values: Sequence[float]) -> list[float]:
+    """Ranks from 1, ties taking the mean of the ranks they span: [10, 20, 20, 30] -> [1, 2.5, 2.5, 4]."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ranks = [0.0] * len(values)
+    start = 0
+    while start < len(order):
+        end = start
+        while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
+            end += 1
+        for k in range(start, end + 1):
+            ranks[order[k]] = (start + end) / 2 + 1
+        start = end + 1
+    return ranks
+
+
+def pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """Pearson's r; None for fewer than 2 pairs or a constant side."""
+    if len(x) != len(y):
+        raise ValueError(f"lists of different lengths: {len(x)}, {len(y)}")
+    n = len(x)
+    if n < 2:
+        return None
+    mx, my = math.fsum(x) / n, math.fsum(y) / n
+    sxy = math.fsum((u - mx) * (v - my) for u, v in zip(x, y))
+    sxx, syy = math.fsum((u - mx) ** 2 for u in x), math.fsum((v - my) ** 2 for v in y)
+    if sxx == 0 or syy == 0:
+        return None
+    return max(-1.0, min(1.0, sxy / math.sqrt(sxx * syy)))
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """Spearman's rho: Pearson's r of the average ranks (scipy.stats.spearmanr's definition with ties)."""
+    if len(x) != len(y):
+        raise ValueError(f"lists of different lengths: {len(x)}, {len(y)}")
+    return pearson(average_ranks(x), average_ranks(y))
+
+
+def score_agreement(
+    a: Sequence[float | None], b: Sequence[float | None], *, samples: int = DEFAULT_SAMPLES, seed: int = 0,
+) -> ScoreAgreement:  # fmt: skip
+    """Per-example agreement of two equally long score lists, over the examples both scored."""
+    if len(a) != len(b):
+        raise ValueError(f"score lists of different lengths: {len(a)}, {len(b)}")
+    paired = [(x, y) for x, y in zip(a, b) if x is not None and y is not None]
+    xs, ys = [x for x, _ in paired], [y for _, y in paired]
+    rng = random.Random(seed)
+    rhos = []
+    if len(paired) >= 2:
+        for _ in range(samples):
+            picked = rng.choices(paired, k=len(paired))
+            rho = spearman([x for x, _ in picked], [y for _, y in picked])
+            if rho is not None:
+                rhos.append(rho)
+    return ScoreAgreement(
+        examples=len(a), paired=len(paired), unscored_a=sum(x is None for x in a), unscored_b=sum(y is None for y in b),
+        spearman=spearman(xs, ys), pearson=pearson(xs, ys),
+        mean_abs_diff=math.fsum(abs(x - y) for x, y in paired) / len(paired) if paired else None,
+        mean_a=math.fsum(xs) / len(xs) if xs else None, mean_b=math.fsum(ys) / len(ys) if ys else None,
+        bootstrap={"spearman": _std(rhos)},
+    )  # fmt: skip
+
+
+# --- both -----------------------------------------------------------------------------------------------------------
+
+
+def compare(
+    pairs: Sequence[Pair] | None, scores: Sequence[tuple[float | None, float | None]], *,
+    samples: int = DEFAULT_SAMPLES, seed: int = 0,
+) -> AgreementResult:  # fmt: skip
+    """Everything at once: per criterion overall and per tag (None without per-criterion verdicts), per example."""
+    criteria, by_tag = None, {}
+    if pairs is not None:
+        options = {"samples": samples, "seed": seed}
+        criteria = _of_pairs(pairs, **options)
+        tagged: dict[str, list[Pair]] = defaultdict(list)
+        for pair in pairs:
+            for tag in dict.fromkeys(pair.tags):
+                tagged[tag].append(pair)
+        by_tag = {tag: _of_pairs(tagged[tag], **options) for tag in sorted(tagged)}
+    score = score_agreement([x for x, _ in scores], [y for _, y in scores], samples=samples, seed=seed)
+    return AgreementResult(criteria, by_tag, score, samples, seed)
+
+
+def _of_pairs(pairs: Sequence[Pair], **options) -> CriterionAgreement:
+    grouped = all(p.group is not None for p in pairs)
+    return criterion_agreement([p.a for p in pairs], [p.b for p in pairs],
+                               groups=[p.group for p in pairs] if grouped else None, **options)  # fmt: skip
+
+
+def format_table(result: AgreementResult, names: tuple[str, str] = ("A", "B"), max_tags: int = 20) -> str:
+    """Per criterion overall and per axis tag (every tag, up to `max_tags`, when none is an axis: HealthBench's
+    meta-evaluation tags criteria by category), then the per-example line."""
+    lines = []
+    if result.criteria is not None:
+        lines.append(f"{'criteria':44}{'decided':>8}{'undec.':>7}{'agree':>7}{'kappa':>8}{'± std':>7}{'macro F1':>9}")
+        tags = [t for t in result.by_tag if t.startswith("axis:")] or list(result.by_tag)[:max_tags]
+        for name, stats in [("overall", result.criteria), *((t, result.by_tag[t]) for t in tags)]:
+            lines.append(f"{name[:44]:44}{stats.decided:8d}{stats.undecided:7d}{_f(stats.agreement, 7)}"
+                         f"{_f(stats.kappa, 8)}{_f(stats.bootstrap.get('kappa'), 7)}{_f(stats.macro_f1, 9)}")  # fmt: skip
+        left = len(result.by_tag) - len(tags)
+        if left > 0:
+            lines.append(f"({left} more tags in results.json)")
+        c = result.criteria.confusion
+        lines.append(f"confusion ({names[0]} vs {names[1]}): both met {c.both_met}, {names[0]} only {c.a_only}, "
+                     f"{names[1]} only {c.b_only}, neither {c.neither}; undecided: {names[0]} only "
+                     f"{result.criteria.undecided_a}, {names[1]} only {result.criteria.undecided_b}, both "
+                     f"{result.criteria.undecided_both}")  # fmt: skip
+    else:
+        lines.append("criteria: not compared (a side gives one rating per example, no verdict per criterion)")
+    s = result.scores
+    lines.append(f"examples: {s.paired} of {s.examples} scored by both; Spearman {_f(s.spearman)} ± "
+                 f"{_f(s.bootstrap.get('spearman'))}, Pearson {_f(s.pearson)}, mean |{names[0]} - {names[1]}| "
+                 f"{_f(s.mean_abs_diff)}, mean {names[0]} {_f(s.mean_a)}, mean {names[1]} {_f(s.mean_b)}")  # fmt: skip
+    return "\n".join(lines)
+
+
+def _f(value: float | None, width: int = 0) -> str:
+    return f"{'-':>{width}}" if value is None else f"{value:{width}.3f}"
+
+
+def _ratio(numerator: int, denominator: int) -> float | None:
+    return numerator / denominator if denominator else None
+
+
+def _std(values: Sequence[float]) -> float | None:
+    if len(values) < 2:
+        return None
+    centre = math.fsum(values) / len(values)
+    return math.sqrt(math.fsum((v - centre) ** 2 for v in values) / len(values))

@@ -1,0 +1,138 @@
+"""HealthBench's meta-evaluation format: a judge against physicians' labels.
+
+Each row is one criterion judged on one completion by several physicians (simple-evals' `oss_meta_eval.jsonl`):
+`prompt` (chat messages), `completion` (text), `rubric` (the criterion's text), `binary_labels` (one true/false per
+physician), and optionally `category` (`cluster:...`), `prompt_id`, `completion_id`, `anonymized_physician_ids`.
+Rows are read with the one record reader (rubricrl/records.py), so JSONL, Parquet and saved datasets all work and
+every error names the file and the line or row.
+
+The human verdict of a row is the majority of its labels; a tie is undecided (None), never a guess. Rows of the
+same completion (`completion_id`, else the same conversation and completion) form one unit: one `GradeItem` whose
+rubric holds each row's criterion (a criterion seen twice for one completion starts a second unit), so a judge
+sees what HealthBench's grader sees, criterion by criterion, and a unit has a score on each side. The rows carry no
+points: every criterion gets `points` (default 1, all positive, as HealthBench's consensus criteria are), so a
+unit's score is the share of its decided criteria met.
+
+Besides the majority, `pairwise_pairs` gives what HealthBench's meta-evaluation itself compares: the judge's
+verdict against each physician's label, one pair per label (its `pairwise_model_f1_balanced` is the macro F1 of
+those pairs).
+"""
+
+import hashlib
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grading.agreement import Met, Pair
+from grading.grader import GradeItem
+from grading.judge import majority
+from grading.rubric import Criterion, Rubric
+from grading.scores import DEFAULT_MIN_COVERAGE, explicit_score
+from rubricrl.records import InvalidRecord, RecordFileError, conversation_of, iter_rows
+
+
+@dataclass(frozen=True)
+class MetaEvalRow:
+    where: str
+    """`file: line N` (or `row N`), for messages and per-criterion output."""
+    conversation: list[dict[str, str]] = field(hash=False)
+    completion: str
+    criterion: str
+    labels: tuple[bool, ...]
+    category: str | None = None
+    prompt_id: str | None = None
+    completion_id: str | None = None
+
+    @property
+    def human(self) -> Met:
+        return human_label(self.labels)
+
+
+def human_label(labels: Sequence[bool]) -> Met:
+    """The physicians' majority; a tie (or no label) is undecided: [T, T, F] -> True, [T, F] -> None."""
+    return majority(list(labels))
+
+
+@dataclass
+class MetaEvalUnit:
+    """One completion of one conversation, with the criteria physicians judged it on."""
+
+    id: str
+    rows: list[MetaEvalRow]
+
+    def item(self, points: int = 1) -> GradeItem:
+        first = self.rows[0]
+        criteria = tuple(Criterion(r.criterion, points, (r.category,) if r.category else ()) for r in self.rows)
+        return GradeItem(first.conversation, first.completion, Rubric(criteria))
+
+    @property
+    def human_verdicts(self) -> list[Met]:
+        return [row.human for row in self.rows]
+
+    def human_score(self, points: int = 1, min_coverage: float = DEFAULT_MIN_COVERAGE) -> float | None:
+        """The unit's score under the physicians' majority verdicts (the grader's rules: grading/scores.py)."""
+        return explicit_score([points] * len(self.rows), self.human_verdicts, min_coverage=min_coverage).score
+
+
+def iter_metaeval_rows(path: str | Path) -> Iterator[MetaEvalRow]:
+    """Rows one at a time, checked; a bad row raises RecordFileError naming the file and the line or row."""
+    for where, record in iter_rows(path):
+        try:
+            yield _row(where, record)
+        except InvalidRecord as problem:
+            raise RecordFileError(f"{where}: {problem}") from None
+
+
+def _row(where: str, record: dict) -> MetaEvalRow:
+    if "prompt" not in record:
+        raise InvalidRecord("needs 'prompt' (the chat messages): not a HealthBench meta-eval row")
+    conversation = conversation_of(record, "prompt")
+    completion, criterion, labels = record.get("completion"), record.get("rubric"), record.get("binary_labels")
+    if not isinstance(completion, str) or not completion.strip():
+        raise InvalidRecord(f"'completion' must be a non-empty string, got {completion!r:.80}")
+    if not isinstance(criterion, str) or not criterion.strip():
+        raise InvalidRecord(f"'rubric' (the criterion) must be a non-empty string, got {criterion!r:.80}")
+    if not isinstance(labels, list) or not labels or not all(isinstance(x, bool) for x in labels):
+        raise InvalidRecord(f"'binary_labels' must be a non-empty list of true/false, got {labels!r:.80}")
+    category = record.get("category")
+    if category is not None and not isinstance(category, str):
+        raise InvalidRecord(f"'category' must be a string, got {category!r:.80}")
+    ids = {}
+    for key in ("prompt_id", "completion_id"):
+        value = record.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, str | int) or value == ""):
+            raise InvalidRecord(f"{key!r} must be a non-empty string or an integer, got {value!r:.80}")
+        ids[key] = None if value is None else str(value)
+    return MetaEvalRow(where, conversation, completion, criterion.strip(), tuple(labels), category or None, **ids)
+
+
+def load_metaeval(path: str | Path, limit: int | None = None) -> list[MetaEvalUnit]:
+    """The file's rows grouped into units, in order of first appearance; with `limit`, the first `limit` units
+    (the file is read to its end all the same: a unit's rows need not be adjacent)."""
+    units: dict[str, MetaEvalUnit] = {}
+    rows = 0
+    for row in iter_metaeval_rows(path):
+        rows += 1
+        key = row.completion_id or _content_id(row)
+        unit_id, copy = key, 1
+        while unit_id in units and any(r.criterion == row.criterion for r in units[unit_id].rows):
+            copy += 1
+            unit_id = f"{key}#{copy}"
+        units.setdefault(unit_id, MetaEvalUnit(unit_id, [])).rows.append(row)
+    if not rows:
+        raise RecordFileError(f"{path}: no rows")
+    return list(units.values())[:limit]
+
+
+def pairwise_pairs(units: Sequence[MetaEvalUnit], predictions: Sequence[Sequence[Met]]) -> list[Pair]:
+    """The judge's verdict on each row against each physician label of that row (HealthBench's pairwise metrics),
+    grouped by unit for the bootstrap; `predictions[i][j]` is the judge's verdict on row j of unit i."""
+    return [Pair(met, label, (row.category,) if row.category else (), unit.id)
+            for unit, verdicts in zip(units, predictions, strict=True)
+            for row, met in zip(unit.rows, verdicts, strict=True) for label in row.labels]  # fmt: skip
+
+
+def _content_id(row: MetaEvalRow) -> str:
+    canonical = json.dumps([row.conversation, row.completion], sort_keys=True, ensure_ascii=False)
+    return "m-" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
