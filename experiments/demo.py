@@ -8,24 +8,37 @@ demo's duration, then:
 2. synthesizes a rubric for each query of experiments/data/demo_queries.jsonl (Coarse-to-Fine, configs/
    synthesis/tiny-cpu.yaml) and shows them;
 3. grades the two contrast responses that synthesis wrote for each query (A and B) against those rubrics,
-   criterion by criterion, and prints a score table for each.
-Later stages (RuFT, RuRL) extend this script. The model is tiny: the rubrics and verdicts are often wrong; the
-demo shows the machinery, not quality.
+   criterion by criterion, and prints a score table for each;
+4. RuFT: samples 4 answers per query, grades them against the new rubrics, keeps the best at or above tau
+   (configs/ruft/tiny-cpu.yaml), and fine-tunes the model on them (LoRA, a few SFT steps);
+5. RuRL: a few GRPO steps from the RuFT model, rewarded by the same rubrics and the same judge
+   (configs/rurl/tiny-cpu.yaml);
+6. evaluates the base model, the RuFT model and the RuFT->RuRL model on a held-out rubric set
+   (experiments/data/rurl_tiny.jsonl), HealthBench-style, prints one comparison table, and writes one HTML report
+   (`rubricrl report`: the evaluations, the RuFT build and the RuRL run; runs/demo/report.html).
+Every stage is a real `rubricrl` command; a second run replays the model calls from the response cache. The model
+is tiny: the rubrics and verdicts are often wrong and a few steps teach it little; the demo shows the machinery,
+not quality. The chain itself (stages 4-6 after synthesis) is experiments/rubrichub_chain.py, which also runs it at
+paper scale with the GPU configs.
 """
 
 import argparse
 import asyncio
 import json
+import os
+import shlex
 import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from rubricrl.cli import main as rubricrl
+from rubrichub_chain import (EVAL_TOKENS, HELD_OUT, TINY_RURL_ARGS, Chain, comparison_table,  # beside this script
+                             report_folders)  # fmt: skip
 from rubricrl.embedded_model import prepare_embedded_model
 from rubricrl.llm import LLMClient, LLMSettings, open_llm
 
 ROOT = Path(__file__).resolve().parents[1]
+
 QUESTIONS = ["What is the boiling point of water at sea level?", "Give one tip for writing clear code."]
 FACT_SCHEMA = {
     "type": "object",
@@ -76,6 +89,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output-dir", type=Path, default=ROOT / "runs" / "demo")
     args = parser.parse_args()
+    os.environ.setdefault("WANDB_SILENT", "true")  # the training runs still log to wandb (offline): quietly here
 
     started = time.monotonic()
     print(f"== embedded model: {prepare_embedded_model()} ({time.monotonic() - started:.1f} s)")
@@ -86,18 +100,31 @@ def main() -> None:
         asyncio.run(talk(session.roles))
 
         print("\n== synthesis: a rubric per query (Coarse-to-Fine)")
-        synthesis = args.output_dir / "synthesis"
-        rubricrl(["synth", "--input", str(ROOT / "experiments" / "data" / "demo_queries.jsonl"),
-                  "--output-dir", str(synthesis), "--config", str(ROOT / "configs" / "synthesis" / "tiny-cpu.yaml"),
-                  *endpoint])  # fmt: skip
-        show_rubrics(synthesis)
+        chain = Chain(args.output_dir, endpoint)
+        rubrics = chain.synthesize(ROOT / "experiments" / "data" / "demo_queries.jsonl",
+                                   ROOT / "configs" / "synthesis" / "tiny-cpu.yaml")  # fmt: skip
+        show_rubrics(rubrics.parent)
 
-        for name, responses in zip("AB", write_responses(synthesis)):
+        for name, responses in zip("AB", write_responses(rubrics.parent)):
             print(f"\n== grading the contrast responses {name} against the synthesized rubrics")
-            rubricrl(["grade", "--rubrics", str(synthesis / "final.parquet"), "--responses", str(responses),
-                      "--output", str(args.output_dir / f"graded_{name.lower()}.jsonl"),
-                      "--config", str(ROOT / "configs" / "tiny-cpu.yaml"), *endpoint])  # fmt: skip
-    print(f"\n== outputs in {args.output_dir}")
+            chain.step(f"grade ({name})", ["grade", "--rubrics", str(rubrics), "--responses", str(responses),
+                                           "--output", str(args.output_dir / f"graded_{name.lower()}.jsonl"),
+                                           "--config", str(ROOT / "configs" / "tiny-cpu.yaml"), *endpoint])  # fmt: skip
+
+        ruft_model = chain.ruft(rubrics, ROOT / "configs" / "ruft" / "tiny-cpu.yaml", None)
+        rurl_model = chain.rurl(rubrics, ROOT / "configs" / "rurl" / "tiny-cpu.yaml", ruft_model,
+                                shlex.split(TINY_RURL_ARGS))  # fmt: skip
+        models = {"base": str(prepare_embedded_model()), "ruft": str(ruft_model), "ruft+rurl": str(rurl_model)}
+        reports = chain.evaluate(models, HELD_OUT, EVAL_TOKENS)
+        page = chain.report(report_folders(args.output_dir))
+
+    table = comparison_table(reports)
+    (args.output_dir / "comparison.md").write_text(table + "\n")
+    print(f"\n== HealthBench-style scores on {reports['base']['examples']} queries of {HELD_OUT.name}, which none of "
+          f"the models trained on (± bootstrap std)\n\n{table}")  # fmt: skip
+    print("\n== wall time per stage: " + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in chain.times.items())
+          + f"; total {time.monotonic() - started:.0f} s")
+    print(f"== report: {page} (one page, opens offline)\n== outputs in {args.output_dir}")
 
 
 if __name__ == "__main__":

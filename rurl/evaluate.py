@@ -89,13 +89,29 @@ def greedy_answers(model, tokenizer, conversations: list[list[dict[str, str]]], 
     return answers
 
 
-def answer_with(model_path: str, conversations: list[list[dict[str, str]]], max_new_tokens: int) -> list[str]:
-    """Greedy answers of a saved model folder (or Hub id), e.g. a `ruft train` or `rurl train` output."""
+def answer_with(model_path: str | Path, conversations: list[list[dict[str, str]]], max_new_tokens: int,
+                base_model: str | None = None) -> list[str]:  # fmt: skip
+    """Greedy answers of a saved model folder (or Hub id), e.g. a `ruft train` or `rurl train` output. A folder that
+    holds only a LoRA adapter (a checkpoint) is merged into `base_model` (default: the base its adapter_config
+    names) first."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32 if not torch.cuda.is_available()
-                                                 else "auto").eval()  # fmt: skip
-    if torch.cuda.is_available():
-        model = model.to("cuda")
-    return greedy_answers(model, tokenizer, conversations, max_new_tokens)
+    path, device = Path(model_path), "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = "auto" if device == "cuda" else torch.float32  # fp32 on a CPU (no bf16 there)
+    if (path / "adapter_config.json").is_file() and not (path / "config.json").is_file():
+        from peft import PeftModel
+
+        base = base_model or json.loads((path / "adapter_config.json").read_text())["base_model_name_or_path"]
+        model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base, dtype=dtype), path).merge_and_unload()
+        tokenizer = AutoTokenizer.from_pretrained(path if (path / "tokenizer_config.json").is_file() else base)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    try:
+        return greedy_answers(model.to(device).eval(), tokenizer, conversations, max_new_tokens)
+    finally:
+        del model
+        if device == "cuda":
+            torch.cuda.empty_cache()
