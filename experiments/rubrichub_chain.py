@@ -19,6 +19,7 @@ and timings.json (wall time per stage).
 
 import argparse
 import json
+import os
 import shlex
 import time
 from pathlib import Path
@@ -40,6 +41,7 @@ class Chain:
     def __init__(self, out: Path, endpoint: list[str]):
         self.out, self.endpoint = out, endpoint
         self.times: dict[str, float] = {}
+        os.environ.setdefault("WANDB_RUN_GROUP", out.name)  # the chain's training runs, grouped in wandb
 
     def step(self, name: str, argv: list[str]) -> None:
         started = time.monotonic()

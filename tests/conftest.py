@@ -3,6 +3,7 @@ import pytest
 from rubricrl.llm import ResponseCache
 from rubricrl.serve import LocalServer, find_running
 from tests.fault_server import FaultServer
+from tests.helpers import SECRET
 
 
 @pytest.fixture(scope="session")
@@ -28,3 +29,15 @@ def fault_server():
     with FaultServer() as server:
         yield server
 
+
+
+@pytest.fixture
+def quiet_env(monkeypatch, tmp_path):
+    """For training runs: no telemetry or Hub calls, wandb offline in tmp_path, and a secret in the environment
+    (OPENAI_API_KEY = helpers.SECRET) that must never reach an output."""
+    for name in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_PROJECT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)

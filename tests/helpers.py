@@ -13,6 +13,8 @@ from rubricrl.llm import LLMClient, Role
 from rubricrl.queries import Query, Rejected, iter_queries
 
 DATA = Path(__file__).resolve().parent / "data"
+SECRET = "sk-test-do-not-write-me-anywhere"
+"""An API key in the environment of training tests (conftest.quiet_env): no output may hold it."""
 HEALTHBENCH_SAMPLE = DATA / "healthbench_sample" / "healthbench_oss_eval_30.jsonl"
 """The first 30 examples of OpenAI's public HealthBench set (MIT); see tests/data/healthbench_sample/README.md."""
 

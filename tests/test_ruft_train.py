@@ -12,6 +12,7 @@ import yaml
 
 from rubricrl.cli import build_parser, main
 from rubricrl.config import parse_settings
+from tests.helpers import SECRET
 
 TINY_PRESET = Path(__file__).parents[1] / "configs" / "ruft" / "tiny-cpu.yaml"
 GPU_PRESET = Path(__file__).parents[1] / "configs" / "ruft" / "qwen3-gpu.yaml"
@@ -24,7 +25,6 @@ EXAMPLES = [
     ([{"role": "user", "content": "What is 2 + 2?"}], "2 + 2 equals 4."),
     ([{"role": "user", "content": "Which planet is red?"}], "Mars is the red planet."),
 ]
-SECRET = "sk-test-do-not-write-me-anywhere"
 
 
 def sft_rows(examples=EXAMPLES) -> list[dict]:
@@ -48,17 +48,6 @@ def write_build(folder: Path, rows: list[dict] | None = None) -> Path:
                            "sft_rows": len(rows)}}  # fmt: skip
     (folder / "manifest.json").write_text(json.dumps(manifest))
     return folder
-
-
-@pytest.fixture
-def quiet_env(monkeypatch, tmp_path):
-    """No telemetry or Hub calls, wandb offline in tmp_path, a secret in the environment that must stay there."""
-    for name in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_PROJECT"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
-    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
 
 
 @pytest.fixture

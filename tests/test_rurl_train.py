@@ -21,6 +21,7 @@ from rubricrl.cli import main
 from rubricrl.embedded_model import prepare_embedded_model
 from rubricrl.llm import LLMClient, Role
 from tests.fault_server import FaultServer
+from tests.helpers import SECRET
 
 pytestmark = pytest.mark.slow
 
@@ -32,15 +33,6 @@ WEIGHTS = (1, 2, 4, 8, 16)
 VARIED = ["Write one sentence about the sea.", "Name an animal and describe it in a few words."]
 FLAT = ["FLAT: say hello.", "FLAT: name a colour."]
 """The scripted judge says "met" to every criterion of these: every completion scores 1, the group's std is 0."""
-
-
-@pytest.fixture
-def quiet_env(monkeypatch, tmp_path):
-    for name in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_PROJECT"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
-    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
 
 def scripted_verdict(body: dict) -> str:
@@ -183,3 +175,6 @@ def test_tiny_preset_trains_with_the_real_judge_and_resumes_after_a_kill(tmp_pat
     assert b"rubric/criteria_pass_rate" in log and b"rubric/judge_latency_s" in log
     tables = list(runs[-1].glob("files/media/table/completions_*.table.json"))
     assert tables and "rubric_verdicts" in json.loads(tables[-1].read_text())["columns"]
+    for file in [*out.rglob("*"), *(tmp_path / "wandb").rglob("*")]:  # the API key in the environment stays there
+        if file.is_file() and file.stat().st_size < 50_000_000:
+            assert SECRET.encode() not in file.read_bytes(), file
