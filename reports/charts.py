@@ -102,7 +102,7 @@ def metric_bars(reports: dict[str, dict[str, Any]], names: list[str], title: str
     reports = {label: r for label, r in reports.items() if any(metric(r, n) for n in names)}
     if not reports:
         return None
-    figure, axis = _figure(7.0, 1.0 + 0.28 * len(names) * max(1, len(reports)) ** 0.8)
+    figure, axis = _figure(6.4, 1.0 + 0.28 * len(names) * max(1, len(reports)) ** 0.8)
     height = 0.8 / len(reports)
     for i, (label, report) in enumerate(reports.items()):
         offset = (i - (len(reports) - 1) / 2) * height
@@ -116,7 +116,7 @@ def metric_bars(reports: dict[str, dict[str, Any]], names: list[str], title: str
     axis.set_xlabel("score (clipped mean)")
     axis.grid(axis="x", alpha=0.3)
     if len(reports) > 1:
-        axis.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+        _legend_above(axis, list(reports))
     return _chart(figure, title)
 
 
@@ -198,7 +198,7 @@ def curves(lines: dict[str, list[tuple[float, float]]], title: str, ylabel: str,
     axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     axis.set(xlabel="step", ylabel=ylabel)
     axis.grid(alpha=0.3)
-    axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    _legend_above(axis, [_short(label) for label in lines])
     return _chart(figure, title)
 
 
@@ -209,8 +209,17 @@ def _figure(width: float, height: float):
     return figure, figure.subplots()
 
 
+def _legend_above(axis, labels: list[str]) -> None:
+    """The legend in rows above the plot, not beside it: a legend beside it widens the picture, which the page then
+    scales down (to half a 1200px page, or a phone's width), and every label with it."""
+    longest = max(len(label) for label in labels)
+    columns = max(1, min(len(labels), 4, round(560 / (40 + 6 * longest))))
+    axis.legend(fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.01), ncol=columns, frameon=False)
+
+
 def _chart(figure, title: str) -> Chart:
-    figure.axes[0].set_title(title, fontsize=10)
+    """The title goes in the page (the figure's caption, as text), not in the picture: said once, and legible at any
+    scale."""
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", bbox_inches="tight")
     return Chart(title, "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii"))

@@ -82,7 +82,7 @@ def folder_section(folder: Folder, anchor: str, draw: bool) -> str:
 def figures(found: list[charts.Chart]) -> str:
     if not found:
         return ""
-    items = "".join(f'<figure><img src="{c.uri}" alt="{esc(c.title)}"><figcaption>{esc(c.title)}</figcaption></figure>'
+    items = "".join(f'<figure><figcaption>{esc(c.title)}</figcaption><img src="{c.uri}" alt="{esc(c.title)}"></figure>'
                     for c in found)  # fmt: skip
     return f'<h3>Charts</h3>\n<div class="charts">{items}</div>'
 
@@ -97,11 +97,12 @@ def examples_section(folder: Folder, anchor: str) -> str:
     more = "; --max_examples shows more" if total > shown else ""
     return "\n".join([
         f'<h3>Examples <span class="meta">({esc(count)}, from {esc(folder.examples_source)}{more})</span></h3>',
-        f'<div class="tools" data-target="{target}"><input type="search" placeholder="filter: any text">'
+        # hidden until the page's script shows it: without JavaScript these controls would do nothing
+        f'<div class="tools" data-target="{target}" hidden><input type="search" placeholder="filter: any text">'
         '<select><option value="file">as in the file</option><option value="low">lowest score first</option>'
         '<option value="high">highest score first</option></select>'
         '<button type="button" value="open">open all</button>'
-        '<button type="button" value="close">close all</button></div>',
+        '<button type="button" value="close">close all</button><span class="shown" aria-live="polite"></span></div>',
         '<p class="legend">Verdicts: met / not met / undecided (no verdict: a judge failure or a tie, never counted as '
         "not met). For a criterion with negative points, met means the fault is present: green marks the good "
         "outcome, red the bad one.</p>",
@@ -146,9 +147,10 @@ def verdict_table(verdicts: list[Verdict]) -> str:
         tags = "".join(f'<span class="tag">{esc(t)}</span>' for t in v.tags)
         source = f'<span class="tag">{esc(v.source)}</span>' if v.source and v.source != "judge" else ""
         rows.append(f'<tr class="{css}"><td class="num">{v.points:+d}</td><td class="verdict">{status}</td>'
-                    f"<td>{esc(v.criterion)} {tags}{source}</td><td>{esc(v.explanation)}</td></tr>")  # fmt: skip
-    return ('<table class="verdicts"><tr><th>points</th><th>verdict</th><th>criterion</th>'
-            f"<th>judge's explanation</th></tr>{''.join(rows)}</table>")  # fmt: skip
+                    f'<td class="criterion">{esc(v.criterion)} {tags}{source}</td>'
+                    f'<td class="why">{esc(v.explanation)}</td></tr>')  # fmt: skip
+    return ('<table class="verdicts"><thead><tr><th>points</th><th>verdict</th><th>criterion</th>'
+            f"<th>judge's explanation</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")  # fmt: skip
 
 
 def score_badge(score: float | None) -> str:
@@ -163,7 +165,8 @@ def table(header: list[str], rows: list[list[str]], *, numeric_from: int | None 
           css: str = "", grouped: bool = False) -> str:
     """A table of text cells (escaped here). `numeric_from`: the columns from there on are numbers (right-aligned);
     `grouped`: the first column holds metric names, with a header row where the group (axes, themes, ...) changes."""
-    lines = [f'<table class="{css}">' if css else "<table>"]
+    # in a box that scrolls sideways when the table is wider than the page (many folders, a phone): the page does not
+    lines = ['<div class="wide">' + (f'<table class="{css}">' if css else "<table>")]
     if show_header:
         lines.append("<tr>" + "".join(f"<th>{esc(h)}</th>" for h in header) + "</tr>")
     group = None
@@ -181,7 +184,7 @@ def table(header: list[str], rows: list[list[str]], *, numeric_from: int | None 
                 cells.append(f'<td class="num">{esc(value)}</td>' if numeric else f"<td>{esc(value)}</td>")
         overall = ' class="overall"' if row[0] == "overall_score" else ""
         lines.append(f"<tr{overall}>{''.join(cells)}</tr>")
-    lines.append("</table>")
+    lines.append("</table></div>")
     return "\n".join(lines)
 
 

@@ -46,8 +46,8 @@ class PolicyEvaluation(TrainerCallback):
         metrics["eval/judge_failure_rate"] = report["judge_failure_rate"]
         metrics["eval/unscored_examples"] = report["unscored_examples"]
         self._done_at, self.last = step, {"step": step, **report}
+        self.trainer.log(metrics)  # every process, as the Trainer logs (only the main one reports)
         if self.trainer.accelerator.is_main_process:
-            self.trainer.log(metrics)
             with open(self.path, "a") as f:
                 f.write(json.dumps({"step": step, **report}) + "\n")
             overall = report["metrics"].get("overall_score")

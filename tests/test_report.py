@@ -466,3 +466,20 @@ def test_a_bad_line_inside_a_file_is_one_line_naming_file_and_line(tmp_path, cap
     assert report([tmp_path / "build"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{candidates}: line 2: not a JSON object" in err
+
+
+def test_the_page_fits_a_narrow_window_and_its_controls_wait_for_the_script(tmp_path):
+    """What a browser showed (chromium, 1280px and 420px wide, with and without JavaScript, and printed): every table
+    sits in a box that scrolls sideways rather than widening the page; the filter/sort/open controls, which need
+    JavaScript, are hidden until the page's script shows them; each chart's title is its caption, above it."""
+    make_build(tmp_path / "build")
+    make_eval(tmp_path / "eval")
+    assert report([tmp_path / "eval", tmp_path / "build", "--output", tmp_path / "page.html"]) == 0
+    text = (tmp_path / "page.html").read_text()
+    page = Page(text)
+    assert text.count("<table") == text.count('<div class="wide"><table') + text.count('<table class="verdicts">')
+    tools = [a for t, a in page.tags if t == "div" and a.get("class") == "tools"]
+    assert len(tools) == 2 and all("hidden" in a for a in tools)
+    assert "tools.hidden = false;" in text
+    assert [t for t, _ in page.tags].count("thead") == text.count('<table class="verdicts">') > 0
+    assert text.count("<figure><figcaption>") == text.count("<figure>") > 0
