@@ -52,8 +52,8 @@ def load_rurl_data(path: Path, config: RurlConfig, seed: int) -> RurlData:
     """Every row checked (RubricError names the file and row), split, prefiltered. Raises ConfigError when nothing
     is left to train on."""
     rows = list(iter_rubric_rows(path))
-    if any(not row.conversation or row.conversation[-1]["role"] != "user" for row in rows):
-        bad = next(row for row in rows if not row.conversation or row.conversation[-1]["role"] != "user")
+    bad = next((row for row in rows if not row.conversation or row.conversation[-1]["role"] != "user"), None)
+    if bad is not None:
         raise RubricError(f"{path}: row {bad.id!r}: the prompt must end with the user's turn (the policy answers it)")
     held = _held_out(len(rows), config.eval_size)
     order = list(range(len(rows)))

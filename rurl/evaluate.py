@@ -33,8 +33,15 @@ class PolicyEvaluation(TrainerCallback):
             self.evaluate(state.global_step)
         return control
 
-    def evaluate(self, step: int) -> dict:
+    def evaluate(self, step: int) -> None:
+        """Every process answers (ZeRO-3 needs them all); the main one grades, reports and writes. Every process
+        calls trainer.log, so that GRPOTrainer's per-process metric buffers stay in step (a main-only call
+        desynchronised gloo's collectives under torchrun)."""
         answers = self.answer()
+        self._done_at = step
+        if not self.trainer.accelerator.is_main_process:
+            self.trainer.log({})
+            return
         items = [GradeItem(row.conversation, answer, row.rubric, row.reference) for row, answer in zip(self.rows, answers)]
         future = asyncio.run_coroutine_threadsafe(self.grader.grade_many(items), self.trainer.async_loop)
         graded = future.result()
@@ -45,15 +52,13 @@ class PolicyEvaluation(TrainerCallback):
         metrics = {f"eval/{name}": value for name, value in report["metrics"].items()}
         metrics["eval/judge_failure_rate"] = report["judge_failure_rate"]
         metrics["eval/unscored_examples"] = report["unscored_examples"]
-        self._done_at, self.last = step, {"step": step, **report}
-        self.trainer.log(metrics)  # every process, as the Trainer logs (only the main one reports)
-        if self.trainer.accelerator.is_main_process:
-            with open(self.path, "a") as f:
-                f.write(json.dumps({"step": step, **report}) + "\n")
-            overall = report["metrics"].get("overall_score")
-            shown = "unscored" if overall is None else f"{overall:.3f}"
-            print(f"rurl eval: step {step}: overall {shown} on {len(self.rows)} held-out rows", file=sys.stderr)
-        return report
+        self.last = {"step": step, **report}
+        self.trainer.log(metrics)
+        with open(self.path, "a") as f:
+            f.write(json.dumps(self.last) + "\n")
+        overall = report["metrics"].get("overall_score")
+        shown = "unscored" if overall is None else f"{overall:.3f}"
+        print(f"rurl eval: step {step}: overall {shown} on {len(self.rows)} held-out rows", file=sys.stderr)
 
     def answer(self) -> list[str]:
         """Greedy answers of the current policy (every process takes part: ZeRO-3 gathers the weights)."""
