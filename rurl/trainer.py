@@ -146,10 +146,8 @@ class RubricGRPOTrainer(GRPOTrainer):
         the right, as TRL pads them); the token count recomputed over the processes, as TRL does."""
         pad_id = self._tokenizer.pad_token_id
         joined: dict[str, Any] = {}
-        for key in parts[0]:
+        for key in set(parts[0]) - {"num_items_in_batch"}:
             values = [part[key] for part in parts]
-            if key == "num_items_in_batch":
-                continue
             if key in PER_ROW:
                 joined[key] = torch.cat(values)
                 continue
