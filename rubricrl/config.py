@@ -22,6 +22,7 @@ beside every output (`resolved`, `write_resolved`) and can be passed back with `
 import argparse
 import ast
 import dataclasses
+import difflib
 import functools
 import importlib
 import inspect
@@ -59,27 +60,66 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def dataclass_from_dict(cls: type, data: dict[str, Any], where: str) -> Any:
-    """Instantiate `cls` from a mapping, rejecting unknown keys and values of the wrong basic type. `where` names
-    the mapping (`file: section`), or ends with ":" for the top level of a file."""
+def dataclass_from_dict(cls: type, data: dict[str, Any], where: str, flags: frozenset[str] = frozenset()) -> Any:
+    """Instantiate `cls` from a mapping, rejecting unknown keys, values of the wrong basic type and numbers outside
+    a field's bounds (`metadata={"min": 1}`). `where` names the mapping (`file: section`), or ends with ":" for the
+    top level of a file; keys in `flags` came from the command line, and their errors name the flag."""
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping, got {type(data).__name__}")
     known = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - set(known))
     if unknown:
-        raise ConfigError(f"{where.rstrip(':')}: unknown key(s) {unknown}; known: {sorted(known)}")
+        raise ConfigError(f"{where.rstrip(':')}: unknown key(s) {unknown}{did_you_mean(unknown, known)}; "
+                          f"known: {sorted(known)}")  # fmt: skip
     hints = typing.get_type_hints(cls)
     values = {}
     for key, value in data.items():
+        named = flag_name(key) if key in flags else _at(where, key)
         if hints[key] is Path or hints[key] == Path | None:  # a path in YAML is a string
             value = Path(value) if isinstance(value, str) else value
         if not _matches(value, hints[key]):
-            raise ConfigError(f"{_at(where, key)}: expected {_describe(hints[key])}, got {value!r}")
+            raise ConfigError(f"{named}: expected {_describe(hints[key])}, got {value!r}")
+        low, high = known[key].metadata.get("min"), known[key].metadata.get("max")
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            if (low is not None and value < low) or (high is not None and value > high):
+                raise ConfigError(f"{named}: expected {_bounds(known[key])}, got {value!r}")
         values[key] = value
     try:
         return cls(**values)
     except ValueError as error:  # the class's own checks (__post_init__) say what is wrong; say where
         raise ConfigError(f"{where.rstrip(':')}: {error}") from error
+
+
+def did_you_mean(unknown: list[str], known: Any) -> str:
+    """` (did you mean 'grading'?)` for the first unknown name close to a known one, else nothing."""
+    for name in unknown:
+        close = difflib.get_close_matches(name, list(known), n=1)
+        if close:
+            return f" (did you mean {close[0]!r}?)"
+    return ""
+
+
+def flag_name(field_name: str) -> str:
+    """The flag the help shows for a field: `--query-column` for `query_column`."""
+    return "--" + field_name.replace("_", "-")
+
+
+def check_paths(settings: Any, where: str, flags: frozenset[str] = frozenset()) -> None:
+    """Output paths that cannot work, before any model call: an `output_dir` (or `*_dir` output) that is a file,
+    an `output` file that is a folder or sits under a file."""
+    for f, hint in _fields(type(settings)):
+        value = getattr(settings, f.name)
+        if not isinstance(value, Path):
+            continue
+        named = flag_name(f.name) if f.name in flags else _at(where, f.name)
+        if f.name == "output_dir" and value.exists() and not value.is_dir():
+            raise ConfigError(f"{named} {value}: exists and is a file, not a folder; choose a folder")
+        if f.name == "output":
+            if value.is_dir():
+                raise ConfigError(f"{named} {value}: is a folder; give a file name (e.g. {value / 'graded.jsonl'})")
+            parent = next((p for p in value.parents if p.exists()), None)
+            if parent is not None and not parent.is_dir():
+                raise ConfigError(f"{named} {value}: {parent} is a file, not a folder")
 
 
 # --- the command line ---------------------------------------------------------------------------------------------
@@ -93,7 +133,7 @@ def add_config_arguments(
     `trl_types` (e.g. "trl.SFTConfig", imported only when the command runs) are TRL's own dataclasses: their fields
     come as top-level keys and the flags this parser does not know, read by `parse_trl`. `shares_file_with` names
     TRL dataclasses whose top-level keys this command skips (a preset that serves `ruft build` and `ruft train`)."""
-    parser.add_argument("--config", type=Path, metavar="FILE", help="YAML file of settings (flags win over it)")
+    parser.add_argument("--config", type=Path, metavar="FILE", help="YAML file of settings (flags win over it; default: none, the built-in defaults)")
     parser.set_defaults(config_groups=groups, trl_types=list(trl_types), shares_file_with=list(shares_file_with))
     if trl_types:
         parser.epilog = (f"TRL's {' and '.join(trl_types)} fields are accepted too, as top-level keys of --config "
@@ -110,6 +150,8 @@ def _add_field(group, f: dataclasses.Field, hint: Any, doc: str) -> None:
     names = [f"--{f.name}"] + ([f"--{f.name.replace('_', '-')}"] if "_" in f.name else [])
     default = _default(f)
     shown = "" if default is dataclasses.MISSING else f" (default: {default!r})"
+    if _bounds(f):
+        shown += f" ({_bounds(f)})"
     required = " (required)" if default is dataclasses.MISSING else ""
     kwargs: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS, "help": (doc + shown + required).strip()}
     inner, optional = _unwrap_optional(hint)
@@ -146,8 +188,9 @@ def parse_settings(args: argparse.Namespace, *, command: str, trl_defaults: dict
         skipped = {f.name for name in args.shares_file_with for f in dataclasses.fields(_import(name))}
         unknown = [key for key in unknown if key not in skipped]
     if unknown and not trl_types:
-        raise ConfigError(f"{source}: unknown key(s) {unknown} for `rubricrl {command}`; it takes "
-                          f"{sorted(flat_keys)} and the sections {list(SECTIONS)}")  # fmt: skip
+        raise ConfigError(f"{source}: unknown key(s) {unknown} for `rubricrl {command}`"
+                          f"{did_you_mean(unknown, [*flat_keys, *SECTIONS])}; it takes {sorted(flat_keys)} and the "
+                          f"sections {list(SECTIONS)}")  # fmt: skip
     settings = []
     for cls in groups:
         section = getattr(cls, "config_section", None)
@@ -159,6 +202,7 @@ def parse_settings(args: argparse.Namespace, *, command: str, trl_defaults: dict
         if not isinstance(from_file, dict):
             raise ConfigError(f"{where}: expected a mapping, got {type(from_file).__name__}")
         values = dict(from_file)
+        flags = frozenset(f.name for f, _ in _fields(cls) if hasattr(args, f.name))
         for f, hint in _fields(cls):
             if not hasattr(args, f.name):
                 continue
@@ -174,9 +218,11 @@ def parse_settings(args: argparse.Namespace, *, command: str, trl_defaults: dict
             values[f.name] = given
         missing = [f.name for f, _ in _fields(cls) if _default(f) is dataclasses.MISSING and f.name not in values]
         if missing:
-            flags = ", ".join(f"--{name.replace('_', '-')}" for name in missing)
-            raise ConfigError(f"`rubricrl {command}` needs {flags} (or the key(s) {missing} in --config)")
-        settings.append(dataclass_from_dict(cls, values, where))
+            needed = ", ".join(flag_name(name) for name in missing)
+            raise ConfigError(f"`rubricrl {command}` needs {needed} (or the key(s) {missing} in --config)")
+        instance = dataclass_from_dict(cls, values, where, flags)
+        check_paths(instance, where, flags)
+        settings.append(instance)
     if trl_types:
         rest = {k: v for k, v in file.items() if k not in flat_keys}
         settings += parse_trl(trl_types, {**(trl_defaults or {}), **rest}, getattr(args, "trl_argv", []), source=source)
@@ -282,6 +328,14 @@ def _default(f: dataclasses.Field) -> Any:
     if f.default_factory is not dataclasses.MISSING:
         return f.default_factory()
     return dataclasses.MISSING
+
+
+def _bounds(f: dataclasses.Field) -> str:
+    """`at least 1`, `at most 5`, `0 to 1` from a field's metadata, or "" when it has no bounds."""
+    low, high = f.metadata.get("min"), f.metadata.get("max")
+    if low is not None and high is not None:
+        return f"{low} to {high}"
+    return f"at least {low}" if low is not None else f"at most {high}" if high is not None else ""
 
 
 def _unwrap_optional(hint: Any) -> tuple[Any, bool]:

@@ -78,8 +78,10 @@ def iter_queries(
     source, columns = opened.source, opened.columns
     query_key = query_column or (default_query_column(columns) if columns is not None else None)
     if columns is not None and (query_key is None or query_key not in columns):
-        expected = repr(query_column) if query_column else "'prompt' or 'question'"
+        expected = repr(query_column) + " (--query-column)" if query_column else "'prompt' or 'question'"
         raise QueryFileError(f"{source}: no query column {expected}; columns: {', '.join(columns)}")
+    if columns is not None and id_column is not None and id_column not in columns:
+        raise QueryFileError(f"{source}: no id column {id_column!r} (--id-column); columns: {', '.join(columns)}")
     seen: dict[str, str] = {}  # id -> where it first appeared
     total = valid = 0
     first_problem = None
@@ -90,7 +92,7 @@ def iter_queries(
                 raise InvalidRecord(item.problem)
             key = query_column or default_query_column(item.row)  # per row: the reader's one precedence
             if key is None:
-                raise InvalidRecord("no 'prompt' or 'question' key; name the query column with query_column")
+                raise InvalidRecord("no 'prompt' or 'question' key; name the query column with --query-column")
             query = _to_query(item.row, key, id_column)
             _check_new_id(query, item.location, seen)
         except InvalidRecord as problem:
@@ -110,7 +112,9 @@ def iter_queries(
 
 def _to_query(row: dict[str, Any], query_key: str, id_column: str | None) -> Query:
     if query_key not in row:
-        raise InvalidRecord(f"missing query column {query_key!r}")
+        raise InvalidRecord(f"missing query column {query_key!r} (--query-column)")
+    if id_column is not None and id_column not in row:  # a named column must be there; a null id is generated
+        raise InvalidRecord(f"missing id column {id_column!r} (--id-column); keys: {', '.join(row)}")
     messages = conversation(row[query_key], query_key)
     id_key = id_column or id_column_of(row)
     extra = {key: value for key, value in row.items() if key not in (query_key, id_key)}

@@ -1,7 +1,8 @@
 """The one reader for every record a stage consumes (queries, rubric rows, responses): JSONL, Parquet or a saved
 Hugging Face dataset folder, streamed, with errors that name the file, the place and the problem:
-`queries.jsonl: line 3: ...` (JSONL lines count from 1, as an editor shows them) or `rubrics.parquet: row 3: ...`
-(Parquet and dataset rows count from 0, as `pandas.read_parquet(...).iloc[3]` and `Dataset[3]` do).
+`queries.jsonl: line 3: ...` or `rubrics.parquet: row 3: ...`. Every place counts from 1: a JSONL line number is
+the one an editor shows (blank lines counted), a Parquet or dataset row number N is the Nth row
+(`Dataset[N - 1]`, `pandas.read_parquet(...).iloc[N - 1]`).
 
 The conversation of a record, one precedence everywhere: `prompt` when the record has it (text, or chat messages
 ending with a user message, as HealthBench stores them), else `question` (text, as RubricHub's export stores it).
@@ -42,7 +43,7 @@ class InvalidRecord(Exception):
 @dataclass(frozen=True)
 class Record:
     location: str
-    """`line 3` (JSONL) or `row 3` (Parquet, dataset)."""
+    """`line 3` (JSONL) or `row 3` (Parquet, dataset), counting from 1."""
     raw: Any
     """The parsed row, or the raw line text when the line is not a JSON object."""
     row: dict[str, Any] | None = None
@@ -170,7 +171,11 @@ def _open(path: Path) -> tuple[str, list[str] | None, Iterator[Record]]:
     if path.is_dir():
         return _dataset_rows(path)
     if not path.exists():
-        raise RecordFileError(f"{path}: no such file or folder")
+        hint = ""
+        if not path.suffix and len(path.parts) == 2 and not str(path).startswith((".", "/")):
+            hint = (f"; if {str(path)!r} is a Hugging Face Hub dataset, save it first: python -c \"import datasets; "
+                    f"datasets.load_dataset('{path}').save_to_disk('{path.name}')\", then pass the folder {path.name}")
+        raise RecordFileError(f"{path}: no such file or folder{hint}")
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
         try:
@@ -251,7 +256,7 @@ def _pick_split(path: Path, splits: list[str]) -> str:
 
 
 def _table_rows(batches: "Iterable[pa.RecordBatch | pa.Table]") -> Iterator[Record]:
-    index = 0
+    index = 1  # rows count from 1, as JSONL lines do: one convention in every message
     for batch in batches:
         for row in batch.to_pylist():
             yield Record(f"row {index}", row, row=row)

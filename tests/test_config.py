@@ -176,3 +176,36 @@ def test_a_training_command_takes_our_sections_and_trl_fields_from_one_file_and_
     paths, knobs, sft, model = parse_settings(args, command="test")
     assert (paths.input, knobs.samples, sft.learning_rate, model.lora_r, sft.use_cpu) == (Path("data"), 3, 1e-5, 8, True)
     assert "SFTConfig" in parser.epilog
+
+
+@dataclass
+class Outputs:
+    output_dir: Path
+    output: Path | None = None
+    limit: int | None = field(default=None, metadata={"min": 0})
+    share: float = field(default=0.5, metadata={"min": 0, "max": 1})
+
+
+def test_bounds_and_output_paths_are_one_line_errors_naming_the_flag_or_key(tmp_path):
+    """Values that would hang, traceback or write into the wrong place are refused before any work: the message names
+    the flag when the command line set the value, the file and key when the config did."""
+    groups = (Outputs,)
+    assert parse(["--output-dir", str(tmp_path), "--limit", "0"], tmp_path, groups=groups)[0].limit == 0
+    with pytest.raises(ConfigError, match=r"^--limit: expected at least 0, got -1$"):
+        parse(["--output-dir", str(tmp_path), "--limit", "-1"], tmp_path, groups=groups)
+    with pytest.raises(ConfigError, match=r"c.yaml: share: expected 0 to 1, got 1.5$"):
+        parse(["--output-dir", str(tmp_path)], tmp_path, {"share": 1.5}, groups=groups)
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(ConfigError, match=r"--output-dir .*a-file: exists and is a file, not a folder"):
+        parse(["--output-dir", str(tmp_path / "a-file")], tmp_path, groups=groups)
+    with pytest.raises(ConfigError, match=r"--output .*: is a folder; give a file name"):
+        parse(["--output-dir", str(tmp_path), "--output", str(tmp_path)], tmp_path, groups=groups)
+    with pytest.raises(ConfigError, match=r"--output .*a-file/g.jsonl: .*a-file is a file, not a folder"):
+        parse(["--output-dir", str(tmp_path), "--output", str(tmp_path / "a-file" / "g.jsonl")], tmp_path, groups=groups)
+
+
+def test_a_misspelt_section_or_key_is_named_with_a_suggestion(tmp_path):
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['knbos'\] for `rubricrl test` \(did you mean 'knobs'\?\)"):
+        parse(["--input", "q"], tmp_path, {"knbos": {"mode": "b"}})
+    with pytest.raises(ConfigError, match=r"c.yaml: knobs: unknown key\(s\) \['samples_'\] \(did you mean 'samples'\?\)"):
+        parse(["--input", "q"], tmp_path, {"knobs": {"samples_": 2}})

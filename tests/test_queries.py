@@ -88,9 +88,9 @@ def test_saved_dataset_bad_row_names_row_and_split(tmp_path):
     bad = datasets.Dataset.from_list([{"question": "Fine?"}, {"question": "  "}])
     bad.save_to_disk(tmp_path / "ds")
     datasets.DatasetDict({"train": bad}).save_to_disk(tmp_path / "dd")
-    with pytest.raises(QueryFileError, match=located(tmp_path / "ds", "row 1") + "'question' is empty"):
+    with pytest.raises(QueryFileError, match=located(tmp_path / "ds", "row 2") + "'question' is empty"):
         read_queries(tmp_path / "ds")
-    with pytest.raises(QueryFileError, match=located(f"{tmp_path / 'dd'} (split 'train')", "row 1")):
+    with pytest.raises(QueryFileError, match=located(f"{tmp_path / 'dd'} (split 'train')", "row 2")):
         read_queries(tmp_path / "dd")
 
 
@@ -187,7 +187,7 @@ def test_duplicate_int_and_string_ids_collide(tmp_path):
 
 def test_identical_queries_without_ids_are_duplicates(tmp_path):
     path = write_parquet(tmp_path / "q.parquet", [{"question": "Same?"}, {"question": "Other?"}, {"question": "Same?"}])
-    with pytest.raises(QueryFileError, match=located(path, "row 2") + r"duplicate query: the same content as row 0"):
+    with pytest.raises(QueryFileError, match=located(path, "row 3") + r"duplicate query: the same content as row 1"):
         read_queries(path)
 
 
@@ -234,14 +234,14 @@ def test_bad_jsonl_line_names_file_line_and_problem(tmp_path, line, problem):
 ])  # fmt: skip
 def test_bad_parquet_row_names_file_row_and_problem(tmp_path, value, problem):
     path = write_parquet(tmp_path / "q.parquet", [{"question": "Fine?"}, {"question": "Fine too?"}, {"question": value}])
-    with pytest.raises(QueryFileError, match=located(path, "row 2") + problem):
+    with pytest.raises(QueryFileError, match=located(path, "row 3") + problem):
         read_queries(path)
 
 
 def test_bad_parquet_message_list(tmp_path):
     rows = [{"prompt": CHAT}, {"prompt": CHAT[:3]}]
     path = write_parquet(tmp_path / "q.parquet", rows)
-    with pytest.raises(QueryFileError, match=located(path, "row 1") + r"prompt\[2\]: the last message is from 'assistant'"):
+    with pytest.raises(QueryFileError, match=located(path, "row 2") + r"prompt\[2\]: the last message is from 'assistant'"):
         read_queries(path)
 
 
@@ -265,7 +265,26 @@ def test_a_named_query_column_is_required_in_every_row(tmp_path):
         read_queries(path, query_column="text")
 
 
-@pytest.mark.parametrize("column, expected", [(None, "'prompt' or 'question'"), ("text", "'text'")])
+def test_a_named_id_column_must_exist(tmp_path):
+    """--id-column names a column: absent, it is an error (it was silently ignored and ids were generated)."""
+    path = write_jsonl(tmp_path / "ok.jsonl", [{"key": "a", "prompt": "P?"}, {"key": None, "prompt": "Q?"}])
+    assert [q.id for q in read_queries(path, id_column="key").queries] == ["a", generated_id([{"role": "user", "content": "Q?"}])]
+    path = write_jsonl(tmp_path / "q.jsonl", [{"key": "a", "prompt": "P?"}, {"prompt": "Q?"}])
+    with pytest.raises(QueryFileError, match=located(path, "line 2") + r"missing id column 'key' \(--id-column\)"):
+        read_queries(path, id_column="key")
+    parquet = write_parquet(tmp_path / "q.parquet", [{"id": "a", "prompt": "Q?"}])
+    with pytest.raises(QueryFileError, match=re.escape(f"{parquet}: no id column 'nope' (--id-column); columns: id, prompt")):
+        read_queries(parquet, id_column="nope")
+
+
+def test_a_hub_name_says_how_to_use_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(QueryFileError, match=r"openai/healthbench: no such file or folder; if 'openai/healthbench' is a "
+                       r"Hugging Face Hub dataset, save it first: .*save_to_disk\('healthbench'\)"):
+        read_queries("openai/healthbench")
+
+
+@pytest.mark.parametrize("column, expected", [(None, "'prompt' or 'question'"), ("text", "'text' (--query-column)")])
 def test_parquet_without_the_query_column(tmp_path, column, expected):
     path = write_parquet(tmp_path / "q.parquet", [{"id": "a", "body": "Q?"}])
     with pytest.raises(QueryFileError, match=re.escape(f"{path}: no query column {expected}; columns: id, body")):
@@ -341,7 +360,7 @@ def test_streaming_rejects_go_to_a_callback(tmp_path):
         queries = list(iter_queries(path, on_reject=lambda r: f.write(r.to_json() + "\n")))
     assert [q.question for q in queries] == ["A?", "B?"]
     (line,) = (tmp_path / "rejected.jsonl").read_text().splitlines()
-    assert json.loads(line) == {"location": f"{path}: row 1", "reason": "'question' is empty", "row": {"question": ""}}
+    assert json.loads(line) == {"location": f"{path}: row 2", "reason": "'question' is empty", "row": {"question": ""}}
 
 
 def test_no_valid_rows_is_fatal_when_skipping(tmp_path):

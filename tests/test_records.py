@@ -85,6 +85,6 @@ def test_errors_name_the_file_and_line_or_row(tmp_path):
     parquet = tmp_path / "rubrics.parquet"
     pq.write_table(pa.Table.from_pylist([{"id": "a", "prompt": [{"role": "assistant", "content": "hi"}],
                                           "rubrics": RUBRIC}]), parquet)  # fmt: skip
-    with pytest.raises(RubricError, match=f"{parquet}: row 0: prompt\\[0\\]: the last message is from 'assistant'"):
+    with pytest.raises(RubricError, match=f"{parquet}: row 1: prompt\\[0\\]: the last message is from 'assistant'"):
         load_rubric_rows(parquet)
-    assert [where for where, _ in iter_rows(tmp_path / "rubrics.parquet")] == [f"{parquet}: row 0"]
+    assert [where for where, _ in iter_rows(tmp_path / "rubrics.parquet")] == [f"{parquet}: row 1"]
