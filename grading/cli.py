@@ -3,16 +3,18 @@
 import argparse
 import asyncio
 import json
+import os
 import sys
 from dataclasses import dataclass, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal
 
 from tqdm.asyncio import tqdm_asyncio
 
-from grading.dataset import RubricRow, load_responses, load_rubric_rows
+from grading.dataset import RubricRow, check_references, load_responses, load_rubric_rows
 from grading.grader import GradeItem, Grader, GradingConfig
-from grading.report import build_report, format_report
+from grading.report import build_report, first_judge_error, format_report, provenance
 from grading.rubric import RubricError
 from rubricrl.config import ConfigError, add_config_arguments, config_source, parse_settings, resolved, write_resolved
 from rubricrl.llm import LLMError, LLMSession, LLMSettings, open_llm
@@ -29,7 +31,8 @@ class GradeArgs:
     responses: Path
     """Responses to grade: {id, response} per row, ids as in the rubric file."""
     output: Path
-    """Graded JSONL to write (its settings go beside it, in <name>.config.yaml)."""
+    """Graded JSONL (*.jsonl) to write, each record with its provenance (judge, files, time); its settings go
+    beside it, in <name>.config.yaml."""
     rar_pitfalls: Pitfalls = "auto"
     """RaR rubrics: whether pitfall texts name the mistake or what to avoid (grading/rar.py)."""
 
@@ -47,7 +50,8 @@ class EvalArgs:
     responses: Path | None = None
     """Grade these {id, response} rows instead of generating."""
     graded: Path | None = None
-    """Recompute the report from a graded JSONL, without a judge call."""
+    """Recompute the report from a graded JSONL, without a judge call (into a folder other than the run that
+    wrote it, whose settings stay)."""
     rar_pitfalls: Pitfalls = "auto"
     """RaR rubrics: whether pitfall texts name the mistake or what to avoid (grading/rar.py)."""
 
@@ -72,7 +76,13 @@ def run_grade(args: argparse.Namespace) -> int:
     settings = parse_settings(args, command="grade")
     grade, config, llm = settings
     rows = load_rubric_rows(grade.rubrics, grade.rar_pitfalls)
-    pairs = load_responses(grade.responses, set(rows))  # checked before any call
+    pairs = load_responses(grade.responses, set(rows), grade.rubrics)  # checked before any call
+    check_references(config.mode, grade.rubrics, [rows[i] for i, _ in pairs])
+    check_not_an_input(grade.output, "--output", {"--rubrics": grade.rubrics, "--responses": grade.responses})
+    if grade.output.suffix.lower() != ".jsonl":
+        raise ConfigError(f"--output {grade.output}: graded records are JSONL; name the file *.jsonl "
+                          "(`eval --graded` and `rubricrl report` know a file by its extension)")  # fmt: skip
+    make_folder(grade.output.parent, f"--output {grade.output}")
 
     async def grade_all(session: LLMSession):
         async with session.client() as client:
@@ -80,37 +90,51 @@ def run_grade(args: argparse.Namespace) -> int:
 
     with open_llm(llm, [config.judge_role], source=config_source(args), cpu_budgets=config.cpu_max_tokens()) as session:
         records = asyncio.run(grade_all(session))
+    records = with_provenance(records, rubrics=grade.rubrics, responses=grade.responses)
     write_jsonl(grade.output, records)
     write_resolved(grade.output.with_name(grade.output.stem + ".config.yaml"), resolved(settings))
-    print(format_report(build_report(records, min_coverage=config.min_coverage,
-                                     undecided_penalty=config.undecided_penalty)))  # fmt: skip
+    report = build_report(records, min_coverage=config.min_coverage, undecided_penalty=config.undecided_penalty)
+    print(format_report(report))
     _print_budgets(session)
     print(f"wrote {len(records)} graded records to {grade.output}", file=sys.stderr)
-    return 0
+    return failure_status(report, records, config)
 
 
 def run_eval(args: argparse.Namespace) -> int:
     settings = parse_settings(args, command="eval")
     evaluate, config, llm = settings
-    evaluate.output_dir.mkdir(parents=True, exist_ok=True)
-    write_resolved(evaluate.output_dir / "config.yaml", resolved(settings))
+    graded_file = evaluate.output_dir / "graded.jsonl"
     if evaluate.graded:
+        here = evaluate.graded.resolve().parent == evaluate.output_dir.resolve()
+        if here and (evaluate.output_dir / "config.yaml").exists():  # the settings of the run that graded: kept
+            raise ConfigError(f"--output-dir {evaluate.output_dir}: it holds the run that wrote --graded "
+                              f"{evaluate.graded}, whose config.yaml and report.json this would replace; "
+                              "choose another --output-dir")  # fmt: skip
         records = read_graded(evaluate.graded)
     else:
+        inputs = {"--rubrics": evaluate.rubrics, "--responses": evaluate.responses}
+        check_not_an_input(graded_file, "--output-dir", inputs)
+    make_folder(evaluate.output_dir, f"--output-dir {evaluate.output_dir}")
+    write_resolved(evaluate.output_dir / "config.yaml", resolved(settings))
+    if not evaluate.graded:
         records = generate_and_grade(evaluate, config, llm, config_source(args))
-        write_jsonl(evaluate.output_dir / "graded.jsonl", records)
+        write_jsonl(graded_file, records)
     report = build_report(records, min_coverage=config.min_coverage, undecided_penalty=config.undecided_penalty)
+    report["provenance"] = provenance(records)
     (evaluate.output_dir / "report.json").write_text(json.dumps(report, indent=2))
     print(format_report(report))
     print(f"report: {evaluate.output_dir / 'report.json'}", file=sys.stderr)
-    return 0
+    return 0 if evaluate.graded else failure_status(report, records, config)  # --graded made no call to judge
 
 
 def generate_and_grade(evaluate: EvalArgs, config: GradingConfig, llm: LLMSettings, source: str) -> list[dict]:
-    """Generate one response per prompt with the policy role (unless responses are given), then grade."""
+    """Generate one response per prompt with the policy role (unless responses are given), then grade; the
+    records carry their provenance."""
     rows = load_rubric_rows(evaluate.rubrics, evaluate.rar_pitfalls)
-    given = load_responses(evaluate.responses, set(rows)) if evaluate.responses else None  # checked before any call
-    names = [config.judge_role] if given is not None else [config.judge_role, "policy"]
+    given = load_responses(evaluate.responses, set(rows), evaluate.rubrics) if evaluate.responses else None
+    to_grade = [rows[i] for i, _ in given] if given is not None else list(rows.values())
+    check_references(config.mode, evaluate.rubrics, to_grade)
+    names = [config.judge_role] if given is not None else [config.judge_role, "policy"]  # all checked: now call
     if evaluate.policy:
         if config.judge_role == "policy":
             raise ConfigError("the judge role cannot be named 'policy' when --policy sets the policy model")
@@ -143,7 +167,54 @@ def generate_and_grade(evaluate: EvalArgs, config: GradingConfig, llm: LLMSettin
     with open_llm(llm, names, source=source, cpu_budgets=config.cpu_max_tokens()) as session:  # policy: the default
         records = asyncio.run(run(session))
     _print_budgets(session)
-    return records
+    policy_model = session.roles["policy"].model if given is None else None
+    return with_provenance(records, rubrics=evaluate.rubrics, responses=evaluate.responses, policy_model=policy_model)
+
+
+def check_not_an_input(output: Path, flag: str, inputs: dict[str, Path | None]) -> None:
+    """An output file that is one of the inputs would be replaced by what is read from it: refused."""
+    for name, path in inputs.items():
+        if path is not None and output.resolve() == path.resolve():
+            raise ConfigError(f"{flag}: {output} is the {name} file, which writing the graded records would replace")
+
+
+def make_folder(folder: Path, named: str) -> None:
+    """The output's folder, made now: one that cannot be made or written to fails before any call, not after."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(f"{named}: cannot make the folder {folder}: {error.strerror}") from None
+    if not os.access(folder, os.W_OK):
+        raise ConfigError(f"{named}: the folder {folder} is not writable")
+
+
+def with_provenance(records: list[dict], *, rubrics: Path, responses: Path | None = None,
+                    policy_model: str | None = None) -> list[dict]:  # fmt: skip
+    """Each record with what graded it besides the judge (its `judge` block): the rubric and responses files
+    (absolute: a report read elsewhere still names them) or the policy model, and when (see report.PROVENANCE_KEYS).
+    In every record rather than in a file beside them, so that a graded file copied, concatenated or read by
+    `eval --graded` keeps it."""
+    stamp = {"rubrics": str(rubrics.resolve()), "responses": str(responses.resolve()) if responses else None,
+             "policy_model": policy_model,
+             "graded_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}  # fmt: skip
+    return [{**record, "provenance": stamp} for record in records]
+
+
+def failure_status(report: dict, records: list[dict], config: GradingConfig) -> int:
+    """0, or 1 with one line on stderr when judge decisions (or policy calls) failed beyond max_failure_rate:
+    a run that graded little must not pass for a result in a script. What was graded is written all the same."""
+    limit = config.max_failure_rate
+    policy_rate = report["policy_failures"] / report["examples"] if report["examples"] else 0.0
+    if report["judge_failure_rate"] > limit:
+        what, rate, first = "judge", report["judge_failure_rate"], first_judge_error(records)
+    elif policy_rate > limit:
+        what, rate, first = "policy", policy_rate, next(r["policy_error"] for r in records if r.get("policy_error"))
+    else:
+        return 0
+    error = f"; first {what} error: {' '.join(first.split())}" if first else " (tied votes, no call failed)"
+    print(f"rubricrl: error: {what} failure rate {rate:.1%} is above max_failure_rate {limit:g} (set it with "
+          f"--max-failure-rate or grading.max_failure_rate in --config){error}", file=sys.stderr)  # fmt: skip
+    return 1
 
 
 async def grade_pairs(grader: Grader, rows: dict[str, RubricRow], pairs: list[tuple[str, str]]) -> list[dict]:
@@ -163,6 +234,8 @@ def read_graded(path: Path) -> list[dict]:
                                                      and "met" in v for v in verdicts):  # fmt: skip
             raise RubricError(f"{where}: not a graded record: needs 'verdicts', each with integer 'points' and 'met'")
         records.append(record)
+    if not records:
+        raise RubricError(f"{path}: no graded records")
     return records
 
 

@@ -25,6 +25,8 @@ class RubricRow:
     """A reference answer (RaR's `reference_answer`), for reference-based judging."""
     ideal_completion: str | None = None
     """HealthBench's physician-written ideal completion, where the example has one."""
+    where: str = ""
+    """`file: line N` or `file: row N`, for messages."""
 
 
 def load_rubric_rows(path: str | Path, rar_pitfalls: PitfallConvention = "auto") -> dict[str, RubricRow]:
@@ -54,6 +56,7 @@ def iter_rubric_rows(path: str | Path, rar_pitfalls: PitfallConvention = "auto")
             rubric=rubric_from_items(_rubric_items(record, where, rar_pitfalls), where, record.get("example_tags") or ()),
             reference=record.get("reference_answer"),
             ideal_completion=ideal.get("ideal_completion") if isinstance(ideal, dict) else None,
+            where=where,
         )
     if not seen:
         raise RubricError(f"{path}: no rows")
@@ -73,15 +76,38 @@ def _conversation(record: dict, where: str) -> list[dict[str, str]]:
         raise RubricError(f"{where}: {problem}") from None
 
 
-def load_responses(path: str | Path, known_ids: set[str]) -> list[tuple[str, str]]:
-    """(id, response) pairs of a JSONL file; every id must name a rubric row."""
+def check_references(mode: str, rubrics: str | Path, graded: list[RubricRow]) -> None:
+    """reference_likert rates each response against its row's reference answer: rows it would grade without one
+    are refused before any call (the grader would fail on the first of them, mid-run)."""
+    if mode != "reference_likert":
+        return
+    missing = list({row.id: row for row in graded if not (isinstance(row.reference, str) and row.reference.strip())}
+                   .values())  # fmt: skip
+    if missing:
+        first = ", ".join(f"{row.where.rpartition(': ')[2]} (id {row.id!r})" for row in missing[:3])
+        more = ", ..." if len(missing) > 3 else ""
+        raise RubricError(f"{rubrics}: --mode reference_likert needs a reference answer ('reference_answer') in "
+                          f"each row it grades; {len(missing)} of {len({r.id for r in graded})} have none: "
+                          f"{first}{more}")  # fmt: skip
+
+
+def load_responses(
+    path: str | Path, known_ids: set[str], rubrics: str | Path = "the rubric file"
+) -> list[tuple[str, str]]:
+    """(id, response) pairs of a record file (JSONL, Parquet, saved dataset); every id must name a rubric row of
+    `rubrics` (named in the message), and a file without rows is an error."""
     path = Path(path)
     pairs = []
     for where, record in iter_rows(path):
         if not isinstance(record.get("response"), str):
             raise RubricError(f"{where}: needs a string 'response'")
-        row_id = str(record["id"]) if isinstance(record.get("id"), int) else record.get("id")  # as record_id reads it
+        if record.get("id") is None:
+            raise RubricError(f"{where}: needs an 'id' (the id of its row in {rubrics})")
+        row_id = str(record["id"]) if isinstance(record["id"], int) else record["id"]  # as record_id reads it
         if row_id not in known_ids:
-            raise RubricError(f"{where}: id {record.get('id')!r} is not in the rubric file")
+            like = ", ".join(repr(i) for i in sorted(known_ids)[:2])
+            raise RubricError(f"{where}: id {record['id']!r} is not in {rubrics} (its ids are like {like})")
         pairs.append((row_id, record["response"]))
+    if not pairs:
+        raise RubricError(f"{path}: no responses")
     return pairs

@@ -53,6 +53,11 @@ class GradingConfig:
     judge_prompt: str | None = None
     """A prompt file replacing the mode's default judge prompt (grading/prompts/); its placeholders must be
     those of the default."""
+    max_failure_rate: float = 0.1
+    """`grade` and `eval`: exit 1 (after writing what was graded) when more than this share of judge decisions
+    (verdicts, or ratings) failed, or of policy calls. The client has already retried transient errors, so what
+    still fails is mostly systematic (endpoint, model, max_tokens); past a tenth, scores rest on the criteria the
+    judge manages and are biased, while min_coverage (0.8) still scores most examples and hides it. 1: never."""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -61,6 +66,8 @@ class GradingConfig:
             raise ValueError("samples and chunk_size must be at least 1")
         if not 0.0 <= self.min_coverage <= 1.0:
             raise ValueError(f"min_coverage must be within [0, 1], got {self.min_coverage}")
+        if not 0.0 <= self.max_failure_rate <= 1.0:
+            raise ValueError(f"max_failure_rate must be within [0, 1], got {self.max_failure_rate}")
         if self.undecided_penalty not in UNDECIDED_PENALTY:
             raise ValueError(f"undecided_penalty {self.undecided_penalty!r} is not one of {list(UNDECIDED_PENALTY)}")
         judge_prompt(self)  # a missing file or wrong placeholders: said now, before any server starts or call is paid

@@ -8,6 +8,10 @@ from typing import Any
 from grading.rubric import Criterion, Rubric
 from grading.scores import DEFAULT_MIN_COVERAGE, UndecidedPenalty, aggregate, tag_scores
 
+PROVENANCE_KEYS = ("rubrics", "responses", "policy_model", "graded_at")
+"""A graded record's `provenance` block (grading/cli.py writes it): rubric file, responses file (or null where
+the policy answered), policy model (or null where responses were given), and when it was graded (UTC, ISO 8601)."""
+
 
 def example_metrics(
     record: dict[str, Any], *, min_coverage: float = DEFAULT_MIN_COVERAGE,
@@ -40,27 +44,70 @@ def build_report(
         metrics[name] = stats["value"]
         metrics[f"{name}:n_samples"] = stats["n_samples"]
         metrics[f"{name}:bootstrap_std"] = stats["bootstrap_std"]
-    verdicts = [v for r in records for v in r.get("verdicts") or () if v.get("source") != "none"]
+    decisions = [judge_decisions(r) for r in records]
+    asked, failed = sum(a for a, _ in decisions), sum(f for _, f in decisions)
     return {
         "metrics": metrics,
         "examples": len(records),
         "unscored_examples": sum("overall_score" not in m for m in per_example),
-        "judge_failure_rate": sum(v["met"] is None for v in verdicts) / len(verdicts) if verdicts else 0.0,
+        "judge_failure_rate": failed / asked if asked else 0.0,
+        "policy_failures": sum(bool(r.get("policy_error")) for r in records),
         "integrity_flagged": sum(bool(r.get("integrity_flag")) for r in records),
         "min_coverage": min_coverage,
         "undecided_penalty": undecided_penalty,
     }
 
 
+def judge_decisions(record: dict[str, Any]) -> tuple[int, int]:
+    """(decisions asked of the judge, those it did not give) in one graded record: one per criterion the judge
+    graded (rule checks are not the judge's), or one rating in the rating modes; none for a response flagged by
+    the integrity check or a failed policy call. Not given: a failed call or a tied vote."""
+    verdicts = record.get("verdicts") or []
+    if verdicts:
+        judged = [v for v in verdicts if v.get("source") not in ("none", "rule")]
+        return len(judged), sum(v["met"] is None for v in judged)
+    if record.get("integrity_flag") or record.get("policy_error") or "rating" not in record:
+        return 0, 0
+    return 1, int(record["rating"] is None)
+
+
+def first_judge_error(records: Sequence[dict[str, Any]]) -> str | None:
+    """The first recorded judge failure (`judge failed: ...`), the likeliest clue to what went wrong."""
+    for record in records:
+        for text in [v.get("explanation") for v in record.get("verdicts") or ()] + [record.get("explanation")]:
+            if isinstance(text, str) and text.startswith("judge failed"):
+                return text
+    return None
+
+
+def provenance(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """What the graded records say produced them: the judge model and mode (each record's `judge`), the rubric
+    and responses files or the policy model, and when they were graded (each record's `provenance`). A value the
+    records agree on is given as such, several as a sorted list, none (records written before provenance was
+    recorded, or a hand-made file) as null. Read from the records alone, so a report recomputed with
+    `eval --graded` states the same provenance as the run that graded them."""
+
+    def values(block: str, key: str) -> Any:
+        found = sorted({str(r[block][key]) for r in records
+                        if isinstance(r.get(block), dict) and r[block].get(key) is not None})  # fmt: skip
+        return None if not found else found[0] if len(found) == 1 else found
+
+    return {"judge_model": values("judge", "judge_model"), "mode": values("judge", "mode"),
+            **{key: values("provenance", key) for key in PROVENANCE_KEYS}}  # fmt: skip
+
+
 def format_report(report: dict) -> str:
-    """A table: overall first, then axes, themes and other tags, each with n and bootstrap std."""
+    """A table: overall first, then axes, themes and other tags, each with n and bootstrap std. Names are never
+    cut: two long tags that share a prefix must stay apart."""
     metrics = report["metrics"]
     names = [n for n in metrics if ":n_samples" not in n and ":bootstrap_std" not in n]
     order = sorted(names, key=lambda n: (n != "overall_score", not n.startswith("axis:"), n))
-    lines = [f"{'metric':44}{'score':>8}{'n':>6}{'± std':>9}"]
+    width = max([42, *map(len, names)]) + 2
+    lines = [f"{'metric':{width}}{'score':>8}{'n':>6}{'± std':>9}"]
     for name in order:
-        lines.append(f"{name[:44]:44}{metrics[name]:8.3f}{metrics[name + ':n_samples']:6d}"
+        lines.append(f"{name:{width}}{metrics[name]:8.3f}{metrics[name + ':n_samples']:6d}"
                      f"{metrics[name + ':bootstrap_std']:9.3f}")  # fmt: skip
-    lines.append(f"{report['examples']} examples, {report['unscored_examples']} unscored, judge failure rate "
+    policy = f" ({report['policy_failures']} policy calls failed)" if report.get("policy_failures") else ""
+    lines.append(f"{report['examples']} examples, {report['unscored_examples']} unscored{policy}, judge failure rate "
                  f"{report['judge_failure_rate']:.1%}, {report['integrity_flagged']} flagged by the integrity check")  # fmt: skip
     return "\n".join(lines)

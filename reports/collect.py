@@ -76,13 +76,16 @@ def read_eval(folder: Folder, max_examples: int) -> None:
     folder.scores = [m["overall_score"] for m in metrics if "overall_score" in m]
     folder.scores_label = "score per example"
     shown = list(zip(records, metrics))[:max_examples]
-    rows = rubric_rows(config.get("rubrics"), path, {r["id"] for r, _ in shown if "id" in r}, folder.notes)
+    # What the graded records say made them (an `eval --graded` folder's config.yaml names no policy or rubrics).
+    made_by = report.get("provenance") or {}
+    rubrics = made_by.get("rubrics") if isinstance(made_by.get("rubrics"), str) else config.get("rubrics")
+    rows = rubric_rows(rubrics, path, {r["id"] for r, _ in shown if "id" in r}, folder.notes)
     folder.examples = [graded_example(r, m.get("overall_score"), rows.get(r.get("id"))) for r, m in shown]
     folder.examples_total, folder.examples_source = len(records), graded.name if graded else ""
     recorded = next((r["judge"] for r in records if isinstance(r.get("judge"), dict)), {})
     folder.facts = facts.present({
-        "policy": facts.policy(config),
-        "rubrics": config.get("rubrics"),
+        "policy": made_by.get("policy_model") or facts.policy(config),
+        "rubrics": rubrics,
         "judge": facts.judge(config, recorded),
         "examples": f"{report.get('examples')} ({report.get('unscored_examples')} unscored, "
                     f"{report.get('integrity_flagged', 0)} flagged by the integrity check)",

@@ -52,11 +52,10 @@ class RurlConfig:
     run out, the kept groups are repeated to fill the batch (logged); when no group at all was kept, training stops
     after saving a checkpoint."""
 
-    max_failure_rate: float = 0.3
-    """Judge-failure guard: when the share of unscored completions over the last failure_window steps exceeds
-    this, training stops after saving a checkpoint, instead of optimising on noise. 1 turns the guard off."""
     failure_window: int = 5
-    """Steps the judge-failure rate is averaged over."""
+    """Judge-failure guard: when the share of unscored completions over the last failure_window generation
+    batches exceeds grading.max_failure_rate (the limit grade and eval use too), training stops after saving a
+    checkpoint, instead of optimising on noise."""
 
     overlong_buffer: int = 0
     """DAPO's soft overlong penalty: the last this many tokens before max_completion_length cost a linearly growing
@@ -76,7 +75,7 @@ class RurlConfig:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.eval_max_examples < 1 or self.failure_window < 1:
             raise ValueError("eval_max_examples and failure_window must be at least 1")
-        for name in ("max_failure_rate", "dynamic_std_threshold", "prefilter_min_std"):
+        for name in ("dynamic_std_threshold", "prefilter_min_std"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be within [0, 1], got {getattr(self, name)}")
         low_high = self.prefilter_mean_range

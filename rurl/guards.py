@@ -40,7 +40,7 @@ class StopOnJudgeFailures(TrainerCallback):
         if self.max_rate < 1.0 and self.monitor.batches and self.monitor.rate > self.max_rate:
             batches = len(self.monitor.batches)
             self.reason = (f"judge-failure guard: {self.monitor.rate:.0%} of the completions of the last {batches} "
-                           f"generation batch(es) got no score (limit rurl.max_failure_rate = {self.max_rate:.0%}): "
+                           f"generation batch(es) got no score (limit grading.max_failure_rate = {self.max_rate:.0%}): "
                            "is the judge up and answering the verdict format? (rubric/judge_failure_rate in the "
                            "logs)")  # fmt: skip
             control.should_save = True

@@ -166,7 +166,7 @@ def train(train_args: TrainArgs, rurl: RurlConfig, grading: GradingConfig, grpo:
             )  # fmt: skip
         except OSError as error:  # transformers: not on the Hub, offline, no weights in the folder
             raise ConfigError(f"model_name_or_path {model.model_name_or_path}: cannot load: {error}") from None
-        guard, requested = StopOnJudgeFailures(monitor, rurl.max_failure_rate), StopOnRequest(trainer)
+        guard, requested = StopOnJudgeFailures(monitor, grading.max_failure_rate), StopOnRequest(trainer)
         for callback in (guard, requested):
             trainer.add_callback(callback)
         evaluation = None

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from grading.dataset import load_rubric_rows
-from grading.report import build_report
+from grading.report import build_report, format_report, judge_decisions, provenance
 from grading.rubric import RubricError, rubric_from_items
 from grading.scores import aggregate, bootstrap_std, explicit_score, tag_scores, training_reward
 from rubricrl.errors import UserError
@@ -125,6 +125,42 @@ def test_report_from_a_graded_record_with_an_undecided_penalty():
     assert report["unscored_examples"] == 0 and report["undecided_penalty"] == "met"
     assert report["metrics"]["overall_score"] == pytest.approx((0.5 + 0.6) / 2)
     assert report["metrics"]["theme:hedging"] == pytest.approx(0.5)
+
+
+def test_the_report_table_never_cuts_a_metric_name():
+    # HealthBench tags that were cut to the same 44 characters, and printed as two rows of one name
+    tags = ["cluster:communication_not-health-professional_accuracy_completeness",
+            "cluster:communication_not-health-professional_tailored"]  # fmt: skip
+    verdicts = [{"criterion": "c", "points": 1, "tags": [], "met": True, "source": "judge"}]
+    records = [{"id": "x", "verdicts": verdicts, "example_tags": [tags[0]]},
+               {"id": "y", "verdicts": [{**verdicts[0], "met": False}], "example_tags": [tags[1]]}]  # fmt: skip
+    lines = format_report(build_report(records)).splitlines()
+    rows = {line.split()[0]: line.split()[1] for line in lines[1:-1]}
+    assert rows == {"overall_score": "0.500", tags[0]: "1.000", tags[1]: "0.000"}
+    assert len({len(line) for line in lines[:-1]}) == 1  # the columns line up under the header
+
+
+def test_the_judge_failure_rate_counts_judge_decisions_only():
+    judged = {"criterion": "c", "points": 5, "tags": [], "explanation": "", "source": "judge"}
+    records = [
+        {"verdicts": [{**judged, "met": None}, {**judged, "met": True}, {**judged, "met": True, "source": "rule"}]},
+        {"verdicts": [], "rating": None, "explanation": "judge failed: no JSON"},  # a rating mode: one decision
+        {"verdicts": [], "rating": 7.0},
+        {"verdicts": [{**judged, "met": None, "source": "none"}], "integrity_flag": "addresses the grader"},
+        {"verdicts": [], "policy_error": "503"},  # no answer: nothing for the judge
+    ]  # fmt: skip
+    assert [judge_decisions(r) for r in records] == [(2, 1), (1, 1), (1, 0), (0, 0), (0, 0)]
+    report = build_report(records)
+    assert report["judge_failure_rate"] == pytest.approx(2 / 4) and report["policy_failures"] == 1
+
+
+def test_provenance_is_what_the_records_agree_on():
+    stamp = {"rubrics": "/r.jsonl", "responses": None, "policy_model": "p", "graded_at": "2025-01-01T00:00:00+00:00"}
+    records = [{"judge": {"judge_model": "j1", "mode": "batched"}, "provenance": stamp},
+               {"judge": {"judge_model": "j2", "mode": "batched"}, "provenance": stamp},
+               {"policy_error": "503", "provenance": stamp}]  # fmt: skip
+    assert provenance(records) == {"judge_model": ["j1", "j2"], "mode": "batched", "rubrics": "/r.jsonl",
+                                   "responses": None, "policy_model": "p", "graded_at": stamp["graded_at"]}  # fmt: skip
 
 
 def simple_evals_metrics(example, met):
