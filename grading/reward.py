@@ -141,9 +141,10 @@ def batch_stats(graded: list, rubrics: list[Rubric], rewards: list[float | None]
         for v in g.verdicts:
             if v.source == "none":
                 continue
-            verdicts += 1
+            if v.source != "rule":  # the failure rate counts the judge's decisions, as grade/eval report it
+                verdicts += 1
+                failed += v.met is None
             if v.met is None:
-                failed += 1
                 continue
             category = by_text[v.criterion].category if v.criterion in by_text else None
             for key in ("criteria_pass_rate", *(f"tag/{t}" for t in v.tags),

@@ -189,13 +189,14 @@ def test_batch_statistics_by_hand():
     class Graded:
         def __init__(self, met_a, met_b, flag=None):
             self.verdicts = [Verdict("A", 3, ("axis:accuracy",), met_a, "", "judge"),
-                             Verdict("B", 1, ("axis:accuracy", "theme:x"), met_b, "", "judge")]  # fmt: skip
+                             Verdict("B", 1, ("axis:accuracy", "theme:x"), met_b, "", "rule")]  # fmt: skip
             self.integrity_flag = flag
 
     graded = [Graded(True, False), Graded(True, True), Graded(None, False)]
     stats = batch_stats(graded, [rubric] * 3, rewards=[0.75, 1.0, None], lengths=[10, 20, 30], seconds=1.5,
                         judge_calls=6)  # fmt: skip
-    assert (stats.completions, stats.unscored, stats.verdicts, stats.failed_verdicts) == (3, 1, 6, 1)
+    # the failure rate counts the judge's decisions (A's three), not rule checks (B), as grade and eval do
+    assert (stats.completions, stats.unscored, stats.verdicts, stats.failed_verdicts) == (3, 1, 3, 1)
     # decided verdicts: A met, B not, A met, B met, B not -> 3 of 5
     assert stats.pass_rates["criteria_pass_rate"] == pytest.approx(3 / 5)
     assert stats.pass_rates["tag/axis:accuracy"] == pytest.approx(3 / 5)
@@ -204,7 +205,7 @@ def test_batch_statistics_by_hand():
     assert stats.mean_length == 20.0
     assert stats.length_reward_corr == pytest.approx(1.0)  # two scored points: (10, 0.75), (20, 1.0)
     metrics = stats.metrics()
-    assert metrics["rubric/judge_failure_rate"] == pytest.approx(1 / 6)
+    assert metrics["rubric/judge_failure_rate"] == pytest.approx(1 / 3)
     assert metrics["rubric/unscored_rate"] == pytest.approx(1 / 3)
     assert metrics["rubric/judge_calls"] == 6.0
 
