@@ -87,6 +87,8 @@ def dataclass_from_dict(cls: type, data: dict[str, Any], where: str, flags: froz
     try:
         return cls(**values)
     except ValueError as error:  # the class's own checks (__post_init__) say what is wrong; say where
+        if where == "command line:":  # the flags are where; "command line: " would say nothing more
+            raise ConfigError(str(error)) from error
         raise ConfigError(f"{where.rstrip(':')}: {error}") from error
 
 
@@ -153,7 +155,8 @@ def _add_field(group, f: dataclasses.Field, hint: Any, doc: str) -> None:
     if _bounds(f):
         shown += f" ({_bounds(f)})"
     required = " (required)" if default is dataclasses.MISSING else ""
-    kwargs: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS, "help": (doc + shown + required).strip()}
+    text = (doc + shown + required).strip().replace("%", "%%")  # argparse %-formats help texts
+    kwargs: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS, "help": text}
     inner, optional = _unwrap_optional(hint)
     origin = typing.get_origin(inner)
     if inner is bool:
