@@ -27,7 +27,17 @@ def write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
 
 
 def usage_lines(manifest: dict[str, Any]) -> list[str]:
-    """A summary's lines on the model calls: per role, then the CPU budgets that applied."""
-    lines = [f"  {name:14} {u['requests']:6d} requests {u['prompt_tokens']:9d} prompt {u['completion_tokens']:8d} "
-             f"completion tokens {u['cache_hits']:6d} cache hits" for name, u in manifest["usage"].items()]  # fmt: skip
-    return lines + ([manifest["budgets"]] if manifest.get("budgets") else [])
+    """A summary's lines on the model calls: per role (over every run of the folder), then the CPU budgets that
+    applied, then the wall time."""
+    runs = manifest.get("runs") or []
+    lines = []
+    if len(runs) > 1:  # a resumed folder: the totals are over its runs, and this run is said apart
+        this = runs[-1]
+        requests = sum(u["requests"] for u in this["usage"].values())
+        lines.append(f"model usage over the {len(runs)} runs of this folder (this run: {requests} requests, "
+                     f"{this['seconds']} s):")  # fmt: skip
+    lines += [f"  {name:14} {u['requests']:6d} requests {u['prompt_tokens']:9d} prompt {u['completion_tokens']:8d} "
+              f"completion tokens {u['cache_hits']:6d} cache hits" for name, u in manifest["usage"].items()]  # fmt: skip
+    lines += [manifest["budgets"]] if manifest.get("budgets") else []
+    total = f" ({len(runs)} runs)" if len(runs) > 1 else ""
+    return lines + [f"wall time {manifest['seconds']} s{total}"]

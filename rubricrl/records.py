@@ -126,10 +126,12 @@ def generated_id(messages: list[dict[str, str]]) -> str:
 
 
 def _with_prompts(records: Iterator[Record], details: Path) -> Iterator[Record]:
-    """Each record with the `prompt` messages synthesis stored for its id. Only multi-turn prompts are held in
-    memory (a one-message prompt is the record's own `question`), and the ids, to tell "one message" from "not in
-    the details file" (which would be a folder mixed up by hand: an error, never the transcript as one message)."""
-    ids, chats = _detail_prompts(details)
+    """Each record with the `prompt` messages synthesis stored for its id, and its `reference_answer` (the
+    reference stage's answer: reference-based judging needs it). Only multi-turn prompts and the references are
+    held in memory (a one-message prompt is the record's own `question`), and the ids, to tell "one message" from
+    "not in the details file" (which would be a folder mixed up by hand: an error, never the transcript as one
+    message)."""
+    ids, chats, references = _detail_prompts(details)
     for record in records:
         row = record.row
         if row is not None and "prompt" not in row and isinstance(row.get("id"), str):
@@ -140,20 +142,28 @@ def _with_prompts(records: Iterator[Record], details: Path) -> Iterator[Record]:
             prompt = chats.get(row["id"]) or ([{"role": "user", "content": question}] if isinstance(question, str)
                                               else question)  # fmt: skip
             row = {**row, "prompt": prompt}
+            if row.get("reference_answer") is None and references.get(row["id"]):
+                row["reference_answer"] = references[row["id"]]
             record = Record(record.location, row, row=row)
         yield record
 
 
-def _detail_prompts(details: Path) -> tuple[set[str], dict[str, list]]:
-    """(every id, the prompts of more than one message by id) of a synthesis details file."""
+def _detail_prompts(details: Path) -> tuple[set[str], dict[str, list], dict[str, str]]:
+    """(every id, the prompts of more than one message by id, the reference answers by id) of a synthesis details
+    file (details lines written before the key was `reference_answer` hold it as `reference`)."""
     if details.suffix == ".parquet":
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
 
-        table = pq.read_table(details, columns=["id", "prompt"])
+        names = pq.ParquetFile(details).schema_arrow.names
+        table = pq.read_table(details, columns=[c for c in ("id", "prompt", "reference_answer") if c in names])
         chats = table.filter(pc.greater(pc.list_value_length(table["prompt"]), 1))
-        return set(table["id"].to_pylist()), dict(zip(chats["id"].to_pylist(), chats["prompt"].to_pylist()))
-    ids, chats = set(), {}
+        references = {}
+        if "reference_answer" in names:
+            known = table.filter(pc.is_valid(table["reference_answer"]))
+            references = dict(zip(known["id"].to_pylist(), known["reference_answer"].to_pylist()))
+        return set(table["id"].to_pylist()), dict(zip(chats["id"].to_pylist(), chats["prompt"].to_pylist())), references
+    ids, chats, references = set(), {}, {}
     with open(details, "rb") as f:
         for line in f:
             try:
@@ -163,7 +173,10 @@ def _detail_prompts(details: Path) -> tuple[set[str], dict[str, list]]:
             ids.add(row["id"])
             if len(row.get("prompt") or ()) > 1:
                 chats[row["id"]] = row["prompt"]
-    return ids, chats
+            reference = row.get("reference_answer", row.get("reference"))
+            if isinstance(reference, str) and reference:
+                references[row["id"]] = reference  # the last line of a query redone after a kill wins
+    return ids, chats, references
 
 
 def _open(path: Path) -> tuple[str, list[str] | None, Iterator[Record]]:

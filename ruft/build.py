@@ -6,7 +6,10 @@ own, with no barrier between the stages, as in synthesis.
 The output folder (append-only while running; a rerun skips the queries in queries.jsonl and replays the rest from
 the response cache, whatever the input order):
 - `candidates.jsonl`: every candidate with its role, model, finish reason, length, score, verdicts and whether kept;
-- `sft.jsonl`: the kept answers; `queries.jsonl`: one line per finished query (written last: its presence means done);
+- `sft.jsonl`: the kept answers; `queries.jsonl`: one line per finished query (written last: its presence means done),
+  with the `fingerprint` of the settings that made it;
+- `fingerprint.json` and `runs.jsonl` (rubricrl/provenance.py): the settings the rows come from, checked before a
+  rerun makes any call, and each run's usage and time, which the manifest adds up;
 - when the run ends: `sft.parquet` and `sft/` (`datasets.load_from_disk`) in TRL's conversational prompt-completion
   format with provenance columns, `below_threshold.jsonl` (queries with no candidate >= tau), `scores.png` and
   `length_vs_score.png`, `config.yaml`, and `manifest.json` (written last).
@@ -21,22 +24,23 @@ import math
 import shutil
 import statistics
 import tempfile
-import time
 from array import array
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 
 from grading.dataset import RubricRow, iter_rubric_rows
-from grading.grader import Grader, GradingConfig
+from grading.grader import Grader, GradingConfig, judge_prompt
+from grading.judge import SYSTEM as JUDGE_SYSTEM
 from grading.rubric import RubricError
 from rubricrl.config import config_source, parse_settings, resolved, write_resolved
 from rubricrl.jsonl import ParquetTable, complete_rows, json_line
 from rubricrl.llm import LLMClient, LLMError, open_llm
 from rubricrl.manifest import package_versions, usage_lines, write_manifest
+from rubricrl.provenance import UNKNOWN, RunRecord, check_settings, finished_rows, fingerprint, role_settings, totals
 from rubricrl.streaming import for_each
 from ruft.config import RuftConfig
 from ruft.sampling import candidates, sample_and_grade
@@ -59,6 +63,10 @@ class BuildArgs:
     """Only the first N rows."""
     rar_pitfalls: Literal["auto", "mistake", "avoidance"] = "auto"
     """RaR rubrics: whether pitfall texts name the mistake or what to avoid (grading/rar.py)."""
+    allow_changed_settings: bool = False
+    """Resume into an output folder whose rows were made with other settings (models, sampling, K, tau, grading):
+    the manifest and the dataset card then name each set of settings, and each queries.jsonl line its own. Never
+    saved in config.yaml."""
 
     def __post_init__(self) -> None:
         if self.limit is not None and self.limit < 1:
@@ -72,43 +80,68 @@ class BuildCounts:
     """Finished in an earlier run."""
     failed: Counter = field(default_factory=Counter)
     """Queries whose sampling or grading failed, by stage (retried next run)."""
+    first_error: str | None = None
+    """`id at stage: message` of the first failure (all of them are in errors.jsonl)."""
 
 
 def run_build(args: argparse.Namespace) -> int:
     settings = parse_settings(args, command="ruft build")
     build, config, grading, llm = settings
+    out = build.output_dir
     rows = lambda: itertools.islice(iter_rubric_rows(build.rubrics, build.rar_pitfalls), build.limit)  # noqa: E731
     total = sum(1 for row in rows() if _checked(row, grading, build.rubrics))  # every row, before any call
-    started = time.monotonic()
+    finished_before = finished_rows(out / "queries.jsonl")  # also: a bad line in the folder is said now
 
-    async def run(session):
+    async def run(session, run_record: RunRecord):
         async with session.client() as client:
-            builder = Builder(build.output_dir, config, Grader(client, grading), client,
+            run_record.client = client
+            builder = Builder(out, config, Grader(client, grading), client, fingerprint=run_record.entry["fingerprint"],
                               in_flight=max(8, 2 * llm.concurrency // config.k))  # fmt: skip
-            return await builder.run(rows(), total), client.usage, builder.grader.metadata
+            return await builder.run(rows(), total), builder.grader.metadata
 
     roles = list(dict.fromkeys([*config.candidates, grading.judge_role]))
     budgets = {**config.cpu_max_tokens(), **grading.cpu_max_tokens()}
     with open_llm(llm, roles, source=config_source(args), cpu_budgets=budgets) as session:
-        build.output_dir.mkdir(parents=True, exist_ok=True)
+        # Before anything in the folder changes: are its rows made with these settings?
+        current = fingerprint(build_settings(build, config, grading, session.roles))
+        used = check_settings(out, current, rows=finished_before, allow_changed=build.allow_changed_settings)
+        out.mkdir(parents=True, exist_ok=True)
         for stale in ("manifest.json", "sft.parquet"):  # what says "finished": only true again at the end
-            (build.output_dir / stale).unlink(missing_ok=True)
-        shutil.rmtree(build.output_dir / "sft", ignore_errors=True)
-        write_resolved(build.output_dir / "config.yaml", resolved(settings))
-        counts, usage, judge = asyncio.run(run(session))
-    stats = finish(build.output_dir, config, judge)
+            (out / stale).unlink(missing_ok=True)
+        shutil.rmtree(out / "sft", ignore_errors=True)
+        config_written = resolved(settings)
+        config_written.pop("allow_changed_settings")  # an acknowledgement for one run, never a saved setting
+        write_resolved(out / "config.yaml", config_written)
+        run_record = RunRecord(out, current["id"])
+        try:
+            counts, judge = asyncio.run(run(session, run_record))
+        except BaseException:  # interrupted: what it spent still counts in the folder's totals
+            run_record.write(finished=False)
+            raise
+    stats = finish(out, config, judge)
+    run_counts = {"queries": total, "done_this_run": counts.done, "done_before": counts.skipped,
+                  "failed": dict(counts.failed)}  # fmt: skip
+    run_record.write(finished=True, counts=run_counts)
     manifest = {
-        "command": "ruft build", "rubrics": str(build.rubrics), "config": resolved(settings),
+        "command": "ruft build", "rubrics": str(build.rubrics), "output_dir": str(out), "config": config_written,
         "roles": {name: role.public() for name, role in session.roles.items()}, "judge": judge,
         "budgets": session.budget_note(), "packages": package_versions(),
-        "counts": {"queries": total, "done_this_run": counts.done, "done_before": counts.skipped,
-                   "failed": dict(counts.failed), **stats["counts"]},
-        "scores": stats["scores"], "usage": {name: asdict(u) for name, u in usage.items()},
-        "seconds": round(time.monotonic() - started, 1),
+        "counts": {**run_counts, **stats["counts"]}, "first_error": counts.first_error, "scores": stats["scores"],
+        **totals(out, used, stats["queries_by_fingerprint"]),
     }  # fmt: skip
-    write_manifest(build.output_dir, manifest)
-    print(summary_text(manifest, build.output_dir))
+    write_manifest(out, manifest)
+    print(summary_text(manifest, out))
     return 0 if not counts.failed else 1
+
+
+def build_settings(build: BuildArgs, config: RuftConfig, grading: GradingConfig, roles: dict) -> dict[str, Any]:
+    """What determines the rows (rubricrl/provenance.py): the selection, the grading settings, how RaR pitfalls
+    read, each role as resolved, the judge's prompts (by hash: a copied prompt file is the same prompt). Not
+    concurrency, timeouts, the limit or paths."""
+    grading_values = {k: v for k, v in resolved([grading])["grading"].items() if k != "judge_prompt"}
+    return {"command": "ruft build", "ruft": resolved([config])["ruft"], "grading": grading_values,
+            "rar_pitfalls": build.rar_pitfalls, "roles": role_settings(roles),
+            "prompts": {"judge": judge_prompt(grading).sha256, "judge_system": JUDGE_SYSTEM.sha256}}  # fmt: skip
 
 
 def _checked(row: RubricRow, grading: GradingConfig, path: Path) -> bool:
@@ -129,8 +162,11 @@ def rubric_sha256(row: RubricRow) -> str:
 
 
 class Builder:
-    def __init__(self, out: Path, config: RuftConfig, grader: Grader, client: LLMClient, in_flight: int):
+    def __init__(self, out: Path, config: RuftConfig, grader: Grader, client: LLMClient, in_flight: int,
+                 fingerprint: str | None = None):  # fmt: skip
         self.out, self.config, self.grader, self.client, self.in_flight = out, config, grader, client, in_flight
+        self.fingerprint = fingerprint
+        """The id of the settings this run makes rows with (rubricrl/provenance.py), in each queries.jsonl line."""
         self.counts = BuildCounts()
         self.done = {row["id"] for _, row in complete_rows(out / "queries.jsonl")}
         for name in ("candidates.jsonl", "sft.jsonl"):
@@ -155,6 +191,7 @@ class Builder:
         except Exception as error:  # noqa: BLE001 - recorded, retried next run; never stops the other queries
             message = str(error) if isinstance(error, LLMError) else f"{type(error).__name__}: {error}"
             self.counts.failed["sample and grade"] += 1
+            self.counts.first_error = self.counts.first_error or f"{row.id} at sample and grade: {message}"
             self._write("errors", [{"id": row.id, "stage": "sample and grade", "error": message[:1000]}])
             return
         texts = [answer.text for answer in answers]
@@ -176,7 +213,7 @@ class Builder:
             for i in best
         ])  # fmt: skip
         scores = [g.score for g in graded if g.score is not None]
-        self._write("queries", [{"id": row.id, "k": len(texts), "scored": len(scores),
+        self._write("queries", [{"id": row.id, "fingerprint": self.fingerprint, "k": len(texts), "scored": len(scores),
                                  "flagged": sum(c.flagged for c in ranked),
                                  "truncated": sum(c.truncated for c in ranked), "kept": sorted(kept),
                                  "best_score": max(scores) if scores else None,
@@ -206,9 +243,11 @@ def finish(out: Path, config: RuftConfig, judge: dict[str, Any]) -> dict[str, An
     finished queries (memory holds numbers, not rows)."""
     write_sft(out, (row for _, row in complete_rows(out / "sft.jsonl")))
     finished, below, best = 0, 0, array("d")
+    by_fingerprint = Counter()
     with open(out / "below_threshold.jsonl", "wb") as f:
         for _, q in complete_rows(out / "queries.jsonl"):
             finished += 1
+            by_fingerprint[q.get("fingerprint") or UNKNOWN] += 1
             if q["best_score"] is not None:
                 best.append(q["best_score"])
             if not q["kept"]:
@@ -241,6 +280,7 @@ def finish(out: Path, config: RuftConfig, judge: dict[str, Any]) -> dict[str, An
                    "kept": _describe([scores[i] for i in chosen]), "length_all": _describe(lengths),
                    "length_kept": _describe([lengths[i] for i in chosen]),
                    "plots": write_plots(out, scores, lengths, kept, config.threshold)},
+        "queries_by_fingerprint": by_fingerprint,
     }  # fmt: skip
 
 
@@ -326,6 +366,9 @@ def summary_text(manifest: dict[str, Any], out: Path) -> str:
         f"flagged {counts['flagged_candidates']}, cut off at max_tokens {counts['truncated_candidates']}; judge failure "
         f"rate {counts['judge_failure_rate']:.1%} of verdicts",
     ]  # fmt: skip
+    if counts["failed"]:
+        lines.append(f"first error: {(manifest['first_error'] or '')[:300]}; every error: {out / 'errors.jsonl'} "
+                     "(failed queries are retried by the next run)")  # fmt: skip
     for name, label in (("best_per_query", "best score per query"), ("all", "score, all candidates"),
                         ("kept", "score, kept"), ("length_all", "length, all"), ("length_kept", "length, kept")):  # fmt: skip
         d = scores[name]
@@ -334,6 +377,10 @@ def summary_text(manifest: dict[str, Any], out: Path) -> str:
                          f"mean {d['mean']:8.3f}  max {d['max']:8.3f}")  # fmt: skip
     if scores["plots"]:
         lines.append("plots: " + ", ".join(str(out / p) for p in scores["plots"]))
+    mixed = [f"{f['id']} ({f['rows']} queries)" for f in manifest["fingerprints"]]
+    if len(mixed) > 1:
+        lines.append(f"settings: the queries come from {len(mixed)} different settings: {', '.join(mixed)} "
+                     f"({out / 'fingerprint.json'}; each queries.jsonl line names its own)")  # fmt: skip
     lines += usage_lines(manifest)
-    lines.append(f"dataset: {out / 'sft'} (load_from_disk), {out / 'sft.parquet'}; wall time {manifest['seconds']} s")
+    lines.append(f"output: {out} (sft/ for load_from_disk, sft.parquet, candidates.jsonl, manifest.json)")
     return "\n".join(lines)

@@ -5,6 +5,8 @@ import json
 import shutil
 from pathlib import Path
 
+from rubricrl.provenance import card_note
+
 CARD = """---
 license: other
 task_categories:
@@ -36,7 +38,7 @@ ds = load_dataset("{repo_id}", split="train")
 
 ## How it was built
 
-| | |
+{mixed}| | |
 |---|---|
 | candidates per query (K) | {k} ({candidates}) |
 | threshold (tau) | {threshold} |
@@ -46,7 +48,7 @@ ds = load_dataset("{repo_id}", split="train")
 | rows | {rows} |
 | score of kept answers | {kept_scores} |
 
-- candidate models: {models}
+- candidate models{latest}: {models}
 - packages: {packages}
 """
 
@@ -58,6 +60,8 @@ def build_folder(source: Path, out: Path, repo_id: str) -> Path:
     config, counts, scores = manifest["config"]["ruft"], manifest["counts"], manifest["scores"]
     kept = scores.get("kept")
     roles = manifest["roles"]
+    # a folder resumed with changed settings: each set of settings, with its queries (older manifests have none)
+    mixed = card_note(manifest, "queries", "the `fingerprint` of each line of queries.jsonl in the build folder")
     card = CARD.format(
         name=repo_id.split("/")[-1], repo_id=repo_id, k=sum(config["candidates"].values()),
         candidates=", ".join(f"{role}: {n}" for role, n in config["candidates"].items()), threshold=config["threshold"],
@@ -67,6 +71,8 @@ def build_folder(source: Path, out: Path, repo_id: str) -> Path:
         kept_scores=f"mean {kept['mean']:.3f}, min {kept['min']:.3f}" if kept else "none kept",
         models=", ".join(f"{role} `{roles[role]['model']}`" for role in config["candidates"] if role in roles),
         packages=", ".join(f"{name} {version}" for name, version in manifest["packages"].items() if version),
+        mixed=mixed and f"{mixed}\nThe table gives the latest settings; each row's `model`, `judge_model`, "
+        "`grading_mode`, `k` and `threshold` columns give its own.\n\n", latest=" (latest settings)" if mixed else "",
     )  # fmt: skip
     (out / "README.md").write_text(card)
     return out

@@ -1,25 +1,29 @@
 """The output folder of a synthesis run, written as queries finish:
 
-- `details.jsonl`: one line per finished query with every stage's output and per-criterion detail;
+- `details.jsonl`: one line per finished query with every stage's output (`reference_answer`, `responses`,
+  `candidates`, `merged`, `evolved`), per-criterion detail, and the `fingerprint` of the settings that made it;
 - `final.jsonl`: `{id, question, rubrics: [{criterion, points}]}`, written after the query's details line, so a line
-  here means the query is complete;
+  here means the query is complete. Both are in the order the queries finished;
 - `errors.jsonl`: the queries that failed in this run (they are retried next run);
-- `final.parquet` (RubricHub's exact schema) and `final_details.parquet` (id, prompt, criteria with detail), built
-  alongside in batches of rows under `.tmp` names and moved into place when the run ends. A resumed run first copies
-  in the rows finished before, so that after a run the Parquet files hold every finished query once (during a run,
-  or after a kill, they are those of the last run that ended).
+- `final.parquet` (RubricHub's exact schema) and `final_details.parquet` (id, prompt, reference answer, criteria
+  with detail, fingerprint), written when the run ends, in input order, from the lines of every finished query
+  (read back by offset), under `.tmp` names until both are whole. During a run, or after a kill, they are those of
+  the last run that ended.
 
-Appending line by line writes each byte once; memory holds the set of finished ids and one batch of rows. Parquet
-batches are converted by pyarrow's JSON reader from the lines themselves: `pa.array` on Python objects would import
-pandas (a quarter of a second) and convert object by object. pyarrow itself is loaded with the first batch, not
-before the first request: loading it takes a tenth of a second, during which no request would go out.
+Appending line by line writes each byte once; memory holds the finished ids with the offsets of their lines and one
+batch of rows. Parquet batches are converted by pyarrow's JSON reader from the lines themselves: `pa.array` on
+Python objects would import pandas (a quarter of a second) and convert object by object.
 """
 
 import functools
+import json
+from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from rubricrl.jsonl import ParquetTable, complete_rows, json_line
+from rubricrl.provenance import UNKNOWN
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -43,7 +47,8 @@ def details_schema() -> "pa.Schema":
     message = pa.struct([("role", pa.string()), ("content", pa.string())])
     criterion = pa.struct([("criterion", pa.string()), ("points", pa.int32()), ("title", pa.string()),
                            ("category", pa.string()), ("stage", pa.string()), ("source", pa.string())])  # fmt: skip
-    return pa.schema([("id", pa.string()), ("prompt", pa.list_(message)), ("criteria", pa.list_(criterion))])
+    return pa.schema([("id", pa.string()), ("prompt", pa.list_(message)), ("reference_answer", pa.string()),
+                      ("criteria", pa.list_(criterion)), ("fingerprint", pa.string())])  # fmt: skip
 
 
 class OutputFolder:
@@ -52,48 +57,71 @@ class OutputFolder:
     def __init__(self, path: Path, batch_rows: int = BATCH_ROWS):
         path.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self.done: set[str] = set()
-        self.final = ParquetTable(path / "final.parquet", final_schema, batch_rows)
-        self.details = ParquetTable(path / "final_details.parquet", details_schema, batch_rows)
-        for line, row in complete_rows(path / "final.jsonl"):
-            if row["id"] not in self.done:
-                self.done.add(row["id"])
-                self.final.add(line)
-        copied: set[str] = set()
-        for _, row in complete_rows(path / "details.jsonl"):
-            # a query killed between its two lines has a details line only: it is done again, and appended again
-            if row["id"] in self.done and row["id"] not in copied:
-                copied.add(row["id"])
-                self.details.add(json_line(detail_row(row)))
+        self.batch_rows = batch_rows
+        self.done: dict[str, int] = {}
+        """Finished id -> offset of its final.jsonl line."""
+        self.details_at: dict[str, int] = {}
+        """Finished id -> offset of its last details.jsonl line (a query killed between its two lines is done
+        again, so its last details line is the one its final line follows)."""
+        self.rows_by_fingerprint: Counter = Counter()
+        """Rows in the Parquet files by the fingerprint of the settings that made them (after close)."""
+        self.first_error: str | None = None
+        self._final_size = self._index(path / "final.jsonl", self.done, keep_first=True)
+        self._details_size = self._index(path / "details.jsonl", self.details_at, keep_first=False)
         self._details = open(path / "details.jsonl", "ab")
         self._final = open(path / "final.jsonl", "ab")
         self._errors = open(path / "errors.jsonl", "wb")
 
+    def _index(self, path: Path, offsets: dict[str, int], keep_first: bool) -> int:
+        """Offsets of the finished ids' lines (final.jsonl: every id is finished); returns the file's size."""
+        size = 0
+        for line, row in complete_rows(path):
+            if (keep_first and row["id"] not in offsets) or (not keep_first and row["id"] in self.done):
+                offsets[row["id"]] = size
+            size += len(line)
+        return size
+
     def add(self, record: dict[str, Any], final_row: dict[str, Any]) -> None:
         """A finished query: its details line, then its final line (flushed: a kill loses at most the one in hand)."""
-        self._details.write(json_line(record))
+        line = json_line(record)
+        self._details.write(line)
         self._details.flush()
+        self.details_at[record["id"]] = self._details_size
+        self._details_size += len(line)
         line = json_line(final_row)
         self._final.write(line)
         self._final.flush()
-        self.final.add(line)
-        self.details.add(json_line(detail_row(record)))
+        self.done[final_row["id"]] = self._final_size
+        self._final_size += len(line)
 
     def error(self, query_id: str, stage: str, message: str) -> None:
         self._errors.write(json_line({"id": query_id, "stage": stage, "error": message[:1000]}))
         self._errors.flush()
+        if self.first_error is None:
+            self.first_error = f"{query_id} at {stage}: {message}"
 
-    def close(self, finished: bool = True) -> int:
-        """Moves the Parquet files into place, both or neither: neither when the run did not finish or when writing
-        one fails (the files of an earlier finished run then stay). Returns the rows in final.parquet."""
+    def close(self, finished: bool = True, order: Iterable[str] = ()) -> int:
+        """Writes the Parquet files, both or neither: neither when the run did not finish or when writing one fails
+        (the files of an earlier finished run then stay). Rows in `order` (the input's ids) first, then the other
+        finished ones in the order they finished. Returns the rows in final.parquet."""
         for f in (self._details, self._final, self._errors):
             f.close()
-        tables = (self.final, self.details)
         if not finished:
-            for table in tables:
-                table.discard()
-            return self.final.rows
+            return len(self.done)
+        listed = [i for i in dict.fromkeys(order) if i in self.done]
+        listed_set = set(listed)
+        ids = listed + [i for i in self.done if i not in listed_set]  # self.done is in final.jsonl's order
+        tables = (ParquetTable(self.path / "final.parquet", final_schema, self.batch_rows),
+                  ParquetTable(self.path / "final_details.parquet", details_schema, self.batch_rows))  # fmt: skip
+        self.rows_by_fingerprint.clear()
         try:
+            with open(self.path / "final.jsonl", "rb") as final, open(self.path / "details.jsonl", "rb") as details:
+                for query_id in ids:
+                    tables[0].add(_line_at(final, self.done[query_id]))
+                    if query_id in self.details_at:
+                        row = detail_row(json.loads(_line_at(details, self.details_at[query_id])))
+                        self.rows_by_fingerprint[row["fingerprint"] or UNKNOWN] += 1
+                        tables[1].add(json_line(row))
             for table in tables:
                 table.finish()
         except BaseException:
@@ -102,8 +130,17 @@ class OutputFolder:
             raise
         for table in tables:
             table.tmp.replace(table.path)
-        return self.final.rows
+        return tables[0].rows
+
+
+def _line_at(f: BinaryIO, offset: int) -> bytes:
+    f.seek(offset)
+    return f.readline()
 
 
 def detail_row(record: dict[str, Any]) -> dict[str, Any]:
-    return {"id": record["id"], "prompt": record["prompt"], "criteria": record["criteria"]}
+    """A details line as a row of final_details.parquet (lines written before `reference_answer` was the key name
+    hold it as `reference`; those written before fingerprints were recorded have none)."""
+    return {"id": record["id"], "prompt": record["prompt"],
+            "reference_answer": record.get("reference_answer", record.get("reference")),
+            "criteria": record["criteria"], "fingerprint": record.get("fingerprint")}  # fmt: skip

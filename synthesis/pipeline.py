@@ -2,7 +2,8 @@
 and each finished query is written to the output folder at once (see output.py for its files).
 
 Resume: a rerun skips the ids already in final.jsonl (a line cut off by a kill is dropped first) and replays the
-rest through the response cache, so no finished model call is made twice, whatever the input order. Memory holds
+rest through the response cache, so no finished model call is made twice, whatever the input order. A rerun with
+other settings is refused before it starts (synthesis/cli.py, rubricrl/provenance.py). Memory holds
 only the set of finished ids, the queries in flight and one batch of Parquet rows.
 """
 
@@ -32,8 +33,12 @@ class RunSummary:
     """Already finished in an earlier run."""
     failed: Counter = field(default_factory=Counter)
     """Failed queries per stage."""
+    first_error: str | None = None
+    """`id at stage: message` of the first failure (all of them are in errors.jsonl)."""
     criteria: list[int] = field(default_factory=list)
     rows_in_final: int = 0
+    rows_by_fingerprint: Counter = field(default_factory=Counter)
+    """Rows in final.parquet by the fingerprint of the settings that made them."""
     seconds: float = 0.0
 
 
@@ -43,8 +48,11 @@ def question_text(messages: list[dict[str, str]]) -> str:
 
 
 class SynthesisRun:
-    def __init__(self, output_dir: Path, config: SynthesisConfig, client: LLMClient, in_flight: int = 64):
+    def __init__(self, output_dir: Path, config: SynthesisConfig, client: LLMClient, in_flight: int = 64,
+                 fingerprint: str | None = None):  # fmt: skip
         self.config = config
+        self.fingerprint = fingerprint
+        """The id of the settings this run makes rows with (rubricrl/provenance.py), written in each details line."""
         self.client = client
         self.grader = Grader(client, GradingConfig()) if config.contrast_pool else None  # the judge role, per criterion
         self.in_flight = in_flight
@@ -52,20 +60,31 @@ class SynthesisRun:
         self.output = OutputFolder(output_dir)
 
     async def run(self, queries, total: int | None = None) -> RunSummary:
-        """Every query not done yet, then the output closed: Parquet files in place only when the run got through."""
+        """Every query not done yet, then the output closed: Parquet files in place, in the queries' order, only
+        when the run got through."""
         started = time.monotonic()
+        order: list[str] = []
+
+        def noted(items):  # the input order, seen as the queries stream by: the Parquet files are written in it
+            for query in items:
+                order.append(query.id)
+                yield query
+
         try:
-            self.summary.skipped = await for_each(queries, self._one, done=self.output.done, in_flight=self.in_flight,
-                                                  total=total, desc="synthesis")  # fmt: skip
+            self.summary.skipped = await for_each(noted(queries), self._one, done=self.output.done,
+                                                  in_flight=self.in_flight, total=total, desc="synthesis")  # fmt: skip
         except BaseException:
+            self.summary.first_error = self.output.first_error
             self.output.close(finished=False)
             raise
-        self.summary.rows_in_final = self.output.close()
+        self.summary.first_error = self.output.first_error
+        self.summary.rows_in_final = self.output.close(order=order)
+        self.summary.rows_by_fingerprint = self.output.rows_by_fingerprint
         self.summary.seconds = time.monotonic() - started
         return self.summary
 
     async def _one(self, query: Query) -> None:
-        record: dict[str, Any] = {"id": query.id, "prompt": query.messages}
+        record: dict[str, Any] = {"id": query.id, "prompt": query.messages, "fingerprint": self.fingerprint}
         stage = "reference"
         try:
             # The reference and the contrast responses do not depend on each other: both are asked for at once.
@@ -76,12 +95,12 @@ class SynthesisRun:
             for stage, result in zip(("reference", "contrast"), results):
                 if isinstance(result, BaseException):
                     raise result
-            record["reference"] = results[0]
+            record["reference_answer"] = results[0]
             if len(results) > 1:
                 record["responses"] = results[1]
             stage = "candidates"
             record["candidates"] = await stages.rubric_candidates(self.client, self.config, query.messages,
-                                                                  record["reference"])  # fmt: skip
+                                                                  record["reference_answer"])  # fmt: skip
             stage = "aggregate"
             merged = await stages.aggregate(self.client, self.config, query.messages, record["candidates"])
             record["merged"] = merged

@@ -9,6 +9,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from rubricrl.provenance import card_note
+
 CARD = """---
 {metadata}---
 
@@ -34,10 +36,10 @@ ds = load_dataset("{repo_id}", split="train")
 
 ## Provenance
 
-- method: `{method}`{stages}
-- roles and models:
+{mixed}- method{latest}: `{method}`{stages}
+- roles and models{latest}:
 {roles}
-- prompt hashes (sha256): {prompts}
+- prompt hashes (sha256){latest}: {prompts}
 - packages: {packages}
 """
 
@@ -46,8 +48,9 @@ def add_commands(commands) -> None:
     publish = commands.add_parser("publish", help="publish a synthesis or RuFT output folder as a Hugging Face dataset")
     publish.add_argument("dir", type=Path, help="a finished `rubricrl synth` or `rubricrl ruft build` output folder")
     publish.add_argument("--repo-id", required=True, help="ORG/NAME on the Hub")
-    publish.add_argument("--private", action="store_true")
-    publish.add_argument("--dry-run", type=Path, metavar="OUT", help="only write the Hub-ready folder to OUT")
+    publish.add_argument("--private", action="store_true", help="create the Hub repository as private (default: public)")
+    publish.add_argument("--dry-run", type=Path, metavar="OUT",
+                         help="only write the Hub-ready folder (files and card) to OUT (default: upload)")
     publish.set_defaults(run=run_publish)
 
 
@@ -81,11 +84,14 @@ def build_folder(source: Path, out: Path, repo_id: str) -> Path:
         f" (candidate rubrics: {len(config['rubric_roles'])}, contrast: {config['contrast']}, "
         f"aggregate: {config['aggregate']}, evolve: {config['evolve']}, weights: {config['weights']})")  # fmt: skip
     roles = "\n".join(f"  - {name}: `{role['model']}`" for name, role in manifest["roles"].items())
+    # a folder resumed with changed settings: each set of settings, with its rows (older manifests have none)
+    mixed = card_note(manifest, "rows", "the `fingerprint` column of final_details.parquet")
     card = CARD.format(
         metadata=metadata, name=repo_id.split("/")[-1], repo_id=repo_id, rows=table.num_rows, criteria=len(points),
         per_query=f"per query: min {min(counts)}, median {statistics.median(counts):g}, max {max(counts)}",
         penalties=sum(p < 0 for p in points), points_min=min(points), points_max=max(points),
-        method=config["method"], stages=stages, roles=roles,
+        method=config["method"], stages=stages, roles=roles, mixed=mixed,
+        latest=" (latest settings)" if mixed else "",
         prompts=", ".join(f"`{name}` {digest[:12]}" for name, digest in manifest["prompts"].items()),
         packages=", ".join(f"{name} {version}" for name, version in manifest["packages"].items() if version),
     )  # fmt: skip

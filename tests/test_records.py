@@ -26,10 +26,11 @@ def synthesis_output(folder, details: bool = True):
     pq.write_table(pa.Table.from_pylist(final, schema=final_schema()), folder / "final.parquet")
     (folder / "final.jsonl").write_text("".join(json.dumps(r) + "\n" for r in final))
     if details:
-        rows = [{"id": "chat", "prompt": CHAT, "criteria": []},
-                {"id": "single", "prompt": [{"role": "user", "content": "What is a fever?"}], "criteria": []}]  # fmt: skip
+        rows = [{"id": "chat", "prompt": CHAT, "criteria": [], "reference_answer": "Ask about fever and duration."},
+                {"id": "single", "prompt": [{"role": "user", "content": "What is a fever?"}], "criteria": [],
+                 "reference_answer": "A body temperature above 38 C."}]  # fmt: skip
         pq.write_table(pa.Table.from_pylist(rows, schema=details_schema()), folder / "final_details.parquet")
-        (folder / "details.jsonl").write_text("".join(json.dumps({**r, "reference": "..."}) + "\n" for r in rows))
+        (folder / "details.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return folder
 
 
@@ -41,6 +42,16 @@ def test_a_synthesis_output_is_read_with_its_messages(tmp_path, name):
     assert rows["single"].conversation == [{"role": "user", "content": "What is a fever?"}]
     queries = {q.id: q for q in read_queries(path).queries}
     assert queries["chat"].messages == CHAT and queries["single"].question == "What is a fever?"
+    # the reference stage's answer comes back too: reference-based judging works on synthesis output
+    assert rows["single"].reference == "A body temperature above 38 C."
+
+
+def test_details_written_before_reference_answer_was_the_key_still_give_the_reference(tmp_path):
+    out = synthesis_output(tmp_path / "out")
+    lines = [json.loads(line) for line in (out / "details.jsonl").read_text().splitlines()]
+    (out / "details.jsonl").write_text("".join(json.dumps({**{k: v for k, v in r.items() if k != "reference_answer"},
+                                                           "reference": "old key"}) + "\n" for r in lines))  # fmt: skip
+    assert load_rubric_rows(out / "final.jsonl")["chat"].reference == "old key"
 
 
 def test_a_run_cut_short_reads_final_jsonl_with_the_details_written_in_step(tmp_path):

@@ -226,7 +226,7 @@ def test_blank_answers_are_never_kept():
     assert select([Candidate(0, "  ", 0.0), Candidate(1, "An answer.", 0.0)], threshold=0.0) == [Candidate(1, "An answer.", 0.0)]
 
 
-def test_an_unexpected_error_in_one_query_is_recorded_and_the_others_finish(tmp_path, home, monkeypatch):
+def test_an_unexpected_error_in_one_query_is_recorded_and_the_others_finish(tmp_path, home, monkeypatch, capsys):
     from ruft import build as ruft_build
 
     original = ruft_build.sample_and_grade
@@ -243,6 +243,9 @@ def test_an_unexpected_error_in_one_query_is_recorded_and_the_others_finish(tmp_
     assert errors == [{"id": "r0", "stage": "sample and grade", "error": "KeyError: 'boom'"}]
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["counts"]["failed"] == {"sample and grade": 1} and manifest["counts"]["finished_queries"] == 1
+    printed = capsys.readouterr().out  # the summary says why, where every error is, and where the output went
+    assert "first error: r0 at sample and grade: KeyError: 'boom'" in printed
+    assert f"every error: {tmp_path / 'out' / 'errors.jsonl'}" in printed and f"output: {tmp_path / 'out'}" in printed
 
 
 def test_a_rerun_removes_what_says_finished_until_it_finishes_itself(tmp_path, home, monkeypatch):
@@ -279,3 +282,31 @@ def test_a_role_of_the_file_can_be_left_out_from_the_command_line(tmp_path, home
                      "--candidates", "strong=0", "policy=2") == 0  # fmt: skip
         assert [r.get("n", 1) for r in server.requests if not r.get("response_format")] == [2]
     assert json.loads((tmp_path / "out" / "manifest.json").read_text())["config"]["ruft"]["candidates"] == {"policy": 2}
+
+
+def test_a_rerun_with_another_threshold_is_refused_unless_forced_and_then_both_are_recorded(tmp_path, home, capsys):
+    out = tmp_path / "out"
+    with FaultServer(reply=Script()) as server:
+        assert build(server, tmp_path, rubrics(tmp_path / "rubrics.jsonl", 1)) == 0
+        capsys.readouterr()
+        sent = server.count
+        assert build(server, tmp_path, rubrics(tmp_path / "rubrics.jsonl", 2), "--threshold", "0.7") == 2
+        assert server.count == sent  # refused before any call
+        err = capsys.readouterr().err
+        assert "ruft.threshold 0.5 -> 0.7" in err and "--allow-changed-settings" in err and "--output-dir" in err
+        assert build(server, tmp_path, rubrics(tmp_path / "rubrics.jsonl", 2), "--threshold", "0.7",
+                     "--allow-changed-settings") == 0  # fmt: skip
+        assert build(server, tmp_path, rubrics(tmp_path / "rubrics.jsonl", 2), "--threshold", "0.7",
+                     "--concurrency", "2") == 0  # the latest settings, and one that changes no row: a plain resume
+    manifest = json.loads((out / "manifest.json").read_text())
+    old, new = manifest["fingerprints"]
+    assert (old["rows"], new["rows"]) == (1, 1) and old["settings"]["ruft.threshold"] == 0.5
+    queries = {q["id"]: q["fingerprint"] for q in map(json.loads, (out / "queries.jsonl").read_text().splitlines())}
+    assert queries == {"r0": old["id"], "r1": new["id"]}
+    # usage adds up over the three runs (the last one made no call)
+    assert [run["usage"]["policy"]["requests"] for run in manifest["runs"]] == [1, 1, 0]
+    assert manifest["usage"]["policy"]["requests"] == 2 and manifest["usage"]["judge"]["requests"] == 2 * 4 * 3
+    assert main(["publish", str(out), "--repo-id", "me/mixed-sft", "--dry-run", str(tmp_path / "hub")]) == 0
+    card = (tmp_path / "hub" / "README.md").read_text()
+    assert "**mixed settings**" in card and f"`{new['id']}` (1 queries): changed: ruft.threshold 0.5 -> 0.7" in card
+    assert "The table gives the latest settings" in card and "| threshold (tau) | 0.7 |" in card

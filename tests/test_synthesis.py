@@ -58,9 +58,15 @@ def test_outputs_have_rubrichubs_exact_schema(tmp_path, home):
     by_id = {row["id"]: row for row in loaded}
     assert by_id["q0000"]["rubrics"][0]["criterion"] == "canned text" and by_id["q0000"]["question"] == "Question number 0?"
     final_jsonl = [json.loads(line) for line in (out / "final.jsonl").read_text().splitlines()]
-    assert [r["id"] for r in final_jsonl] == table.column("id").to_pylist()  # completion order, one row each
-    details = pq.read_table(out / "final_details.parquet").to_pylist()
+    assert table.column("id").to_pylist() == [f"q{i:04d}" for i in range(5)]  # input order
+    assert sorted(r["id"] for r in final_jsonl) == table.column("id").to_pylist()  # completion order, one row each
+    details_table = pq.read_table(out / "final_details.parquet")
+    assert details_table.column_names == ["id", "prompt", "reference_answer", "criteria", "fingerprint"]
+    details = details_table.to_pylist()
     assert {c["stage"] for d in details for c in d["criteria"]} <= {"candidate", "evolve"}
+    # the reference answer of each query, as the reference stage wrote it (grading's reference_likert reads it)
+    lines = {d["id"]: d for d in map(json.loads, (out / "details.jsonl").read_text().splitlines())}
+    assert all(d["reference_answer"] and d["reference_answer"] == lines[d["id"]]["reference_answer"] for d in details)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["counts"]["rows_in_final"] == 5 and manifest["usage"]["reference"]["requests"] == 5
     assert set(manifest["prompts"]) >= {"synthesis/rubric.txt", "synthesis/evolve.txt"}
@@ -126,8 +132,8 @@ def test_sigkill_then_rerun_finishes_without_repeating_a_finished_call(tmp_path,
         assert samples_asked == len(cache) - cached_before and server.count > sent_before
         cache.close()
     ids = pq.read_table(out / "final.parquet").column("id").to_pylist()
-    assert sorted(ids) == [f"q{i:04d}" for i in range(120)]  # the same set of ids, no duplicates
-    assert sorted(pq.read_table(out / "final_details.parquet").column("id").to_pylist()) == sorted(ids)
+    assert ids == [f"q{i:04d}" for i in reversed(range(120))]  # every id once, in the order of the rerun's input
+    assert pq.read_table(out / "final_details.parquet").column("id").to_pylist() == ids
     assert json.loads((out / "manifest.json").read_text())["counts"]["already_done"] == done_before
 
 
@@ -366,21 +372,25 @@ def test_output_folder_resumes_from_cut_off_lines_and_keeps_each_row_once(tmp_pa
     # not its final line; q3's details line was cut off mid-write.
     (out / "details.jsonl").write_bytes(b"".join(json_line(record(i)) for i in (0, 2, 1, 2)) + json_line(record(3))[:25])
     (out / "final.jsonl").write_bytes(json_line(final_row(0)) + json_line(final_row(1)) + b'{"id": "q2", "quest')
-    folder = OutputFolder(out, batch_rows=2)  # the two rows done before make one batch, q2 another at close
-    assert folder.done == {"q0", "q1"}
+    folder = OutputFolder(out, batch_rows=2)  # rows in batches of two: two row groups for three rows
+    assert folder.done.keys() == {"q0", "q1"}
     assert (out / "final.jsonl").read_bytes().endswith(b"\n") and (out / "details.jsonl").read_bytes().endswith(b"\n")
-    folder.add(record(2), final_row(2))
-    assert folder.close() == 3
+    folder.add({**record(2), "fingerprint": "abc"}, final_row(2))
+    assert folder.close(order=["q2", "q1", "q0"]) == 3  # the input's order, whatever the order they finished in
     final = pq.read_table(out / "final.parquet")
-    assert final.schema == final_schema() and final.to_pylist() == [final_row(i) for i in (0, 1, 2)]
+    assert final.schema == final_schema() and final.to_pylist() == [final_row(i) for i in (2, 1, 0)]
     assert pq.ParquetFile(out / "final.parquet").metadata.num_row_groups == 2
     details = pq.read_table(out / "final_details.parquet").to_pylist()
-    assert details == [{k: record(i)[k] for k in ("id", "prompt", "criteria")} for i in (0, 1, 2)]
+    # lines written before the key was `reference_answer` (and before fingerprints) still give the column
+    assert details == [{"id": f"q{i}", "prompt": record(i)["prompt"], "reference_answer": "long text",
+                        "criteria": record(i)["criteria"], "fingerprint": "abc" if i == 2 else None} for i in (2, 1, 0)]  # fmt: skip
+    assert folder.rows_by_fingerprint == {"abc": 1, "unknown": 2}
     assert not list(out.glob("*.tmp"))
     # Reopened: q2 is done now and has three details lines; its row is copied once.
     again = OutputFolder(out)
-    assert again.done == {"q0", "q1", "q2"} and again.close() == 3
-    assert sorted(pq.read_table(out / "final_details.parquet").column("id").to_pylist()) == ["q0", "q1", "q2"]
+    assert again.done.keys() == {"q0", "q1", "q2"} and again.close(order=["q1"]) == 3
+    # ids not in this run's input come after, in the order they finished
+    assert pq.read_table(out / "final_details.parquet").column("id").to_pylist() == ["q1", "q0", "q2"]
 
 
 def test_output_folder_of_a_run_that_did_not_finish_leaves_the_parquet_files_alone(tmp_path):
@@ -393,7 +403,6 @@ def test_output_folder_of_a_run_that_did_not_finish_leaves_the_parquet_files_alo
     folder = OutputFolder(out, batch_rows=1)
     folder.add({"id": "a", "prompt": [{"role": "user", "content": "Q?"}], "criteria": []},
                {"id": "a", "question": "Q?", "rubrics": []})  # fmt: skip
-    assert (out / "final.parquet.tmp").exists() and (out / "final_details.parquet.tmp").exists()  # batches written
     folder.close(finished=False)
     for name in ("final.parquet", "final_details.parquet"):
         assert (out / name).read_bytes() == b"from the last finished run"

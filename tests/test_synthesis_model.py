@@ -36,7 +36,7 @@ def test_coarse_to_fine_on_the_embedded_model(local_server, tmp_path, monkeypatc
     assert set(rubrics) == {"single", "other-language", "multi-turn"}
     assert all(len(r) >= 1 and all(c["criterion"].strip() and c["points"] != 0 for c in r) for r in rubrics.values())
     details = {d["id"]: d for d in map(json.loads, (out / "details.jsonl").read_text().splitlines())}
-    assert all(d["reference"] and len(d["responses"]) == 2 for d in details.values())
+    assert all(d["reference_answer"] and len(d["responses"]) == 2 for d in details.values())
     assert details["multi-turn"]["prompt"][1]["role"] == "assistant"
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["roles"]["reference"]["model"] == local_server.model
