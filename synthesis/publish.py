@@ -9,6 +9,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from rubricrl.errors import UserError
 from rubricrl.provenance import card_note
 
 CARD = """---
@@ -105,13 +106,22 @@ def run_publish(args: argparse.Namespace) -> int:
         return 0
     import tempfile
 
-    from huggingface_hub import HfApi
+    from huggingface_hub import HfApi, constants
+    from huggingface_hub.errors import HfHubHTTPError
 
+    # What the Hub client raises when the Hub is unreachable or refuses (its HTTP library's errors, and OSError)
+    hub_errors = (OSError, *HfHubHTTPError.__bases__)
     api = HfApi()  # the token comes from HF_TOKEN or `huggingface-cli login`; it is never printed
     with tempfile.TemporaryDirectory() as tmp:
         folder = build_folder(args.dir, Path(tmp), args.repo_id)
-        api.create_repo(args.repo_id, repo_type="dataset", private=args.private, exist_ok=True)
-        api.upload_folder(repo_id=args.repo_id, repo_type="dataset", folder_path=folder,
-                          commit_message="Upload rubrics synthesized with rubricrl")  # fmt: skip
+        try:
+            api.create_repo(args.repo_id, repo_type="dataset", private=args.private, exist_ok=True)
+            api.upload_folder(repo_id=args.repo_id, repo_type="dataset", folder_path=folder,
+                              commit_message="Upload rubrics synthesized with rubricrl")  # fmt: skip
+        except hub_errors as error:
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise UserError(f"publish {args.repo_id}: the Hub at {constants.ENDPOINT} did not take it ({first}); "
+                            "check the network, HF_TOKEN (write access) and the repo id, or write the folder "
+                            "with --dry-run OUT and upload it later") from None  # fmt: skip
     print(f"published https://huggingface.co/datasets/{args.repo_id}", file=sys.stderr)
     return 0

@@ -216,6 +216,17 @@ def test_publish_dry_run_builds_a_folder_that_loads_back(tmp_path, home):
     assert "`fake`" in card and "synthesis/rubric.txt" in card
 
 
+def test_publish_to_an_unreachable_hub_is_one_line(tmp_path, home, monkeypatch, capsys):
+    with FaultServer(reply=schema_reply) as server:
+        assert synth(server, tmp_path, queries(tmp_path / "q.jsonl", 2)) == 0
+    monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", "http://127.0.0.1:9")  # nothing listens on port 9
+    monkeypatch.setenv("HF_TOKEN", "hf_test")
+    assert main(["publish", str(tmp_path / "out"), "--repo-id", "me/x"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("rubricrl: error: publish me/x: the Hub at http://127.0.0.1:9 did not take it (")
+    assert "--dry-run OUT" in err and "hf_test" not in err
+
+
 def test_publish_refuses_an_unfinished_folder(tmp_path, capsys):
     (tmp_path / "half").mkdir()
     assert main(["publish", str(tmp_path / "half"), "--repo-id", "me/x", "--dry-run", str(tmp_path / "o")]) == 2
