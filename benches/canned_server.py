@@ -1,7 +1,7 @@
 """An OpenAI-compatible server for benchmarks: every chat request is answered after a fixed latency (L +- 20% by
 default, --jitter) with a valid canned answer, so that what is measured is the client, not a model. GET /stats gives
 the request count, the request-seconds spent answering and the span between the first request and the last answer;
-POST /stats/reset starts them afresh.
+POST /stats/reset starts them afresh. GET /v1/models lists one model (--model), as a vLLM server does.
 
 Answers are shaped like real ones, because their size and compressibility decide what the client writes: plain
 answers of ~1,500 characters, and schema answers (when the request carries a JSON schema) with several items,
@@ -65,7 +65,7 @@ def instance(schema: dict[str, Any], rng: random.Random, corpus: list[str]) -> A
     return prose(rng, corpus, rng.randint(limit // 2, limit))
 
 
-def make_app(latency: float, jitter: float = 0.2) -> web.Application:
+def make_app(latency: float, jitter: float = 0.2, model: str = "canned") -> web.Application:
     # busy: request-seconds from arrival to answer (slept: the latencies drawn); first/last: the
     # span the endpoint was in use, so that a benchmark can tell client overhead at the edges from gaps in between.
     stats = {"requests": 0, "busy": 0.0, "slept": 0.0, "first": None, "last": None}
@@ -98,6 +98,9 @@ def make_app(latency: float, jitter: float = 0.2) -> web.Application:
         stats["slept"] += pause
         return response
 
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": model, "object": "model"}]})
+
     async def get_stats(request: web.Request) -> web.Response:
         return web.json_response(stats)
 
@@ -106,7 +109,8 @@ def make_app(latency: float, jitter: float = 0.2) -> web.Application:
         return web.json_response(stats)
 
     app = web.Application()
-    app.add_routes([web.post("/v1/chat/completions", chat), web.get("/stats", get_stats), web.post("/stats/reset", reset_stats)])
+    app.add_routes([web.post("/v1/chat/completions", chat), web.get("/stats", get_stats), web.post("/stats/reset", reset_stats),
+                    web.get("/v1/models", models)])  # fmt: skip
     return app
 
 
@@ -115,5 +119,6 @@ if __name__ == "__main__":
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--latency", type=float, default=0.2)
     parser.add_argument("--jitter", type=float, default=0.2, help="latency spread: L * (1 +- jitter)")
+    parser.add_argument("--model", default="canned", help="the model name GET /v1/models lists")
     args = parser.parse_args()
-    web.run_app(make_app(args.latency, args.jitter), host="127.0.0.1", port=args.port, print=None, access_log=None)
+    web.run_app(make_app(args.latency, args.jitter, args.model), host="127.0.0.1", port=args.port, print=None, access_log=None)

@@ -26,9 +26,15 @@ sys.exit(code)
 class Canned:
     """benches/canned_server.py on a free port: valid answers after a latency L +- 20%."""
 
-    def __init__(self, port: int):
+    def __init__(self, port: int, process: subprocess.Popen):
         self.port = port
         self.base_url = f"http://127.0.0.1:{port}/v1"
+        self.process = process
+
+    def kill(self) -> None:
+        """SIGKILL: the endpoint dies mid-answer, as a crashed server does."""
+        self.process.kill()
+        self.process.wait()
 
     def stats(self) -> dict:
         return json.load(urllib.request.urlopen(f"http://127.0.0.1:{self.port}/stats"))
@@ -42,7 +48,7 @@ def canned_endpoint(latency: float, jitter: float = 0.2):
     port = free_port()
     server = subprocess.Popen([sys.executable, str(ROOT / "benches" / "canned_server.py"), "--port", str(port),
                                "--latency", str(latency), "--jitter", str(jitter)], cwd=ROOT)  # fmt: skip
-    endpoint = Canned(port)
+    endpoint = Canned(port, server)
     try:
         for _ in range(100):
             try:

@@ -56,6 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-model-len", type=int, default=8192, help="context length in tokens (default: 8192)")
     serve.add_argument("--kv-cache-gib", type=int, default=2,
                        help="KV cache size on CPU, GiB (VLLM_CPU_KVCACHE_SPACE; default: 2)")
+    serve.add_argument("--replicas", type=_positive, default=1, metavar="N",
+                       help="start N servers on ports PORT..PORT+N-1, advertised as one endpoint that commands spread "
+                            "their calls over; on GPUs each gets an equal share of the visible GPUs (on one GPU "
+                            "machine vLLM's --vllm-arg=--data-parallel-size=N does this in one server; default: 1)")
     serve.add_argument("--vllm-arg", action="append", default=[], metavar="ARG",
                        help="pass ARG through to vLLM (repeatable), e.g. --vllm-arg=--tensor-parallel-size=2 "
                             "(default: none)")
@@ -87,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_ruft_commands(commands)
     add_rurl_commands(commands)
     add_report_commands(commands)
+    from rubricrl.merge import add_command as add_merge_command
+
+    add_merge_command(commands)
 
     cache = commands.add_parser("cache", help="inspect or clear the response cache")
     cache_commands = cache.add_subparsers(title="cache commands", metavar="<action>", required=True)
@@ -170,6 +177,7 @@ EXAMPLES = {
     "ruft train": ["rubricrl ruft train --config configs/ruft/tiny-cpu.yaml --dataset sft/ --output_dir model/"],
     "rurl train": ["rubricrl rurl train --config configs/rurl/tiny-cpu.yaml --output_dir policy/",
                    "rubricrl rurl train --config configs/rurl/tiny-cpu.yaml --dry_run   # print the resolved config"],
+    "merge": ["rubricrl merge rubrics-0 rubrics-1 rubrics-2 rubrics-3 --output-dir rubrics/   # synth --shard i/4"],
     "report": ["rubricrl report eval/                                  # eval/report.html and .md",
                "rubricrl report base/ tuned/ --labels base tuned --output compare.html"],
 }
@@ -208,16 +216,18 @@ def _raise_stop(signum, frame):
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    from rubricrl.serve import DEFAULT_PORT, LocalServer, advertise, port_is_free, served_models, withdraw
+    from rubricrl.serve import DEFAULT_PORT, LocalServer, Replicas, advertise, port_is_free, served_models, withdraw
 
     port = args.port or DEFAULT_PORT
-    if not port_is_free(port):
-        listed = served_models(f"http://127.0.0.1:{port}/v1")
-        what = f"a server for {listed} is already running there" if listed else "something else is using it"
-        print(f"rubricrl serve: port {port} is taken ({what}); choose another with --port", file=sys.stderr)
-        return 1
-    server = LocalServer(args.model, port=port, max_model_len=args.max_model_len, kv_cache_gib=args.kv_cache_gib,
-                         extra_args=args.vllm_arg)  # fmt: skip
+    for taken in range(port, port + args.replicas):
+        if not port_is_free(taken):
+            listed = served_models(f"http://127.0.0.1:{taken}/v1")
+            what = f"a server for {listed} is already running there" if listed else "something else is using it"
+            print(f"rubricrl serve: port {taken} is taken ({what}); choose another with --port", file=sys.stderr)
+            return 1
+    options = dict(max_model_len=args.max_model_len, kv_cache_gib=args.kv_cache_gib, extra_args=args.vllm_arg)
+    server = (LocalServer(args.model, port=port, **options) if args.replicas == 1
+              else Replicas(args.replicas, args.model, port=port, **options))  # fmt: skip
     signal.signal(signal.SIGTERM, _raise_stop)
     signal.signal(signal.SIGINT, _raise_stop)
     endpoint = None
@@ -228,7 +238,7 @@ def run_serve(args: argparse.Namespace) -> int:
         advertise(endpoint)
         print(f"ready in {time.monotonic() - started:.0f} s; Ctrl-C or SIGTERM stops it", file=sys.stderr)
         print(f"base_url: {endpoint.base_url}\nmodel: {endpoint.model}", flush=True)
-        while server.process.poll() is None:
+        while server.alive():
             time.sleep(1)
         print(f"rubricrl serve: vLLM exited; log {server.log_path}:\n{server.log_tail()}", file=sys.stderr)
         return 1

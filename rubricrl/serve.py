@@ -5,6 +5,12 @@ CPU build crashes looking up the `vllm` distribution) started in its own process
 vLLM's engine processes too. `rubricrl serve` advertises its server in `$RUBRICRL_HOME/server.json`;
 `local_endpoint()` reuses an advertised (or default-port) server that answers with the wanted model, and
 otherwise starts one for the duration of the command.
+
+`Replicas` starts several such servers for one model on consecutive ports and advertises them as one endpoint
+(their URLs joined by commas), over which the client spreads its calls (llm/endpoints.py). On GPUs each replica
+gets its share of the visible GPUs; there, vLLM's own data parallelism (`--data-parallel-size N`: one server, one
+URL, vLLM balances the GPUs) is the better tool for one machine, and replicas are for what it does not do (a
+model per GPU on a vLLM build without it, or on the CPU build, where each replica is one more process).
 """
 
 import contextlib
@@ -22,10 +28,11 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from rubricrl.embedded_model import EMBEDDED_MODEL_NAME, prepare_embedded_model
+from rubricrl.errors import UserError
 from rubricrl.home import rubricrl_home
 from rubricrl.jsonl import write_whole
 
@@ -114,6 +121,7 @@ class LocalServer:
         kv_cache_gib: int = 2,
         extra_args: list[str] | None = None,
         log_path: Path | None = None,
+        devices: str | None = None,
     ):
         # No --model means the embedded model; it is prepared (instantly, once done) and served offline.
         self.embedded = model is None
@@ -124,6 +132,8 @@ class LocalServer:
         self.kv_cache_gib = kv_cache_gib
         self.extra_args = extra_args or []
         self.log_path = log_path or rubricrl_home() / "logs" / f"vllm-{self.port}.log"
+        self.devices = devices
+        """CUDA_VISIBLE_DEVICES for this server (a replica's share of the GPUs); None: the environment's."""
         self.process: subprocess.Popen | None = None
 
     @property
@@ -146,28 +156,38 @@ class LocalServer:
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.kv_cache_gib))
         if self.embedded:
             env["HF_HUB_OFFLINE"] = "1"
+        if self.devices is not None:
+            env["CUDA_VISIBLE_DEVICES"] = self.devices
         return env
 
     def start(self, timeout: float = 600.0) -> Endpoint:
         """Start the server and wait until it answers at /models; raise with the log's tail if it dies first."""
+        self.launch()
+        try:
+            return self.wait_ready(time.monotonic() + timeout, timeout)
+        except BaseException:  # Ctrl-C or a failure while waiting: take down whatever was started
+            self.stop()
+            raise
+
+    def launch(self) -> None:
         command = self.command()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                             env=self.environment(), start_new_session=True,
                                             preexec_fn=_die_with_parent)  # fmt: skip
-        try:
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                if self.process.poll() is not None:
-                    raise RuntimeError(f"vLLM server exited during start-up; log {self.log_path}:\n{self.log_tail()}")
-                if self.served_name in served_models(self.endpoint.base_url, timeout=1.0):
-                    return self.endpoint
-                time.sleep(0.5)
-            raise TimeoutError(f"vLLM server not ready after {timeout:.0f} s; log {self.log_path}:\n{self.log_tail()}")
-        except BaseException:  # Ctrl-C or a failure while waiting: take down whatever was started
-            self.stop()
-            raise
+
+    def wait_ready(self, deadline: float, timeout: float) -> Endpoint:
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"vLLM server exited during start-up; log {self.log_path}:\n{self.log_tail()}")
+            if self.served_name in served_models(self.endpoint.base_url, timeout=1.0):
+                return self.endpoint
+            time.sleep(0.5)
+        raise TimeoutError(f"vLLM server not ready after {timeout:.0f} s; log {self.log_path}:\n{self.log_tail()}")
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
 
     def stop(self, grace: float = 20.0) -> None:
         """SIGTERM the whole process group (vLLM shuts its engine down in ~1 s), then SIGKILL what is left."""
@@ -195,6 +215,84 @@ class LocalServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+class Replicas:
+    """`count` LocalServers for one model on ports port .. port+count-1, started together and advertised as one
+    endpoint: its base_url is their URLs joined by commas, its pid the first one's. Same interface as LocalServer
+    (start, stop, alive, log_path, log_tail)."""
+
+    def __init__(self, count: int, model: str | None = None, *, port: int, **options):
+        if count < 1:
+            raise UserError(f"--replicas must be at least 1, got {count}")
+        self.servers = [LocalServer(model, port=port + i, devices=share, **options)
+                        for i, share in enumerate(gpu_shares(count))]  # fmt: skip
+
+    @property
+    def ports(self) -> list[int]:
+        return [server.port for server in self.servers]
+
+    @property
+    def log_path(self) -> str:
+        return ", ".join(str(server.log_path) for server in self.servers)
+
+    @property
+    def endpoint(self) -> Endpoint:
+        first = self.servers[0].endpoint
+        return replace(first, base_url=",".join(server.endpoint.base_url for server in self.servers))
+
+    def start(self, timeout: float = 600.0) -> Endpoint:
+        """Launch them all, then wait for each (they load at once); any failure stops them all."""
+        try:
+            for server in self.servers:
+                server.launch()
+            deadline = time.monotonic() + timeout
+            for server in self.servers:
+                server.wait_ready(deadline, timeout)
+            return self.endpoint
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.stop()
+
+    def alive(self) -> bool:
+        """All of them are running (`rubricrl serve` stops when one exits: its log says why)."""
+        return all(server.alive() for server in self.servers)
+
+    def log_tail(self, chars: int = 4000) -> str:
+        dead = [server for server in self.servers if not server.alive()] or self.servers[:1]
+        return "\n".join(f"{server.log_path}:\n{server.log_tail(chars)}" for server in dead)
+
+    def __enter__(self) -> Endpoint:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def gpu_shares(count: int) -> list[str | None]:
+    """CUDA_VISIBLE_DEVICES for each of `count` replicas: the visible GPUs cut into equal contiguous shares (two
+    GPUs each for 2 replicas of 4 GPUs, for --tensor-parallel-size=2). None each on the CPU build or without
+    nvidia-smi (the environment decides)."""
+    if count == 1 or vllm_on_cpu():
+        return [None] * count
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        devices = [d.strip() for d in visible.split(",") if d.strip()]
+    else:
+        try:
+            listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return [None] * count
+        devices = [str(i) for i, line in enumerate(listed.splitlines()) if line.startswith("GPU ")]
+    if len(devices) < count:
+        raise UserError(f"--replicas {count} needs a GPU per replica at least, and {len(devices)} are visible "
+                        "(CUDA_VISIBLE_DEVICES or nvidia-smi)")
+    share = len(devices) // count
+    return [",".join(devices[i * share : (i + 1) * share]) for i in range(count)]
 
 
 def _die_with_parent() -> None:
@@ -247,8 +345,11 @@ def find_running(model: str = EMBEDDED_MODEL_NAME) -> Endpoint | None:
         pass
     candidates.append(Endpoint(f"http://{HOST}:{DEFAULT_PORT}/v1", model))
     for candidate in candidates:
-        if candidate.model == model and model in served_models(candidate.base_url):
-            return candidate
+        if candidate.model != model:
+            continue
+        live = [url for url in candidate.base_url.split(",") if model in served_models(url)]  # replicas: those up
+        if live:
+            return replace(candidate, base_url=",".join(live))
     return None
 
 

@@ -50,7 +50,8 @@ def test_a_base_url_without_a_model_takes_the_one_it_serves(fault_server):
     settings = LLMSettings(base_url=fault_server.base_url)
     with open_llm(settings, ["judge"]) as session:
         assert session.roles["judge"].model == "fake"  # the one model its /models lists
-    with pytest.raises(ConfigError, match="role 'judge' points at http://127.0.0.1:9/v1 but names no model"):
+    # Nothing answers there: said as such, not as a missing model name.
+    with pytest.raises(ConfigError, match=r"endpoint http://127.0.0.1:9/v1 \(roles \['judge'\]\) does not answer"):
         with open_llm(LLMSettings(base_url="http://127.0.0.1:9/v1"), ["judge"]):
             pass
 

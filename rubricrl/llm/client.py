@@ -2,8 +2,11 @@
 
 Async, against any OpenAI-compatible endpoint (the chat completions API). What it provides:
 - roles (endpoint + model + sampling parameters) chosen by name;
-- bounded concurrency (one semaphore for all calls of this client) and a per-request timeout (600 s by default,
-  the openai SDK's: an 8192-token answer from a busy GPU server takes minutes);
+- several endpoints per role (endpoints.py): calls spread by least outstanding requests, `concurrency` requests
+  at most in flight on each endpoint (over all roles that use it), an endpoint that keeps failing taken out of
+  rotation for a cool-down; per-endpoint counts in `endpoint_stats()`;
+- a per-request timeout (600 s by default, the openai SDK's: an 8192-token answer from a busy GPU server takes
+  minutes);
 - retries (transport.py): on connection errors, 408/409/429/5xx, with exponential backoff, jitter and
   Retry-After, at most `max_retries` of them; a request that timed out is resent once only, with twice the time,
   and then fails with an error that says what to raise or lower; plus a bounded retry of 200 answers whose body
@@ -24,15 +27,22 @@ from typing import Any
 
 from rubricrl.errors import UserError
 from rubricrl.llm.cache import ResponseCache, cache_key
+from rubricrl.llm.endpoints import EndpointStats, Router
 from rubricrl.llm.roles import Role
 from rubricrl.llm.structured import StructuredOutputError, json_schema_format, parse_structured
-from rubricrl.llm.transport import Transport, TransportError, TransportTimeout
+from rubricrl.llm.transport import Transport, TransportError, TransportTimeout, Unreachable
 
 Message = dict[str, Any]
 
 
 class LLMError(UserError, RuntimeError):
     """A call failed for good (after its retries). The message names the role, model and endpoint."""
+
+
+class EndpointUnreachable(LLMError):
+    """A role's endpoints have not accepted a connection for several calls in a row: the server is down. Every
+    later call to them fails at once the same way (one attempt each) until one connects again, so a command may
+    stop its run on the first of these instead of recording one failure per item."""
 
 
 @dataclass
@@ -85,11 +95,16 @@ class LLMClient:
         for name, role in roles.items():
             if role.is_local or role.model is None:
                 raise ValueError(f"role '{name}' has no endpoint or model: bind it to a server first (bind_local)")
+        if concurrency < 1 or timeout <= 0 or max_retries < 0 or invalid_answer_retries < 0:
+            raise ValueError(f"LLMClient needs concurrency >= 1, timeout > 0 and retries >= 0, got {concurrency}, "
+                             f"{timeout}, {max_retries}, {invalid_answer_retries}")  # fmt: skip
         self.roles = roles
         self.cache = cache
         self.invalid_answer_retries = invalid_answer_retries
         self.usage: dict[str, Usage] = {name: Usage() for name in roles}
-        self._transport = Transport(timeout=timeout, max_retries=max_retries, semaphore=asyncio.Semaphore(concurrency))
+        self._transport = Transport(timeout=timeout, max_retries=max_retries)
+        self._router = Router(concurrency)
+        self._pools = {name: self._router.pool(role.endpoints) for name, role in roles.items()}
         self._in_flight: dict[str, asyncio.Future] = {}  # identical calls running now share one request
 
     async def chat(
@@ -131,7 +146,7 @@ class LLMClient:
         """One answer from each of `roles` (in order; a role may appear more than once), other arguments as in
         `chat`. The cache key ignores the role name and the endpoint, so roles whose requests would be identical
         (same model, sampling parameters and response format) would all get the first one's answer: they share
-        one call with n = their number instead, sent to the first one's endpoint, its usage counted there, and
+        one call with n = their number instead, sent to the first one's endpoints, its usage counted there, and
         each takes its own sample."""
         if "n" in params:
             raise ValueError("chat_each gives one answer per role; ask chat(role, ..., n=...) for several")
@@ -255,10 +270,9 @@ class LLMClient:
         a chat completion with n choices is asked for again, a bounded number of times."""
         body = {"model": spec.model, "messages": messages, "n": n, **request}
         body.update(body.pop("extra_body", None) or {})
-        url = spec.base_url.rstrip("/") + "/chat/completions"
         for attempt in range(self.invalid_answer_retries + 1):
             try:
-                response = await self._transport.post_json(url, body, spec.api_key())
+                response = await self._transport.post_json(self._pools[role], "/chat/completions", body, spec.api_key())
                 choices = _checked_choices(response, n)
                 break
             except (_InvalidAnswer, json.JSONDecodeError, UnicodeDecodeError) as error:
@@ -270,6 +284,8 @@ class LLMClient:
                 raise LLMError(f"role '{role}' ({spec.model} at {spec.base_url}): {error}: the server is slow or the "
                                "answer long; raise the timeout (--timeout, or `timeout:` in the config's llm section) "
                                f"or lower the role's max_tokens (now {body.get('max_tokens', 'not set')})") from None
+            except Unreachable as error:
+                raise EndpointUnreachable(f"role '{role}' ({spec.model} at {spec.base_url}): {error}") from None
             except TransportError as error:  # some gateways echo the key in their error body: it is cut out
                 raise LLMError(_redacted(f"role '{role}' ({spec.model} at {spec.base_url}): {error}", spec)) from None
         usage = self.usage[role]
@@ -278,6 +294,17 @@ class LLMClient:
         usage.prompt_tokens += tokens.get("prompt_tokens") or 0
         usage.completion_tokens += tokens.get("completion_tokens") or 0
         return [{"text": c["message"].get("content") or "", "finish_reason": c.get("finish_reason")} for c in choices]
+
+    def endpoint_stats(self) -> dict[str, EndpointStats]:
+        """Per endpoint URL: requests sent, failed, mean latency, times taken out of rotation (a live view)."""
+        return self._router.stats()
+
+    def endpoint_summary(self) -> str | None:
+        """One line per endpoint for a command's summary; None when a single endpoint never failed."""
+        stats = list(self.endpoint_stats().values())
+        if len(stats) <= 1 and not any(s.failures for s in stats):
+            return None
+        return "\n".join(f"endpoint {s.line()}" for s in stats)
 
     async def aclose(self) -> None:
         if self.cache is not None:

@@ -9,6 +9,7 @@ without one, that model rambles to thousands of tokens, minutes per request on t
 
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
@@ -17,8 +18,9 @@ from rubricrl.config import ConfigError
 from rubricrl.embedded_model import EMBEDDED_MODEL_NAME
 from rubricrl.llm.cache import ResponseCache
 from rubricrl.llm.client import LLMClient
+from rubricrl.llm.endpoints import endpoint_urls
 from rubricrl.llm.roles import Role, bind_local, resolve_roles
-from rubricrl.serve import listed_models, local_endpoint, served_models
+from rubricrl.serve import listed_models, local_endpoint
 
 DEFAULT_CPU_MAX_TOKENS = 256
 REACHABLE_TIMEOUT = 10.0  # seconds for an endpoint to accept a connection and answer GET /models
@@ -30,9 +32,10 @@ class LLMSettings:
 
     config_section: ClassVar[str] = "llm"
 
-    base_url: str | None = None
+    base_url: str | list[str] | None = None
     """OpenAI-compatible endpoint for every role (key from OPENAI_API_KEY); a role's own entry wins over it.
-    Without one, roles are served by the embedded model on this machine."""
+    Several endpoints serving the same model: URLs separated by commas, a YAML list, or @FILE (one URL a line);
+    calls are spread over them. Without one, roles are served by the embedded model on this machine."""
     model: str | None = None
     """Model for every role (a role's own entry wins). With base_url and no model: the one model it serves."""
     defaults: dict[str, Any] = field(default_factory=dict)
@@ -41,15 +44,24 @@ class LLMSettings:
     roles: dict[str, Any] = field(default_factory=dict)
     """Per-role settings, more specific than defaults, e.g. --roles judge.model=gpt-4.1-mini judge.temperature=0"""
     concurrency: int = 16
-    """Requests in flight at once, over all roles."""
+    """Requests in flight at once on each endpoint (over all roles that use it)."""
     timeout: float = 600.0
     """Seconds one request may take; a request that times out is sent once more with twice the limit."""
+    max_retries: int = 5
+    """Times a request is sent again after no connection, a 408/409/429/5xx or a timeout (with backoff)."""
     cache: bool = True
     """Read and write the response cache ($RUBRICRL_HOME/cache/responses): a call answered once is never paid again."""
 
     def __post_init__(self) -> None:
-        if self.concurrency < 1 or self.timeout <= 0:
-            raise ValueError("concurrency must be at least 1 and timeout above 0")
+        for name, valid, expected in (("concurrency", self.concurrency >= 1, "at least 1"),
+                                      ("timeout", self.timeout > 0, "above 0 (seconds)"),
+                                      ("max_retries", self.max_retries >= 0, "at least 0")):  # fmt: skip
+            if not valid:
+                raise ValueError(f"{name} (--{name.replace('_', '-')}) must be {expected}, got {getattr(self, name)}")
+        if isinstance(self.base_url, str) and self.base_url.lower() in ("none", "null"):
+            self.base_url = None  # `--base-url none`, as every optional flag reads it (a list is not optional there)
+        if self.base_url is not None:
+            endpoint_urls(self.base_url, "base_url (--base-url)")
         if isinstance(self.defaults, dict) and {"base_url", "model"} & set(self.defaults):
             # one place for each setting, so that "the command line wins over the file" has one meaning
             raise ValueError("set the endpoint and model for every role with llm.base_url / llm.model "
@@ -71,8 +83,9 @@ class LLMSession:
 
     def client(self, **options: Any) -> LLMClient:
         cache = ResponseCache() if self.settings.cache else None
-        return LLMClient(self.roles, cache=cache, concurrency=self.settings.concurrency, timeout=self.settings.timeout,
-                         **options)  # fmt: skip
+        options = {"concurrency": self.settings.concurrency, "timeout": self.settings.timeout,
+                   "max_retries": self.settings.max_retries, **options}  # fmt: skip
+        return LLMClient(self.roles, cache=cache, **options)
 
     def budget_note(self) -> str | None:
         """One line for a command's summary, when CPU budgets were applied."""
@@ -90,9 +103,8 @@ def open_llm(
     """Resolve the named roles, start or reuse the local server they need, and apply CPU budgets where a role is
     on the embedded model (`cpu_budgets[name]`, else DEFAULT_CPU_MAX_TOKENS)."""
     roles = resolve_roles(names, settings.role_defaults(), settings.roles, source=source)
-    listed: dict[str, list[str]] = {}  # each endpoint asked once
+    listed = _list_endpoints(roles, source)  # each endpoint asked once
     roles = {name: _with_model(name, role, source, listed) for name, role in roles.items()}
-    _check_reachable(roles, source, answered=set(listed))
     local_models = {role.model for role in roles.values() if role.is_local}
     if len(local_models) > 1:
         raise ConfigError(
@@ -111,18 +123,51 @@ def open_llm(
         yield session
 
 
-def _check_reachable(roles: dict[str, Role], source: str, answered: set[str]) -> None:
-    """Each endpoint once, before any paid call (those in `answered` already listed their model): one that refuses
-    connections or does not answer at all is a one-line error naming it (an HTTP error status is not: some
-    endpoints do not list models)."""
-    for url in sorted({role.base_url.rstrip("/") for role in roles.values() if not role.is_local} - answered):
-        try:
-            listed_models(url, timeout=REACHABLE_TIMEOUT)
-        except (OSError, ValueError) as error:
-            names = sorted(name for name, role in roles.items() if (role.base_url or "").rstrip("/") == url)
-            reason = getattr(error, "reason", error)
-            raise ConfigError(f"{source}: endpoint {url} (roles {names}) does not answer: {reason}; is the server "
-                              "up, and the URL right (e.g. http://host:8000/v1)?") from None  # fmt: skip
+def _list_endpoints(roles: dict[str, Role], source: str) -> dict[str, list[str]]:
+    """The models each endpoint lists, asking each once (all at once), before any paid call. A role none of whose
+    endpoints accepts a connection and answers is a one-line error naming them; one of several that does not is
+    named on stderr (the client takes it out of rotation). An HTTP error status is an answer: some endpoints do
+    not list models."""
+    urls = sorted({url for role in roles.values() for url in role.endpoints})
+    keys = {url: _key_for(url, roles) for url in urls}
+    with ThreadPoolExecutor(max_workers=min(16, len(urls) or 1)) as pool:
+        answers = dict(zip(urls, pool.map(lambda url: _listed_or_error(url, keys[url]), urls)))
+    listed = {url: answer for url, answer in answers.items() if isinstance(answer, list)}
+    warned = set()
+    for name, role in roles.items():
+        down = [url for url in role.endpoints if url not in listed]
+        if not down:
+            continue
+        users = sorted(n for n, r in roles.items() if set(down) & set(r.endpoints))
+        reasons = "; ".join(f"{url}: {answers[url]}" for url in down)
+        if len(down) == len(role.endpoints):
+            where = f"endpoint {down[0]}" if len(down) == 1 else f"endpoints {', '.join(down)}"
+            raise ConfigError(f"{source}: {where} (roles {users}) {'does' if len(down) == 1 else 'do'} not answer: "
+                              f"{answers[down[0]] if len(down) == 1 else reasons}; is the server up, and the URL "
+                              "right (e.g. http://host:8000/v1)?")  # fmt: skip
+        if reasons not in warned:
+            warned.add(reasons)
+            print(f"[rubricrl] {source}: {reasons} (roles {users}): no answer; calls go to the other endpoints",
+                  file=sys.stderr)  # fmt: skip
+    return listed
+
+
+def _key_for(url: str, roles: dict[str, Role]) -> str | None:
+    """An API key of a role at `url`, for endpoints that list models only to a caller with a key."""
+    for role in roles.values():
+        if url in role.endpoints:
+            try:
+                return role.api_key()
+            except ConfigError:  # reported when the role is called
+                continue
+    return None
+
+
+def _listed_or_error(url: str, api_key: str | None) -> list[str] | str:
+    try:
+        return listed_models(url, timeout=REACHABLE_TIMEOUT, api_key=api_key)
+    except (OSError, ValueError) as error:
+        return str(getattr(error, "reason", error))
 
 
 @contextmanager
@@ -134,16 +179,20 @@ def _local(models: set) -> Iterator[Any]:
         yield endpoint
 
 
-def _with_model(name: str, role: Role, source: str, asked: dict[str, list[str]]) -> Role:
-    """A role at an endpoint without a model name takes the one model the endpoint serves (vLLM serves one)."""
+def _with_model(name: str, role: Role, source: str, listed: dict[str, list[str]]) -> Role:
+    """A role at endpoints without a model name takes the one model they serve (vLLM serves one); several
+    endpoints must serve the same one."""
     if role.is_local or role.model is not None:
         return role
-    url = role.base_url.rstrip("/")
-    if url not in asked:
-        asked[url] = served_models(url, api_key=role.api_key())
-    listed = asked[url]
-    if len(listed) == 1:
-        return replace(role, model=listed[0])
-    found = f"it serves {listed[:5]}" if listed else "its /models lists nothing (or it does not answer)"
+    served = {url: listed[url] for url in role.endpoints if url in listed}
+    models = {model for found in served.values() for model in found}
+    if len(models) == 1:
+        return replace(role, model=models.pop())
+    if len(models) > 1 and all(len(found) == 1 for found in served.values()):
+        found = ", ".join(f"{url} serves {found[0]}" for url, found in served.items())
+        raise ConfigError(f"{source}: role '{name}' names endpoints that serve different models ({found}): "
+                          "give each role endpoints of one model")  # fmt: skip
+    first = next(iter(served.values()))
+    found = f"it serves {first[:5]}" if first else "its /models lists nothing"
     raise ConfigError(f"{source}: role '{name}' points at {role.base_url} but names no model, and {found}: "
                       "give --model or llm.roles.NAME.model")  # fmt: skip

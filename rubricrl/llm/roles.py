@@ -3,7 +3,7 @@
 Every stage asks for roles by name ("reference", "judge", "policy", ...). A role is built from two levels, the
 more specific winning: `defaults` (every role) < the role's own entry under `roles`. At each level the command line
 wins over the config file (see connect.LLMSettings). A role left without a base_url is served by the embedded
-local model.
+local model. A role may name several endpoints serving its model (endpoints.py): calls are spread over them.
 """
 
 import os
@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from rubricrl.config import ConfigError, dataclass_from_dict
+from rubricrl.llm.endpoints import endpoint_urls
 
 LOCAL_API_KEY = "EMPTY"  # a local vLLM server accepts any key
 
@@ -21,8 +22,10 @@ LOCAL_API_KEY = "EMPTY"  # a local vLLM server accepts any key
 class Role:
     model: str | None = None
     """Model name at the endpoint; None: the model the local server serves."""
-    base_url: str | None = None
-    """OpenAI-compatible endpoint, e.g. http://host:8000/v1; None: the local embedded server."""
+    base_url: str | list[str] | None = None
+    """OpenAI-compatible endpoint, e.g. http://host:8000/v1; None: the local embedded server. Several endpoints
+    serving the same model: a list, URLs separated by commas, or @FILE (one URL a line); kept as one string, the
+    URLs separated by commas."""
     api_key_env: str = "OPENAI_API_KEY"
     """Name of the environment variable holding the key (the key itself is never stored or logged)."""
     temperature: float | None = None
@@ -36,9 +39,24 @@ class Role:
     extra_body: dict[str, Any] = field(default_factory=dict)
     """Endpoint-specific request fields, e.g. {"top_k": 20} for vLLM."""
 
+    def __post_init__(self) -> None:
+        if self.base_url is not None:
+            object.__setattr__(self, "base_url", ",".join(endpoint_urls(self.base_url)))
+        checks = [("temperature", lambda v: v >= 0, "at least 0"), ("top_p", lambda v: 0 < v <= 1, "in (0, 1]"),
+                  ("max_tokens", lambda v: v >= 1, "at least 1")]  # fmt: skip
+        for name, valid, expected in checks:
+            value = getattr(self, name)
+            if value is not None and not valid(value):
+                raise ValueError(f"{name} must be {expected}, got {value}")
+
     @property
     def is_local(self) -> bool:
         return self.base_url is None
+
+    @property
+    def endpoints(self) -> list[str]:
+        """The endpoint URLs (one, or several serving the same model)."""
+        return self.base_url.split(",") if self.base_url else []
 
     def sampling_params(self) -> dict[str, Any]:
         """The request fields that shape the answer (part of the cache key)."""
@@ -54,7 +72,7 @@ class Role:
         key = os.environ.get(self.api_key_env)
         if key:
             return key
-        if _is_loopback(self.base_url):
+        if all(map(_is_loopback, self.endpoints)):
             return LOCAL_API_KEY
         raise ConfigError(f"endpoint {self.base_url} needs an API key: set the environment variable {self.api_key_env}")
 
@@ -75,6 +93,8 @@ def resolve_roles(
     if unused:  # one config serves several commands, so not an error; but say it, a typo would hide here
         print(f"[rubricrl] {source}: roles {sorted(unused)} are not used by this command (it uses {names})",
               file=sys.stderr)
+    if defaults:  # a mistake there is reported there, not in the first role that inherits it
+        dataclass_from_dict(Role, defaults, f"{source}: llm.defaults")
     roles = {}
     for name in names:
         merged = {**(defaults or {}), **(entries.get(name) or {})}

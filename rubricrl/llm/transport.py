@@ -12,6 +12,13 @@ answer within the timeout is resent once only, at once, with the limit doubled: 
 or a long answer times out again, and every resend of a long generation adds load (resent like connection
 errors, the SDK's way, a 16-query synthesis on a CPU server sent each request 6 times and took 19 minutes).
 The resend counts against `max_retries` like any other.
+
+Endpoints. Each attempt takes a slot on one endpoint of the role's pool (endpoints.py: least outstanding requests,
+a bound per endpoint); an attempt that failed for the endpoint's sake (no connection, 5xx, no answer in time) is
+resent at once to another endpoint in rotation, when there is one, else after the backoff above. A pool that has
+not connected for UNANSWERED_CALLS calls in a row is taken for down: each later call gets one attempt (refused at
+once) instead of its full retries, until a call gets an answer again, so a dead server ends a run in one backoff
+instead of one per call.
 """
 
 import asyncio
@@ -25,6 +32,8 @@ from typing import Any
 
 import aiohttp
 
+from rubricrl.llm.endpoints import Pool
+
 INITIAL_RETRY_DELAY = 0.5
 MAX_RETRY_DELAY = 8.0
 MAX_RETRY_AFTER = 60.0
@@ -32,6 +41,8 @@ RETRIED_STATUSES = {408, 409, 429}
 TIMEOUT_RESENDS = 1
 # Not an answer too slow but no connection at all: retried like the other connection errors.
 CONNECT_TIMEOUTS = getattr(aiohttp, "ConnectionTimeoutError", ())  # aiohttp >= 3.10
+NO_CONNECTION = (aiohttp.ClientConnectorError, *([CONNECT_TIMEOUTS] if CONNECT_TIMEOUTS else []))
+UNANSWERED_CALLS = 3  # calls in a row that never connected before a pool counts as down (see Unreachable)
 
 
 class TransportError(RuntimeError):
@@ -46,53 +57,90 @@ class TransportTimeout(TransportError):
         super().__init__(f"no answer within {tries}" + (" on a second try" if len(limits) > 1 else ""))
 
 
+class Unreachable(TransportError):
+    """No connection to any endpoint of a pool for UNANSWERED_CALLS calls in a row: later calls get one attempt."""
+
+
 class Transport:
-    def __init__(self, *, timeout: float, max_retries: int, semaphore: asyncio.Semaphore):
+    def __init__(self, *, timeout: float, max_retries: int):
         self.timeout = timeout
         self.max_retries = max_retries
-        self.semaphore = semaphore
         self._session: aiohttp.ClientSession | None = None
         self._proxies: dict[str, str | None] = {}
 
-    async def post_json(self, url: str, body: dict[str, Any], api_key: str) -> Any:
-        """The decoded JSON body of a 2xx answer. A 2xx body that is not JSON raises json.JSONDecodeError (the
-        caller decides whether to ask again); error statuses and exhausted retries raise TransportError,
-        TransportTimeout when the last try timed out."""
+    async def post_json(self, pool: Pool, path: str, body: dict[str, Any], api_key: str) -> Any:
+        """The decoded JSON body of a 2xx answer from one of `pool`'s endpoints (`path` after its base URL). A 2xx
+        body that is not JSON raises json.JSONDecodeError (the caller decides whether to ask again); error statuses
+        and exhausted retries raise TransportError, TransportTimeout when the last try timed out, Unreachable when
+        the pool has stopped answering."""
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
         data = json.dumps(body, ensure_ascii=False).encode()
-        limit, timed_out = self.timeout, []
-        for attempt in range(self.max_retries + 1):
+        limit, timed_out, failed_on = self.timeout, [], set()
+        # Nothing connected for several calls in a row: a dead server. One attempt each (instant when refused)
+        # instead of a minute of backoff per call; the first answer ends this.
+        retries = 0 if pool.unanswered_calls >= UNANSWERED_CALLS else self.max_retries
+        for attempt in range(retries + 1):
             wait = None
+            # A slot is held while a request is out, not while waiting to retry.
+            endpoint = await pool.acquire(frozenset(failed_on))
+            started = time.monotonic()
             try:
-                timeout = aiohttp.ClientTimeout(total=limit)
-                # The semaphore is held while a request is out, not while waiting to retry.
-                async with self.semaphore, self._open().post(url, data=data, headers=headers, timeout=timeout,
-                                                             proxy=self._proxy(url)) as response:  # fmt: skip
-                    content = await response.read()
-                    if response.status < 300:
-                        return json.loads(content)
-                    error = f"HTTP {response.status}: {content[:1000].decode('utf-8', 'replace')}"
-                    retry = _should_retry(response)
-                    wait = _retry_after(response.headers)
+                status, content, response_headers, retry = await self._send(endpoint.url + path, data, headers, limit)
             except (aiohttp.ClientError, TimeoutError) as fault:
+                endpoint.record(0.0, answered=False, fault=True)
+                pool.release(endpoint)
+                failed_on.add(endpoint.url)
                 if isinstance(fault, TimeoutError) and not isinstance(fault, CONNECT_TIMEOUTS):
                     timed_out.append(limit)
-                    if len(timed_out) > TIMEOUT_RESENDS or attempt == self.max_retries:
+                    if len(timed_out) > TIMEOUT_RESENDS or attempt == retries:
                         raise TransportTimeout(timed_out) from None
                     limit *= 2  # no backoff: the server has had `limit` seconds already
                     continue
                 error = f"{type(fault).__name__}: {fault}" if str(fault) else type(fault).__name__
-                retry = True
-            if not retry or attempt == self.max_retries:
+                if len(pool.endpoints) > 1:
+                    error += f" (at {endpoint.url})"
+                retry, no_connection = True, isinstance(fault, NO_CONNECTION)
+                # The last attempt, or the pool was taken for down meanwhile: no more retries for this call.
+                if no_connection and (attempt == retries or pool.unanswered_calls >= UNANSWERED_CALLS):
+                    pool.unanswered_calls += 1
+                    if pool.unanswered_calls >= UNANSWERED_CALLS:
+                        raise Unreachable(f"no connection to {pool.urls} for {pool.unanswered_calls} calls in a row "
+                                          f"(last: {error}); is the server up?") from None  # fmt: skip
+            except BaseException:  # cancelled while out: the slot is freed, the attempt not judged
+                pool.release(endpoint)
+                raise
+            else:
+                seconds = time.monotonic() - started
+                answered = status < 300
+                endpoint.record(seconds, answered=answered, fault=status >= 500)
+                pool.release(endpoint)
+                pool.unanswered_calls = 0
+                if answered:
+                    return json.loads(content)
+                error = f"HTTP {status}: {content[:1000].decode('utf-8', 'replace')}"
+                if status >= 500:
+                    failed_on.add(endpoint.url)
+                wait = _retry_after(response_headers)
+            if not retry or attempt == retries:
                 raise TransportError(f"{error} (after {attempt + 1} attempt(s))" if retry else error)
+            if endpoint.url in failed_on and pool.has_another(frozenset(failed_on)):
+                continue  # another endpoint takes it now
             await asyncio.sleep(wait if wait is not None else _backoff(attempt))
         raise AssertionError("unreachable")
 
+    async def _send(self, url: str, data: bytes, headers: dict[str, str], limit: float):
+        """One POST: (status, body, headers, whether an error status is worth retrying)."""
+        timeout = aiohttp.ClientTimeout(total=limit)
+        session = self._open()
+        async with session.post(url, data=data, headers=headers, timeout=timeout, proxy=self._proxy(url)) as response:
+            content = await response.read()
+            return response.status, content, response.headers, _should_retry(response)
+
     def _open(self) -> aiohttp.ClientSession:
         """Created on first use, inside the running loop (aiohttp binds to it). No connection limit of its own:
-        the semaphore bounds the calls, and every concurrent call keeps its connection alive. The proxy
+        the endpoints' bounds limit the calls, and every concurrent call keeps its connection alive. The proxy
         variables are read once per URL (_proxy), not on every request as aiohttp's trust_env would (0.25 ms each)."""
         if self._session is None:
             self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))

@@ -1,0 +1,210 @@
+"""Several endpoints behind one role: calls spread by least outstanding requests, a concurrency bound per endpoint,
+and an endpoint that keeps failing taken out of rotation for a cool-down.
+
+A role's `base_url` may name several endpoints serving the same model (replicas of a judge, say): a YAML list, one
+string of URLs separated by commas (as the command line gives them: `--base-url http://a:8000/v1,http://b:8000/v1`),
+or `@FILE`, a file of URLs one a line (`#` starts a comment). `endpoint_urls` reads all three.
+
+Each attempt of a request asks its pool (the role's endpoints) for a slot: the endpoint in rotation with the fewest
+requests out (ties: the one asked least so far), never more than `limit` out on one endpoint; when all are full it
+waits for the first slot to free (first come, first served). An endpoint whose last FAILURES_TO_EJECT attempts
+failed (no connection, 5xx, no answer in time) is taken out of rotation for a cool-down (COOL_DOWN s, doubling up to
+MAX_COOL_DOWN while it keeps failing); then one request probes it, and one success puts it back. The request whose
+attempt failed is resent at once to another endpoint when one is in rotation (counted against max_retries like any
+retry), else after the usual backoff. When every endpoint of a pool is out, they are all tried anyway, at their full
+bound: the usual bounded retries decide, as with one endpoint. With one endpoint nothing changes.
+
+Which endpoint answered never reaches the response cache's key (cache.py), so a replayed run gets the same answers.
+"""
+
+import asyncio
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+FAILURES_TO_EJECT = 3
+COOL_DOWN = 5.0
+MAX_COOL_DOWN = 60.0
+
+
+def endpoint_urls(base_url: str | list[str], where: str = "base_url") -> list[str]:
+    """The endpoints `base_url` names (a URL, URLs separated by commas, a list of them, or @FILE), each an http(s)
+    URL without a trailing slash; raises ValueError naming the bad one."""
+    items = base_url if isinstance(base_url, list) else [base_url]
+    urls: list[str] = []
+    for item in items:
+        if not isinstance(item, str):
+            raise ValueError(f"{where}: expected URLs, got {item!r:.100}")
+        item = item.strip()
+        if item.startswith("@"):
+            try:
+                lines = Path(item[1:]).expanduser().read_text().splitlines()
+            except OSError as error:
+                raise ValueError(f"{where}: cannot read the endpoint file {item[1:]}: {error.strerror}") from None
+            listed = [url for url in (line.split("#", 1)[0].strip() for line in lines) if url]
+            if not listed:
+                raise ValueError(f"{where}: the endpoint file {item[1:]} names no URL")
+            urls += endpoint_urls(listed, f"{where} (file {item[1:]})")
+            continue
+        urls += [part.strip().rstrip("/") for part in item.split(",")]
+    for url in urls:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{where}: {url!r} is not an endpoint URL (e.g. http://host:8000/v1)")
+    if len(set(urls)) != len(urls):
+        raise ValueError(f"{where}: an endpoint is named twice in {urls}")
+    return urls
+
+
+@dataclass
+class EndpointStats:
+    """Counts of one endpoint since the client opened (`LLMClient.endpoint_stats()`)."""
+
+    url: str
+    requests: int = 0
+    """HTTP requests sent (every attempt; cache hits send none)."""
+    failures: int = 0
+    """Of those, the ones that got no usable answer: no connection, no answer in time, an error status."""
+    seconds: float = 0.0
+    """Total time of the answered ones."""
+    ejected: int = 0
+    """Times it was taken out of rotation."""
+    in_rotation: bool = True
+
+    @property
+    def mean_latency(self) -> float:
+        answered = self.requests - self.failures
+        return self.seconds / answered if answered else 0.0
+
+    def line(self) -> str:
+        out = "" if self.in_rotation else ", out of rotation now"
+        ejected = f", taken out {self.ejected}x" if self.ejected else ""
+        return (f"{self.url}: {self.requests} requests, {self.failures} failed, {self.mean_latency:.2f} s mean"
+                f"{ejected}{out}")  # fmt: skip
+
+
+class Endpoint:
+    def __init__(self, url: str, limit: int):
+        self.url = url
+        self.limit = limit
+        self.in_flight = 0
+        self.stats = EndpointStats(url)
+        self.failures_in_a_row = 0
+        self.down_until = 0.0  # out of rotation until then (monotonic clock)
+        self.probing = False  # back from a cool-down: one request at a time until one succeeds
+        self.cool_down = COOL_DOWN
+        self.pools: list["Pool"] = []
+
+    def in_rotation(self, now: float) -> bool:
+        return self.down_until <= now
+
+    def record(self, seconds: float, *, answered: bool, fault: bool) -> None:
+        """One attempt's outcome. `fault`: no connection, 5xx or no answer in time (an error status like 400 or
+        429 says the endpoint is up)."""
+        self.stats.requests += 1
+        if answered:
+            self.stats.seconds += seconds
+        else:
+            self.stats.failures += 1
+        if not fault:
+            self.failures_in_a_row, self.probing, self.cool_down = 0, False, COOL_DOWN
+            return
+        self.failures_in_a_row += 1
+        now = time.monotonic()
+        if (self.probing or self.failures_in_a_row >= FAILURES_TO_EJECT) and self.in_rotation(now):
+            self.down_until = now + self.cool_down
+            self.cool_down = min(2 * self.cool_down, MAX_COOL_DOWN)
+            self.probing = True
+            self.stats.ejected += 1
+
+
+class Pool:
+    """The endpoints of one role (roles naming the same endpoints share a pool; an endpoint, and its bound, is
+    shared by every pool that names it)."""
+
+    def __init__(self, endpoints: list[Endpoint]):
+        self.endpoints = endpoints
+        self._waiters: deque[tuple[asyncio.Future, frozenset[str]]] = deque()
+        self.unanswered_calls = 0
+        """Calls in a row that ended without ever connecting (transport.py stops retrying after a few)."""
+
+    @property
+    def urls(self) -> str:
+        return ",".join(e.url for e in self.endpoints)
+
+    def _choose(self, avoid: frozenset[str]) -> Endpoint | None:
+        """The endpoint for the next attempt, or None when it must wait for a slot. `avoid`: endpoints this request
+        already failed on, left out while another is in rotation."""
+        now = time.monotonic()
+        in_rotation = [e for e in self.endpoints if e.in_rotation(now)]
+        probes_one_at_a_time = len(self.endpoints) > 1 and bool(in_rotation)
+        usable = in_rotation or self.endpoints  # all out: they are all tried, at their full bound
+        fresh = [e for e in usable if e.url not in avoid] or usable
+        free = [e for e in fresh if e.in_flight < (1 if probes_one_at_a_time and e.probing else e.limit)]
+        return min(free, key=lambda e: (e.in_flight, e.stats.requests)) if free else None
+
+    def has_another(self, avoid: frozenset[str]) -> bool:
+        """Whether an endpoint in rotation is left beside those in `avoid`: a failed attempt is then resent at once."""
+        now = time.monotonic()
+        return any(e.in_rotation(now) and e.url not in avoid for e in self.endpoints)
+
+    async def acquire(self, avoid: frozenset[str] = frozenset()) -> Endpoint:
+        endpoint = self._choose(avoid) if not self._waiters else None
+        if endpoint is not None:
+            endpoint.in_flight += 1
+            return endpoint
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append((waiter, avoid))
+        try:
+            return await waiter  # handed a slot by release(), already counted
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():  # handed a slot in the meantime: give it back
+                self.release(waiter.result())
+            elif (waiter, avoid) in self._waiters:  # (_hand_over drops cancelled ones it meets first)
+                self._waiters.remove((waiter, avoid))
+            raise
+
+    def release(self, endpoint: Endpoint) -> None:
+        endpoint.in_flight -= 1
+        for pool in endpoint.pools:
+            pool._hand_over()
+
+    def _hand_over(self) -> None:
+        """Give free slots to the waiters, in order."""
+        while self._waiters:
+            waiter, avoid = self._waiters[0]
+            if waiter.done():  # cancelled
+                self._waiters.popleft()
+                continue
+            endpoint = self._choose(avoid)
+            if endpoint is None:
+                return
+            self._waiters.popleft()
+            endpoint.in_flight += 1
+            waiter.set_result(endpoint)
+
+
+class Router:
+    """Every endpoint a client talks to, each with its own bound, and the pools of the roles."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self._endpoints: dict[str, Endpoint] = {}
+        self._pools: dict[tuple[str, ...], Pool] = {}
+
+    def pool(self, urls: list[str]) -> Pool:
+        key = tuple(urls)
+        if key not in self._pools:
+            endpoints = [self._endpoints.setdefault(url, Endpoint(url, self.limit)) for url in urls]
+            pool = self._pools[key] = Pool(endpoints)
+            for endpoint in endpoints:
+                endpoint.pools.append(pool)
+        return self._pools[key]
+
+    def stats(self) -> dict[str, EndpointStats]:
+        now = time.monotonic()
+        for endpoint in self._endpoints.values():
+            endpoint.stats.in_rotation = endpoint.in_rotation(now)
+        return {url: endpoint.stats for url, endpoint in self._endpoints.items()}
