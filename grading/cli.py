@@ -20,6 +20,7 @@ from rubricrl.config import ConfigError, add_config_arguments, config_source, pa
 from rubricrl.llm import LLMError, LLMSession, LLMSettings, open_llm
 from rubricrl.jsonl import write_jsonl
 from rubricrl.records import iter_rows
+from rubricrl.shards import parse_shard
 
 Pitfalls = Literal["auto", "mistake", "avoidance"]
 
@@ -35,6 +36,13 @@ class GradeArgs:
     beside it, in <name>.config.yaml."""
     rar_pitfalls: Pitfalls = "auto"
     """RaR rubrics: whether pitfall texts name the mistake or what to avoid (grading/rar.py)."""
+
+    shard: str | None = None
+    """i/n: grade only the ids of shard i of n (0 <= i < n; a split by id, independent of row order: each machine
+    of n runs one, `rubricrl merge` joins them); default: all."""
+
+    def __post_init__(self) -> None:
+        parse_shard(self.shard)
 
 
 @dataclass
@@ -55,7 +63,12 @@ class EvalArgs:
     rar_pitfalls: Pitfalls = "auto"
     """RaR rubrics: whether pitfall texts name the mistake or what to avoid (grading/rar.py)."""
 
+    shard: str | None = None
+    """i/n: grade only the ids of shard i of n (0 <= i < n; a split by id, independent of row order: each machine
+    of n runs one, `rubricrl merge` joins them); default: all."""
+
     def __post_init__(self) -> None:
+        parse_shard(self.shard)
         if sum(x is not None for x in (self.policy, self.responses, self.graded)) > 1:
             raise ValueError("give at most one of policy, responses and graded")
         if self.rubrics is None and self.graded is None:
@@ -77,6 +90,8 @@ def run_grade(args: argparse.Namespace) -> int:
     grade, config, llm = settings
     rows = load_rubric_rows(grade.rubrics, grade.rar_pitfalls)
     pairs = load_responses(grade.responses, set(rows), grade.rubrics)  # checked before any call
+    shard = parse_shard(grade.shard)
+    pairs = [(i, response) for i, response in pairs if shard is None or i in shard]
     check_references(config.mode, grade.rubrics, [rows[i] for i, _ in pairs])
     check_not_an_input(grade.output, "--output", {"--rubrics": grade.rubrics, "--responses": grade.responses})
     if grade.output.suffix.lower() != ".jsonl":
@@ -86,7 +101,10 @@ def run_grade(args: argparse.Namespace) -> int:
 
     async def grade_all(session: LLMSession):
         async with session.client() as client:
-            return await grade_pairs(Grader(client, config), rows, pairs)
+            try:
+                return await grade_pairs(Grader(client, config), rows, pairs)
+            finally:
+                _print_endpoints(client)
 
     with open_llm(llm, [config.judge_role], source=config_source(args), cpu_budgets=config.cpu_max_tokens()) as session:
         records = asyncio.run(grade_all(session))
@@ -132,6 +150,10 @@ def generate_and_grade(evaluate: EvalArgs, config: GradingConfig, llm: LLMSettin
     records carry their provenance."""
     rows = load_rubric_rows(evaluate.rubrics, evaluate.rar_pitfalls)
     given = load_responses(evaluate.responses, set(rows), evaluate.rubrics) if evaluate.responses else None
+    shard = parse_shard(evaluate.shard)
+    if shard is not None:
+        rows = {i: row for i, row in rows.items() if i in shard}
+        given = None if given is None else [(i, response) for i, response in given if i in shard]
     to_grade = [rows[i] for i, _ in given] if given is not None else list(rows.values())
     check_references(config.mode, evaluate.rubrics, to_grade)
     names = [config.judge_role] if given is not None else [config.judge_role, "policy"]  # all checked: now call
@@ -151,18 +173,24 @@ def generate_and_grade(evaluate: EvalArgs, config: GradingConfig, llm: LLMSettin
 
     async def run(session: LLMSession):
         async with session.client() as client:
-            grader = Grader(client, config)
-            if given is not None:
-                return await grade_pairs(grader, rows, given)
-            answers = await tqdm_asyncio.gather(*(answer(client, row_id) for row_id in rows), desc="generating",
-                                                file=sys.stderr)  # fmt: skip
-            graded = await grade_pairs(grader, rows, [(i, r) for i, r, e in answers if e is None])
-            failed = [{"id": i, "response": None, "score": None, "verdicts": [], "policy_error": e,
-                       "example_tags": list(rows[i].rubric.example_tags)} for i, _, e in answers if e is not None]  # fmt: skip
-            if failed:
-                print(f"{len(failed)} policy calls failed; those examples are unscored (see policy_error)",
-                      file=sys.stderr)  # fmt: skip
-            return graded + failed
+            try:
+                return await answer_and_grade(client)
+            finally:
+                _print_endpoints(client)
+
+    async def answer_and_grade(client):
+        grader = Grader(client, config)
+        if given is not None:
+            return await grade_pairs(grader, rows, given)
+        answers = await tqdm_asyncio.gather(*(answer(client, row_id) for row_id in rows), desc="generating",
+                                            file=sys.stderr)  # fmt: skip
+        graded = await grade_pairs(grader, rows, [(i, r) for i, r, e in answers if e is None])
+        failed = [{"id": i, "response": None, "score": None, "verdicts": [], "policy_error": e,
+                   "example_tags": list(rows[i].rubric.example_tags)} for i, _, e in answers if e is not None]  # fmt: skip
+        if failed:
+            print(f"{len(failed)} policy calls failed; those examples are unscored (see policy_error)",
+                  file=sys.stderr)  # fmt: skip
+        return graded + failed
 
     with open_llm(llm, names, source=source, cpu_budgets=config.cpu_max_tokens()) as session:  # policy: the default
         records = asyncio.run(run(session))
@@ -237,6 +265,14 @@ def read_graded(path: Path) -> list[dict]:
     if not records:
         raise RubricError(f"{path}: no graded records")
     return records
+
+
+def _print_endpoints(client) -> None:
+    """Per-endpoint counts on stderr when there are several endpoints or one failed."""
+    from rubricrl.manifest import endpoint_counts, endpoint_lines
+
+    for line in endpoint_lines(endpoint_counts(client)):
+        print(line.strip(), file=sys.stderr)
 
 
 def _print_budgets(session: LLMSession) -> None:

@@ -26,6 +26,20 @@ def write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
     write_whole(folder / "manifest.json", json.dumps(manifest, indent=2))
 
 
+def endpoint_counts(client) -> dict[str, dict[str, Any]]:
+    """Per endpoint of this run (an `LLMClient`'s router): requests, failures, mean latency, times taken out."""
+    return {url: {"requests": s.requests, "failures": s.failures, "mean_latency_s": round(s.mean_latency, 3),
+                  "taken_out": s.ejected} for url, s in client.endpoint_stats().items()}  # fmt: skip
+
+
+def endpoint_lines(endpoints: dict[str, dict[str, Any]]) -> list[str]:
+    """Summary lines per endpoint, when there are several or one failed (one healthy endpoint says nothing)."""
+    if len(endpoints) <= 1 and not any(e["failures"] for e in endpoints.values()):
+        return []
+    return [f"  endpoint {url}: {e['requests']} requests, {e['failures']} failed, {e['mean_latency_s']} s mean, "
+            f"taken out {e['taken_out']}x" for url, e in endpoints.items()]  # fmt: skip
+
+
 def usage_lines(manifest: dict[str, Any]) -> list[str]:
     """A summary's lines on the model calls: per role (over every run of the folder), then the CPU budgets that
     applied, then the wall time."""
@@ -38,6 +52,7 @@ def usage_lines(manifest: dict[str, Any]) -> list[str]:
                      f"{this['seconds']} s):")  # fmt: skip
     lines += [f"  {name:14} {u['requests']:6d} requests {u['prompt_tokens']:9d} prompt {u['completion_tokens']:8d} "
               f"completion tokens {u['cache_hits']:6d} cache hits" for name, u in manifest["usage"].items()]  # fmt: skip
+    lines += endpoint_lines(manifest.get("endpoints") or {})  # this run's
     lines += [manifest["budgets"]] if manifest.get("budgets") else []
     total = f" ({len(runs)} runs)" if len(runs) > 1 else ""
     return lines + [f"wall time {manifest['seconds']} s{total}"]

@@ -38,8 +38,9 @@ from grading.judge import SYSTEM as JUDGE_SYSTEM
 from grading.rubric import RubricError
 from rubricrl.config import config_source, parse_settings, resolved, write_resolved
 from rubricrl.jsonl import ParquetTable, complete_rows, json_line
-from rubricrl.llm import LLMClient, LLMError, open_llm
-from rubricrl.manifest import package_versions, usage_lines, write_manifest
+from rubricrl.llm import EndpointUnreachable, LLMClient, LLMError, open_llm
+from rubricrl.manifest import endpoint_counts, package_versions, usage_lines, write_manifest
+from rubricrl.shards import parse_shard
 from rubricrl.provenance import UNKNOWN, RunRecord, check_settings, finished_rows, fingerprint, role_settings, totals
 from rubricrl.streaming import for_each
 from ruft.config import RuftConfig
@@ -63,12 +64,16 @@ class BuildArgs:
     """Only the first N rows."""
     rar_pitfalls: Literal["auto", "mistake", "avoidance"] = "auto"
     """RaR rubrics: whether pitfall texts name the mistake or what to avoid (grading/rar.py)."""
+    shard: str | None = None
+    """i/n: only the ids of shard i of n (0 <= i < n), a split by id independent of row order, so that n machines
+    each run one part (`rubricrl merge` joins their folders); default: all."""
     allow_changed_settings: bool = False
     """Resume into an output folder whose rows were made with other settings (models, sampling, K, tau, grading):
     the manifest and the dataset card then name each set of settings, and each queries.jsonl line its own. Never
     saved in config.yaml."""
 
     def __post_init__(self) -> None:
+        parse_shard(self.shard)
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"limit must be at least 1, got {self.limit}")
 
@@ -88,7 +93,9 @@ def run_build(args: argparse.Namespace) -> int:
     settings = parse_settings(args, command="ruft build")
     build, config, grading, llm = settings
     out = build.output_dir
-    rows = lambda: itertools.islice(iter_rubric_rows(build.rubrics, build.rar_pitfalls), build.limit)  # noqa: E731
+    shard = parse_shard(build.shard)
+    rows = lambda: itertools.islice((row for row in iter_rubric_rows(build.rubrics, build.rar_pitfalls)
+                                     if shard is None or row.id in shard), build.limit)  # noqa: E731
     total = sum(1 for row in rows() if _checked(row, grading, build.rubrics))  # every row, before any call
     finished_before = finished_rows(out / "queries.jsonl")  # also: a bad line in the folder is said now
 
@@ -127,6 +134,7 @@ def run_build(args: argparse.Namespace) -> int:
         "roles": {name: role.public() for name, role in session.roles.items()}, "judge": judge,
         "budgets": session.budget_note(), "packages": package_versions(),
         "counts": {**run_counts, **stats["counts"]}, "first_error": counts.first_error, "scores": stats["scores"],
+        "endpoints": endpoint_counts(run_record.client),
         **totals(out, used, stats["queries_by_fingerprint"]),
     }  # fmt: skip
     write_manifest(out, manifest)
@@ -188,6 +196,8 @@ class Builder:
         try:
             answers, graded = await sample_and_grade(self.client, self.grader, roles, row.conversation, row.rubric,
                                                      row.reference)  # fmt: skip
+        except EndpointUnreachable:  # the server is down: every other query would fail alike; one error ends the run
+            raise
         except Exception as error:  # noqa: BLE001 - recorded, retried next run; never stops the other queries
             message = str(error) if isinstance(error, LLMError) else f"{type(error).__name__}: {error}"
             self.counts.failed["sample and grade"] += 1

@@ -12,9 +12,10 @@ from grading import judge
 from grading.grader import GradingConfig, judge_prompt
 from rubricrl.config import add_config_arguments, config_source, parse_settings, resolved, write_resolved
 from rubricrl.llm import LLMSettings, open_llm
-from rubricrl.manifest import package_versions, usage_lines, write_manifest
+from rubricrl.manifest import endpoint_counts, package_versions, usage_lines, write_manifest
 from rubricrl.provenance import RunRecord, check_settings, fingerprint, finished_rows, role_settings, totals
 from rubricrl.queries import iter_queries, write_rejected
+from rubricrl.shards import parse_shard
 from synthesis import stages
 from synthesis.config import SynthesisConfig
 from synthesis.pipeline import SynthesisRun
@@ -35,10 +36,17 @@ class SynthArgs:
     """Only the first N valid queries."""
     skip_bad_rows: bool = False
     """Write invalid rows to rejected.jsonl and go on (default: stop at the first, before any model call)."""
+    shard: str | None = None
+    """i/n: only the ids of shard i of n (0 <= i < n), a split by id independent of row order, so that n machines
+    each run one part (`rubricrl merge` joins their folders); default: all."""
     allow_changed_settings: bool = False
     """Resume into an output folder whose rows were made with other settings (model, method, sampling, prompts):
     the manifest and the dataset card then name each set of settings, and each details line its own. Never saved
     in config.yaml."""
+
+
+    def __post_init__(self) -> None:
+        parse_shard(self.shard)
 
 
 def add_commands(commands) -> None:
@@ -57,8 +65,10 @@ def run_synth(args: argparse.Namespace) -> int:
     # Pass 1, before any model call: validate every row (streamed), count, collect the rejected ones.
     rejected = []
     reject = rejected.append if synth.skip_bad_rows else None
-    read = lambda on_reject: iter_queries(synth.input, query_column=synth.query_column, id_column=synth.id_column,
-                                          on_reject=on_reject)  # fmt: skip
+    shard = parse_shard(synth.shard)
+    read = lambda on_reject: (q for q in iter_queries(synth.input, query_column=synth.query_column,
+                                                      id_column=synth.id_column, on_reject=on_reject)
+                              if shard is None or q.id in shard)  # fmt: skip
     total = sum(1 for _ in itertools.islice(read(reject), synth.limit))
     finished_before = finished_rows(out / "final.jsonl")  # also: a bad line in the folder is said now
 
@@ -100,6 +110,7 @@ def run_synth(args: argparse.Namespace) -> int:
         "packages": package_versions(),
         "counts": counts,
         "first_error": summary.first_error,
+        "endpoints": endpoint_counts(run_record.client),
         **totals(out, used, summary.rows_by_fingerprint),
     }  # fmt: skip
     write_manifest(out, manifest)

@@ -16,7 +16,7 @@ from typing import Any
 
 
 from grading.grader import Grader, GradingConfig
-from rubricrl.llm import LLMClient, LLMError
+from rubricrl.llm import EndpointUnreachable, LLMClient, LLMError
 from rubricrl.prompts import format_conversation
 from rubricrl.queries import Query
 from rubricrl.streaming import for_each
@@ -113,6 +113,8 @@ class SynthesisRun:
                 stage = "evolve"
                 evolved = await stages.evolve(self.client, self.config, query.messages, merged, record["responses"])
             record["evolved"] = evolved
+        except EndpointUnreachable:  # the server is down: every other query would fail alike; one error ends the run
+            raise
         except Exception as error:  # noqa: BLE001 - one query's failure is recorded and never stops the others
             message = str(error) if isinstance(error, LLMError) else f"{type(error).__name__}: {error}"
             self._fail(query.id, stage, message)
