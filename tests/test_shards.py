@@ -1,0 +1,119 @@
+"""Shards across machines (`--shard i/n`) and `rubricrl merge`: the split partitions the ids whatever the order,
+and the merged folder holds the rows one run would have made, from the cache, every id once (issue 14)."""
+
+import json
+import random
+
+import pyarrow.parquet as pq
+import pytest
+
+from rubricrl.cli import main
+from rubricrl.config import ConfigError
+from rubricrl.shards import Shard, parse_shard, shard_of
+from tests.fault_server import FaultServer, schema_reply
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("RUBRICRL_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def test_shards_partition_the_ids_exactly_whatever_the_order():
+    ids = [f"q{i}" for i in range(2000)] + ["7", "é-ü", "q-0123456789abcdef"]
+    parts = [[i for i in ids if i in Shard(k, 4)] for k in range(4)]
+    assert sorted(sum(parts, [])) == sorted(ids)  # every id in exactly one shard
+    assert all(420 < len(part) < 600 for part in parts)  # about a quarter each (501 expected)
+    shuffled = random.Random(0).sample(ids, len(ids))
+    assert [{i for i in shuffled if i in Shard(k, 4)} for k in range(4)] == [set(part) for part in parts]
+    assert shard_of("q1", 1) == 0 and parse_shard("3/4") == Shard(3, 4) and parse_shard(None) is None
+    for bad in ("4/4", "-1/4", "1/0", "1", "a/b", "1/2/3"):
+        with pytest.raises(ConfigError, match=r"expected i/n with 0 <= i < n"):
+            parse_shard(bad)
+
+
+def queries(path, n):
+    path.write_text("".join(json.dumps({"id": f"q{i:03d}", "question": f"Question number {i}?"}) + "\n"
+                            for i in range(n)))  # fmt: skip
+    return path
+
+
+def synth(server, input_path, out, *extra) -> int:
+    return main(["synth", "--input", str(input_path), "--output-dir", str(out), "--base-url", server.base_url,
+                 "--model", "fake", *extra])  # fmt: skip
+
+
+def rubrics_by_id(folder):
+    return {r["id"]: r["rubrics"] for r in pq.read_table(folder / "final.parquet").to_pylist()}
+
+
+def test_three_shards_merged_are_the_rows_of_one_run(tmp_path, home, capsys):
+    input_path = queries(tmp_path / "q.jsonl", 12)
+    with FaultServer(reply=schema_reply) as server:
+        shards = [tmp_path / f"shard-{k}" for k in range(3)]
+        for k, folder in enumerate(shards):
+            assert synth(server, input_path, folder, "--shard", f"{k}/3") == 0
+        sizes = [pq.read_metadata(folder / "final.parquet").num_rows for folder in shards]
+        assert sum(sizes) == 12 and all(sizes)
+        assert main(["merge", *map(str, shards), "--output-dir", str(tmp_path / "merged")]) == 0
+        sent = server.count
+        assert synth(server, input_path, tmp_path / "one") == 0  # the same queries in one run: all from the cache
+        assert server.count == sent
+    merged, one = tmp_path / "merged", tmp_path / "one"
+    assert rubrics_by_id(merged) == rubrics_by_id(one) and len(rubrics_by_id(merged)) == 12
+    details = pq.read_table(merged / "final_details.parquet").to_pylist()
+    assert sorted(d["id"] for d in details) == sorted(rubrics_by_id(one)) and all(d["reference_answer"] for d in details)
+    manifest = json.loads((merged / "manifest.json").read_text())
+    shard_usage = [json.loads((f / "manifest.json").read_text())["usage"]["reference"]["requests"] for f in shards]
+    assert manifest["usage"]["reference"]["requests"] == sum(shard_usage) > 0  # usage added up over the shards
+    assert [m["shard"] for m in manifest["merged_from"]] == ["0/3", "1/3", "2/3"]
+    assert manifest["counts"]["rows_in_final"] == 12 and "shard" not in manifest["config"]
+    assert "merged 3 folders" in capsys.readouterr().out
+    # the merged folder is an ordinary output folder: the same command resumes into it with nothing to do
+    with FaultServer(reply=schema_reply) as server:
+        assert synth(server, input_path, merged) == 0 and server.count == 0
+
+
+def test_merge_refuses_missing_shards_a_shard_twice_other_settings_and_a_full_output(tmp_path, home, capsys):
+    input_path = queries(tmp_path / "q.jsonl", 6)
+    with FaultServer(reply=schema_reply) as server:
+        for k in range(2):
+            assert synth(server, input_path, tmp_path / f"s{k}", "--shard", f"{k}/2") == 0
+        assert synth(server, input_path, tmp_path / "other", "--shard", "1/2", "--max-criteria", "8",
+                     "--min-criteria", "2") == 0  # fmt: skip
+    s0, s1, other = (str(tmp_path / name) for name in ("s0", "s1", "other"))
+    out = str(tmp_path / "merged")
+
+    def refused(*dirs, output=out) -> str:
+        capsys.readouterr()
+        assert main(["merge", *dirs, "--output-dir", output]) == 2
+        return capsys.readouterr().err.strip()
+
+    assert "shard(s) 1/2 missing" in refused(s0)
+    assert "both are shard 0/2" in refused(s0, s0)
+    assert "made with other settings" in refused(s0, other) and "max_criteria 20 -> 8" in refused(s0, other)
+    assert "not a finished" in refused(s0, str(tmp_path / "nowhere"))
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("")
+    assert "is not an empty folder" in refused(s0, s1, output=str(tmp_path / "full"))
+    assert not (tmp_path / "merged").exists()  # nothing written by a refused merge
+    assert main(["merge", s0, s1, "--output-dir", out]) == 0
+
+
+def test_ruft_build_shards_merge_into_one_sft_dataset(tmp_path, home):
+    import datasets
+
+    from tests.test_ruft_build import Script, rubrics
+
+    rows = rubrics(tmp_path / "rubrics.jsonl", n=6)
+    with FaultServer(reply=Script()) as server:
+        for k in range(2):
+            assert main(["ruft", "build", "--rubrics", str(rows), "--output-dir", str(tmp_path / f"b{k}"),
+                         "--base-url", server.base_url, "--model", "fake", "--threshold", "0.5",
+                         "--candidates", "policy=4", "--shard", f"{k}/2"]) == 0  # fmt: skip
+    assert main(["merge", str(tmp_path / "b0"), str(tmp_path / "b1"), "--output-dir", str(tmp_path / "m")]) == 0
+    sft = datasets.load_from_disk(str(tmp_path / "m" / "sft"))
+    assert sorted(sft["id"]) == [f"r{i}" for i in range(6)]
+    manifest = json.loads((tmp_path / "m" / "manifest.json").read_text())
+    assert manifest["counts"]["candidates"] == 24 and manifest["counts"]["sft_rows"] == 6
+    assert main(["publish", str(tmp_path / "m"), "--repo-id", "me/merged", "--dry-run", str(tmp_path / "hub")]) == 0
