@@ -27,6 +27,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from grading.grader import GradeItem, Grader
 from grading.rubric import Rubric, rubric_from_items
@@ -74,13 +75,27 @@ async def rubric_reward(
     if on_batch is not None:
         on_batch(stats)
     if log_metric is not None:
-        for name, value in stats.metrics().items():
+        for name, value in {**stats.metrics(), **endpoint_metrics(grader.client)}.items():
             log_metric(name, value)
     if log_extra is not None:
         log_extra("rubric_verdicts", [json.dumps([[v.criterion[:60], v.points, v.met] for v in g.verdicts],
                                                  ensure_ascii=False) for g in graded])  # fmt: skip
         log_extra("rubric_flag", [g.integrity_flag or "" for g in graded])
     return rewards
+
+
+def endpoint_metrics(client) -> dict[str, float]:
+    """Per judge endpoint (when there are several, or one failed), since the client opened: requests, failures,
+    mean latency, times taken out of rotation; named by host:port."""
+    stats = client.endpoint_stats()
+    if len(stats) <= 1 and not any(s.failures for s in stats.values()):
+        return {}
+    metrics = {}
+    for url, s in stats.items():
+        name = "rubric/endpoint/" + urlsplit(url).netloc
+        metrics.update({f"{name}/requests": float(s.requests), f"{name}/failures": float(s.failures),
+                        f"{name}/latency_s": s.mean_latency, f"{name}/taken_out": float(s.ejected)})  # fmt: skip
+    return metrics
 
 
 @dataclass(frozen=True)

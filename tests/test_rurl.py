@@ -274,3 +274,22 @@ def test_overlong_shaping_keeps_an_unscored_completion_unscored():
     assert rewards[0] == 1.0  # 10 tokens: no penalty
     assert rewards[1] == pytest.approx(1.0 - 15 / 20)  # 95 tokens: 15 into the 20-token buffer
     assert rewards[2] is None and not (isinstance(rewards[2], float) and math.isnan(rewards[2]))
+
+
+def test_a_judge_on_several_endpoints_logs_each_endpoints_counts():
+    rubric = [{"criterion": "Is polite.", "points": 1}]
+    verdict = json.dumps({"explanation": "ok", "criteria_met": True})
+    metrics = {}
+
+    async def go(base_url):
+        async with LLMClient({"judge": Role(base_url=base_url, model="judge", temperature=0.0)}) as client:
+            return await rubric_reward(prompts=[f"Q{i}" for i in range(12)], completions=["Hello."] * 12,
+                                       rubrics=[rubric] * 12, grader=Grader(client, GradingConfig(integrity_check=False)),
+                                       log_metric=metrics.__setitem__)  # fmt: skip
+
+    with FaultServer(reply=verdict, latency=0.05) as a, FaultServer(reply=verdict, latency=0.05) as b:
+        assert run(go(f"{a.base_url},{b.base_url}")) == [1.0] * 12
+        counts = {server.base_url: server.count for server in (a, b)}
+    for url, count in counts.items():
+        name = "rubric/endpoint/" + url.split("//")[1].split("/")[0]
+        assert metrics[f"{name}/requests"] == count > 0 and metrics[f"{name}/failures"] == 0
