@@ -117,3 +117,20 @@ def test_ruft_build_shards_merge_into_one_sft_dataset(tmp_path, home):
     manifest = json.loads((tmp_path / "m" / "manifest.json").read_text())
     assert manifest["counts"]["candidates"] == 24 and manifest["counts"]["sft_rows"] == 6
     assert main(["publish", str(tmp_path / "m"), "--repo-id", "me/merged", "--dry-run", str(tmp_path / "hub")]) == 0
+
+
+def test_the_slurm_recipe_parses_and_its_merge_step_joins_the_shards(tmp_path, home):
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    script = root / "experiments" / "slurm_synth.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    input_path = queries(tmp_path / "q.jsonl", 4)
+    with FaultServer(reply=schema_reply) as server:
+        for k in range(2):  # what two array tasks leave behind
+            assert synth(server, input_path, tmp_path / "out" / f"shard-{k}", "--shard", f"{k}/2") == 0
+    done = subprocess.run(["bash", str(script), "merge", "2", str(tmp_path / "out")], cwd=root, capture_output=True,
+                          text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert len(rubrics_by_id(tmp_path / "out" / "merged")) == 4
