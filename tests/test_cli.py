@@ -66,3 +66,90 @@ def test_an_interrupted_run_says_so_and_how_to_resume_without_a_traceback(tmp_pa
     assert process.returncode == 130
     assert f"rubricrl: interrupted ({named}); finished queries are kept; rerun the same command to resume" in stderr
     assert "Traceback" not in stderr and "Unclosed" not in stderr, stderr
+
+
+@pytest.fixture
+def newcomer(tmp_path, monkeypatch):
+    """A working folder with a few files a newcomer would have."""
+    monkeypatch.setenv("RUBRICRL_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    Path("q.jsonl").write_text('{"id": "a", "prompt": "What is a fever?"}\n{"id": "b", "question": "Name a vitamin."}\n')
+    Path("rubrics.jsonl").write_text(json.dumps({"id": "a", "prompt": "What is a fever?",
+                                                 "rubrics": [{"criterion": "Gives a temperature.", "points": 5}]}) + "\n")
+    Path("answers.jsonl").write_text(json.dumps({"id": "a", "response": "Above 38 C."}) + "\n")
+    Path("open.json").write_text(json.dumps({"type": "object", "properties": {"a": {"type": "string"}},
+                                             "required": ["a"], "additionalProperties": False}))  # fmt: skip
+    Path("gradng.yaml").write_text("gradng:\n  mode: batched\n")
+    Path("defaults.yaml").write_text("llm:\n  defaults:\n    temprature: 0.5\n")
+    Path("a-file").write_text("")
+    Path("folder").mkdir()
+    return tmp_path
+
+
+DEAD = "http://127.0.0.1:9/v1"  # nothing listens on port 9
+BAD_VALUES = [
+    (["synth", "--input", "q.jsonl", "--output-dir", "o", "--concurrency", "0"], "--concurrency"),
+    (["synth", "--input", "q.jsonl", "--output-dir", "o", "--concurrency", "-3"], "--concurrency"),
+    (["synth", "--input", "q.jsonl", "--output-dir", "o", "--timeout", "0"], "--timeout"),
+    (["synth", "--input", "q.jsonl", "--output-dir", "o", "--limit", "-1"], "--limit: expected at least 0, got -1"),
+    (["synth", "--input", "q.jsonl", "--output-dir", "a-file"], "--output-dir a-file: exists and is a file"),
+    (["synth", "--input", "q.jsonl", "--output-dir", "o", "--id-column", "nope"], "missing id column 'nope'"),
+    (["synth", "--input", "q.jsonl", "--output-dir", "o", "--shard", "4/4"], "--shard 4/4: expected i/n"),
+    (["synth", "--input", "openai/healthbench", "--output-dir", "o"], "save it first"),
+    (["synth", "--input", "q.jsonl", "--output-dir", "o", "--config", "gradng.yaml"], "did you mean 'grading'?"),
+    (["synth", "--input", "q.jsonl", "--output-dir", "o", "--config", "defaults.yaml"], "llm.defaults"),
+    (["synth", "--input", "q.jsonl", "--output-dir", "o", "--base-url", DEAD, "--model", "m"], "127.0.0.1:9"),
+    (["grade", "--rubrics", "folder", "--responses", "answers.jsonl", "--output", "g.jsonl"], "folder"),
+    (["grade", "--rubrics", "rubrics.jsonl", "--responses", "answers.jsonl", "--output", "folder"], "is a folder"),
+    (["grade", "--rubrics", "rubrics.jsonl", "--responses", "answers.jsonl", "--output", "g.jsonl",
+      "--mode", "reference_likert"], "needs a reference answer"),
+    (["eval", "--output-dir", "e"], "--rubrics"),
+    (["chat", "hi", "--schema", "open.json"], "a string needs 'maxLength'"),
+    (["chat", "hi", "--base-url", DEAD], "127.0.0.1:9"),
+    (["ruft", "build", "--rubrics", "rubrics.jsonl", "--output-dir", "r", "--threshold", "1.5"], "threshold"),
+    (["merge", "folder", "--output-dir", "m"], "not a finished"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("argv, named", BAD_VALUES, ids=[" ".join(a[:1] + a[-2:]) for a, _ in BAD_VALUES])
+def test_bad_values_are_one_line_before_any_call(newcomer, capsys, argv, named):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("rubricrl: error: ") and named in err[0], err
+    assert not Path("o").exists() or not any(Path("o").iterdir())  # nothing written
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_a_newcomers_first_half_hour_has_no_traceback_and_no_false_statement(newcomer, local_server, capsys):
+    """Help, a small synthesis on the embedded model, a rerun, a changed rerun, a publish dry run, grading and an
+    eval of the grades: every step says what is true, none prints a traceback."""
+    tiny = str(ROOT / "configs" / "synthesis" / "tiny-cpu.yaml")
+    Path("one.jsonl").write_text('{"id": "a", "prompt": "What is a fever?"}\n')
+
+    def step(*argv, code=0):
+        capsys.readouterr()
+        assert main(list(argv)) == code, argv
+        out, err = capsys.readouterr()
+        assert "Traceback" not in out + err
+        return out + err
+
+    with pytest.raises(SystemExit):
+        main(["synth", "--help"])
+    text = step("synth", "--input", "one.jsonl", "--output-dir", "rubrics", "--config", tiny)
+    assert "1 done now, 0 done before, 0 failed" in text and "output: rubrics" in text
+    text = step("synth", "--input", "one.jsonl", "--output-dir", "rubrics", "--config", tiny)  # the rerun
+    assert "0 done now, 1 done before" in text and "model usage over the 2 runs" in text
+    text = step("synth", "--input", "one.jsonl", "--output-dir", "rubrics", "--config", tiny, "--max-criteria", "3",
+                code=2)  # fmt: skip
+    assert "made with other settings" in text and "max_criteria 6 -> 3" in text
+    step("publish", "rubrics", "--repo-id", "me/first", "--dry-run", "hub")
+    assert "| queries | 1 |" in Path("hub/README.md").read_text()
+    Path("answer.jsonl").write_text(json.dumps({"id": "a", "response": "A temperature above 38 C."}) + "\n")
+    text = step("grade", "--rubrics", "rubrics/final.parquet", "--responses", "answer.jsonl", "--output", "g.jsonl",
+                "--max-failure-rate", "1")  # fmt: skip
+    assert "wrote 1 graded records to g.jsonl" in text
+    step("grade", "--rubrics", "rubrics/final.parquet", "--responses", "answer.jsonl", "--output", "g2.jsonl",
+         "--mode", "reference_likert", "--max-failure-rate", "1")  # synthesis carried its reference answer
+    step("eval", "--output-dir", "report", "--graded", "g.jsonl")
+    assert json.loads(Path("report/report.json").read_text())["examples"] == 1
