@@ -27,6 +27,7 @@ import asyncio
 import json
 import os
 import shlex
+import shutil
 import time
 from pathlib import Path
 
@@ -90,6 +91,9 @@ def main() -> None:
     parser.add_argument("--output-dir", type=Path, default=ROOT / "runs" / "demo")
     args = parser.parse_args()
     os.environ.setdefault("WANDB_SILENT", "true")  # the training runs still log to wandb (offline): quietly here
+    # Each demo starts from an empty folder (its model calls replay from the cache): a folder left by an older
+    # rubricrl, or by other settings, would be refused by the resuming stages.
+    shutil.rmtree(args.output_dir, ignore_errors=True)
 
     started = time.monotonic()
     print(f"== embedded model: {prepare_embedded_model()} ({time.monotonic() - started:.1f} s)")

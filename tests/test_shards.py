@@ -134,3 +134,29 @@ def test_the_slurm_recipe_parses_and_its_merge_step_joins_the_shards(tmp_path, h
                           text=True)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert len(rubrics_by_id(tmp_path / "out" / "merged")) == 4
+
+
+def test_grade_and_eval_shards_split_the_responses_and_concatenate_into_the_whole_report(tmp_path, home):
+    from tests.test_grade_cli import RUBRICS, read_lines, write_lines
+
+    rows = [{**RUBRICS[i % 2], "id": f"r{i}"} for i in range(8)]
+    write_lines(tmp_path / "rubrics.jsonl", rows)
+    write_lines(tmp_path / "responses.jsonl", [{"id": f"r{i}", "response": "Drink water and rest."} for i in range(8)])
+    with FaultServer(reply=schema_reply) as server:
+        for k in range(2):
+            assert main(["grade", "--rubrics", str(tmp_path / "rubrics.jsonl"), "--responses",
+                         str(tmp_path / "responses.jsonl"), "--output", str(tmp_path / f"g{k}.jsonl"),
+                         "--shard", f"{k}/2", "--base-url", server.base_url, "--model", "fake"]) == 0  # fmt: skip
+        parts = [{r["id"] for r in read_lines(tmp_path / f"g{k}.jsonl")} for k in range(2)]
+        assert parts[0] and parts[1] and not parts[0] & parts[1] and parts[0] | parts[1] == {r["id"] for r in rows}
+        (tmp_path / "all.jsonl").write_text((tmp_path / "g0.jsonl").read_text() + (tmp_path / "g1.jsonl").read_text())
+        assert main(["eval", "--output-dir", str(tmp_path / "merged"), "--graded", str(tmp_path / "all.jsonl")]) == 0
+        sent = server.count
+        assert main(["eval", "--output-dir", str(tmp_path / "one"), "--rubrics", str(tmp_path / "rubrics.jsonl"),
+                     "--responses", str(tmp_path / "responses.jsonl"), "--base-url", server.base_url,
+                     "--model", "fake"]) == 0  # fmt: skip
+        assert server.count == sent  # the whole eval replays the shards' verdicts from the cache
+    merged, one = (json.loads((tmp_path / name / "report.json").read_text()) for name in ("merged", "one"))
+    # the same scores (the bootstrap std resamples in row order, which concatenation changes)
+    means = [{k: v for k, v in report["metrics"].items() if not k.endswith(":bootstrap_std")} for report in (merged, one)]
+    assert merged["examples"] == one["examples"] == 8 and means[0] == means[1]
