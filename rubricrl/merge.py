@@ -150,6 +150,9 @@ def merge_synthesis(folders, manifests, out: Path, used, config) -> tuple[dict[s
             if row["id"] in done:
                 details[row["id"]] = row
         for query_id, row in done.items():
+            if query_id not in details:
+                raise UserError(f"{folder / 'details.jsonl'}: no line for id {query_id!r} of final.jsonl; was the "
+                                "folder changed by hand?")  # fmt: skip
             merged.add(details[query_id], row)
         order += pq.read_table(folder / "final.parquet", columns=["id"]).column("id").to_pylist()
         for _, error in complete_rows(folder / "errors.jsonl"):
