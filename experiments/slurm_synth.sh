@@ -23,10 +23,12 @@ submit)
     array=$(sbatch --parsable --array="0-$((n - 1))" --gpus-per-task="$gpus" --ntasks=1 \
         --job-name=rubricrl-synth --output="$out/logs/shard-%a.log" \
         "$0" shard "$n" "$queries" "$out" "$config" "$model")
-    merge=$(sbatch --parsable --dependency="afterok:$array" --ntasks=1 --job-name=rubricrl-merge \
+    # afterany: the merge runs when every task has ended; a shard that did not finish makes it stop with one
+    # line naming it (resubmit that task, then run `$0 merge N OUT` by hand)
+    merge=$(sbatch --parsable --dependency="afterany:$array" --ntasks=1 --job-name=rubricrl-merge \
         --output="$out/logs/merge.log" "$0" merge "$n" "$out")
     echo "shards: job $array (resubmit one: sbatch --array=<i> --gpus-per-task=$gpus $0 shard $n $queries $out" \
-        "$config $model); merge: job $merge"
+        "$config $model); merge: job $merge (by hand: bash $0 merge $n $out)"
     ;;
 shard)
     n=$1 queries=$2 out=$3 config=$4 model=$5
@@ -40,8 +42,12 @@ shard)
         kill -0 $server 2>/dev/null || { echo "rubricrl serve exited; see $RUBRICRL_HOME/logs" >&2; exit 1; }
         sleep 5
     done
+    # exit 1 means some queries failed (listed in errors.jsonl; the shard is finished and merges, and a rerun of
+    # the merged folder retries them); any other code is a real failure
+    code=0
     .venv/bin/rubricrl synth --config "$config" --input "$queries" --output-dir "$out/shard-$i" \
-        --shard "$i/$n" --base-url "http://127.0.0.1:$port/v1" --model "$model"
+        --shard "$i/$n" --base-url "http://127.0.0.1:$port/v1" --model "$model" || code=$?
+    [ "$code" -le 1 ] || exit "$code"
     ;;
 merge)
     n=$1 out=$2

@@ -39,7 +39,7 @@ class GradeArgs:
 
     shard: str | None = None
     """i/n: grade only the ids of shard i of n (0 <= i < n; a split by id, independent of row order: each machine
-    of n runs one, `rubricrl merge` joins them); default: all."""
+    of n runs one; concatenate their graded files and `rubricrl eval --graded` reports on the whole); default: all."""
 
     def __post_init__(self) -> None:
         parse_shard(self.shard)
@@ -65,7 +65,7 @@ class EvalArgs:
 
     shard: str | None = None
     """i/n: grade only the ids of shard i of n (0 <= i < n; a split by id, independent of row order: each machine
-    of n runs one, `rubricrl merge` joins them); default: all."""
+    of n runs one; concatenate their graded files and `rubricrl eval --graded` reports on the whole); default: all."""
 
     def __post_init__(self) -> None:
         parse_shard(self.shard)

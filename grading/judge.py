@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from grading.rubric import Criterion
-from rubricrl.llm import LLMClient, LLMError
+from rubricrl.llm import EndpointUnreachable, LLMClient, LLMError
 from rubricrl.prompts import Prompt, format_conversation, load_prompt
 
 PROMPTS = Path(__file__).parent / "prompts"
@@ -113,6 +113,8 @@ async def judge_per_criterion(
     messages = quoted(prompt, conversation, response, points=f"{criterion.points:+d}", criterion=criterion.text)
     try:
         result = await client.chat(role, messages, n=samples, schema=VERDICT_SCHEMA, schema_name="verdict")
+    except EndpointUnreachable:  # the judge's server is down: the command stops, not one verdict
+        raise
     except LLMError as error:
         return Verdict.of(criterion, None, judge_failure(error), "judge")
     met = majority([value["criteria_met"] for value in result.parsed])
@@ -153,6 +155,8 @@ async def judge_batched(
     try:
         result = await client.chat(role, messages, n=samples, schema=batched_schema(ids), schema_name="verdicts",
                                    check=exactly_these_ids(ids))  # fmt: skip
+    except EndpointUnreachable:  # the judge's server is down: the command stops, not one verdict
+        raise
     except LLMError as error:
         return [Verdict.of(c, None, judge_failure(error), "judge") for c in criteria]
     by_id = [{v["id"]: v for v in value["verdicts"]} for value in result.parsed]
@@ -176,6 +180,8 @@ async def judge_rating(
         messages = quoted(prompt, conversation, response, reference=shown)
     try:
         result = await client.chat(role, messages, n=samples, schema=RATING_SCHEMA, schema_name="rating")
+    except EndpointUnreachable:  # the judge's server is down: the command stops, not one verdict
+        raise
     except LLMError as error:
         return Rating(None, judge_failure(error))
     ratings = [value["rating"] for value in result.parsed]

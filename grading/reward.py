@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 
 from grading.grader import GradeItem, Grader
 from grading.rubric import Rubric, rubric_from_items
+from rubricrl.llm import EndpointUnreachable
 
 
 def make_rubric_reward(grader: Grader, **options: Any) -> Callable:
@@ -65,7 +66,13 @@ async def rubric_reward(
              for i, (prompt, text, rubric) in enumerate(zip(prompts, texts, parsed))]  # fmt: skip
     calls_before = _judge_calls(grader)
     started = time.monotonic()
-    graded = await grader.grade_many(items)
+    try:
+        graded = await grader.grade_many(items)
+    except EndpointUnreachable:  # the judge's server is down: nothing scored, and the failure guard stops the run
+        if on_batch is not None:
+            on_batch(BatchStats(completions=len(items), unscored=len(items), flagged=0, verdicts=len(items),
+                                failed_verdicts=len(items), seconds=time.monotonic() - started, judge_calls=0))
+        return [None] * len(items)
     seconds = time.monotonic() - started
     rewards = [g.reward for g in graded]  # one per completion: grade_many keeps the items' order and count
     lengths = [len(ids) for ids in completion_ids] if completion_ids is not None else [len(t) for t in texts]
@@ -92,7 +99,8 @@ def endpoint_metrics(client) -> dict[str, float]:
         return {}
     metrics = {}
     for url, s in stats.items():
-        name = "rubric/endpoint/" + urlsplit(url).netloc
+        parts = urlsplit(url)  # host and port only: credentials in a URL must not reach a metric name
+        name = f"rubric/endpoint/{parts.hostname}:{parts.port}"
         metrics.update({f"{name}/requests": float(s.requests), f"{name}/failures": float(s.failures),
                         f"{name}/latency_s": s.mean_latency, f"{name}/taken_out": float(s.ejected)})  # fmt: skip
     return metrics

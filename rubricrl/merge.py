@@ -49,6 +49,7 @@ def run_merge(args: argparse.Namespace) -> int:
             raise UserError(f"{folder}: a `{manifest['command']}` folder, {folders[0]} a `{kind}` one; merge folders of "
                             "one command")  # fmt: skip
     check_output(out, folders)
+    check_same_input(folders, manifests)
     check_shards(folders, manifests)
     used = same_settings(folders)
     check_unique_ids(folders, "final.jsonl" if kind == "synth" else "queries.jsonl")
@@ -90,6 +91,22 @@ def check_output(out: Path, folders: list[Path]) -> None:
     for folder in folders:
         if folder.resolve() == out.resolve():
             raise UserError(f"--output-dir {out}: is one of the folders to merge")
+
+
+def check_same_input(folders: list[Path], manifests: list[dict[str, Any]]) -> None:
+    """One folder named twice, or shards of different inputs or limits, would not be one dataset."""
+    seen: dict[Path, Path] = {}
+    for folder in folders:
+        if seen.setdefault(folder.resolve(), folder) is not folder:
+            raise UserError(f"{folder}: named twice")
+    for folder, manifest in zip(folders[1:], manifests[1:]):
+        for key in ("input", "rubrics"):
+            if manifest.get(key) != manifests[0].get(key):
+                raise UserError(f"{folder}: made from {key} {manifest.get(key)}, {folders[0]} from "
+                                f"{manifests[0].get(key)}; merge the shards of one input")  # fmt: skip
+        if manifest["config"].get("limit") != manifests[0]["config"].get("limit"):
+            raise UserError(f"{folder}: --limit {manifest['config'].get('limit')}, {folders[0]}: "
+                            f"--limit {manifests[0]['config'].get('limit')}; merge the shards of one run")  # fmt: skip
 
 
 def check_shards(folders: list[Path], manifests: list[dict[str, Any]]) -> None:
@@ -161,7 +178,7 @@ def merge_synthesis(folders, manifests, out: Path, used, config) -> tuple[dict[s
     counts = [m["counts"] for m in manifests]
     failed = sum((Counter(c["failed"]) for c in counts), Counter())
     manifest = {
-        **manifests[0], "output_dir": str(out), "config": config, "packages": package_versions(),
+        **manifests[0], "output_dir": str(out), "config": config, "packages": package_versions(), "endpoints": {},
         "counts": {"valid_queries": sum(c["valid_queries"] for c in counts),
                    "rejected_rows": max(c["rejected_rows"] for c in counts),  # every shard reads, and rejects, all rows
                    "done_this_run": 0, "already_done": rows, "failed": dict(failed), "rows_in_final": rows},
@@ -196,7 +213,7 @@ def merge_ruft(folders, manifests, out: Path, used, config) -> tuple[dict[str, A
     failed = sum((Counter(c["failed"]) for c in counts), Counter())
     finished = stats["counts"]["finished_queries"]
     manifest = {
-        **manifests[0], "output_dir": str(out), "config": config, "packages": package_versions(),
+        **manifests[0], "output_dir": str(out), "config": config, "packages": package_versions(), "endpoints": {},
         "counts": {"queries": sum(c["queries"] for c in counts), "done_this_run": 0, "done_before": finished,
                    "failed": dict(failed), **stats["counts"]},
         "first_error": next((m["first_error"] for m in manifests if m.get("first_error")), None),

@@ -100,10 +100,12 @@ def run_build(args: argparse.Namespace) -> int:
     finished_before = finished_rows(out / "queries.jsonl")  # also: a bad line in the folder is said now
 
     async def run(session, run_record: RunRecord):
+        # calls in flight: concurrency on each endpoint of the role with the most (several judge servers fill up)
+        slots = llm.concurrency * max(len(role.endpoints) for role in session.roles.values())
         async with session.client() as client:
             run_record.client = client
             builder = Builder(out, config, Grader(client, grading), client, fingerprint=run_record.entry["fingerprint"],
-                              in_flight=max(8, 2 * llm.concurrency // config.k))  # fmt: skip
+                              in_flight=max(8, 2 * slots // config.k))  # fmt: skip
             return await builder.run(rows(), total), builder.grader.metadata
 
     roles = list(dict.fromkeys([*config.candidates, grading.judge_role]))
@@ -146,7 +148,9 @@ def build_settings(build: BuildArgs, config: RuftConfig, grading: GradingConfig,
     """What determines the rows (rubricrl/provenance.py): the selection, the grading settings, how RaR pitfalls
     read, each role as resolved, the judge's prompts (by hash: a copied prompt file is the same prompt). Not
     concurrency, timeouts, the limit or paths."""
-    grading_values = {k: v for k, v in resolved([grading])["grading"].items() if k != "judge_prompt"}
+    # not the judge prompt's path (its hash is below), nor max_failure_rate (grade and eval's exit code, not rows)
+    grading_values = {k: v for k, v in resolved([grading])["grading"].items()
+                      if k not in ("judge_prompt", "max_failure_rate")}  # fmt: skip
     return {"command": "ruft build", "ruft": resolved([config])["ruft"], "grading": grading_values,
             "rar_pitfalls": build.rar_pitfalls, "roles": role_settings(roles),
             "prompts": {"judge": judge_prompt(grading).sha256, "judge_system": JUDGE_SYSTEM.sha256}}  # fmt: skip
@@ -200,9 +204,13 @@ class Builder:
             raise
         except Exception as error:  # noqa: BLE001 - recorded, retried next run; never stops the other queries
             message = str(error) if isinstance(error, LLMError) else f"{type(error).__name__}: {error}"
-            self.counts.failed["sample and grade"] += 1
-            self.counts.first_error = self.counts.first_error or f"{row.id} at sample and grade: {message}"
-            self._write("errors", [{"id": row.id, "stage": "sample and grade", "error": message[:1000]}])
+            self._failed(row.id, message)
+            return
+        if all(g.score is None for g in graded) and any(g.judge_failures for g in graded):
+            # nothing was scored because the judge failed: not a finished query (a rerun grades it again)
+            first = next((v.explanation for g in graded for v in g.verdicts if v.met is None),
+                         graded[0].explanation or "no verdict")  # rating modes: the rating's explanation
+            self._failed(row.id, f"the judge failed on every candidate (first: {first})")
             return
         texts = [answer.text for answer in answers]
         ranked = candidates(answers, graded)
@@ -230,6 +238,12 @@ class Builder:
                                  "best_eligible_score": max((c.score for c in ranked if eligible(
                                      c, -math.inf, self.config.keep_truncated)), default=None)}])  # fmt: skip
         self.counts.done += 1
+
+    def _failed(self, query_id: str, message: str) -> None:
+        """Recorded in errors.jsonl and retried by the next run; never stops the other queries."""
+        self.counts.failed["sample and grade"] += 1
+        self.counts.first_error = self.counts.first_error or f"{query_id} at sample and grade: {message}"
+        self._write("errors", [{"id": query_id, "stage": "sample and grade", "error": message[:1000]}])
 
     def _write(self, name: str, rows: list[dict[str, Any]]) -> None:
         """One write per query and file, flushed: a kill loses at most the query in hand (its done line comes last)."""

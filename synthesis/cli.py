@@ -75,7 +75,8 @@ def run_synth(args: argparse.Namespace) -> int:
     async def synthesize(session, run_record: RunRecord):
         async with session.client(invalid_answer_retries=config.attempts - 1) as client:
             run_record.client = client
-            run = SynthesisRun(out, config, client, in_flight=max(16, 2 * llm.concurrency),
+            slots = llm.concurrency * max(len(role.endpoints) for role in session.roles.values())
+            run = SynthesisRun(out, config, client, in_flight=max(16, 2 * slots),
                                fingerprint=run_record.entry["fingerprint"])  # fmt: skip
             # Pass 2: the same rows again, streamed into the pipeline (rejected ones were recorded in pass 1).
             return await run.run(itertools.islice(read(lambda _: None), synth.limit), total)

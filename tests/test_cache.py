@@ -218,3 +218,38 @@ def test_a_corrupted_index_is_rebuilt_from_the_segments(tmp_path):
     (tmp_path / "c" / "index.sqlite").write_bytes(b"this is not a database" * 100)
     rebuilt = ResponseCache(tmp_path / "c")
     assert [rebuilt.get(key) for key in keys] == [{"text": f"answer {i}"} for i in range(20)] and len(rebuilt) == 20
+
+
+def test_records_written_before_the_preset_dictionary_are_still_read(tmp_path, monkeypatch):
+    import json
+    import zlib
+
+    from rubricrl.llm import cache as cache_module
+
+    path = tmp_path / "c"
+    keys = [cache_key("m", [], {}, i) for i in range(10)]
+    verdict = lambda i: {"text": json.dumps({"explanation": f"The response mentions fact {i}.", "criteria_met": True}),
+                         "finish_reason": "stop"}  # noqa: E731  # fmt: skip
+    old_format = lambda value: zlib.compress(json.dumps(value, ensure_ascii=False).encode())  # noqa: E731
+    with monkeypatch.context() as patch:  # a cache written by the previous version: plain zlib records
+        patch.setattr(cache_module, "_compress", old_format)
+        old = ResponseCache(path)
+        for i, key in enumerate(keys[:5]):
+            old.put(key, verdict(i))
+        old.close()
+    new = ResponseCache(path)
+    for i, key in enumerate(keys[5:], 5):  # appended to the same segment, in the new format
+        new.put(key, verdict(i))
+    new.close()
+    [segment] = path.glob("segment-*.log")
+    data, offset, first_bytes, sizes = segment.read_bytes(), 0, [], []
+    while offset < len(data):
+        _, length, _ = cache_module.HEADER.unpack_from(data, offset)
+        first_bytes.append(data[offset + cache_module.HEADER.size])
+        sizes.append(length)
+        offset += cache_module.HEADER.size + length
+    assert first_bytes == [0x78] * 5 + [0x01] * 5  # really both formats on disk
+    assert max(sizes[5:]) < min(sizes[:5])  # the dictionary pays on verdicts this short
+    assert [ResponseCache(path).get(key) for key in keys] == [verdict(i) for i in range(10)]
+    (path / "index.sqlite").write_bytes(b"not a database" * 100)  # rebuilt from the segments: both formats again
+    assert [ResponseCache(path).get(key) for key in keys] == [verdict(i) for i in range(10)]

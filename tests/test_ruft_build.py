@@ -128,15 +128,34 @@ def test_queries_below_tau_are_listed_and_an_empty_selection_still_writes_a_data
 
 
 def test_a_judge_that_fails_leaves_candidates_unscored_and_never_kept(tmp_path, home):
+    answers = iter(["Drink water and rest.", "FAIL: rest."] * 2)
+
+    def judge_fails_on_one(body):
+        if not body.get("response_format"):
+            return next(answers)
+        return "not JSON at all" if "FAIL" in body["messages"][-1]["content"] else verdict(body)
+
+    with FaultServer(reply=judge_fails_on_one) as server:
+        assert build(server, tmp_path, rubrics(tmp_path / "rubrics.jsonl", 1), "--candidates", "policy=2") == 0
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["counts"]["unscored_candidates"] == 1 and manifest["counts"]["sft_rows"] == 1
+    assert manifest["counts"]["judge_failure_rate"] == 0.5
+    sft = [json.loads(line) for line in (tmp_path / "out" / "sft.jsonl").read_text().splitlines()]
+    assert [row["completion"][0]["content"] for row in sft] == ["Drink water and rest."]
+
+
+def test_a_query_the_judge_scored_nothing_of_is_failed_and_retried_not_finished(tmp_path, home, capsys):
     def failing_judge(body):
         return "not JSON at all" if body.get("response_format") else "Drink water and rest."
 
+    path = rubrics(tmp_path / "rubrics.jsonl", 1)
     with FaultServer(reply=failing_judge) as server:
-        assert build(server, tmp_path, rubrics(tmp_path / "rubrics.jsonl", 1), "--candidates", "policy=2") == 0
-    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
-    assert manifest["counts"]["unscored_candidates"] == 2 and manifest["counts"]["sft_rows"] == 0
-    assert manifest["counts"]["judge_failure_rate"] == 1.0
-    assert manifest["counts"]["queries_below_threshold"] == 1
+        assert build(server, tmp_path, path, "--candidates", "policy=2") == 1
+    assert "the judge failed on every candidate" in capsys.readouterr().out
+    assert not (tmp_path / "out" / "queries.jsonl").read_text()  # not done: the next run grades it again
+    with FaultServer(reply=Script()) as server:
+        assert build(server, tmp_path, path, "--candidates", "policy=2") == 0
+    assert json.loads((tmp_path / "out" / "manifest.json").read_text())["counts"]["finished_queries"] == 1
 
 
 @pytest.mark.parametrize("extra, content, message", [
@@ -264,14 +283,20 @@ def test_a_rerun_removes_what_says_finished_until_it_finishes_itself(tmp_path, h
 
 
 def test_the_judge_failure_rate_counts_ratings_too(tmp_path, home):
-    def failing_judge(body):
-        return "no rating here" if body.get("response_format") else "Drink water."
+    answers = iter(["Drink water.", "FAIL"] * 2)
 
-    with FaultServer(reply=failing_judge) as server:
+    def judge_fails_on_one(body):
+        if not body.get("response_format"):
+            return next(answers)
+        if "FAIL" in body["messages"][-1]["content"]:
+            return "no rating here"
+        return json.dumps({"explanation": "fine", "rating": 8})
+
+    with FaultServer(reply=judge_fails_on_one) as server:
         assert build(server, tmp_path, rubrics(tmp_path / "rubrics.jsonl", 1), "--mode", "implicit",
                      "--candidates", "policy=2") == 0  # fmt: skip
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
-    assert manifest["counts"]["judge_failure_rate"] == 1.0 and manifest["counts"]["unscored_candidates"] == 2
+    assert manifest["counts"]["judge_failure_rate"] == 0.5 and manifest["counts"]["unscored_candidates"] == 1
 
 
 def test_a_role_of_the_file_can_be_left_out_from_the_command_line(tmp_path, home):

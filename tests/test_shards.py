@@ -90,7 +90,10 @@ def test_merge_refuses_missing_shards_a_shard_twice_other_settings_and_a_full_ou
         return capsys.readouterr().err.strip()
 
     assert "shard(s) 1/2 missing" in refused(s0)
-    assert "both are shard 0/2" in refused(s0, s0)
+    assert "named twice" in refused(s0, s0)
+    with FaultServer(reply=schema_reply) as server:  # shard 1 of another input: not the same dataset
+        assert synth(server, queries(tmp_path / "q2.jsonl", 5), tmp_path / "elsewhere", "--shard", "1/2") == 0
+    assert "made from input" in refused(s0, str(tmp_path / "elsewhere"))
     assert "made with other settings" in refused(s0, other) and "max_criteria 20 -> 8" in refused(s0, other)
     assert "not a finished" in refused(s0, str(tmp_path / "nowhere"))
     (tmp_path / "full").mkdir()

@@ -6,8 +6,11 @@ sample into one). The endpoint URL and the API key are not part of it: the same 
 answers the same call.
 
 Storage is log-structured, so that every answer is written to disk once:
-- answers are appended, zlib-compressed, to a segment file (`segment-N.log`) with one `write`: once `put`
-  returns, the answer survives a SIGKILL of this process (it is in the kernel's page cache);
+- answers are appended, compressed, to a segment file (`segment-N.log`) with one `write`: once `put` returns, the
+  answer survives a SIGKILL of this process (it is in the kernel's page cache). An answer is a few hundred bytes
+  of JSON (a judge's verdict), too short for plain zlib to find much to reuse, so it is deflated against a preset
+  dictionary of the byte strings cached answers share (RECORD_DICTIONARY: on a RuFT build's 16,800 canned
+  answers, 251 -> 196 bytes a record); records written before it (plain zlib) are still read;
 - an SQLite index (`index.sqlite`, WAL, never synced) maps each key to (segment, offset, length). It is written
   in batches (every FLUSH_SECONDS or FLUSH_ENTRIES answers, and on close): a page write per answer is what made
   a row-per-answer SQLite store write 7-16x the bytes it held. The index is derived data: if a power loss ever
@@ -41,6 +44,46 @@ FLUSH_SECONDS = 1.0
 FLUSH_ENTRIES = 1000
 INDEX_PAGE_SIZE = 512
 HEADER = struct.Struct("<16sII")  # key (first 128 bits of the sha256), payload length, CRC32 of the payload
+
+# A payload is either a zlib stream (records written before RECORD_DICTIONARY: its first byte is 0x78, a zlib
+# header) or DICTIONARY_V1 followed by raw deflate against RECORD_DICTIONARY. Never edit this dictionary: records
+# on disk need it byte for byte; a better one gets a new marker byte, and the reader keeps the old.
+DICTIONARY_V1 = b"\x01"
+RECORD_DICTIONARY = "".join([  # the most frequent strings last: zlib reaches the end of a dictionary cheapest
+    # synthesis rubrics (synthesis/criteria.py) and ratings (grading/judge.py)
+    '{\\"criteria\\": [{\\"title\\": \\"', '\\", \\"description\\": \\"', '\\", \\"weight\\": ',
+    ', \\"category\\": \\"', '{\\"explanation\\": \\"', '\\", \\"rating\\": ',
+    # verdicts as models without structured outputs write them: pretty-printed, or without spaces
+    '{\\n  \\"explanation\\": \\"', '\\",\\n  \\"criteria_met\\": true\\n}',
+    '\\",\\n  \\"criteria_met\\": false\\n}', '{\\"explanation\\":\\"', '\\",\\"criteria_met\\":true}',
+    '\\",\\"criteria_met\\":false}',
+    # what judges write
+    'The response does not mention ', 'The response does not meet the criterion',
+    'The response meets the criteria of ', 'The response mentions ', 'The response provides ',
+    'The response correctly ', 'the criterion ', ' because ', ' the response ', ' does not ', ' which is ', ' and the ',
+    # batched verdicts (grading/judge.py: batched_schema)
+    '{\\"verdicts\\": [{\\"id\\": \\"c1\\", \\"explanation\\": \\"', '}, {\\"id\\": \\"c',
+    '\\", \\"explanation\\": \\"', '\\", \\"criteria_met\\": false}]}', '\\", \\"criteria_met\\": true}]}',
+    # the stored value (client.py: text and finish reason) around a verdict (grading/judge.py: VERDICT_SCHEMA)
+    '", "finish_reason": "length"}', '", "finish_reason": null}', '{"text": "{\\"explanation\\": \\"',
+    '\\", \\"criteria_met\\": false}", "finish_reason": "stop"}',
+    '\\", \\"criteria_met\\": true}", "finish_reason": "stop"}',
+]).encode()  # fmt: skip
+
+
+def _compress(value: dict[str, Any]) -> bytes:
+    deflate = zlib.compressobj(6, zlib.DEFLATED, -15, 8, zlib.Z_DEFAULT_STRATEGY, RECORD_DICTIONARY)
+    return DICTIONARY_V1 + deflate.compress(json.dumps(value, ensure_ascii=False).encode()) + deflate.flush()
+
+
+def _decompress(payload: bytes) -> dict[str, Any]:
+    if payload[:1] != DICTIONARY_V1:
+        return json.loads(zlib.decompress(payload))  # written before RECORD_DICTIONARY
+    inflate = zlib.decompressobj(-15, RECORD_DICTIONARY)
+    data = inflate.decompress(payload[1:]) + inflate.flush()
+    if not inflate.eof:
+        raise zlib.error("record cut off")
+    return json.loads(data)
 
 
 def default_cache_path() -> Path:
@@ -95,7 +138,7 @@ class ResponseCache:
                 return None
             try:
                 payload = os.pread(self._reader(row[0]), row[2], row[1] + HEADER.size)
-                return json.loads(zlib.decompress(payload))
+                return _decompress(payload)
             except (OSError, zlib.error, ValueError):  # the segment was removed by a `cache clear` elsewhere
                 return None
 
@@ -109,7 +152,7 @@ class ResponseCache:
             if self._fd is None:
                 self._open_segment()
             stored = _stored(key)
-            payload = zlib.compress(json.dumps(value, ensure_ascii=False).encode())
+            payload = _compress(value)
             record = HEADER.pack(stored, len(payload), zlib.crc32(payload)) + payload
             os.write(self._fd, record)  # O_APPEND, one write: a record is whole or cut off at the end
             self._pending[stored] = (self._end, len(payload), value)

@@ -132,7 +132,8 @@ class Transport:
 
     async def _send(self, url: str, data: bytes, headers: dict[str, str], limit: float):
         """One POST: (status, body, headers, whether an error status is worth retrying)."""
-        timeout = aiohttp.ClientTimeout(total=limit)
+        # a host that drops packets is known in 10 s, not after the whole limit (it counts as no connection)
+        timeout = aiohttp.ClientTimeout(total=limit, sock_connect=min(limit, 10.0))
         session = self._open()
         async with session.post(url, data=data, headers=headers, timeout=timeout, proxy=self._proxy(url)) as response:
             content = await response.read()
