@@ -77,16 +77,21 @@ def write_jsonl(path: Path, records: Iterable[dict[str, Any]]) -> None:
 
 
 class ParquetTable:
-    """One Parquet file, written in batches of JSON lines under a `.tmp` name until `close` moves it into place."""
+    """One Parquet file, written in batches of JSON lines under a `.tmp` name until `close` moves it into place;
+    with `arrow`, the same batches also go to that Arrow stream file (what `datasets` memory-maps), so that a
+    dataset folder needs neither a second pass over the rows nor a copy."""
 
     def __init__(self, path: Path, schema: Callable[[], "pa.Schema"], batch_rows: int = BATCH_ROWS,
-                 batch_bytes: int = BATCH_BYTES):  # fmt: skip
+                 batch_bytes: int = BATCH_BYTES, arrow: tuple[Path, "pa.Schema"] | None = None):  # fmt: skip
         self.path = path
         self.tmp = path.with_name(path.name + ".tmp")
         self.schema = schema
         self.batch_rows = batch_rows
         self.batch_bytes = batch_bytes
+        self.arrow = arrow
+        """(path, schema): the schema is `schema()` with the metadata the reader expects (datasets' features)."""
         self.writer = None  # opened with the first batch
+        self.arrow_writer = None
         self.lines: list[bytes] = []
         self.size = 0
         self.rows = 0
@@ -104,12 +109,17 @@ class ParquetTable:
 
         if self.writer is None:
             self.writer = pq.ParquetWriter(self.tmp, self.schema())
+            if self.arrow is not None:
+                self.arrow_writer = pa.ipc.new_stream(str(self.arrow[0]), self.arrow[1])
         if self.lines:
             data = b"".join(self.lines)
             # one block for the whole batch: a block must hold whole lines, and a line may be long
-            read = pj.ReadOptions(block_size=len(data))
+            read = pj.ReadOptions(block_size=len(data), use_threads=False)
             parse = pj.ParseOptions(explicit_schema=self.schema(), unexpected_field_behavior="ignore")
-            self.writer.write_table(pj.read_json(pa.py_buffer(data), read_options=read, parse_options=parse))
+            table = pj.read_json(pa.py_buffer(data), read_options=read, parse_options=parse)
+            self.writer.write_table(table)
+            if self.arrow_writer is not None:
+                self.arrow_writer.write_table(table.replace_schema_metadata(self.arrow[1].metadata))
             self.rows += len(self.lines)
             self.lines, self.size = [], 0
 
@@ -117,8 +127,12 @@ class ParquetTable:
         """The last rows written and the file closed, still under its `.tmp` name."""
         self._write()
         self.writer.close()
+        if self.arrow_writer is not None:
+            self.arrow_writer.close()
 
     def discard(self) -> None:
         if self.writer is not None:
             self.writer.close()
+        if self.arrow_writer is not None:
+            self.arrow_writer.close()
         self.tmp.unlink(missing_ok=True)
