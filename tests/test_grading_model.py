@@ -58,7 +58,8 @@ def test_batched_mode_never_pads_or_truncates(local_server, ideal_subset, tmp_pa
     folder, chosen = ideal_subset
     output = tmp_path / "graded.jsonl"
     code = main(["grade", "--rubrics", str(folder / "rubrics.jsonl"), "--responses", str(folder / "responses.jsonl"),
-                 "--output", str(output), "--mode", "batched", "--chunk-size", "4", *llm_flags(local_server)])  # fmt: skip
+                 "--output", str(output), "--mode", "batched", "--chunk-size", "4", *llm_flags(local_server),
+                 "--max-failure-rate", "1"])  # the 135M judge often misses ids: what matters here is what it leaves
     assert code == 0
     records = [json.loads(line) for line in output.read_text().splitlines()]
     assert any(v["met"] is not None for r in records for v in r["verdicts"])  # the embedded judge manages batches
