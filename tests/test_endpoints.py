@@ -111,6 +111,76 @@ def test_an_endpoint_answering_5xx_is_taken_out_and_comes_back_after_its_cool_do
     assert stats.failures == 3 and stats.ejected == 1
 
 
+def test_an_endpoint_that_never_answers_is_taken_out_and_its_calls_finish_elsewhere():
+    with FaultServer(reply=schema_reply) as good, FaultServer() as hung:
+        hung.script = [Fault(delay=5.0)] * 40  # accepts every connection, answers nothing in time
+        role = Role(base_url=[hung.base_url, good.base_url], model="fake")
+        started = time.monotonic()
+        results, client = run(burst(role, 20, concurrency=2, timeout=0.3, max_retries=2))
+        seconds = time.monotonic() - started
+    assert [r.text for r in results] == [f"answer to: question {i}" for i in range(20)]
+    assert good.count == 20  # every call answered there, none twice
+    stats = client.endpoint_stats()[hung.base_url]
+    # Timed out three times in a row (its first two calls, then one more), then out: no more calls go there.
+    assert stats.ejected == 1 and not stats.in_rotation and stats.failures == stats.requests <= 4
+    assert seconds < 2.5  # one timeout's worth, not one per call
+
+
+def test_calls_out_on_an_endpoint_when_it_is_taken_out_move_to_the_others_at_once():
+    with FaultServer(reply=schema_reply) as good, FaultServer() as sick:
+        # Two calls hang there, then it answers 503 at once: three of those take it out, and the two hung calls
+        # are resent to the good endpoint then, not after their 30 s timeout.
+        sick.script = [Fault(delay=20.0)] * 2 + [Fault(503)] * 10
+        role = Role(base_url=[sick.base_url, good.base_url], model="fake")
+        started = time.monotonic()
+        results, client = run(burst(role, 12, concurrency=4, timeout=30, max_retries=3))
+        seconds = time.monotonic() - started
+    assert [r.text for r in results] == [f"answer to: question {i}" for i in range(12)]
+    stats = client.endpoint_stats()[sick.base_url]
+    assert stats.ejected == 1 and stats.failures == stats.requests == 5  # 2 hung (moved) + 3 refused
+    assert good.count == 12 and seconds < 3
+
+
+def test_a_call_waiting_for_a_slot_gets_one_when_a_cool_down_ends(monkeypatch):
+    monkeypatch.setattr(endpoints_module, "COOL_DOWN", 0.2)
+    router = endpoints_module.Router(limit=1)
+    pool = router.pool(["http://a:1/v1", "http://b:1/v1"])
+    a, b = pool.endpoints
+
+    async def wait_for_a_slot():
+        for _ in range(endpoints_module.FAILURES_TO_EJECT):
+            b.record(0.0, answered=False, fault=True)
+        assert not b.in_rotation(time.monotonic())
+        held = await pool.acquire()  # a's only slot, never released: as if a hung
+        started = time.monotonic()
+        got = await asyncio.wait_for(pool.acquire(), 2.0)  # nothing is released: only b's cool-down ending helps
+        return held, got, time.monotonic() - started
+
+    held, got, seconds = run(wait_for_a_slot())
+    assert held is a and got is b and 0.1 < seconds < 1.0
+
+
+def test_a_waiter_avoiding_the_free_endpoint_does_not_hold_up_those_behind_it():
+    router = endpoints_module.Router(limit=1)
+    pool = router.pool(["http://a:1/v1", "http://b:1/v1"])
+    a, b = pool.endpoints
+
+    async def queue():
+        first, second = await pool.acquire(), await pool.acquire()  # both slots taken
+        assert {first, second} == {a, b}
+        retry = asyncio.ensure_future(pool.acquire(frozenset([a.url])))  # failed on a: waits for b
+        fresh = asyncio.ensure_future(pool.acquire())
+        await asyncio.sleep(0)
+        pool.release(a)  # a frees first: the retry keeps waiting for b, the call behind it takes a
+        await asyncio.sleep(0)
+        served = (retry.done(), fresh.done() and fresh.result() is a)
+        pool.release(b)
+        return served, await asyncio.wait_for(retry, 1.0)
+
+    (retry_done, fresh_got_a), retry_got = run(queue())
+    assert not retry_done and fresh_got_a and retry_got is b
+
+
 def test_all_endpoints_dead_is_a_clear_error_then_later_calls_fail_at_once():
     role = Role(base_url=[dead_url(), dead_url()], model="fake")
 

@@ -11,8 +11,11 @@ waits for the first slot to free (first come, first served). An endpoint whose l
 failed (no connection, 5xx, no answer in time) is taken out of rotation for a cool-down (COOL_DOWN s, doubling up to
 MAX_COOL_DOWN while it keeps failing); then one request probes it, and one success puts it back. The request whose
 attempt failed is resent at once to another endpoint when one is in rotation (counted against max_retries like any
-retry), else after the usual backoff. When every endpoint of a pool is out, they are all tried anyway, at their full
-bound: the usual bounded retries decide, as with one endpoint. With one endpoint nothing changes.
+retry), else after the usual backoff. The requests still out on an endpoint when it is taken out are not left to
+wait for their own fault (a hung server answers nothing until the timeout, 600 s by default): they are cancelled and
+resent to the others at once, when another endpoint is in rotation. When every endpoint of a pool is out, they are
+all tried anyway, at their full bound: the usual bounded retries decide, as with one endpoint. With one endpoint
+nothing changes.
 
 Which endpoint answered never reaches the response cache's key (cache.py), so a replayed run gets the same answers.
 """
@@ -96,6 +99,7 @@ class Endpoint:
         self.probing = False  # back from a cool-down: one request at a time until one succeeds
         self.cool_down = COOL_DOWN
         self.pools: list["Pool"] = []
+        self._taken_out: asyncio.Future | None = None  # resolved when it is taken out (see taken_out)
 
     def in_rotation(self, now: float) -> bool:
         return self.down_until <= now
@@ -115,9 +119,25 @@ class Endpoint:
         now = time.monotonic()
         if (self.probing or self.failures_in_a_row >= FAILURES_TO_EJECT) and self.in_rotation(now):
             self.down_until = now + self.cool_down
+            self.stats.ejected += 1
+            # Calls waiting for a slot are handed one when a release frees it; nothing is released when the
+            # endpoints in rotation hang, so the end of the cool-down hands out this endpoint's slots itself.
+            asyncio.get_running_loop().call_later(self.cool_down, self._hand_over)
             self.cool_down = min(2 * self.cool_down, MAX_COOL_DOWN)
             self.probing = True
-            self.stats.ejected += 1
+            if self._taken_out is not None:
+                self._taken_out.set_result(None)
+                self._taken_out = None
+
+    def taken_out(self) -> asyncio.Future:
+        """A future resolved the next time this endpoint is taken out of rotation (its requests then move)."""
+        if self._taken_out is None:
+            self._taken_out = asyncio.get_running_loop().create_future()
+        return self._taken_out
+
+    def _hand_over(self) -> None:
+        for pool in self.pools:
+            pool._hand_over()
 
 
 class Pool:
@@ -168,22 +188,26 @@ class Pool:
 
     def release(self, endpoint: Endpoint) -> None:
         endpoint.in_flight -= 1
-        for pool in endpoint.pools:
-            pool._hand_over()
+        endpoint._hand_over()
 
     def _hand_over(self) -> None:
-        """Give free slots to the waiters, in order."""
+        """Give free slots to the waiters, in order. A waiter that avoids the endpoints it failed on may find no
+        slot where another waiter would: it keeps its place, and the ones behind it are served."""
+        waiting: deque[tuple[asyncio.Future, frozenset[str]]] = deque()
         while self._waiters:
-            waiter, avoid = self._waiters[0]
+            waiter, avoid = self._waiters.popleft()
             if waiter.done():  # cancelled
-                self._waiters.popleft()
                 continue
             endpoint = self._choose(avoid)
             if endpoint is None:
-                return
-            self._waiters.popleft()
+                waiting.append((waiter, avoid))
+                if not avoid:  # no slot for a waiter that takes any endpoint: none for those behind it either
+                    break
+                continue
             endpoint.in_flight += 1
             waiter.set_result(endpoint)
+        waiting.extend(self._waiters)
+        self._waiters = waiting
 
 
 class Router:

@@ -15,7 +15,8 @@ The resend counts against `max_retries` like any other.
 
 Endpoints. Each attempt takes a slot on one endpoint of the role's pool (endpoints.py: least outstanding requests,
 a bound per endpoint); an attempt that failed for the endpoint's sake (no connection, 5xx, no answer in time) is
-resent at once to another endpoint in rotation, when there is one, else after the backoff above. A pool that has
+resent at once to another endpoint in rotation, when there is one, else after the backoff above; the requests out
+on an endpoint when it is taken out are cancelled and resent the same way (TakenOut). A pool that has
 not connected for UNANSWERED_CALLS calls in a row is taken for down: each later call gets one attempt (refused at
 once) instead of its full retries, until a call gets an answer again, so a dead server ends a run in one backoff
 instead of one per call.
@@ -57,6 +58,10 @@ class TransportTimeout(TransportError):
         super().__init__(f"no answer within {tries}" + (" on a second try" if len(limits) > 1 else ""))
 
 
+class TakenOut(Exception):
+    """The endpoint a request was out on was taken out of rotation while another is in: it goes there instead."""
+
+
 class Unreachable(TransportError):
     """No connection to any endpoint of a pool for UNANSWERED_CALLS calls in a row: later calls get one attempt."""
 
@@ -87,7 +92,15 @@ class Transport:
             endpoint = await pool.acquire(frozenset(failed_on))
             started = time.monotonic()
             try:
-                status, content, response_headers, retry = await self._send(endpoint.url + path, data, headers, limit)
+                send = self._send(endpoint.url + path, data, headers, limit)
+                if len(pool.endpoints) > 1:
+                    send = _unless_taken_out(send, pool, endpoint)
+                status, content, response_headers, retry = await send
+            except TakenOut:
+                endpoint.record(0.0, answered=False, fault=True)
+                pool.release(endpoint)
+                failed_on.add(endpoint.url)
+                error, retry = f"taken out of rotation with this request out (at {endpoint.url})", True
             except (aiohttp.ClientError, TimeoutError) as fault:
                 endpoint.record(0.0, answered=False, fault=True)
                 pool.release(endpoint)
@@ -166,6 +179,28 @@ def _should_retry(response: aiohttp.ClientResponse) -> bool:
     if override in ("true", "false"):
         return override == "true"
     return response.status in RETRIED_STATUSES or response.status >= 500
+
+
+async def _unless_taken_out(send, pool: Pool, endpoint) -> Any:
+    """`send`'s result, unless `endpoint` is taken out of rotation first while another is in: then the request
+    is cancelled and TakenOut raised, so that it is resent there at once instead of waiting for its own fault."""
+    task = asyncio.ensure_future(send)
+    try:
+        while True:
+            taken_out = endpoint.taken_out()
+            await asyncio.wait((task, taken_out), return_when=asyncio.FIRST_COMPLETED)
+            if task.done():
+                return task.result()
+            if pool.has_another(frozenset([endpoint.url])):
+                break
+    finally:
+        if not task.done():
+            task.cancel()
+            try:
+                await task
+            except BaseException:  # its own fault or the cancellation: the request is gone either way
+                pass
+    raise TakenOut()
 
 
 def _retry_after(headers) -> float | None:
