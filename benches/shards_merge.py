@@ -71,6 +71,8 @@ def main() -> None:
               f"{len(rubrics(tmp / 'merged'))} ids")  # fmt: skip
         print(f"one run after the shards: {new_requests} new requests (target 0, all from the cache): "
               f"{'PASS' if new_requests == 0 else 'FAIL'}")  # fmt: skip
+    if not same or new_requests:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

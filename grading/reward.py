@@ -99,8 +99,9 @@ def endpoint_metrics(client) -> dict[str, float]:
         return {}
     metrics = {}
     for url, s in stats.items():
-        parts = urlsplit(url)  # host and port only: credentials in a URL must not reach a metric name
-        name = f"rubric/endpoint/{parts.hostname}:{parts.port}"
+        parts = urlsplit(url)  # host, port and path only: credentials in a URL must not reach a metric name
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        name = f"rubric/endpoint/{parts.hostname}:{port}{parts.path.removesuffix('/v1')}"
         metrics.update({f"{name}/requests": float(s.requests), f"{name}/failures": float(s.failures),
                         f"{name}/latency_s": s.mean_latency, f"{name}/taken_out": float(s.ejected)})  # fmt: skip
     return metrics

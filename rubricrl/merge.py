@@ -35,8 +35,8 @@ KINDS = ("synth", "ruft build")
 def add_command(commands) -> None:
     merge = commands.add_parser("merge", help="join the output folders of shards (`synth`/`ruft build` --shard i/n)")
     merge.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="finished shard output folders, in order")
-    merge.add_argument("--output-dir", "--output_dir", dest="output_dir", type=Path, required=True,
-                       help="the merged folder (new or empty)")  # fmt: skip
+    merge.add_argument("--output-dir", "--output_dir", "--output", dest="output_dir", type=Path, required=True,
+                       help="the merged folder (new or empty; a merge that fails leaves it as it was)")  # fmt: skip
     merge.set_defaults(run=run_merge)
 
 
@@ -53,19 +53,27 @@ def run_merge(args: argparse.Namespace) -> int:
     check_shards(folders, manifests)
     used = same_settings(folders)
     check_unique_ids(folders, "final.jsonl" if kind == "synth" else "queries.jsonl")
+    existed = out.exists()
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / RUNS_FILE, "wb") as runs:  # every shard's runs: the totals add them up
-        for folder in folders:
-            for _, run in complete_rows(folder / RUNS_FILE):
-                runs.write(json_line({**run, "folder": str(folder)}))
-    (out / FINGERPRINT_FILE).write_text((folders[0] / FINGERPRINT_FILE).read_text())
-    config = {key: value for key, value in manifests[0]["config"].items() if key != "shard"}
-    write_resolved(out / "config.yaml", config)
-    if kind == "synth":
-        manifest, text = merge_synthesis(folders, manifests, out, used, config)
-    else:
-        manifest, text = merge_ruft(folders, manifests, out, used, config)
-    write_manifest(out, manifest)
+    try:
+        with open(out / RUNS_FILE, "wb") as runs:  # every shard's runs: the totals add them up
+            for folder in folders:
+                for _, run in complete_rows(folder / RUNS_FILE):
+                    runs.write(json_line({**run, "folder": str(folder)}))
+        (out / FINGERPRINT_FILE).write_text((folders[0] / FINGERPRINT_FILE).read_text())
+        config = {key: value for key, value in manifests[0]["config"].items() if key != "shard"}
+        write_resolved(out / "config.yaml", config)
+        if kind == "synth":
+            manifest, text = merge_synthesis(folders, manifests, out, used, config)
+        else:
+            manifest, text = merge_ruft(folders, manifests, out, used, config)
+        write_manifest(out, manifest)
+    except BaseException:  # a half-merged folder would be refused by the next merge and misread by publish
+        for path in out.iterdir():  # it was empty (check_output)
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        if not existed:
+            out.rmdir()
+        raise
     print(text)
     return 0
 

@@ -60,7 +60,7 @@ class BuildArgs:
     output_dir: Path
     """Where candidates, the SFT dataset, plots, config.yaml and manifest.json go; a rerun resumes there."""
     limit: int | None = None
-    """Only the first N rows."""
+    """Only the first N rows (with --shard: this shard's ids among the first N rows)."""
     rar_pitfalls: Literal["auto", "mistake", "avoidance"] = "auto"
     """RaR rubrics: whether pitfall texts name the mistake or what to avoid (grading/rar.py)."""
     shard: str | None = None
@@ -93,8 +93,9 @@ def run_build(args: argparse.Namespace) -> int:
     build, config, grading, llm = settings
     out = build.output_dir
     shard = parse_shard(build.shard)
-    rows = lambda: itertools.islice((row for row in iter_rubric_rows(build.rubrics, build.rar_pitfalls)
-                                     if shard is None or row.id in shard), build.limit)  # noqa: E731
+    # --limit before --shard: the shards of a limited run hold the ids of that run, and merge into it
+    rows = lambda: (row for row in itertools.islice(iter_rubric_rows(build.rubrics, build.rar_pitfalls), build.limit)
+                    if shard is None or row.id in shard)  # noqa: E731
     total = sum(1 for row in rows() if _checked(row, grading, build.rubrics))  # every row, before any call
     finished_before = finished_rows(out / "queries.jsonl")  # also: a bad line in the folder is said now
 

@@ -33,7 +33,7 @@ class SynthArgs:
     id_column: str | None = None
     """Default: id (or prompt_id); missing ids are generated from the content."""
     limit: int | None = field(default=None, metadata={"min": 0})
-    """Only the first N valid queries."""
+    """Only the first N valid queries (with --shard: this shard's ids among the first N of the input)."""
     skip_bad_rows: bool = False
     """Write invalid rows to rejected.jsonl and go on (default: stop at the first, before any model call)."""
     shard: str | None = None
@@ -66,10 +66,12 @@ def run_synth(args: argparse.Namespace) -> int:
     rejected = []
     reject = rejected.append if synth.skip_bad_rows else None
     shard = parse_shard(synth.shard)
-    read = lambda on_reject: (q for q in iter_queries(synth.input, query_column=synth.query_column,
-                                                      id_column=synth.id_column, on_reject=on_reject)
+    # --limit before --shard: the shards of a limited run hold the ids of that run, and merge into it
+    read = lambda on_reject: (q for q in itertools.islice(iter_queries(synth.input, query_column=synth.query_column,
+                                                                       id_column=synth.id_column, on_reject=on_reject),
+                                                          synth.limit)
                               if shard is None or q.id in shard)  # fmt: skip
-    total = sum(1 for _ in itertools.islice(read(reject), synth.limit))
+    total = sum(1 for _ in read(reject))
     finished_before = finished_rows(out / "final.jsonl")  # also: a bad line in the folder is said now
 
     async def synthesize(session, run_record: RunRecord):
@@ -79,7 +81,7 @@ def run_synth(args: argparse.Namespace) -> int:
             run = SynthesisRun(out, config, client, in_flight=max(16, 2 * slots),
                                fingerprint=run_record.entry["fingerprint"])  # fmt: skip
             # Pass 2: the same rows again, streamed into the pipeline (rejected ones were recorded in pass 1).
-            return await run.run(itertools.islice(read(lambda _: None), synth.limit), total)
+            return await run.run(read(lambda _: None), total)
 
     with open_llm(llm, config.roles, source=config_source(args), cpu_budgets=config.cpu_max_tokens()) as session:
         # Before anything in the folder changes: are its rows made with these settings?

@@ -3,6 +3,7 @@ and the merged folder holds the rows one run would have made, from the cache, ev
 
 import json
 import random
+import shutil
 
 import pyarrow.parquet as pq
 import pytest
@@ -74,6 +75,17 @@ def test_three_shards_merged_are_the_rows_of_one_run(tmp_path, home, capsys):
         assert synth(server, input_path, merged) == 0 and server.count == 0
 
 
+def test_the_shards_of_a_limited_run_merge_into_that_run(tmp_path, home):
+    input_path = queries(tmp_path / "q.jsonl", 12)
+    with FaultServer(reply=schema_reply) as server:
+        for k in range(3):
+            assert synth(server, input_path, tmp_path / f"s{k}", "--shard", f"{k}/3", "--limit", "5") == 0
+        assert synth(server, input_path, tmp_path / "one", "--limit", "5") == 0
+    assert main(["merge", *(str(tmp_path / f"s{k}") for k in range(3)), "--output-dir", str(tmp_path / "m")]) == 0
+    # --limit takes the first 5 rows of the input, then each shard its ids among them (not 5 per shard)
+    assert sorted(rubrics_by_id(tmp_path / "m")) == sorted(rubrics_by_id(tmp_path / "one")) == [f"q{i:03d}" for i in range(5)]
+
+
 def test_merge_refuses_missing_shards_a_shard_twice_other_settings_and_a_full_output(tmp_path, home, capsys):
     input_path = queries(tmp_path / "q.jsonl", 6)
     with FaultServer(reply=schema_reply) as server:
@@ -100,7 +112,21 @@ def test_merge_refuses_missing_shards_a_shard_twice_other_settings_and_a_full_ou
     (tmp_path / "full" / "x").write_text("")
     assert "is not an empty folder" in refused(s0, s1, output=str(tmp_path / "full"))
     assert not (tmp_path / "merged").exists()  # nothing written by a refused merge
-    assert main(["merge", s0, s1, "--output-dir", out]) == 0
+    shutil.copytree(s0, tmp_path / "s0-copy")
+    assert f"{tmp_path / 's0-copy'} and {s0}: both are shard 0/2" in refused(s0, str(tmp_path / "s0-copy"))
+    with FaultServer(reply=schema_reply) as server:  # two runs of the whole input: every id in both
+        for name in ("all", "all-again"):
+            assert synth(server, input_path, tmp_path / name) == 0
+    whole, again = str(tmp_path / "all"), str(tmp_path / "all-again")
+    assert "not the shards of one split" in refused(s0, whole)
+    assert f"is in {whole} and in {again}; every id must be in one folder only" in refused(whole, again)
+    # A fault found only while merging (a folder edited by hand): the merged folder is not left half written.
+    shutil.copytree(s1, tmp_path / "s1-edited")
+    (tmp_path / "s1-edited" / "details.jsonl").write_text("")
+    assert "no line for id" in refused(s0, str(tmp_path / "s1-edited"))
+    assert not (tmp_path / "merged").exists()
+    assert main(["merge", s0, s1, "--output", out]) == 0  # --output, as in the issue, names the folder too
+    assert len(rubrics_by_id(tmp_path / "merged")) == 6
 
 
 def test_ruft_build_shards_merge_into_one_sft_dataset(tmp_path, home):
@@ -137,6 +163,52 @@ def test_the_slurm_recipe_parses_and_its_merge_step_joins_the_shards(tmp_path, h
                           text=True)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert len(rubrics_by_id(tmp_path / "out" / "merged")) == 4
+
+
+def test_the_slurm_recipe_submits_an_array_then_a_merge_and_each_task_serves_then_runs_its_shard(tmp_path):
+    """The recipe's wiring, with sbatch, curl and rubricrl replaced by stubs that record their arguments."""
+    import os
+    import stat
+    import subprocess
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "experiments" / "slurm_synth.sh"
+    calls = tmp_path / "calls.txt"
+    stubs = {
+        "bin/sbatch": f'echo "sbatch $*" >> {calls}; echo 4242',
+        "bin/curl": f"until grep -qs '^rubricrl serve' {calls}; do sleep 0.05; done",  # answers once serve runs
+        ".venv/bin/rubricrl": f'echo "rubricrl $*" >> {calls}; [ "$1" != serve ] || exec sleep 30',
+    }
+    for name, body in stubs.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("#!/usr/bin/env bash\n" + body + "\n")
+        path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
+
+    def recipe(*args, **extra):
+        done = subprocess.run(["bash", str(script), *args], cwd=tmp_path, env={**env, **extra}, capture_output=True,
+                              text=True, timeout=20)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        lines = calls.read_text().splitlines()
+        calls.unlink()
+        return lines, done.stdout
+
+    lines, said = recipe("submit", "4", "q.jsonl", "out", "cfg.yaml", "org/model", "2")
+    assert len(lines) == 2 and "--array=0-3" in lines[0] and "--gpus-per-task=2" in lines[0]
+    assert lines[0].endswith("shard 4 q.jsonl out cfg.yaml org/model 2")
+    assert "--dependency=afterany:4242" in lines[1] and lines[1].endswith("merge 4 out")
+    assert "sbatch --array=<i>" in said  # how to resubmit one task
+
+    lines, _ = recipe("shard", "4", "q.jsonl", "out", "cfg.yaml", "org/model", "2", SLURM_ARRAY_TASK_ID="3",
+                      SLURM_JOB_ID="77")  # fmt: skip
+    serve, synth = lines
+    port = serve.split("--port ")[1].split()[0]
+    assert serve.startswith("rubricrl serve --model org/model") and "--vllm-arg=--tensor-parallel-size=2" in serve
+    assert synth.startswith("rubricrl synth --config cfg.yaml --input q.jsonl --output-dir out/shard-3")
+    assert f"--shard 3/4 --base-url http://127.0.0.1:{port}/v1 --model org/model" in synth
+    lines, _ = recipe("shard", "4", "q.jsonl", "out", "cfg.yaml", "org/model", SLURM_ARRAY_TASK_ID="0")
+    assert "tensor-parallel" not in lines[0]  # one GPU: no split
 
 
 def test_grade_and_eval_shards_split_the_responses_and_concatenate_into_the_whole_report(tmp_path, home):
