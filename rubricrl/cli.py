@@ -2,7 +2,9 @@
 
 import argparse
 import asyncio
+import itertools
 import json
+import re
 import signal
 import sys
 import textwrap
@@ -18,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     if rest and not getattr(args, "trl_types", None):  # only training commands pass flags on, to TRL's parser
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(rest)}")
     args.trl_argv = rest
     if not hasattr(args, "run"):
         parser.print_help()
@@ -37,8 +39,16 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser (each command's too: subparsers take their parent's class), with an error on one line: the
+    problem and where the help is, not the whole usage block before it."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rubricrl", description="Rubric-based rewards for LLM post-training.")
+    parser = Parser(prog="rubricrl", description="Rubric-based rewards for LLM post-training.")
     parser.add_argument("--version", action="version", version=f"rubricrl {__version__}")
     commands = parser.add_subparsers(title="commands", metavar="<command>")
 
@@ -106,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
         if name in EXAMPLES:
             command.epilog = ((command.epilog + "\n\n") if command.epilog else "") + "examples:\n" + "\n".join(
                 f"  {line}" for line in EXAMPLES[name])  # fmt: skip
-        command.set_defaults(on_interrupt=ON_INTERRUPT.get(name, ON_INTERRUPT["*"]))
+        command.set_defaults(on_interrupt=ON_INTERRUPT.get(name, ON_INTERRUPT["*"]), command_parser=command)
     return parser
 
 
@@ -127,13 +137,17 @@ PRESETS = {"synth": ("synthesis",), "ruft build": ("ruft",), "ruft train": ("ruf
 
 
 def _presets(kind: str) -> str:
-    """`presets (--config FILE):` and each file in configs/KIND with its first comment line, when the configs
-    folder is there (a source checkout; an installed wheel has none)."""
+    """`presets (--config FILE):` and each file in configs/KIND with the first sentence of its opening comment,
+    when the configs folder is there (a source checkout; an installed wheel has none)."""
     folder = Path(__file__).resolve().parents[1] / "configs" / kind
     lines = []
     for path in sorted(folder.glob("*.yaml")):
-        first = next((line.lstrip("# ").strip() for line in path.read_text().splitlines() if line.startswith("#")), "")
-        lines.append(f"  configs/{kind}/{path.name}: {first}")
+        comment = " ".join(itertools.takewhile(bool, (line[1:].strip() if line.startswith("#") else ""
+                                                      for line in path.read_text().splitlines())))  # fmt: skip
+        first = re.match(r"(.*?\.)(?:\s|$)", comment)
+        text = textwrap.fill(first.group(1) if first else comment, 116, initial_indent="    ", subsequent_indent="    ",
+                             break_on_hyphens=False)
+        lines.append(f"  configs/{kind}/{path.name}:\n{text}")
     return "presets (--config FILE):\n" + "\n".join(lines) if lines else ""
 
 
@@ -172,6 +186,10 @@ EXAMPLES = {
     ],
     "chat": ['rubricrl chat "Name three symptoms of flu." -n 2 --temperature 1'],
     "serve": ["rubricrl serve --port 8750     # the embedded model on CPU; other commands find it"],
+    "model prepare": ["rubricrl model prepare          # once per machine; every command that needs it does it too"],
+    "model path": ["ls $(rubricrl model path)        # the converted model folder, loadable with transformers"],
+    "cache info": ["rubricrl cache info             # where the response cache is, its entries and size"],
+    "cache clear": ["RUBRICRL_HOME=/tmp/x rubricrl cache clear   # that home's cache only; the next run pays again"],
     "ruft build": ["rubricrl ruft build --config configs/ruft/tiny-cpu.yaml --rubrics rubrics/final.parquet "
                    "--output-dir sft/"],
     "ruft train": ["rubricrl ruft train --config configs/ruft/tiny-cpu.yaml --dataset sft/ --output_dir model/"],

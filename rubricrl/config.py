@@ -26,6 +26,7 @@ import difflib
 import functools
 import importlib
 import inspect
+import re
 import textwrap
 import types
 import typing
@@ -87,9 +88,12 @@ def dataclass_from_dict(cls: type, data: dict[str, Any], where: str, flags: froz
     try:
         return cls(**values)
     except ValueError as error:  # the class's own checks (__post_init__) say what is wrong; say where
-        if where == "command line:":  # the flags are where; "command line: " would say nothing more
-            raise ConfigError(str(error)) from error
-        raise ConfigError(f"{where.rstrip(':')}: {error}") from error
+        message = str(error)
+        for key in sorted(flags, key=len, reverse=True):  # a value the command line set: named by its flag
+            message = re.sub(rf"(?<![\w.-]){re.escape(key)}(?![\w.])", flag_name(key), message)
+        if where.startswith("command line"):  # the flags are where; "command line: grading:" would say no more
+            raise ConfigError(message) from error
+        raise ConfigError(f"{where.rstrip(':')}: {message}") from error
 
 
 def did_you_mean(unknown: list[str], known: Any) -> str:

@@ -244,13 +244,18 @@ def _parquet_rows(path: Path) -> tuple[str, list[str], Iterator[Record]]:
 
 
 def _dataset_rows(path: Path) -> tuple[str, list[str], Iterator[Record]]:
-    import datasets  # only here: `datasets` is an optional dependency (the `train` extra)
-
+    inside = sorted(p.name for p in path.glob("*") if p.suffix in (".parquet", ".jsonl") and p.is_file())
+    hint = f"; to read a file in it, name the file (e.g. {path / inside[0]})" if inside else ""
+    try:
+        import datasets  # only here: `datasets` is an optional dependency (the `train` extra)
+    except ImportError:
+        raise RecordFileError(f"{path}: a folder, read as a saved Hugging Face dataset, which needs the `datasets` "
+                              f"package (pip install 'rubricrl[train]'){hint}") from None  # fmt: skip
     try:
         loaded = datasets.load_from_disk(str(path))
     except FileNotFoundError as error:
         raise RecordFileError(
-            f"{path}: not a saved Hugging Face dataset (no dataset_info.json/state.json or dataset_dict.json)"
+            f"{path}: not a saved Hugging Face dataset (no dataset_info.json/state.json or dataset_dict.json){hint}"
         ) from error
     source = str(path)
     if isinstance(loaded, datasets.DatasetDict):

@@ -60,7 +60,6 @@ def run_synth(args: argparse.Namespace) -> int:
     settings = parse_settings(args, command="synth")
     synth, config, llm = settings
     out = synth.output_dir
-    out.mkdir(parents=True, exist_ok=True)
 
     # Pass 1, before any model call: validate every row (streamed), count, collect the rejected ones.
     rejected = []
@@ -87,6 +86,7 @@ def run_synth(args: argparse.Namespace) -> int:
         # Before anything in the folder changes: are its rows made with these settings?
         current = fingerprint(synthesis_settings(synth, config, session.roles))
         used = check_settings(out, current, rows=finished_before, allow_changed=synth.allow_changed_settings)
+        out.mkdir(parents=True, exist_ok=True)  # every check passed: now the folder may change
         if synth.skip_bad_rows:
             write_rejected(rejected, out / "rejected.jsonl")
             if rejected:

@@ -28,8 +28,9 @@ class SynthesisConfig:
     """0-10: RubricHub's weights (1..10; a weight of 0 would count nothing), no penalties.
     signed: -10..10 without 0, penalties kept negative."""
     min_criteria: int = 7
+    """At least this many criteria asked of each candidate rubric."""
     max_criteria: int = 20
-    """Criteria asked of each candidate rubric (the schema bounds the list at max_criteria)."""
+    """At most this many criteria asked of each candidate rubric (the schema bounds the list)."""
     max_new_criteria: int = 5
     """Difficulty evolution adds at most this many."""
     cap: int | None = None

@@ -102,6 +102,9 @@ def build_folder(source: Path, out: Path, repo_id: str) -> Path:
 
 def run_publish(args: argparse.Namespace) -> int:
     if args.dry_run:
+        blocking = next((p for p in (args.dry_run, *args.dry_run.parents) if p.exists()), None)
+        if blocking is not None and not blocking.is_dir():
+            raise UserError(f"--dry-run {args.dry_run}: {blocking} is a file, not a folder; choose a folder")
         print(build_folder(args.dir, args.dry_run, args.repo_id))
         return 0
     import tempfile

@@ -35,6 +35,7 @@ class FaultServer:
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self._lock = threading.Lock()
+        self.down = False
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
@@ -52,8 +53,20 @@ class FaultServer:
         return self
 
     def __exit__(self, *exc) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        if not self.down:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+
+    def go_down(self) -> None:
+        """As a crashed server: new connections are refused, and a request on a kept-alive one is dropped unanswered.
+        Safe to call from a reply function (the listener is closed from another thread)."""
+        self.down = True
+
+        def stop():
+            self._httpd.shutdown()
+            self._httpd.server_close()
+
+        threading.Thread(target=stop, daemon=True).start()
 
     def _next(self, body: dict, headers: dict) -> Fault | None:
         with self._lock:
@@ -85,6 +98,9 @@ class FaultServer:
                 self._send(200, json.dumps({"object": "list", "data": [{"id": "fake", "object": "model"}]}).encode())
 
             def do_POST(self):
+                if server.down:  # gone: the connection closes without an answer
+                    self.close_connection = True
+                    return
                 try:
                     self._answer()
                 except (BrokenPipeError, ConnectionResetError):  # the client went away (timeout, kill): expected

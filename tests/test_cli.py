@@ -3,6 +3,7 @@ refused in one line before any model call (issue 10)."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -27,8 +28,9 @@ def test_every_flag_has_help_and_every_command_an_example():
                 assert action.help and action.help.strip(), f"{flag}: no help"
                 if action.nargs != 0 and not action.required:  # a flag that takes a value says what it is unset
                     assert "default" in action.help or "required" in action.help, f"{flag}: the help does not state the default"
-        if name not in ("model prepare", "model path", "cache info", "cache clear"):
-            assert "examples:\n  rubricrl " + name in command.format_help(), f"`rubricrl {name} --help`: no example"
+                said = re.sub(r"\((default|at least|at most|required)[^)]*\)", "", action.help)
+                assert len(said.strip(" .")) > 10, f"{flag}: the help says nothing but its default ({action.help!r})"
+        assert "examples:\n  " in command.format_help() and f"rubricrl {name}" in command.epilog, f"`rubricrl {name} --help`: no example"
 
 
 def test_synth_help_says_what_runs_without_a_config_and_lists_the_presets(capsys):
@@ -37,8 +39,9 @@ def test_synth_help_says_what_runs_without_a_config_and_lists_the_presets(capsys
     text = capsys.readouterr().out
     assert "Without --config: method coarse_to_fine, roles reference, rubric_writer" in text
     for preset in (ROOT / "configs" / "synthesis").glob("*.yaml"):
-        assert f"configs/synthesis/{preset.name}: " in text
-    assert "--limit LIMIT Only the first N valid queries. (default: None) (at least 0)" in " ".join(text.split())
+        assert f"configs/synthesis/{preset.name}:\n    " in text
+    assert ("--limit LIMIT Only the first N valid queries (with --shard: this shard's ids among the first N of the "
+            "input). (default: None) (at least 0)") in " ".join(text.split())
 
 
 RUN = """
@@ -96,27 +99,59 @@ BAD_VALUES = [
     (["synth", "--input", "q.jsonl", "--output-dir", "o", "--id-column", "nope"], "missing id column 'nope'"),
     (["synth", "--input", "q.jsonl", "--output-dir", "o", "--shard", "4/4"], "--shard 4/4: expected i/n"),
     (["synth", "--input", "openai/healthbench", "--output-dir", "o"], "save it first"),
-    (["synth", "--input", "q.jsonl", "--output-dir", "o", "--config", "gradng.yaml"], "did you mean 'grading'?"),
+    (["synth", "--input", "q.jsonl", "--output-dir", "o", "--config", "gradng.yaml"],
+     "(did you mean 'grading'?); it takes ['allow_changed_settings', 'id_column', 'input', 'limit', 'output_dir', "
+     "'query_column', 'shard', 'skip_bad_rows'] and the sections ['llm', 'synthesis', 'grading', 'ruft', 'rurl']"),
+    (["synth", "--input", "q.jsonl", "--output-dir", "o", "--max-criteria", "60"],
+     "need 1 <= min_criteria <= --max-criteria <= 50"),
     (["synth", "--input", "q.jsonl", "--output-dir", "o", "--config", "defaults.yaml"], "llm.defaults"),
     (["synth", "--input", "q.jsonl", "--output-dir", "o", "--base-url", DEAD, "--model", "m"], "127.0.0.1:9"),
-    (["grade", "--rubrics", "folder", "--responses", "answers.jsonl", "--output", "g.jsonl"], "folder"),
+    (["grade", "--rubrics", "folder", "--responses", "answers.jsonl", "--output", "g.jsonl"],
+     "folder: not a saved Hugging Face dataset"),
+    (["grade", "--rubrics", "rubrics.jsonl", "--responses", "answers.jsonl", "--output", "g.jsonl",
+      "--max-failure-rate", "2"], "--max-failure-rate must be within [0, 1], got 2.0"),
     (["grade", "--rubrics", "rubrics.jsonl", "--responses", "answers.jsonl", "--output", "folder"], "is a folder"),
     (["grade", "--rubrics", "rubrics.jsonl", "--responses", "answers.jsonl", "--output", "g.jsonl",
       "--mode", "reference_likert"], "needs a reference answer"),
     (["eval", "--output-dir", "e"], "--rubrics"),
     (["chat", "hi", "--schema", "open.json"], "a string needs 'maxLength'"),
     (["chat", "hi", "--base-url", DEAD], "127.0.0.1:9"),
-    (["ruft", "build", "--rubrics", "rubrics.jsonl", "--output-dir", "r", "--threshold", "1.5"], "threshold"),
+    (["ruft", "build", "--rubrics", "rubrics.jsonl", "--output-dir", "r", "--threshold", "1.5"],
+     "--threshold must be within the score range [0, 1], got 1.5"),
+    (["publish", "folder", "--repo-id", "me/x", "--dry-run", "a-file/out"], "--dry-run a-file/out: a-file is a file"),
     (["merge", "folder", "--output-dir", "m"], "not a finished"),
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize("argv, named", BAD_VALUES, ids=[" ".join(a[:1] + a[-2:]) for a, _ in BAD_VALUES])
 def test_bad_values_are_one_line_before_any_call(newcomer, capsys, argv, named):
+    before = files_here()
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("rubricrl: error: ") and named in err[0], err
-    assert not Path("o").exists() or not any(Path("o").iterdir())  # nothing written
+    assert files_here() == before  # nothing written (o, r, e, m, g.jsonl, ...)
+
+
+def files_here() -> set[str]:
+    """What the working folder holds, the response cache (RUBRICRL_HOME) left out."""
+    return {str(p) for p in Path().rglob("*") if p.parts[0] != "home"}
+
+
+BAD_FLAGS = [
+    (["synth", "--input", "q.jsonl", "--output-dir", "o", "--limit", "abc"],
+     "rubricrl synth: error: argument --limit: invalid int value: 'abc' (see `rubricrl synth --help`)"),
+    (["chat", "-n", "0", "hi"], "rubricrl chat: error: argument -n: expected at least 1, got 0"),
+    (["grade", "--mode", "nope"], "rubricrl grade: error: argument --mode: invalid choice: 'nope'"),
+    (["ruft", "build", "--temprature", "1"], "rubricrl ruft build: error: unrecognized arguments: --temprature 1"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("argv, said", BAD_FLAGS, ids=[" ".join(a[:1] + a[-2:]) for a, _ in BAD_FLAGS])
+def test_a_malformed_flag_is_one_line_naming_the_command_not_the_usage_block(newcomer, capsys, argv, said):
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exited.value.code == 2 and len(err) == 1 and err[0].startswith(said), err
 
 
 @pytest.mark.model

@@ -4,6 +4,7 @@ when all are down the error is clear and later calls fail at once. Also the dead
 and local replicas advertised as one endpoint."""
 
 import asyncio
+import json
 import sys
 import threading
 import time
@@ -404,3 +405,50 @@ def test_base_url_flag_takes_several_endpoints_or_none(tmp_path):
     (llm,) = parse_settings(parser.parse_args(["--config", str(tmp_path / "cfg.yaml"), "--base-url", "none"]),
                             command="chat")  # fmt: skip
     assert llm.base_url is None  # the embedded model again
+
+
+def down_after(server: FaultServer, requests: int):
+    """A reply function: valid answers, and the server goes down as the given request comes in."""
+
+    def reply(body):
+        if server.count == requests:
+            server.go_down()
+        return schema_reply(body)
+
+    return reply
+
+
+@pytest.mark.parametrize("command", ["synth", "ruft build", "grade"])
+def test_a_server_going_down_mid_run_ends_the_command_with_one_line_and_a_rerun_finishes(command, tmp_path, capsys,
+                                                                                        monkeypatch):  # fmt: skip
+    monkeypatch.setenv("RUBRICRL_HOME", str(tmp_path / "home"))
+    ids = [f"q{i:03d}" for i in range(20)]
+    rubric = [{"criterion": "Recommends rest.", "points": 5}, {"criterion": "Mentions fluids.", "points": 3}]
+    rows = [{"id": i, "question": f"Question {i}: what helps a cold?", "rubrics": rubric} for i in ids]
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (tmp_path / "responses.jsonl").write_text("".join(json.dumps({"id": i, "response": "Rest, drink."}) + "\n"
+                                                      for i in ids))  # fmt: skip
+    out = tmp_path / "out"
+    flags = {"synth": ["synth", "--input", str(data), "--output-dir", str(out)],
+             "ruft build": ["ruft", "build", "--rubrics", str(data), "--output-dir", str(out), "--threshold", "0"],
+             "grade": ["grade", "--rubrics", str(data), "--responses", str(tmp_path / "responses.jsonl"), "--output",
+                       str(out / "graded.jsonl")]}[command]  # fmt: skip
+
+    def run_against(server):
+        return main([*flags, "--base-url", server.base_url, "--model", "fake", "--concurrency", "2",
+                     "--max-retries", "2"])  # fmt: skip
+
+    with FaultServer() as server:
+        server.reply = down_after(server, 12)
+        started = time.monotonic()
+        code = run_against(server)
+        seconds = time.monotonic() - started
+    err = capsys.readouterr().err
+    assert code == 2 and seconds < 8  # a few refused connections, not a timeout or a backoff per query
+    errors = [line for line in err.splitlines() if line.startswith("rubricrl: error:")]
+    assert len(errors) == 1 and "is the server up?" in errors[0] and "Traceback" not in err
+    with FaultServer(reply=schema_reply) as server:  # the server is back: the same command finishes the work
+        assert run_against(server) == 0
+    finished = {"synth": out / "final.jsonl", "ruft build": out / "queries.jsonl", "grade": out / "graded.jsonl"}
+    assert sorted(json.loads(line)["id"] for line in finished[command].read_text().splitlines()) == ids
