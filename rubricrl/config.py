@@ -88,11 +88,12 @@ def dataclass_from_dict(cls: type, data: dict[str, Any], where: str, flags: froz
     try:
         return cls(**values)
     except ValueError as error:  # the class's own checks (__post_init__) say what is wrong; say where
-        message = str(error)
+        message = named = str(error)
         for key in sorted(flags, key=len, reverse=True):  # a value the command line set: named by its flag
-            message = re.sub(rf"(?<![\w.-]){re.escape(key)}(?![\w.])", flag_name(key), message)
-        if where.startswith("command line"):  # the flags are where; "command line: grading:" would say no more
-            raise ConfigError(message) from error
+            if flag_name(key) not in message:
+                named = re.sub(rf"(?<![\w.-]){re.escape(key)}(?![\w.])", flag_name(key), named)
+        if named != message or where == "command line:":  # the flag says where ("command line: grading:" no more)
+            raise ConfigError(named) from error
         raise ConfigError(f"{where.rstrip(':')}: {message}") from error
 
 

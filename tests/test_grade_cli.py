@@ -244,7 +244,7 @@ def test_bad_eval_values_are_one_line_before_any_call(fault_server, files, tmp_p
     assert main(["eval", "--graded", str(tmp_path / "empty.jsonl"), "--output-dir", str(tmp_path / "e")]) == 2
     assert f"{tmp_path}/empty.jsonl: no graded records" in capsys.readouterr().err
     assert evaluate(fault_server, tmp_path / "e", "--rubrics", rubrics, "--max-failure-rate", 2) == 2
-    assert "max_failure_rate must be within [0, 1], got 2" in capsys.readouterr().err
+    assert "rubricrl: error: --max-failure-rate must be within [0, 1], got 2" in capsys.readouterr().err
     (tmp_path / "graded.jsonl").write_text(responses.read_text())
     assert evaluate(fault_server, tmp_path, "--rubrics", rubrics, "--responses", tmp_path / "graded.jsonl") == 2
     assert f"--output-dir: {tmp_path}/graded.jsonl is the --responses file" in capsys.readouterr().err

@@ -114,10 +114,10 @@ def test_the_trl_seams_dynamic_sampling_overrides_are_still_there():
 @pytest.mark.parametrize(("args", "message"), [
     (["--bogus_key", "1"], "bogus_key"),
     (["--num_generations", "3"], "divisible"),  # 8 completions per step are not groups of 3
-    (["--max_failure_rate", "1.5"], "max_failure_rate"),
-    (["--dynamic_std_threshold", "-0.1"], "dynamic_std_threshold must be within [0, 1]"),
-    (["--eval_size", "2.5"], "eval_size"),
-    (["--prefilter_mean_range", "0.9", "0.1"], "prefilter_mean_range"),
+    (["--max_failure_rate", "1.5"], "--max-failure-rate must be within [0, 1], got 1.5"),
+    (["--dynamic_std_threshold", "-0.1"], "--dynamic-std-threshold must be within [0, 1]"),
+    (["--eval_size", "2.5"], "--eval-size must be a share in (0, 1)"),
+    (["--prefilter_mean_range", "0.9", "0.1"], "--prefilter-mean-range must be [low, high]"),
 ])  # fmt: skip
 def test_bad_settings_are_one_line_errors(args, message, tmp_path, capsys, no_model_load):
     assert main(rurl_train("--config", str(TINY), "--output_dir", str(tmp_path), *args)) == 2

@@ -125,14 +125,16 @@ class Endpoint:
             asyncio.get_running_loop().call_later(self.cool_down, self._hand_over)
             self.cool_down = min(2 * self.cool_down, MAX_COOL_DOWN)
             self.probing = True
-            if self._taken_out is not None:
+            if self._taken_out is not None and self._taken_out.get_loop() is asyncio.get_running_loop():
                 self._taken_out.set_result(None)
-                self._taken_out = None
+            self._taken_out = None
 
     def taken_out(self) -> asyncio.Future:
-        """A future resolved the next time this endpoint is taken out of rotation (its requests then move)."""
-        if self._taken_out is None:
-            self._taken_out = asyncio.get_running_loop().create_future()
+        """A future resolved the next time this endpoint is taken out of rotation (its requests then move). One per
+        event loop: a client used from another loop later (a new asyncio.run) gets a new one."""
+        loop = asyncio.get_running_loop()
+        if self._taken_out is None or self._taken_out.get_loop() is not loop:
+            self._taken_out = loop.create_future()
         return self._taken_out
 
     def _hand_over(self) -> None:
