@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
                       "minimum and maximum, every string maxLength, every array maxItems, every object "
                       "additionalProperties: false and all its properties required (default: free text)")
     chat.add_argument("--max-tokens", type=_positive, help="default: the role's (config) or the endpoint's")
-    chat.add_argument("--temperature", type=float, help="default: the role's (config) or the endpoint's")
+    chat.add_argument("--temperature", type=_temperature, help="at least 0 (default: the role's (config) or the endpoint's)")
     from rubricrl.llm.connect import LLMSettings
 
     add_config_arguments(chat, [LLMSettings])
@@ -222,6 +222,13 @@ def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected at least 1, got {value}")
+    return value
+
+
+def _temperature(text: str) -> float:
+    value = float(text)
+    if value < 0:  # as a role's temperature (llm/roles.py): said here, not by the server after a call
+        raise argparse.ArgumentTypeError(f"expected at least 0, got {value:g}")
     return value
 
 

@@ -141,6 +141,7 @@ BAD_FLAGS = [
     (["synth", "--input", "q.jsonl", "--output-dir", "o", "--limit", "abc"],
      "rubricrl synth: error: argument --limit: invalid int value: 'abc' (see `rubricrl synth --help`)"),
     (["chat", "-n", "0", "hi"], "rubricrl chat: error: argument -n: expected at least 1, got 0"),
+    (["chat", "hi", "--temperature", "-1"], "rubricrl chat: error: argument --temperature: expected at least 0, got -1"),
     (["grade", "--mode", "nope"], "rubricrl grade: error: argument --mode: invalid choice: 'nope'"),
     (["ruft", "build", "--temprature", "1"], "rubricrl ruft build: error: unrecognized arguments: --temprature 1"),
 ]  # fmt: skip
