@@ -3,7 +3,8 @@
 A candidate is eligible when it has a score (a judge failure leaves it unscored), the integrity check did not flag
 it, it was not cut off at max_tokens (unless `truncated_ok`: an incomplete answer is a poor SFT target), it is not
 blank, and its score is at least tau. The eligible ones are ranked by score, best first; ties go to the shorter answer
-(so that length is never rewarded by accident), then to the earlier candidate. The first `keep` are kept.
+(so that length is never rewarded by accident), then to the earlier candidate. The first `keep` are kept, each text
+once (with keep > 1, a text sampled twice would weigh double in the SFT data).
 
 >>> [c.index for c in select([Candidate(0, "long answer", 0.8), Candidate(1, "short", 0.8),
 ...                           Candidate(2, "best", None)], threshold=0.5, keep=1)]
@@ -33,4 +34,9 @@ def select(candidates: Sequence[Candidate], *, threshold: float, keep: int = 1, 
            ) -> list[Candidate]:  # fmt: skip
     ranked = sorted((c for c in candidates if eligible(c, threshold, truncated_ok)),
                     key=lambda c: (-c.score, len(c.text), c.index))  # fmt: skip
-    return ranked[:keep]
+    kept, texts = [], set()
+    for candidate in ranked:
+        if len(kept) < keep and candidate.text.strip() not in texts:
+            kept.append(candidate)
+            texts.add(candidate.text.strip())
+    return kept

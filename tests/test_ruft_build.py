@@ -79,6 +79,11 @@ def test_best_at_or_above_tau_is_kept_ties_go_to_the_shorter_then_the_earlier():
     assert select(cands, threshold=0.95) == []  # nothing reaches tau: nothing kept (the query is listed apart)
 
 
+def test_a_text_sampled_twice_is_kept_once():
+    cands = [Candidate(0, "rest", 0.9), Candidate(1, "fluids", 0.8), Candidate(2, " rest\n", 0.7), Candidate(3, "rest", 0.9)]
+    assert [c.index for c in select(cands, threshold=0.5, keep=3)] == [0, 1]  # 3 and 2 repeat 0's text
+
+
 def test_unscored_and_flagged_candidates_are_never_kept():
     cands = [Candidate(0, "judge failed", None), Candidate(1, "flagged", 1.0, flagged=True), Candidate(2, "ok", 0.6)]
     assert [c.index for c in select(cands, threshold=0.0, keep=3)] == [2]
