@@ -50,7 +50,10 @@ shard)
         sleep 5
         waited=$((waited + 5))
     done
-    kill -0 $server 2>/dev/null || { echo "port $port answers, but not our server; see $RUBRICRL_HOME/logs" >&2; exit 1; }
+    kill -0 $server 2>/dev/null || {
+        echo "port $port answers, but not our server; see $RUBRICRL_HOME/logs" >&2
+        exit 1
+    }
     # exit 1 means some queries failed (listed in errors.jsonl; the shard is finished and merges, and a rerun of
     # the merged folder retries them); any other code is a real failure
     code=0

@@ -83,7 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
                       "minimum and maximum, every string maxLength, every array maxItems, every object "
                       "additionalProperties: false and all its properties required (default: free text)")
     chat.add_argument("--max-tokens", type=_positive, help="default: the role's (config) or the endpoint's")
-    chat.add_argument("--temperature", type=_temperature, help="at least 0 (default: the role's (config) or the endpoint's)")
+    chat.add_argument("--temperature", type=_temperature,
+                      help="at least 0 (default: the role's (config) or the endpoint's)")
     from rubricrl.llm.connect import LLMSettings
 
     add_config_arguments(chat, [LLMSettings])

@@ -70,7 +70,10 @@ def run_merge(args: argparse.Namespace) -> int:
         write_manifest(out, manifest)
     except BaseException:  # a half-merged folder would be refused by the next merge and misread by publish
         for path in out.iterdir():  # it was empty (check_output)
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
         if not existed:
             out.rmdir()
         raise

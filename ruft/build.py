@@ -328,7 +328,8 @@ def write_sft(out: Path, rows: Iterable[dict[str, Any]]) -> None:
 
     features = datasets.Features.from_arrow_schema(sft_schema())
     folder = out / "sft"
-    datasets.Dataset.from_dict({name: [] for name in features}, features=features).save_to_disk(str(folder), num_shards=1)
+    empty = datasets.Dataset.from_dict({name: [] for name in features}, features=features)
+    empty.save_to_disk(str(folder), num_shards=1)
     [data_file] = json.loads((folder / "state.json").read_text())["_data_files"]
     table = ParquetTable(out / "sft.parquet", sft_schema, arrow=(folder / data_file["filename"], features.arrow_schema))
     digest = hashlib.sha256()

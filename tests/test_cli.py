@@ -30,7 +30,8 @@ def test_every_flag_has_help_and_every_command_an_example():
                     assert "default" in action.help or "required" in action.help, f"{flag}: the help does not state the default"
                 said = re.sub(r"\((default|at least|at most|required)[^)]*\)", "", action.help)
                 assert len(said.strip(" .")) > 10, f"{flag}: the help says nothing but its default ({action.help!r})"
-        assert "examples:\n  " in command.format_help() and f"rubricrl {name}" in command.epilog, f"`rubricrl {name} --help`: no example"
+        assert "examples:\n  " in command.format_help() and f"rubricrl {name}" in command.epilog, \
+            f"`rubricrl {name} --help`: no example"
 
 
 def test_synth_help_says_what_runs_without_a_config_and_lists_the_presets(capsys):
@@ -141,7 +142,8 @@ BAD_FLAGS = [
     (["synth", "--input", "q.jsonl", "--output-dir", "o", "--limit", "abc"],
      "rubricrl synth: error: argument --limit: invalid int value: 'abc' (see `rubricrl synth --help`)"),
     (["chat", "-n", "0", "hi"], "rubricrl chat: error: argument -n: expected at least 1, got 0"),
-    (["chat", "hi", "--temperature", "-1"], "rubricrl chat: error: argument --temperature: expected at least 0, got -1"),
+    (["chat", "hi", "--temperature", "-1"],
+     "rubricrl chat: error: argument --temperature: expected at least 0, got -1"),
     (["grade", "--mode", "nope"], "rubricrl grade: error: argument --mode: invalid choice: 'nope'"),
     (["ruft", "build", "--temprature", "1"], "rubricrl ruft build: error: unrecognized arguments: --temprature 1"),
 ]  # fmt: skip

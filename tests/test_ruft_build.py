@@ -80,7 +80,8 @@ def test_best_at_or_above_tau_is_kept_ties_go_to_the_shorter_then_the_earlier():
 
 
 def test_a_text_sampled_twice_is_kept_once():
-    cands = [Candidate(0, "rest", 0.9), Candidate(1, "fluids", 0.8), Candidate(2, " rest\n", 0.7), Candidate(3, "rest", 0.9)]
+    cands = [Candidate(0, "rest", 0.9), Candidate(1, "fluids", 0.8), Candidate(2, " rest\n", 0.7),
+             Candidate(3, "rest", 0.9)]
     assert [c.index for c in select(cands, threshold=0.5, keep=3)] == [0, 1]  # 3 and 2 repeat 0's text
 
 
