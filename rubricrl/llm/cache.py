@@ -110,7 +110,7 @@ class ResponseCache:
             self._db = self._open_index()
         except sqlite3.DatabaseError:  # corrupted by a power loss (it is never synced): rebuilt from the segments
             for leftover in self.path.glob("index.sqlite*"):
-                leftover.unlink()
+                leftover.unlink(missing_ok=True)  # the -wal may go with the connection that found the fault
             self._db = self._open_index()
             segments = sorted(int(p.stem.removeprefix("segment-")) for p in self.path.glob("segment-*.log"))
             self._db.executemany("INSERT INTO segments (id, indexed) VALUES (?, 0)", [(s,) for s in segments])
@@ -214,6 +214,14 @@ class ResponseCache:
 
     def _open_index(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path / "index.sqlite", timeout=60, isolation_level=None, check_same_thread=False)
+        try:
+            return self._set_up_index(db)
+        except sqlite3.DatabaseError:
+            db.close()  # now, not when the traceback goes: the caller deletes the files next
+            raise
+
+    @staticmethod
+    def _set_up_index(db: sqlite3.Connection) -> sqlite3.Connection:
         # Small pages: a flush touches one leaf per entry (keys are random), and the WAL holds whole pages.
         db.execute(f"PRAGMA page_size={INDEX_PAGE_SIZE}")
         db.execute("PRAGMA journal_mode=WAL")
