@@ -142,6 +142,72 @@ def test_calls_out_on_an_endpoint_when_it_is_taken_out_move_to_the_others_at_onc
     assert good.count == 12 and seconds < 3
 
 
+@pytest.mark.parametrize("turns", [0, 1, 2, 3])
+def test_a_call_its_caller_cancels_as_its_endpoint_is_taken_out_stays_cancelled(turns):
+    """Ctrl-C, a timeout around the call or a task group giving up, just as the endpoint goes: never resent."""
+    from rubricrl.llm.transport import Transport
+
+    async def cancel_as_it_moves(hung, good):
+        pool = endpoints_module.Router(limit=4).pool([hung.base_url, good.base_url])
+        transport = Transport(timeout=30, max_retries=2)
+        call = asyncio.ensure_future(transport.post_json(pool, "/chat/completions", {"model": "fake"}, ""))
+        while hung.count == 0:  # out on the hung endpoint
+            await asyncio.sleep(0.01)
+        for _ in range(endpoints_module.FAILURES_TO_EJECT):
+            pool.endpoints[0].record(0.0, answered=False, fault=True)  # taken out: the call is being moved
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        call.cancel()
+        try:
+            with pytest.raises(asyncio.CancelledError):
+                await call
+        finally:
+            await transport.close()
+        return pool.endpoints[0].sending
+
+    with FaultServer() as hung, FaultServer(reply=schema_reply) as good:
+        hung.script = [Fault(delay=3.0)]
+        assert run(cancel_as_it_moves(hung, good)) == {} and good.count == 0
+
+
+def test_a_moved_call_keeps_its_retries_even_with_none():
+    """Moving a request off an endpoint taken out is not one of its retries: with max_retries 0, a slow but good
+    request out on an endpoint that then answers three 503s is answered elsewhere, not failed."""
+    with FaultServer(reply=schema_reply) as flaky, FaultServer(reply=schema_reply, latency=0.3) as steady:
+        flaky.script = [Fault(delay=1.0)] + [Fault(503)] * 3
+        role = Role(base_url=[flaky.base_url, steady.base_url], model="fake")
+
+        async def staggered():
+            async with LLMClient({"judge": role}, concurrency=8, max_retries=0) as client:
+                async def one(i):
+                    await asyncio.sleep(0.05 * i)
+                    try:
+                        return (await client.chat("judge", f"question {i}")).text
+                    except LLMError as error:
+                        return str(error)
+                return await asyncio.gather(*(one(i) for i in range(8))), client.endpoint_stats()
+
+        answers, stats = run(staggered())
+    assert answers[0] == "answer to: question 0"  # the slow one, moved when its endpoint was taken out
+    assert stats[flaky.base_url].ejected == 1
+
+
+def test_a_new_call_takes_a_free_slot_that_the_waiter_ahead_of_it_avoids():
+    pool = endpoints_module.Router(limit=1).pool(["http://a:1/v1", "http://b:1/v1"])
+    a, b = pool.endpoints
+
+    async def arrive():
+        assert {await pool.acquire(), await pool.acquire()} == {a, b}  # both busy; b hangs, never released
+        pool.release(a)  # a's call failed there (a 503): resent, avoiding a
+        retry = asyncio.ensure_future(pool.acquire(frozenset([a.url])))
+        await asyncio.sleep(0)
+        got = await asyncio.wait_for(pool.acquire(), 1.0)  # a new call, behind the retry in the queue
+        retry.cancel()
+        return got
+
+    assert run(arrive()) is a
+
+
 def test_a_call_waiting_for_a_slot_gets_one_when_a_cool_down_ends(monkeypatch):
     monkeypatch.setattr(endpoints_module, "COOL_DOWN", 0.2)
     router = endpoints_module.Router(limit=1)

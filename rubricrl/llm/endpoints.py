@@ -99,7 +99,8 @@ class Endpoint:
         self.probing = False  # back from a cool-down: one request at a time until one succeeds
         self.cool_down = COOL_DOWN
         self.pools: list["Pool"] = []
-        self._taken_out: asyncio.Future | None = None  # resolved when it is taken out (see taken_out)
+        self.sending: dict[asyncio.Task, "Pool"] = {}  # requests out on it that can move (transport.py: movable)
+        self.moving: set[asyncio.Task] = set()  # of those, the ones cancelled to be resent elsewhere
 
     def in_rotation(self, now: float) -> bool:
         return self.down_until <= now
@@ -125,17 +126,16 @@ class Endpoint:
             asyncio.get_running_loop().call_later(self.cool_down, self._hand_over)
             self.cool_down = min(2 * self.cool_down, MAX_COOL_DOWN)
             self.probing = True
-            if self._taken_out is not None and self._taken_out.get_loop() is asyncio.get_running_loop():
-                self._taken_out.set_result(None)
-            self._taken_out = None
+            # Its requests still out go elsewhere now, where their pool has an endpoint that is neither out nor
+            # probing (a probe takes one request at a time): a hung server would hold them until their timeout.
+            for task, pool in list(self.sending.items()):
+                if pool.steady_other(self) and task.cancel():
+                    self.moving.add(task)
 
-    def taken_out(self) -> asyncio.Future:
-        """A future resolved the next time this endpoint is taken out of rotation (its requests then move). One per
-        event loop: a client used from another loop later (a new asyncio.run) gets a new one."""
-        loop = asyncio.get_running_loop()
-        if self._taken_out is None or self._taken_out.get_loop() is not loop:
-            self._taken_out = loop.create_future()
-        return self._taken_out
+    def record_moved(self) -> None:
+        """A request moved off this endpoint when it was taken out: sent, not answered, no fault of its own."""
+        self.stats.requests += 1
+        self.stats.failures += 1
 
     def _hand_over(self) -> None:
         for pool in self.pools:
@@ -167,6 +167,11 @@ class Pool:
         free = [e for e in fresh if e.in_flight < (1 if probes_one_at_a_time and e.probing else e.limit)]
         return min(free, key=lambda e: (e.in_flight, e.stats.requests)) if free else None
 
+    def steady_other(self, endpoint: Endpoint) -> bool:
+        """Whether another endpoint is in rotation and not probing: where `endpoint`'s requests can move."""
+        now = time.monotonic()
+        return any(e is not endpoint and e.in_rotation(now) and not e.probing for e in self.endpoints)
+
     def has_another(self, avoid: frozenset[str]) -> bool:
         """Whether an endpoint in rotation is left beside those in `avoid`: a failed attempt is then resent at once."""
         now = time.monotonic()
@@ -179,6 +184,7 @@ class Pool:
             return endpoint
         waiter = asyncio.get_running_loop().create_future()
         self._waiters.append((waiter, avoid))
+        self._hand_over()  # a waiter ahead of this one may wait for another endpoint than the one that is free
         try:
             return await waiter  # handed a slot by release(), already counted
         except asyncio.CancelledError:

@@ -86,7 +86,9 @@ class Transport:
         # Nothing connected for several calls in a row: a dead server. One attempt each (instant when refused)
         # instead of a minute of backoff per call; the first answer ends this.
         retries = 0 if pool.unanswered_calls >= UNANSWERED_CALLS else self.max_retries
-        for attempt in range(retries + 1):
+        attempt, moves = -1, 0
+        while True:
+            attempt += 1
             wait = None
             # A slot is held while a request is out, not while waiting to retry.
             endpoint = await pool.acquire(frozenset(failed_on))
@@ -94,12 +96,16 @@ class Transport:
             try:
                 send = self._send(endpoint.url + path, data, headers, limit)
                 if len(pool.endpoints) > 1:
-                    send = _unless_taken_out(send, pool, endpoint)
+                    send = _movable(send, pool, endpoint)
                 status, content, response_headers, retry = await send
             except TakenOut:
-                endpoint.record(0.0, answered=False, fault=True)
+                endpoint.record_moved()
                 pool.release(endpoint)
                 failed_on.add(endpoint.url)
+                if moves < len(pool.endpoints):  # (a bound, in case endpoints keep being taken out in turn)
+                    moves += 1
+                    attempt -= 1  # not one of its retries: the request did nothing wrong
+                    continue
                 error, retry = f"taken out of rotation with this request out (at {endpoint.url})", True
             except (aiohttp.ClientError, TimeoutError) as fault:
                 endpoint.record(0.0, answered=False, fault=True)
@@ -141,7 +147,6 @@ class Transport:
             if endpoint.url in failed_on and pool.has_another(frozenset(failed_on)):
                 continue  # another endpoint takes it now
             await asyncio.sleep(wait if wait is not None else _backoff(attempt))
-        raise AssertionError("unreachable")
 
     async def _send(self, url: str, data: bytes, headers: dict[str, str], limit: float):
         """One POST: (status, body, headers, whether an error status is worth retrying)."""
@@ -181,26 +186,21 @@ def _should_retry(response: aiohttp.ClientResponse) -> bool:
     return response.status in RETRIED_STATUSES or response.status >= 500
 
 
-async def _unless_taken_out(send, pool: Pool, endpoint) -> Any:
-    """`send`'s result, unless `endpoint` is taken out of rotation first while another is in: then the request
-    is cancelled and TakenOut raised, so that it is resent there at once instead of waiting for its own fault."""
+async def _movable(send, pool: Pool, endpoint) -> Any:
+    """`send`'s result, unless `endpoint` is taken out of rotation while it is out (endpoints.py cancels it then,
+    when another endpoint can take it): TakenOut, so that it is resent at once instead of waiting for its own fault.
+    A cancellation of the caller itself (Ctrl-C, a timeout around the call) stays a cancellation."""
     task = asyncio.ensure_future(send)
+    endpoint.sending[task] = pool
     try:
-        while True:
-            taken_out = endpoint.taken_out()
-            await asyncio.wait((task, taken_out), return_when=asyncio.FIRST_COMPLETED)
-            if task.done():
-                return task.result()
-            if pool.has_another(frozenset([endpoint.url])):
-                break
+        return await task
+    except asyncio.CancelledError:
+        if task in endpoint.moving and not asyncio.current_task().cancelling():
+            raise TakenOut() from None
+        raise
     finally:
-        if not task.done():
-            task.cancel()
-            try:
-                await task
-            except BaseException:  # its own fault or the cancellation: the request is gone either way
-                pass
-    raise TakenOut()
+        del endpoint.sending[task]
+        endpoint.moving.discard(task)
 
 
 def _retry_after(headers) -> float | None:
