@@ -34,26 +34,25 @@ shard)
     n=$1 queries=$2 out=$3 config=$4 model=$5 gpus=${6:-1}
     i=${SLURM_ARRAY_TASK_ID:?run through sbatch --array, or set SLURM_ARRAY_TASK_ID}
     export RUBRICRL_HOME="$out/home-$i"
-    # a port of this job's own: two tasks sharing a node must not find each other's server
-    port=$((20000 + (${SLURM_JOB_ID:-0} * 7 + i) % 20000))
+    # a port of this task's own (each array task has its own SLURM_JOB_ID): tasks sharing a node stay apart
+    port=$((20000 + ${SLURM_JOB_ID:-$i} % 20000))
     # several GPUs per task: one model split over them (tensor parallelism); for more throughput from a model
     # that fits one GPU, use --replicas "$gpus" instead (each replica gets one GPU; see `rubricrl serve --help`)
     parallel=()
     [ "$gpus" -le 1 ] || parallel=(--vllm-arg=--tensor-parallel-size="$gpus")
+    # `rubricrl serve` writes server.json in this task's home once its server answers: a server another job left
+    # on the port is never taken for ours (serve exits then, saying the port is taken)
+    rm -f "$RUBRICRL_HOME/server.json"
     .venv/bin/rubricrl serve --model "$model" --port "$port" ${parallel[@]+"${parallel[@]}"} &
     server=$!
     trap 'kill $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
     waited=0
-    until curl -sf "http://127.0.0.1:$port/v1/models" >/dev/null; do  # vLLM loads the model first
+    until grep -qs "127.0.0.1:$port/" "$RUBRICRL_HOME/server.json"; do  # vLLM loads the model first
         kill -0 $server 2>/dev/null || { echo "rubricrl serve exited; see $RUBRICRL_HOME/logs" >&2; exit 1; }
         [ "$waited" -lt 1800 ] || { echo "no server on port $port after 30 min; see $RUBRICRL_HOME/logs" >&2; exit 1; }
-        sleep 5
-        waited=$((waited + 5))
+        sleep 1
+        waited=$((waited + 1))
     done
-    kill -0 $server 2>/dev/null || {
-        echo "port $port answers, but not our server; see $RUBRICRL_HOME/logs" >&2
-        exit 1
-    }
     # exit 1 means some queries failed (listed in errors.jsonl; the shard is finished and merges, and a rerun of
     # the merged folder retries them); any other code is a real failure
     code=0

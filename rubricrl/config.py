@@ -88,12 +88,14 @@ def dataclass_from_dict(cls: type, data: dict[str, Any], where: str, flags: froz
     try:
         return cls(**values)
     except ValueError as error:  # the class's own checks (__post_init__) say what is wrong; say where
-        message = named = str(error)
-        for key in sorted(flags, key=len, reverse=True):  # a value the command line set: named by its flag
-            if flag_name(key) not in message:
-                named = re.sub(rf"(?<![\w.-]){re.escape(key)}(?![\w.])", flag_name(key), named)
-        if named != message or where == "command line:":  # the flag says where ("command line: grading:" no more)
-            raise ConfigError(named) from error
+        message = str(error)
+        # A message about one value set by a flag (`threshold must be ...`) names the flag, and the flag says where
+        # ("command line: ruft:" would say no more); any other message keeps its place and its words.
+        subject = re.match(r"(\w+) (must|needs)\b", message)
+        if subject and subject.group(1) in flags:
+            raise ConfigError(flag_name(subject.group(1)) + message[len(subject.group(1)):]) from error
+        if where == "command line:":
+            raise ConfigError(message) from error
         raise ConfigError(f"{where.rstrip(':')}: {message}") from error
 
 

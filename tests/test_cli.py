@@ -104,7 +104,7 @@ BAD_VALUES = [
      "(did you mean 'grading'?); it takes ['allow_changed_settings', 'id_column', 'input', 'limit', 'output_dir', "
      "'query_column', 'shard', 'skip_bad_rows'] and the sections ['llm', 'synthesis', 'grading', 'ruft', 'rurl']"),
     (["synth", "--input", "q.jsonl", "--output-dir", "o", "--max-criteria", "60"],
-     "need 1 <= min_criteria <= --max-criteria <= 50"),
+     "need 1 <= min_criteria <= max_criteria <= 50"),
     (["synth", "--input", "q.jsonl", "--output-dir", "o", "--config", "defaults.yaml"], "llm.defaults"),
     (["synth", "--input", "q.jsonl", "--output-dir", "o", "--base-url", DEAD, "--model", "m"], "127.0.0.1:9"),
     (["grade", "--rubrics", "folder", "--responses", "answers.jsonl", "--output", "g.jsonl"],

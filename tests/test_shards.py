@@ -175,10 +175,11 @@ def test_the_slurm_recipe_submits_an_array_then_a_merge_and_each_task_serves_the
 
     script = Path(__file__).resolve().parents[1] / "experiments" / "slurm_synth.sh"
     calls = tmp_path / "calls.txt"
+    serve = ('port=$(echo "$*" | sed -E "s/.*--port ([0-9]+).*/\\1/"); mkdir -p "$RUBRICRL_HOME"; '
+             'echo "{\\"base_url\\": \\"http://127.0.0.1:$port/v1\\"}" > "$RUBRICRL_HOME/server.json"; exec sleep 30')
     stubs = {
         "bin/sbatch": f'echo "sbatch $*" >> {calls}; echo 4242',
-        "bin/curl": f"until grep -qs '^rubricrl serve' {calls}; do sleep 0.05; done",  # answers once serve runs
-        ".venv/bin/rubricrl": f'echo "rubricrl $*" >> {calls}; [ "$1" != serve ] || exec sleep 30',
+        ".venv/bin/rubricrl": f'echo "rubricrl $*" >> {calls}; [ "$1" != serve ] || {{ {serve}; }}',
     }
     for name, body in stubs.items():
         path = tmp_path / name
@@ -208,8 +209,15 @@ def test_the_slurm_recipe_submits_an_array_then_a_merge_and_each_task_serves_the
     assert serve.startswith("rubricrl serve --model org/model") and "--vllm-arg=--tensor-parallel-size=2" in serve
     assert synth.startswith("rubricrl synth --config cfg.yaml --input q.jsonl --output-dir out/shard-3")
     assert f"--shard 3/4 --base-url http://127.0.0.1:{port}/v1 --model org/model" in synth
+    assert port == str(20000 + 77)  # the task's own job id: tasks sharing a node never share a port
     lines, _ = recipe("shard", "4", "q.jsonl", "out", "cfg.yaml", "org/model", SLURM_ARRAY_TASK_ID="0")
     assert "tensor-parallel" not in lines[0]  # one GPU: no split
+    # Another job's server on the port: `serve` exits (the port is taken) and the task stops, running nothing.
+    (tmp_path / ".venv/bin/rubricrl").write_text(f'#!/usr/bin/env bash\necho "rubricrl $*" >> {calls}; exit 1\n')
+    done = subprocess.run(["bash", str(script), "shard", "4", "q.jsonl", "out", "cfg.yaml", "org/model"], cwd=tmp_path,
+                          env={**env, "SLURM_ARRAY_TASK_ID": "1"}, capture_output=True, text=True, timeout=20)  # fmt: skip
+    assert done.returncode == 1 and "rubricrl serve exited" in done.stderr
+    assert not any(line.startswith("rubricrl synth") for line in calls.read_text().splitlines())
 
 
 def test_grade_and_eval_shards_split_the_responses_and_concatenate_into_the_whole_report(tmp_path, home):
