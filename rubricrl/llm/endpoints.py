@@ -201,21 +201,22 @@ class Pool:
     def _hand_over(self) -> None:
         """Give free slots to the waiters, in order. A waiter that avoids the endpoints it failed on may find no
         slot where another waiter would: it keeps its place, and the ones behind it are served."""
-        waiting: deque[tuple[asyncio.Future, frozenset[str]]] = deque()
+        skipped = []  # put back in front, in order: only these are moved (thousands may wait behind them)
         while self._waiters:
-            waiter, avoid = self._waiters.popleft()
+            waiter, avoid = self._waiters[0]
             if waiter.done():  # cancelled
+                self._waiters.popleft()
                 continue
             endpoint = self._choose(avoid)
             if endpoint is None:
-                waiting.append((waiter, avoid))
                 if not avoid:  # no slot for a waiter that takes any endpoint: none for those behind it either
                     break
+                skipped.append(self._waiters.popleft())
                 continue
+            self._waiters.popleft()
             endpoint.in_flight += 1
             waiter.set_result(endpoint)
-        waiting.extend(self._waiters)
-        self._waiters = waiting
+        self._waiters.extendleft(reversed(skipped))
 
 
 class Router:
