@@ -243,20 +243,23 @@ def _parquet_rows(path: Path) -> tuple[str, list[str], Iterator[Record]]:
     return str(path), parquet.schema_arrow.names, _table_rows(parquet.iter_batches(batch_size=BATCH_ROWS))
 
 
+def _file_hint(folder: Path) -> str:
+    """For an error about a folder given as input: the data file in it to name instead, if there is one."""
+    inside = sorted(p.name for p in folder.glob("*") if p.suffix in (".parquet", ".jsonl") and p.is_file())
+    return f"; to read a file in it, name the file (e.g. {folder / inside[0]})" if inside else ""
+
+
 def _dataset_rows(path: Path) -> tuple[str, list[str], Iterator[Record]]:
-    inside = sorted(p.name for p in path.glob("*") if p.suffix in (".parquet", ".jsonl") and p.is_file())
-    hint = f"; to read a file in it, name the file (e.g. {path / inside[0]})" if inside else ""
     try:
         import datasets  # only here: `datasets` is an optional dependency (the `train` extra)
     except ImportError:
         raise RecordFileError(f"{path}: a folder, read as a saved Hugging Face dataset, which needs the `datasets` "
-                              f"package (pip install 'rubricrl[train]'){hint}") from None  # fmt: skip
+                              f"package (pip install 'rubricrl[train]'){_file_hint(path)}") from None  # fmt: skip
     try:
         loaded = datasets.load_from_disk(str(path))
     except FileNotFoundError as error:
-        raise RecordFileError(
-            f"{path}: not a saved Hugging Face dataset (no dataset_info.json/state.json or dataset_dict.json){hint}"
-        ) from error
+        raise RecordFileError(f"{path}: not a saved Hugging Face dataset (no dataset_info.json/state.json or "
+                              f"dataset_dict.json){_file_hint(path)}") from error  # fmt: skip
     source = str(path)
     if isinstance(loaded, datasets.DatasetDict):
         split = _pick_split(path, list(loaded))

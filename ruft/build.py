@@ -330,7 +330,8 @@ def write_sft(out: Path, rows: Iterable[dict[str, Any]]) -> None:
     folder = out / "sft"
     empty = datasets.Dataset.from_dict({name: [] for name in features}, features=features)
     empty.save_to_disk(str(folder), num_shards=1)
-    [data_file] = json.loads((folder / "state.json").read_text())["_data_files"]
+    state = json.loads((folder / "state.json").read_text())
+    [data_file] = state["_data_files"]
     table = ParquetTable(out / "sft.parquet", sft_schema, arrow=(folder / data_file["filename"], features.arrow_schema))
     digest = hashlib.sha256()
     for row in rows:
@@ -340,7 +341,6 @@ def write_sft(out: Path, rows: Iterable[dict[str, Any]]) -> None:
     table.finish()
     table.tmp.replace(table.path)
     # datasets names the cache files of a map() over this folder by the fingerprint: it must change with the rows
-    state = json.loads((folder / "state.json").read_text())
     write_whole(folder / "state.json", json.dumps({**state, "_fingerprint": digest.hexdigest()[:16]}, indent=2))
 
 
