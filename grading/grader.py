@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from tqdm.asyncio import tqdm_asyncio
+from tqdm import tqdm
 
 from grading import judge
 from grading.integrity import integrity_flag
@@ -195,19 +195,41 @@ class Grader:
 
     async def grade_many(self, items: list[GradeItem], *, progress: str | None = None) -> list[Graded]:
         """Grade items concurrently, identical items once (the same Graded object is returned for each), in the
-        items' order; with `progress`, show a progress bar so described."""
+        items' order; with `progress`, show a progress bar so described. The first error cancels the calls still
+        running (a judge found unreachable fails the whole batch at once, instead of leaving its calls to time out)."""
+        return await self._grade_unique(items, progress=progress)
+
+    async def grade_within(self, items: list[GradeItem], deadline: float) -> list["Graded | None"]:
+        """As grade_many, but an item still ungraded `deadline` seconds after the call is None (its calls
+        cancelled): a training step waits at most that long for its judge."""
+        return await self._grade_unique(items, deadline=deadline)
+
+    async def _grade_unique(self, items: list[GradeItem], *, progress: str | None = None,
+                            deadline: float | None = None) -> list:  # fmt: skip
         unique: dict[Any, GradeItem] = {}
         keys = []
         for item in items:
             key = (_freeze(item.conversation), item.response, item.rubric, item.reference)
             unique.setdefault(key, item)
             keys.append(key)
-        jobs = [self.grade(i.conversation, i.response, i.rubric, i.reference) for i in unique.values()]
-        if progress:
-            results = await tqdm_asyncio.gather(*jobs, desc=progress, file=sys.stderr)
-        else:
-            results = await asyncio.gather(*jobs)
-        by_key = dict(zip(unique, results))
+        tasks = [asyncio.ensure_future(self.grade(i.conversation, i.response, i.rubric, i.reference))
+                 for i in unique.values()]  # fmt: skip
+        bar = tqdm(total=len(tasks), desc=progress, file=sys.stderr) if progress else None
+        for task in tasks if bar is not None else ():
+            task.add_done_callback(lambda _: bar.update())
+        try:
+            if tasks:
+                await asyncio.wait(tasks, timeout=deadline, return_when=asyncio.FIRST_EXCEPTION)
+        finally:  # the first error, the deadline, or our own cancellation: nothing is left running
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if bar is not None:
+                bar.close()
+        error = next((t.exception() for t in tasks if not t.cancelled() and t.exception() is not None), None)
+        if error is not None:
+            raise error
+        by_key = {key: None if task.cancelled() else task.result() for key, task in zip(unique, tasks)}
         return [by_key[key] for key in keys]
 
 

@@ -17,6 +17,10 @@ function: TRL sums reward functions with nansum, so a number from a second one b
 completion into a scored one. Per batch, besides the reward, it logs (TRL's `log_metric`): judge failure, unscored
 and integrity-flag rates, judge latency and calls, criteria pass rates overall, per tag and per category, completion
 length and the correlation of reward with length; and each completion's verdicts into the completions table.
+
+Under several processes each one grades its own completions; `on_batch` hands the batch's counts to the run
+(rurl/guards.py), which adds them up over the processes before anything is decided on them. A per-batch deadline
+bounds how long a step waits for its judge (completions unjudged by then are None, counted as timed out).
 """
 
 import functools
@@ -53,11 +57,15 @@ async def rubric_reward(
     completion_ids: list | None = None,
     overlong: "Overlong | None" = None,
     on_batch: Callable[["BatchStats"], None] | None = None,
+    deadline: float | None = None,
     **kwargs: Any,
 ) -> list[float | None]:
     """One reward per completion: the rubric score of `completions[i]` for `prompts[i]` against `rubrics[i]`, minus
     DAPO's soft overlong penalty when `overlong` is given (on the token count, `completion_ids`; an unscored
-    completion stays None). `on_batch` receives the batch's statistics (the judge-failure guard reads them)."""
+    completion stays None). `on_batch` receives the batch's statistics (the judge-failure guard reads them). With
+    `deadline` (seconds), completions still unjudged that long after the call are None (counted as timed out): the
+    other processes of a run wait for this one at the next collective, and a hung judge must not reach the process
+    group's timeout."""
     if not len(prompts) == len(completions) == len(rubrics):
         raise ValueError(f"{len(prompts)} prompts, {len(completions)} completions, {len(rubrics)} rubrics")
     parsed = [rubric_from_items(list(rubric), f"rubrics column, row {i}") for i, rubric in enumerate(rubrics)]
@@ -66,15 +74,15 @@ async def rubric_reward(
              for i, (prompt, text, rubric) in enumerate(zip(prompts, texts, parsed))]  # fmt: skip
     calls_before = _judge_calls(grader)
     started = time.monotonic()
-    try:
-        graded = await grader.grade_many(items)
-    except EndpointUnreachable:  # the judge's server is down: nothing scored, and the failure guard stops the run
+    try:  # one per completion, in the items' order; None: not judged before the deadline
+        graded = await (grader.grade_many(items) if deadline is None else grader.grade_within(items, deadline))
+    except EndpointUnreachable:  # the judge's server is down: nothing scored (the batch's other calls cancelled)
         if on_batch is not None:
             on_batch(BatchStats(completions=len(items), unscored=len(items), flagged=0, verdicts=len(items),
                                 failed_verdicts=len(items), seconds=time.monotonic() - started, judge_calls=0))
         return [None] * len(items)
     seconds = time.monotonic() - started
-    rewards = [g.reward for g in graded]  # one per completion: grade_many keeps the items' order and count
+    rewards = [None if g is None else g.reward for g in graded]
     lengths = [len(ids) for ids in completion_ids] if completion_ids is not None else [len(t) for t in texts]
     if overlong is not None and completion_ids is not None:
         rewards = [None if r is None else r - overlong.penalty(n) for r, n in zip(rewards, lengths)]
@@ -86,8 +94,8 @@ async def rubric_reward(
             log_metric(name, value)
     if log_extra is not None:
         log_extra("rubric_verdicts", [json.dumps([[v.criterion[:60], v.points, v.met] for v in g.verdicts],
-                                                 ensure_ascii=False) for g in graded])  # fmt: skip
-        log_extra("rubric_flag", [g.integrity_flag or "" for g in graded])
+                                                 ensure_ascii=False) if g else "timed out" for g in graded])  # fmt: skip
+        log_extra("rubric_flag", [(g.integrity_flag or "") if g else "" for g in graded])
     return rewards
 
 
@@ -134,17 +142,23 @@ class BatchStats:
     failed_verdicts: int
     seconds: float
     judge_calls: int
+    timed_out: int = 0
+    """Completions not judged before the reward's deadline (counted in unscored too)."""
     pass_rates: dict[str, float] = field(default_factory=dict)
     """criteria_pass_rate overall, and per tag (`tag/axis:accuracy`) and per category (`category/Essential`)."""
     mean_length: float = 0.0
     length_reward_corr: float | None = None
     """Pearson correlation of reward and completion length over the scored completions: the verbosity signal."""
+    criteria: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Per criterion (its text): (times met, times decided) in this batch; the run adds them up into the table of
+    its hardest and easiest criteria."""
 
     def metrics(self) -> dict[str, float]:
         out = {
             "rubric/judge_failure_rate": self.failed_verdicts / self.verdicts if self.verdicts else 0.0,
             "rubric/unscored_rate": self.unscored / self.completions if self.completions else 0.0,
             "rubric/integrity_flag_rate": self.flagged / self.completions if self.completions else 0.0,
+            "rubric/timed_out_rate": self.timed_out / self.completions if self.completions else 0.0,
             "rubric/judge_latency_s": self.seconds,
             "rubric/judge_calls": float(self.judge_calls),
             "rubric/completion_length": self.mean_length,
@@ -157,10 +171,14 @@ class BatchStats:
 
 def batch_stats(graded: list, rubrics: list[Rubric], rewards: list[float | None], lengths: list[int], seconds: float,
                 judge_calls: int) -> BatchStats:  # fmt: skip
-    """Pure: the statistics of one graded batch (verdicts read against their rubric's criteria for categories)."""
+    """Pure: the statistics of one graded batch (verdicts read against their rubric's criteria for categories);
+    `graded` holds None for a completion not judged before the deadline."""
     decided: dict[str, list[bool]] = defaultdict(list)
+    criteria: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     verdicts = failed = 0
     for g, rubric in zip(graded, rubrics):
+        if g is None:  # not judged before the deadline
+            continue
         by_text = {c.text: c for c in rubric.criteria}
         for v in g.verdicts:
             if v.source == "none":
@@ -170,6 +188,8 @@ def batch_stats(graded: list, rubrics: list[Rubric], rewards: list[float | None]
                 failed += v.met is None
             if v.met is None:
                 continue
+            criteria[v.criterion][0] += v.met
+            criteria[v.criterion][1] += 1
             category = by_text[v.criterion].category if v.criterion in by_text else None
             for key in ("criteria_pass_rate", *(f"tag/{t}" for t in v.tags),
                         *((f"category/{category}",) if category else ())):  # fmt: skip
@@ -177,8 +197,9 @@ def batch_stats(graded: list, rubrics: list[Rubric], rewards: list[float | None]
     scored = [(r, n) for r, n in zip(rewards, lengths) if r is not None]
     return BatchStats(
         completions=len(graded), unscored=sum(r is None for r in rewards),
-        flagged=sum(g.integrity_flag is not None for g in graded), verdicts=verdicts, failed_verdicts=failed,
-        seconds=seconds, judge_calls=judge_calls,
+        flagged=sum(g is not None and g.integrity_flag is not None for g in graded), verdicts=verdicts,
+        failed_verdicts=failed, seconds=seconds, judge_calls=judge_calls, timed_out=sum(g is None for g in graded),
+        criteria={text: (met, total) for text, (met, total) in criteria.items()},
         pass_rates={key: sum(values) / len(values) for key, values in decided.items()},
         mean_length=sum(lengths) / len(lengths) if lengths else 0.0,
         length_reward_corr=_pearson([r for r, _ in scored], [n for _, n in scored]),

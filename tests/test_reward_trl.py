@@ -215,3 +215,69 @@ def test_trl_gives_unscorable_completions_advantage_zero_outside_the_group_stati
     as_zero = torch.tensor([rows[i][2] or 0.0 for i in scored], dtype=advantage.dtype)  # None counted as 0
     wrong = ((as_zero - as_zero.mean()) / (as_zero.std() + 1e-4))[[scored.index(i) for i in numeric]]
     assert not torch.allclose(got, wrong)  # the check above tells the two apart
+
+
+def _slow_judge(body: dict) -> str:
+    """Answers at once, except for responses marked SLOW (30 s: far past the test's deadline)."""
+    import time
+
+    if "SLOW" in body["messages"][-1]["content"]:
+        time.sleep(30)
+    return json.dumps({"explanation": "scripted", "criteria_met": True})
+
+
+def test_completions_unjudged_at_the_deadline_get_no_score_and_are_counted():
+    """A hung judge cannot hold a training step past the reward's deadline: the completions it has not judged by
+    then are None (counted as timed out and unscored), the others keep their scores, and their calls are gone."""
+    import time
+
+    batches = []
+    with FaultServer(reply=_slow_judge) as judge:
+        role = Role(base_url=judge.base_url, model="scripted-judge", temperature=0.0)
+
+        async def go():
+            async with LLMClient({"judge": role}, max_retries=0) as client:
+                started = time.monotonic()
+                rewards = await rubric_reward(
+                    prompts=PROMPTS, completions=["Paris is the capital.", "SLOW: it boils at 100 C."],
+                    rubrics=RUBRICS, grader=Grader(client, GradingConfig()), on_batch=batches.append, deadline=1.0,
+                )  # fmt: skip
+                left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+                return rewards, time.monotonic() - started, left
+
+        rewards, seconds, left = run(go())
+    assert rewards[0] == 1.0 and rewards[1] is None
+    assert seconds < 10 and not left  # back at the deadline, not after the judge's 30 s; no call left running
+    (stats,) = batches
+    assert (stats.timed_out, stats.unscored, stats.completions) == (1, 1, 2)
+    assert stats.metrics()["rubric/timed_out_rate"] == 0.5
+
+
+def test_a_judge_found_unreachable_cancels_the_rest_of_its_batch():
+    """The judge's server goes down while other calls of the batch hang on it: the batch ends at once, unscored
+    (the failure guard's business), instead of waiting for the hung calls' timeouts."""
+    import time
+
+    def going_down(body: dict) -> str:
+        if "DOWN" in body["messages"][-1]["content"]:
+            judge.go_down()
+            return "not a verdict"
+        return _slow_judge(body)
+
+    batches = []
+    with FaultServer(reply=going_down) as judge:
+        role = Role(base_url=judge.base_url, model="scripted-judge", temperature=0.0)
+
+        async def go():
+            async with LLMClient({"judge": role}, max_retries=3, invalid_answer_retries=3) as client:
+                started = time.monotonic()
+                rewards = await rubric_reward(
+                    prompts=PROMPTS * 2, completions=["SLOW: Paris.", "SLOW: 100 C.", "DOWN: Paris.", "SLOW: 90 C."],
+                    rubrics=RUBRICS * 2, grader=Grader(client, GradingConfig()), on_batch=batches.append,
+                )  # fmt: skip
+                left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+                return rewards, time.monotonic() - started, left
+
+        rewards, seconds, left = run(go())
+    assert rewards == [None] * 4 and batches[0].unscored == 4
+    assert seconds < 20 and not left
