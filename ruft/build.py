@@ -23,6 +23,7 @@ import json
 import math
 import shutil
 import statistics
+import sys
 from array import array
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -41,6 +42,7 @@ from rubricrl.llm import EndpointUnreachable, LLMClient, LLMError, open_llm
 from rubricrl.manifest import endpoint_counts, package_versions, usage_lines, write_manifest
 from rubricrl.shards import parse_shard
 from rubricrl.provenance import UNKNOWN, RunRecord, check_settings, finished_rows, fingerprint, role_settings, totals
+from rubricrl.queries import Rejected, write_rejected
 from rubricrl.streaming import for_each
 from ruft.config import RuftConfig
 from ruft.sampling import candidates, sample_and_grade
@@ -66,6 +68,10 @@ class BuildArgs:
     shard: str | None = None
     """i/n: only the ids of shard i of n (0 <= i < n), a split by id independent of row order, so that n machines
     each run one part (`rubricrl merge` joins their folders); default: all."""
+    skip_bad_rows: bool = False
+    """Leave out the rows no candidate could be scored on (explicit modes: no criterion with positive points;
+    reference_likert: no reference answer), listed in rejected.jsonl, and go on (default: stop before any call,
+    naming them)."""
     allow_changed_settings: bool = False
     """Resume into an output folder whose rows were made with other settings (models, sampling, K, tau, grading):
     the manifest and the dataset card then name each set of settings, and each queries.jsonl line its own. Never
@@ -94,9 +100,11 @@ def run_build(args: argparse.Namespace) -> int:
     out = build.output_dir
     shard = parse_shard(build.shard)
     # --limit before --shard: the shards of a limited run hold the ids of that run, and merge into it
-    rows = lambda: (row for row in itertools.islice(iter_rubric_rows(build.rubrics, build.rar_pitfalls), build.limit)
-                    if shard is None or row.id in shard)  # noqa: E731
-    total = sum(1 for row in rows() if _checked(row, grading, build.rubrics))  # every row, before any call
+    selected = lambda: (row for row in itertools.islice(iter_rubric_rows(build.rubrics, build.rar_pitfalls),
+                                                        build.limit) if shard is None or row.id in shard)  # noqa: E731
+    rejected, total = bad_rows(selected(), grading, build.rubrics, build.skip_bad_rows)  # every row, before any call
+    left_out = {r.row["id"] for r in rejected}
+    rows = lambda: (row for row in selected() if row.id not in left_out)  # noqa: E731
     finished_before = finished_rows(out / "queries.jsonl")  # also: a bad line in the folder is said now
 
     async def run(session, run_record: RunRecord):
@@ -115,6 +123,11 @@ def run_build(args: argparse.Namespace) -> int:
         current = fingerprint(build_settings(build, config, grading, session.roles))
         used = check_settings(out, current, rows=finished_before, allow_changed=build.allow_changed_settings)
         out.mkdir(parents=True, exist_ok=True)
+        if build.skip_bad_rows:
+            write_rejected(rejected, out / "rejected.jsonl")
+            if rejected:
+                print(f"left out {len(rejected)} rows no candidate could be scored on: {out / 'rejected.jsonl'}",
+                      file=sys.stderr)  # fmt: skip
         for stale in ("manifest.json", "sft.parquet"):  # what says "finished": only true again at the end
             (out / stale).unlink(missing_ok=True)
         shutil.rmtree(out / "sft", ignore_errors=True)
@@ -128,8 +141,8 @@ def run_build(args: argparse.Namespace) -> int:
             run_record.write(finished=False)
             raise
     stats = finish(out, config, judge)
-    run_counts = {"queries": total, "done_this_run": counts.done, "done_before": counts.skipped,
-                  "failed": dict(counts.failed)}  # fmt: skip
+    run_counts = {"queries": total, "rejected_rows": len(rejected), "done_this_run": counts.done,
+                  "done_before": counts.skipped, "failed": dict(counts.failed)}  # fmt: skip
     run_record.write(finished=True, counts=run_counts)
     manifest = {
         "command": "ruft build", "rubrics": str(build.rubrics), "output_dir": str(out), "config": config_written,
@@ -156,15 +169,37 @@ def build_settings(build: BuildArgs, config: RuftConfig, grading: GradingConfig,
             "prompts": {"judge": judge_prompt(grading).sha256, "judge_system": JUDGE_SYSTEM.sha256}}  # fmt: skip
 
 
-def _checked(row: RubricRow, grading: GradingConfig, path: Path) -> bool:
-    """A row the build can grade: explicit modes need a criterion with positive points (a score divides by them),
-    reference_likert a reference answer."""
+def bad_rows(rows: Iterable[RubricRow], grading: GradingConfig, path: Path, skip: bool
+             ) -> tuple[list[Rejected], int]:  # fmt: skip
+    """The rows no candidate could be scored on (`_problem`), in one pass before any call: refused in one line
+    (the first of them and how many), or with `skip` returned to be left out and listed in rejected.jsonl; and
+    the number of rows to build."""
+    rejected, first, bad, seen = [], None, 0, 0
+    for row in rows:
+        seen += 1
+        problem = _problem(row, grading)
+        if problem is None:
+            continue
+        bad += 1
+        first = first or f"{row.where or path}: id {row.id!r}: {problem}"
+        if skip:
+            rejected.append(Rejected(row.where or str(path), problem, {"id": row.id}))
+    if bad and not skip:  # all of them counted: the user learns how many, not only the first
+        more = f" ({bad} of {seen} rows cannot be scored)" if bad > 1 else ""
+        raise RubricError(f"{first}{more}; fix or remove them, or --skip-bad-rows to leave them out (listed in "
+                          "rejected.jsonl)")  # fmt: skip
+    return rejected, seen - bad
+
+
+def _problem(row: RubricRow, grading: GradingConfig) -> str | None:
+    """Why no candidate could be scored on a row, or None: explicit modes need a criterion with positive points
+    (a score divides by them: every candidate would be unscored), reference_likert a reference answer."""
     if grading.mode in EXPLICIT_MODES and row.rubric.positive_points == 0:
-        raise RubricError(f"{path}: id {row.id!r}: no criterion with positive points, so no score can be computed "
-                          f"in {grading.mode} mode; fix the row or leave it out")  # fmt: skip
+        return (f"no criterion with positive points (all penalties), so no score can be computed in {grading.mode} "
+                "mode")  # fmt: skip
     if grading.mode == "reference_likert" and not row.reference:
-        raise RubricError(f"{path}: id {row.id!r}: reference_likert grading needs a reference_answer in every row")
-    return True
+        return "reference_likert grading needs a reference_answer in every row"
+    return None
 
 
 def rubric_sha256(row: RubricRow) -> str:
@@ -402,7 +437,9 @@ def summary_text(manifest: dict[str, Any], out: Path) -> str:
     finished = counts["finished_queries"]
     lines = [
         f"queries: {counts['queries']}; {counts['done_this_run']} done now, {counts['done_before']} before, failed "
-        f"{counts['failed'] or 'none'}",
+        f"{counts['failed'] or 'none'}"
+        + (f"; {counts['rejected_rows']} bad rows left out ({out / 'rejected.jsonl'})"
+           if counts.get("rejected_rows") else ""),
         f"kept: {counts['queries_kept']} of {finished} queries ({counts['queries_kept'] / max(1, finished):.0%} "
         f"retained), {counts['sft_rows']} SFT rows; below tau: {counts['queries_below_threshold']} "
         f"({out / 'below_threshold.jsonl'})",

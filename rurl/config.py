@@ -2,9 +2,15 @@
 overlong shaping and evaluation. Loaded from the `rurl:` section of a config (configs/rurl/*.yaml); documented field
 by field. The command's own arguments (`TrainArgs`) are top-level keys, beside GRPOConfig's and ModelConfig's."""
 
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Literal
+
+from rubricrl.config import ConfigError
+
+if typing.TYPE_CHECKING:
+    from trl import GRPOConfig
 
 
 @dataclass
@@ -40,6 +46,18 @@ class RurlConfig:
     """Keep a query when the std of its candidates' scores is above this."""
     prefilter_mean_range: list[float] = field(default_factory=lambda: [0.05, 0.95])
     """... and their mean score lies inside this band [low, high] (neither solved nor hopeless)."""
+    prefilter_role: str | None = None
+    """The candidate role (ruft.candidates) whose scores the prefilter measures: the spread of one model's answers
+    is what GRPO will see from the policy, a mix of models measures the gap between them. Default: the role named
+    `policy` when the build has one, else the role with the most candidates (a tie is refused: name one)."""
+
+    bad_rows: Literal["refuse", "skip"] = "refuse"
+    """Rows that can never train, checked when the data loads, before the policy: a rubric whose criteria hold no
+    positive points (explicit grading modes: its reward is always None, and the judge-failure guard would blame the
+    judge) and a prompt longer than the policy's prompt budget (the context, vllm_max_model_length or the model's
+    max_position_embeddings, minus max_completion_length; counted with the policy's chat template, as TRL does).
+    refuse: stop with one line naming them (file, row, id); skip: leave them out, list them on stderr and count them
+    in the manifest's data info."""
 
     dynamic_sampling: bool = False
     """DAPO's dynamic sampling: a group whose reward std is <= dynamic_std_threshold does not enter the batch, more
@@ -48,14 +66,21 @@ class RurlConfig:
     """Rubric scores are continuous: a group whose rewards differ by a hair is as flat as a zero-std one (its
     advantages would be noise divided by a tiny std)."""
     max_extra_rounds: int = 4
-    """At most this many extra generation rounds per batch (verl's filter_groups.max_num_gen_batches). When they
-    run out, the kept groups are repeated to fill the batch (logged); when no group at all was kept, training stops
-    after saving a checkpoint."""
+    """At most this many extra generation rounds per batch (verl's filter_groups.max_num_gen_batches); they draw
+    prompts not found flat this epoch. Kept groups are pooled over the processes."""
+    on_exhausted: Literal["repeat", "stop"] = "repeat"
+    """When the extra rounds run out before the batch is full: repeat the kept groups to fill it (logged as
+    dynamic_sampling/repeated_groups), or stop (verl's DAPO raises there): no update from that step, a checkpoint,
+    and the run ends. When no group at all was kept, the run stops either way."""
 
     failure_window: int = 5
-    """Judge-failure guard: when the share of unscored completions over the last failure_window generation
-    batches exceeds grading.max_failure_rate (the limit grade and eval use too), training stops after saving a
-    checkpoint, instead of optimising on noise."""
+    """Judge-failure guard: when the share of unscored completions, or of failed judge verdicts, over the last
+    failure_window generation batches of all processes exceeds grading.max_failure_rate (the limit grade and eval
+    use too), training stops after saving a checkpoint, instead of optimising on noise."""
+    judge_deadline: float = 600.0
+    """Seconds a generation batch waits for its judge: completions still unjudged then get no score (None, counted
+    in rubric/timed_out_rate and by the guard) and their calls are cancelled. The other processes wait for the
+    slowest at the next collective, so it must stay below ddp_timeout (checked at start-up)."""
 
     overlong_buffer: int = 0
     """DAPO's soft overlong penalty: the last this many tokens before max_completion_length cost a linearly growing
@@ -81,5 +106,17 @@ class RurlConfig:
         low_high = self.prefilter_mean_range
         if len(low_high) != 2 or not 0.0 <= low_high[0] <= low_high[1] <= 1.0:
             raise ValueError(f"prefilter_mean_range must be [low, high] with 0 <= low <= high <= 1, got {low_high}")
+        if self.on_exhausted not in ("repeat", "stop"):
+            raise ValueError(f"on_exhausted must be repeat or stop, got {self.on_exhausted!r}")
+        if self.judge_deadline <= 0:
+            raise ValueError(f"judge_deadline must be above 0 (seconds), got {self.judge_deadline}")
         if self.overlong_penalty < 0:
             raise ValueError(f"overlong_penalty must be >= 0, got {self.overlong_penalty}")
+
+
+def check_with_trl(rurl: RurlConfig, grpo: "GRPOConfig") -> None:
+    """The rurl settings that depend on GRPOConfig's, checked once both are parsed (before the dry run prints)."""
+    if rurl.overlong_buffer > grpo.max_completion_length:
+        raise ConfigError(f"rurl.overlong_buffer {rurl.overlong_buffer} is longer than max_completion_length "
+                          f"{grpo.max_completion_length}: the overlong penalty would start before the first token; "
+                          "keep the buffer a part of the limit (DAPO: 4096 of 20480)")  # fmt: skip

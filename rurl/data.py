@@ -2,11 +2,14 @@
 `rubrics` (the criteria the reward grades against), `reference_answer` (for reference_likert), `example_tags` and
 `id`. GRPOTrainer hands every column to the reward function (its `remove_unused_columns` is False).
 
-Optionally held out: rows for evaluation (seeded split). Optionally dropped: rows whose RuFT candidate scores do not
-vary (`rurl.prefilter`, the offline form of dynamic sampling)."""
+Checked first, before the policy loads: rows that can never train (a rubric with nothing to earn, a prompt over the
+policy's prompt budget) are refused or left out (`rurl.bad_rows`). Optionally held out: rows for evaluation (seeded
+split). Optionally dropped: rows whose RuFT candidate scores (of one role) do not vary (`rurl.prefilter`, the offline
+form of dynamic sampling)."""
 
 import random
 import statistics
+import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +19,7 @@ from grading.dataset import RubricRow, iter_rubric_rows
 from grading.rubric import Rubric, RubricError
 from rubricrl.config import ConfigError
 from rubricrl.jsonl import complete_rows
+from rubricrl.queries import Rejected
 from rurl.config import RurlConfig
 
 if TYPE_CHECKING:
@@ -29,6 +33,12 @@ class RurlData:
     source: str
     prefiltered: dict[str, int] = field(default_factory=dict)
     """Counts of the RuFT prefilter, when one ran: rows kept, dropped as flat, dropped out of the band, not built."""
+    prefilter_role: str | None = None
+    """The candidate role whose scores the prefilter measured."""
+    bad_rows: dict[str, int] = field(default_factory=dict)
+    """Rows left out as unable to train (`rurl.bad_rows: skip`), by reason: no_positive_points, prompt_too_long."""
+    rejected: list[Rejected] = field(default_factory=list)
+    """Those rows, each with its place (file: line N), reason and id (rubricrl.queries.write_rejected writes them)."""
 
     def train_dataset(self) -> "Dataset":
         from datasets import Dataset
@@ -48,13 +58,76 @@ def rubric_items(rubric: Rubric) -> list[dict[str, Any]]:
             for c in rubric.criteria]  # fmt: skip
 
 
-def load_rurl_data(path: Path, config: RurlConfig, seed: int) -> RurlData:
-    """Every row checked (RubricError names the file and row), split, prefiltered. Raises ConfigError when nothing
-    is left to train on."""
+EXPLICIT_MODES = ("per_criterion", "batched")
+"""Grading modes that score Σ met points / Σ positive points: a rubric without positive points has no score."""
+
+
+@dataclass(frozen=True)
+class PromptBudget:
+    """The longest prompt the policy can take (`tokens`), where that number comes from (`source`), and the
+    policy's tokenizer to count with: its chat template with the generation prompt, as TRL renders prompts."""
+
+    tokens: int
+    source: str
+    tokenizer: Any
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def lengths(self, conversations: list[list[dict[str, str]]], batch: int = 512) -> list[int]:
+        lengths = []
+        for start in range(0, len(conversations), batch):  # batched: the fast tokenizer counts a batch at once
+            texts = self.tokenizer.apply_chat_template(conversations[start:start + batch], tokenize=False,
+                                                       add_generation_prompt=True, **self.template_kwargs)  # fmt: skip
+            # the rendered template holds its special tokens already (apply_chat_template adds none either)
+            lengths += [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
+        return lengths
+
+
+def prompt_budget(grpo, model) -> PromptBudget | None:
+    """The policy's prompt budget: its context minus max_completion_length. TRL 1.16 has no max_prompt_length and
+    cuts no prompt: the context is vllm_max_model_length when use_vllm sets it (vLLM refuses a longer input), else
+    the model config's max_position_embeddings (what vLLM and TRL fall back to). None when the config has neither.
+    Prepares the embedded model when model_name_or_path is unset (rubricrl.training.base_model)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from rubricrl.training import base_model
+
+    path = base_model(model)
+    load = {"revision": model.model_revision, "trust_remote_code": grpo.trust_remote_code}
+    try:
+        if grpo.use_vllm and grpo.vllm_max_model_length:
+            context, source = grpo.vllm_max_model_length, "vllm_max_model_length"
+        else:
+            config = AutoConfig.from_pretrained(path, **load)
+            context = getattr(config.get_text_config(), "max_position_embeddings", None)
+            source = f"{path}'s max_position_embeddings"
+            if not context:
+                return None
+        tokenizer = AutoTokenizer.from_pretrained(path, **load)
+    except OSError as error:  # transformers: not on the Hub, offline, no tokenizer files
+        raise ConfigError(f"model_name_or_path {path}: cannot load its config or tokenizer: {error}") from None
+    tokens = context - grpo.max_completion_length
+    if tokens < 1:
+        raise ConfigError(f"max_completion_length {grpo.max_completion_length} leaves no room for a prompt within "
+                          f"{source} {context}")  # fmt: skip
+    kwargs = grpo.chat_template_kwargs if isinstance(grpo.chat_template_kwargs, dict) else {}
+    return PromptBudget(tokens, f"{source} {context} - max_completion_length {grpo.max_completion_length}",
+                        tokenizer, kwargs)  # fmt: skip
+
+
+def load_rurl_data(path: Path, config: RurlConfig, seed: int, *, mode: str = "per_criterion",
+                   budget: PromptBudget | None = None, grpo=None, model=None) -> RurlData:  # fmt: skip
+    """Every row checked (RubricError names the file and row), the rows that can never train refused or left out
+    (`config.bad_rows`; `mode`: the grading mode; the prompt budget given, or found from GRPOConfig `grpo` and
+    ModelConfig `model` once the rows have read well, else not checked), split, prefiltered. Raises ConfigError
+    when nothing is left to train on."""
     rows = list(iter_rubric_rows(path))
     bad = next((row for row in rows if not row.conversation or row.conversation[-1]["role"] != "user"), None)
     if bad is not None:
         raise RubricError(f"{path}: row {bad.id!r}: the prompt must end with the user's turn (the policy answers it)")
+    if budget is None and grpo is not None and model is not None:
+        budget = prompt_budget(grpo, model)
+    main_process = grpo is None or grpo.process_index == 0  # every rank loads the data; one says what it left out
+    rows, rejected, bad_counts = untrainable(rows, mode, budget, config.bad_rows, path, announce=main_process)
     held = _held_out(len(rows), config.eval_size)
     order = list(range(len(rows)))
     random.Random(seed).shuffle(order)
@@ -62,12 +135,48 @@ def load_rurl_data(path: Path, config: RurlConfig, seed: int) -> RurlData:
     evaluation = [row for i, row in enumerate(rows) if i in held_ids]
     train = [row for i, row in enumerate(rows) if i not in held_ids]
     counts: dict[str, int] = {}
+    role = None
     if config.prefilter is not None:
-        train, counts = prefilter(train, config)
+        train, counts, role = prefilter(train, config)
     if not train:
         raise ConfigError(f"{path}: no row left to train on ({len(rows)} rows, {held} held out"
+                          + (f", {sum(bad_counts.values())} left out as bad rows" if bad_counts else "")
                           + (f", prefilter: {counts}" if counts else "") + ")")  # fmt: skip
-    return RurlData(train, evaluation, str(path), counts)
+    return RurlData(train, evaluation, str(path), counts, role, bad_counts, rejected)
+
+
+def untrainable(rows: list[RubricRow], mode: str, budget: PromptBudget | None, action: str, path: Path, *,
+                announce: bool = True) -> tuple[list[RubricRow], list[Rejected], dict[str, int]]:  # fmt: skip
+    """The rows that can never train: in an explicit mode, a rubric without positive points (its score is always
+    None: grading/scores.py); a prompt over the budget (it would fail inside generation, mid-run, as verl's
+    filter_overlong_prompts guards against). action "refuse" raises one line naming them; "skip" leaves them out,
+    returning the kept rows, the rejected ones and their counts by reason."""
+    lengths = budget.lengths([row.conversation for row in rows]) if budget is not None else [0] * len(rows)
+    kept, rejected, counts = [], [], {}
+    for row, length in zip(rows, lengths):
+        reasons = []
+        if mode in EXPLICIT_MODES and row.rubric.positive_points == 0:
+            reasons.append(("no_positive_points", "no criterion with positive points (all penalties): its reward is "
+                                                  "always None, nothing to earn"))  # fmt: skip
+        if budget is not None and length > budget.tokens:
+            reasons.append(("prompt_too_long", f"prompt of {length} tokens over the prompt budget of {budget.tokens} "
+                                               f"({budget.source})"))  # fmt: skip
+        if not reasons:
+            kept.append(row)
+            continue
+        for reason, _ in reasons:
+            counts[reason] = counts.get(reason, 0) + 1
+        rejected.append(Rejected(row.where or str(path), "; ".join(text for _, text in reasons), {"id": row.id}))
+    if rejected:
+        listed = "; ".join(f"{r.location} (id {r.row['id']!r}): {r.reason}" for r in rejected[:3])
+        more = f"; and {len(rejected) - 3} more" if len(rejected) > 3 else ""
+        if action == "refuse":
+            raise ConfigError(f"{len(rejected)} of {len(rows)} rows can never train: {listed}{more}. Fix or remove "
+                              "them, or set rurl.bad_rows: skip to leave them out")  # fmt: skip
+        if announce:
+            print(f"rurl train: left out {len(rejected)} of {len(rows)} rows that can never train ({counts}): "
+                  f"{listed}{more}", file=sys.stderr)  # fmt: skip
+    return kept, rejected, counts
 
 
 def _held_out(total: int, size: float) -> int:
@@ -79,20 +188,24 @@ def _held_out(total: int, size: float) -> int:
     return max(1, held)
 
 
-def prefilter(rows: list[RubricRow], config: RurlConfig) -> tuple[list[RubricRow], dict[str, int]]:
-    """The rows whose RuFT candidates' scores have std > prefilter_min_std and a mean inside prefilter_mean_range;
-    the scores are read from the build's candidates.jsonl (complete lines only)."""
+def prefilter(rows: list[RubricRow], config: RurlConfig) -> tuple[list[RubricRow], dict[str, int], str | None]:
+    """The rows whose RuFT candidates' scores, those of one role (`prefilter_role`), have std > prefilter_min_std
+    and a mean inside prefilter_mean_range; read from the build's candidates.jsonl (complete lines only). Returns
+    the kept rows, the counts and the role measured."""
     path = Path(config.prefilter) / "candidates.jsonl"
     if not path.is_file():
         raise ConfigError(f"rurl.prefilter {config.prefilter}: no candidates.jsonl (is it a `ruft build` folder?)")
-    scores: dict[str, list[float]] = defaultdict(list)
+    scores: dict[str | None, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    per_role: dict[str | None, int] = defaultdict(int)
     for _, candidate in complete_rows(path):
+        per_role[candidate.get("role")] += 1
         if candidate.get("score") is not None:
-            scores[str(candidate["id"])].append(candidate["score"])
+            scores[candidate.get("role")][str(candidate["id"])].append(candidate["score"])
+    role = _prefilter_role(config, per_role, path)
     low, high = config.prefilter_mean_range
     kept, counts = [], {"kept": 0, "flat": 0, "outside_band": 0, "not_built": 0}
     for row in rows:
-        values = scores.get(row.id, [])
+        values = scores[role].get(row.id, [])
         if len(values) < 2:
             counts["not_built"] += 1
         elif statistics.pstdev(values) <= config.prefilter_min_std:
@@ -102,4 +215,23 @@ def prefilter(rows: list[RubricRow], config: RurlConfig) -> tuple[list[RubricRow
         else:
             counts["kept"] += 1
             kept.append(row)
-    return kept, counts
+    return kept, counts, role
+
+
+def _prefilter_role(config: RurlConfig, per_role: dict[str | None, int], path: Path) -> str | None:
+    """config.prefilter_role, checked against the build's roles; else `policy` when the build has it, else the role
+    with the most candidates. None: a build whose lines name no role (one role)."""
+    named = sorted(str(role) for role in per_role if role is not None)
+    if config.prefilter_role is not None:
+        if config.prefilter_role not in per_role:
+            raise ConfigError(f"rurl.prefilter_role {config.prefilter_role!r}: no candidate of that role in {path} "
+                              f"(its roles: {', '.join(named) or 'none named'})")  # fmt: skip
+        return config.prefilter_role
+    if "policy" in per_role or not per_role:
+        return "policy" if per_role else None
+    most = max(per_role.values())
+    top = [role for role, count in per_role.items() if count == most]
+    if len(top) > 1:
+        raise ConfigError(f"rurl.prefilter: {path} has {most} candidates from each of the roles "
+                          f"{', '.join(sorted(map(str, top)))}: set rurl.prefilter_role to one")  # fmt: skip
+    return top[0]

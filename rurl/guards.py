@@ -1,55 +1,95 @@
 """Stopping a RuRL run cleanly instead of optimising on noise: the judge-failure guard, and a stop asked for by the
 trainer (dynamic sampling that found nothing to learn from). Both save a checkpoint at the step they stop at, so
-`--resume_from_checkpoint true` continues once the cause is fixed."""
+`--resume_from_checkpoint true` continues once the cause is fixed.
 
-from collections import deque
+Under several processes every process must take the same decision at the same step: transformers does not
+synchronise `should_save` / `should_training_stop`, and a save is collective (one process saving and leaving while
+the others generate hangs until the process group's timeout). So the guard decides only on counts summed over all
+processes: each process records its own reward calls, and the trainer (rurl/trainer.py) sums them, once per
+generation batch, at a point every process reaches together."""
+
+from collections import defaultdict, deque
+from collections.abc import Callable
 
 from transformers import TrainerCallback
 
 from grading.reward import BatchStats
 
+COUNTS = ("completions", "unscored", "verdicts", "failed_verdicts", "timed_out", "judge_calls")
+
 
 class FailureMonitor:
-    """The unscored share of the last `window` reward calls (generation batches), fed by the reward's on_batch."""
+    """The unscored and failed-verdict shares of the last `window` generation batches, over all processes.
+
+    `record` (the reward's on_batch) adds this process's counts to a pending batch; `sync(reduce)` sums the pending
+    counts over the processes (`reduce`: a list of numbers -> their sums over the processes) and appends them to the
+    window. One process: reduce is the identity."""
 
     def __init__(self, window: int):
-        self.batches: deque[tuple[int, int]] = deque(maxlen=window)
-        self.totals = {"completions": 0, "unscored": 0, "verdicts": 0, "failed_verdicts": 0, "judge_calls": 0}
+        self.batches: deque[dict[str, int]] = deque(maxlen=window)
+        self.totals = dict.fromkeys(COUNTS, 0)
         self.seconds = 0.0
+        self.criteria: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        """This process's criterion -> [times met, times decided] over the run; the run gathers them at the end."""
+        self._pending = dict.fromkeys(COUNTS, 0)
 
     def record(self, stats: BatchStats) -> None:
-        self.batches.append((stats.unscored, stats.completions))
-        for name in self.totals:
-            self.totals[name] += getattr(stats, name)
+        for name in COUNTS:
+            self._pending[name] += getattr(stats, name)
         self.seconds += stats.seconds
+        for text, (met, total) in stats.criteria.items():
+            self.criteria[text][0] += met
+            self.criteria[text][1] += total
+
+    def sync(self, reduce: Callable[[list[float]], list[float]] = lambda values: values) -> None:
+        summed = dict(zip(COUNTS, (int(v) for v in reduce([float(self._pending[n]) for n in COUNTS]))))
+        self._pending = dict.fromkeys(COUNTS, 0)
+        self.batches.append(summed)
+        for name in COUNTS:
+            self.totals[name] += summed[name]
+
+    def _share(self, part: str, whole: str) -> float:
+        total = sum(batch[whole] for batch in self.batches)
+        return sum(batch[part] for batch in self.batches) / total if total else 0.0
 
     @property
     def rate(self) -> float:
-        total = sum(n for _, n in self.batches)
-        return sum(u for u, _ in self.batches) / total if total else 0.0
+        """Unscored completions over the window."""
+        return self._share("unscored", "completions")
+
+    @property
+    def verdict_rate(self) -> float:
+        """Failed judge verdicts over the window."""
+        return self._share("failed_verdicts", "verdicts")
 
 
 class StopOnJudgeFailures(TrainerCallback):
-    """At the end of a step: when the unscored rate over the window exceeds `max_rate`, save and stop."""
+    """At the end of a step: when the unscored share or the failed-verdict share over the window exceeds
+    `max_rate`, save and stop (the window is the same on every process, so is the decision)."""
 
     def __init__(self, monitor: FailureMonitor, max_rate: float):
         self.monitor, self.max_rate = monitor, max_rate
         self.reason: str | None = None
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self.max_rate < 1.0 and self.monitor.batches and self.monitor.rate > self.max_rate:
-            batches = len(self.monitor.batches)
-            self.reason = (f"judge-failure guard: {self.monitor.rate:.0%} of the completions of the last {batches} "
-                           f"generation batch(es) got no score (limit grading.max_failure_rate = {self.max_rate:.0%}): "
-                           "is the judge up and answering the verdict format? (rubric/judge_failure_rate in the "
-                           "logs)")  # fmt: skip
+        monitor = self.monitor
+        if self.max_rate >= 1.0 or not monitor.batches:
+            return control
+        unscored, failed = monitor.rate, monitor.verdict_rate
+        if unscored > self.max_rate or failed > self.max_rate:
+            batches = len(monitor.batches)
+            self.reason = (f"judge-failure guard: over the last {batches} generation batch(es) of all processes, "
+                           f"{unscored:.0%} of the completions got no score and {failed:.0%} of the judge's verdicts "
+                           f"failed (limit grading.max_failure_rate = {self.max_rate:.0%}): is the judge up and "
+                           "answering the verdict format? (rubric/judge_failure_rate, rubric/unscored_rate and "
+                           "rubric/timed_out_rate in the logs)")  # fmt: skip
             control.should_save = True
             control.should_training_stop = True
         return control
 
 
 class StopOnRequest(TrainerCallback):
-    """Save and stop when the trainer set `stop_reason` during the step."""
+    """Save and stop when the trainer set `stop_reason` during the step (it sets it on every process alike)."""
 
     def __init__(self, trainer):
         self.trainer = trainer

@@ -13,8 +13,10 @@ What runs, in order (everything a user can get wrong is checked before the polic
    (grading/reward.py: all judge calls of a batch concurrent and bounded, identical ones once, cached), the
    judge-failure guard and the in-training evaluation as callbacks; wandb when report_to names it (offline without
    a key), its config the resolved settings;
-5. in output_dir: config.yaml (first), checkpoints, eval.jsonl, the final model (LoRA merged unless
-   merge_adapter is false), log_history.json (every logged step), reward.png, and manifest.json (last: versions,
+5. in output_dir: config.yaml (first), checkpoints, eval.jsonl (one report per eval) and eval_answers.jsonl (each
+   held-out row's graded answer per eval), the final model (LoRA merged unless
+   merge_adapter is false), log_history.json (every logged step), criteria.json (every criterion's pass rate over
+   the run, the hardest first), reward.png, and manifest.json (last: versions,
    models, counts, the summary).
    `--resume_from_checkpoint true` continues from the latest complete checkpoint after a kill; the judge calls it
    replays come from the response cache.
@@ -39,9 +41,10 @@ from rubricrl.errors import UserError
 from rubricrl.jsonl import write_whole
 from rubricrl.llm import LLMClient, Role, open_llm
 from rubricrl.manifest import package_versions, write_manifest
+from rubricrl.queries import write_rejected
 from rubricrl.training import (base_model, keep_run_config, model_init_kwargs, require_output_dir, resume_target,
                                save_model, start_wandb, step_of, trl_defaults, trl_settings)  # fmt: skip
-from rurl.config import RurlConfig, TrainArgs
+from rurl.config import RurlConfig, TrainArgs, check_with_trl
 from rurl.data import RurlData, load_rurl_data
 
 if TYPE_CHECKING:
@@ -61,12 +64,14 @@ class TrainingStopped(UserError):
 def run_train(args) -> int:
     settings = parse_settings(args, command=COMMAND, trl_defaults=trl_defaults())
     train_args, rurl, grading, llm, grpo, model = settings
+    check_with_trl(rurl, grpo)  # before the dry run: it refuses what the run would
+    check_judge_wait(rurl, grpo)
     config = run_config(settings)
     if train_args.dry_run:
         print(yaml.safe_dump(config, sort_keys=False, allow_unicode=True), end="")
         return 0
     output_dir = require_output_dir(grpo, COMMAND)
-    data = load_rurl_data(train_args.rubrics, rurl, grpo.seed)
+    data = load_rurl_data(train_args.rubrics, rurl, grpo.seed, mode=grading.mode, grpo=grpo, model=model)
     resume = resume_target(grpo)
     base_model(model)
     config["model_name_or_path"] = model.model_name_or_path
@@ -140,14 +145,18 @@ def train(train_args: TrainArgs, rurl: RurlConfig, grading: GradingConfig, grpo:
     grader = Grader(client, grading)
     monitor = FailureMonitor(rurl.failure_window)
     overlong = Overlong(grpo.max_completion_length, rurl.overlong_buffer, rurl.overlong_penalty) if rurl.overlong_buffer else None
-    reward = make_rubric_reward(grader, overlong=overlong, on_batch=monitor.record)
-    dynamic = DynamicSampling(rurl.dynamic_std_threshold, rurl.max_extra_rounds) if rurl.dynamic_sampling else None
+    reward = make_rubric_reward(grader, overlong=overlong, on_batch=monitor.record, deadline=rurl.judge_deadline)
+    dynamic = (DynamicSampling(rurl.dynamic_std_threshold, rurl.max_extra_rounds, rurl.on_exhausted)
+               if rurl.dynamic_sampling else None)  # fmt: skip
     data_info = {"source": data.source, "train_rows": len(data.train), "eval_rows": len(data.evaluation),
-                 "prefilter": data.prefiltered or None, "judge": grader.metadata}  # fmt: skip
+                 "prefilter": data.prefiltered or None, "prefilter_role": data.prefilter_role,
+                 "bad_rows": data.bad_rows or None, "judge": grader.metadata}  # fmt: skip
     run_settings = {**config, "data": data_info}
     wandb_run = None
     if main_process:
         write_resolved(output_dir / "config.yaml", config)
+        if data.rejected:
+            write_rejected(data.rejected, output_dir / "rejected.jsonl")
         if data.evaluation:
             (output_dir / "eval_ids.txt").write_text("".join(f"{row.id}\n" for row in data.evaluation))
         print(f"{COMMAND}: {model.model_name_or_path}{' (LoRA)' if model.use_peft else ''} on {len(data.train)} "
@@ -162,7 +171,7 @@ def train(train_args: TrainArgs, rurl: RurlConfig, grading: GradingConfig, grpo:
         try:
             trainer = RubricGRPOTrainer(
                 model=model.model_name_or_path, reward_funcs=[reward], args=grpo, train_dataset=data.train_dataset(),
-                peft_config=get_peft_config(model), dynamic=dynamic,
+                peft_config=get_peft_config(model), dynamic=dynamic, failure_monitor=monitor,
             )  # fmt: skip
         except OSError as error:  # transformers: not on the Hub, offline, no weights in the folder
             raise ConfigError(f"model_name_or_path {model.model_name_or_path}: cannot load: {error}") from None
@@ -183,8 +192,12 @@ def train(train_args: TrainArgs, rurl: RurlConfig, grading: GradingConfig, grpo:
         merge = model.use_peft and train_args.merge_adapter
         if not stopped:
             save_model(trainer, output_dir, merge)
+        criteria = criteria_table(trainer, monitor)  # every process: it gathers
         if main_process:
-            summary = run_summary(trainer, monitor, evaluation, first_step, seconds, stopped)
+            write_whole(output_dir / "criteria.json", json.dumps(criteria, indent=1, ensure_ascii=False))
+            if wandb_run is not None and criteria:
+                log_criteria(wandb_run, criteria)
+            summary = run_summary(trainer, monitor, evaluation, first_step, seconds, stopped, criteria)
             write_whole(output_dir / "log_history.json", json.dumps(trainer.state.log_history, indent=1))
             write_reward_plot(trainer.state.log_history, output_dir / "reward.png")
             write_manifest(output_dir, {"command": COMMAND, "config": config, "data": data_info,
@@ -204,7 +217,42 @@ def train(train_args: TrainArgs, rurl: RurlConfig, grading: GradingConfig, grpo:
     return 0
 
 
-def run_summary(trainer, monitor, evaluation, first_step: int, seconds: float, stopped: str | None) -> dict[str, Any]:
+def check_judge_wait(rurl: RurlConfig, grpo: "GRPOConfig") -> None:
+    """The longest a process waits for the judge in one step (the reward's deadline) must stay below the process
+    group's timeout: the other processes wait at the next collective, and reaching ddp_timeout kills the whole job
+    without a checkpoint."""
+    if rurl.judge_deadline >= grpo.ddp_timeout:
+        raise ConfigError(f"rurl.judge_deadline {rurl.judge_deadline:g} s reaches ddp_timeout {grpo.ddp_timeout} s: "
+                          "a step waiting that long for its judge would kill the run at the process group's timeout "
+                          "without a checkpoint; lower --judge_deadline or raise --ddp_timeout")  # fmt: skip
+
+
+def criteria_table(trainer, monitor) -> list[dict[str, Any]]:
+    """Every criterion the judge or a rule decided during the run, over all processes: pass rate and count, the
+    hardest first."""
+    from accelerate.utils import gather_object
+
+    totals: dict[str, list[int]] = {}
+    for part in gather_object([dict(monitor.criteria)]):
+        for text, (met, decided) in part.items():
+            counts = totals.setdefault(text, [0, 0])
+            counts[0], counts[1] = counts[0] + met, counts[1] + decided
+    rows = [{"criterion": text, "pass_rate": met / decided, "met": met, "decided": decided}
+            for text, (met, decided) in totals.items() if decided]  # fmt: skip
+    return sorted(rows, key=lambda row: (row["pass_rate"], -row["decided"], row["criterion"]))
+
+
+def log_criteria(wandb_run, criteria: list[dict[str, Any]], shown: int = 10) -> None:
+    """The hardest and easiest criteria of the run as a wandb table (all of them are in criteria.json)."""
+    import wandb
+
+    ends = criteria if len(criteria) <= 2 * shown else criteria[:shown] + criteria[-shown:]
+    columns = ["criterion", "pass_rate", "met", "decided"]
+    wandb_run.log({"criteria_pass_rates": wandb.Table(columns=columns, data=[[row[c] for c in columns] for row in ends])})
+
+
+def run_summary(trainer, monitor, evaluation, first_step: int, seconds: float, stopped: str | None,
+                criteria: list[dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
     history = [entry for entry in trainer.state.log_history if "reward" in entry]
     rewards = [entry["reward"] for entry in history if entry["reward"] is not None]
     dynamic = {key.split("/")[-1]: sum(entry.get(key) or 0 for entry in history)
@@ -218,6 +266,8 @@ def run_summary(trainer, monitor, evaluation, first_step: int, seconds: float, s
         "judge": dict(monitor.totals, seconds=round(monitor.seconds, 1)),
         "dynamic_sampling_logged": dynamic or None,
         "eval": _headline((evaluation.last or {}).get("metrics", {})) if evaluation else None,
+        "hardest_criteria": criteria[:3], "easiest_criteria": criteria[-3:][::-1],
+        "no_update_steps": trainer.no_update_steps,
         "stopped": stopped,
     }  # fmt: skip
 
@@ -230,8 +280,14 @@ def summary_text(summary: dict[str, Any], output_dir: Path) -> str:
         f"{COMMAND}: {summary['steps']} steps ({summary['steps_this_run']} this run) in {summary['seconds']} s",
         f"  reward (mean per logged step): first {_num(first)}, last {_num(last)}",
         f"  judge: {judge['judge_calls']} calls in {judge['seconds']} s of reward time, {judge['completions']} "
-        f"completions graded, {rate:.1%} unscored, {judge['failed_verdicts']} of {judge['verdicts']} verdicts failed",
+        f"completions graded, {rate:.1%} unscored ({judge['timed_out']} past the deadline), "
+        f"{judge['failed_verdicts']} of {judge['verdicts']} verdicts failed",
     ]  # fmt: skip
+    if summary["hardest_criteria"]:
+        lines.append("  hardest criteria: " + "; ".join(_criterion(row) for row in summary["hardest_criteria"]))
+        lines.append("  easiest criteria: " + "; ".join(_criterion(row) for row in summary["easiest_criteria"]))
+    if summary["no_update_steps"]:
+        lines.append(f"  {summary['no_update_steps']} step(s) without any learning signal left the weights unchanged")
     if summary["dynamic_sampling_logged"]:
         lines.append(f"  dynamic sampling (logged steps): {summary['dynamic_sampling_logged']}")
     if summary["eval"]:
@@ -245,6 +301,11 @@ def _headline(metrics: dict[str, float]) -> dict[str, float]:
     """The overall score and the per-axis scores of an eval report (not their n_samples and bootstrap_std)."""
     return {name: value for name, value in metrics.items() if name == "overall_score"
             or (name.startswith("axis:") and name.count(":") == 1)}  # fmt: skip
+
+
+def _criterion(row: dict[str, Any]) -> str:
+    text = row["criterion"] if len(row["criterion"]) <= 50 else row["criterion"][:49] + "…"
+    return f"{row['pass_rate']:.0%} of {row['decided']} {text!r}"
 
 
 def _num(value: float | None) -> str:

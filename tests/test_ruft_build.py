@@ -341,3 +341,29 @@ def test_a_rerun_with_another_threshold_is_refused_unless_forced_and_then_both_a
     card = (tmp_path / "hub" / "README.md").read_text()
     assert "**mixed settings**" in card and f"`{new['id']}` (1 queries): changed: ruft.threshold 0.5 -> 0.7" in card
     assert "The table gives the latest settings" in card and "| threshold (tau) | 0.7 |" in card
+
+
+def test_rows_no_candidate_could_be_scored_on_are_refused_or_left_out_and_listed(tmp_path, home, capsys):
+    path = rubrics(tmp_path / "rubrics.jsonl", 4)
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    for row in rows[2:]:  # penalties only: every candidate would be unscored
+        row["rubrics"] = [c for c in RUBRIC if c["points"] < 0]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with FaultServer(reply=Script()) as server:
+        assert build(server, tmp_path, path, "--candidates", "policy=2") == 2 and server.count == 0
+    err = capsys.readouterr().err.strip()
+    assert f"{path}: line 3: id 'r2': no criterion with positive points" in err and "(2 of 4 rows cannot be scored)" in err
+    assert "--skip-bad-rows" in err and len(err.splitlines()) == 1 and not (tmp_path / "out").exists()
+    with FaultServer(reply=Script()) as server:
+        assert build(server, tmp_path, path, "--candidates", "policy=2", "--skip-bad-rows") == 0
+    out = tmp_path / "out"
+    rejected = [json.loads(line) for line in (out / "rejected.jsonl").read_text().splitlines()]
+    assert [(r["location"], r["row"]["id"]) for r in rejected] == [(f"{path}: line 3", "r2"), (f"{path}: line 4", "r3")]
+    assert "all penalties" in rejected[0]["reason"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["counts"]["rejected_rows"] == 2 and manifest["counts"]["queries"] == 2
+    assert manifest["counts"]["finished_queries"] == 2 and manifest["counts"]["unscored_candidates"] == 0
+    assert {json.loads(line)["id"] for line in (out / "candidates.jsonl").read_text().splitlines()} == {"r0", "r1"}
+    captured = capsys.readouterr()
+    assert "left out 2 rows" in captured.err and "2 bad rows left out" in captured.out
+

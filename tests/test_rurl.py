@@ -45,8 +45,8 @@ def rurl_train(*args: str) -> list[str]:
 # --- presets ----------------------------------------------------------------------------------------------------------
 
 
-def test_there_are_the_four_presets():
-    assert {p.stem for p in PRESETS} >= {"tiny-cpu", "rar-grpo", "rubrichub-dapo", "ruscarl"}
+def test_there_are_the_five_presets():
+    assert {p.stem for p in PRESETS} >= {"tiny-cpu", "rar-grpo", "rubrichub-dapo", "ruscarl", "dapo"}
 
 
 @pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.stem)
@@ -87,6 +87,48 @@ def test_flags_win_over_the_preset(capsys, no_model_load):
     assert resolved["llm"]["roles"]["judge"] == {"temperature": 0.5}
 
 
+def test_the_dapo_preset_dry_run_shows_dapo(capsys, no_model_load):
+    """configs/rurl/dapo.yaml resolves to DAPO as arXiv 2503.14476 runs it: clip 0.2 / 0.28, token-level loss, no KL,
+    dynamic sampling that stops when its rounds run out (verl), truncated completions masked, the soft overlong
+    penalty over the last 4,096 of 20,480 tokens, 16 responses, 16 optimizer steps per rollout batch."""
+    assert main(rurl_train("--config", str(ROOT / "configs" / "rurl" / "dapo.yaml"), "--dry_run")) == 0
+    resolved = yaml.safe_load(capsys.readouterr().out)
+    rurl = resolved["rurl"]
+    assert (rurl["dynamic_sampling"], rurl["on_exhausted"], rurl["overlong_buffer"], rurl["overlong_penalty"]) == (
+        True, "stop", 4096, 1.0)  # fmt: skip
+    assert {key: resolved[key] for key in ("loss_type", "epsilon", "epsilon_high", "beta", "num_generations",
+                                           "mask_truncated_completions", "max_completion_length", "temperature",
+                                           "learning_rate", "lr_scheduler_type")} == {
+        "loss_type": "dapo", "epsilon": 0.2, "epsilon_high": 0.28, "beta": 0.0, "num_generations": 16,
+        "mask_truncated_completions": True, "max_completion_length": 20480, "temperature": 1.0,
+        "learning_rate": 1e-6, "lr_scheduler_type": "constant_with_warmup"}  # fmt: skip
+    assert resolved["warmup_steps"] > 0
+    assert resolved["steps_per_generation"] == 16 * resolved["gradient_accumulation_steps"]
+
+
+@pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.stem)
+def test_no_preset_penalises_length_from_the_first_token_and_colocated_vllm_sleeps(preset):
+    """The overlong penalty covers a part of the response limit (buffer = limit would cost every token, as
+    RubricHub's recipe with its template .env does); a vLLM colocated with training releases its memory while the
+    policy trains (TRL 1.16's vllm_enable_sleep_mode)."""
+    file = yaml.safe_load(preset.read_text())
+    buffer = file.get("rurl", {}).get("overlong_buffer", 0)
+    assert buffer < file.get("max_completion_length", 512)
+    if file.get("use_vllm") and file.get("vllm_mode") == "colocate":
+        assert file.get("vllm_enable_sleep_mode") is True
+
+
+def test_an_overlong_buffer_longer_than_the_limit_is_refused():
+    from trl import GRPOConfig
+
+    from rurl.config import check_with_trl
+
+    grpo = GRPOConfig(output_dir="unused", max_completion_length=48, use_cpu=True, bf16=False)
+    check_with_trl(RurlConfig(overlong_buffer=48), grpo)  # the whole limit: allowed (and documented in the presets)
+    with pytest.raises(ConfigError, match=r"rurl.overlong_buffer 64 is longer than max_completion_length 48"):
+        check_with_trl(RurlConfig(overlong_buffer=64), grpo)
+
+
 def test_the_trl_seams_dynamic_sampling_overrides_are_still_there():
     """rurl/trainer.py overrides two private GRPOTrainer methods (read in TRL 1.16.0); when TRL renames them or
     changes their parameters, this fails before a training run silently loses dynamic sampling."""
@@ -118,6 +160,7 @@ def test_the_trl_seams_dynamic_sampling_overrides_are_still_there():
     (["--dynamic_std_threshold", "-0.1"], "--dynamic-std-threshold must be within [0, 1]"),
     (["--eval_size", "2.5"], "--eval-size must be a share in (0, 1)"),
     (["--prefilter_mean_range", "0.9", "0.1"], "--prefilter-mean-range must be [low, high]"),
+    (["--overlong_buffer", "64"], "rurl.overlong_buffer 64 is longer than max_completion_length 48"),
 ])  # fmt: skip
 def test_bad_settings_are_one_line_errors(args, message, tmp_path, capsys, no_model_load):
     assert main(rurl_train("--config", str(TINY), "--output_dir", str(tmp_path), *args)) == 2
@@ -234,7 +277,7 @@ def test_prefilter_keeps_queries_whose_ruft_scores_vary_inside_the_band(tmp_path
     assert [row.id for row in data.train] == ["varied"]
     # solved: std 0.087, mean 0.95 > 0.9; hopeless: std 0.043 <= 0.05, flat (before its mean is looked at)
     assert data.prefiltered == {"kept": 1, "flat": 2, "outside_band": 1, "not_built": 1}
-    _, counts = prefilter(data.train, RurlConfig(prefilter=build, prefilter_min_std=0.5))
+    _, counts, _ = prefilter(data.train, RurlConfig(prefilter=build, prefilter_min_std=0.5))
     assert counts["flat"] == 1  # std 0.22 is not above 0.5
 
 
@@ -293,3 +336,81 @@ def test_a_judge_on_several_endpoints_logs_each_endpoints_counts():
     for url, count in counts.items():
         name = "rubric/endpoint/" + url.split("//")[1].split("/")[0]
         assert metrics[f"{name}/requests"] == count > 0 and metrics[f"{name}/failures"] == 0
+
+
+# --- rows that can never train, the prefilter's role ---------------------------------------------------------------
+
+
+def bad_rows_file(path: Path) -> Path:
+    """The tiny data (lines 1-8), then a rubric of penalties only (line 9) and a prompt of ~9,000 tokens, over the
+    embedded model's 8,192-token context (line 10)."""
+    penalty = {"id": "all-penalties", "prompt": [{"role": "user", "content": "Any tips?"}],
+               "rubrics": [{"criterion": "Is rude.", "points": -3}, {"criterion": "Is wrong.", "points": -5}]}
+    long = {"id": "too-long", "prompt": [{"role": "user", "content": "word " * 9000}],
+            "rubrics": [{"criterion": "Answers.", "points": 1}]}  # fmt: skip
+    path.write_text(TINY_DATA.read_text() + json.dumps(penalty) + "\n" + json.dumps(long) + "\n")
+    return path
+
+
+def test_rows_that_can_never_train_are_refused_in_one_line_before_the_policy(tmp_path, capsys, no_model_load):
+    rows = bad_rows_file(tmp_path / "rubrics.jsonl")
+    assert main(rurl_train("--config", str(TINY), "--rubrics", str(rows), "--output_dir", str(tmp_path / "out"))) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "2 of 10 rows can never train" in err, err
+    assert f"{rows}: line 9 (id 'all-penalties'): no criterion with positive points" in err
+    # counted with the policy's chat template, against its context (no vLLM here) minus max_completion_length 48
+    assert f"{rows}: line 10 (id 'too-long'): prompt of" in err and "over the prompt budget of 8144" in err
+    assert "max_position_embeddings 8192 - max_completion_length 48" in err and "rurl.bad_rows: skip" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_skipped_bad_rows_are_left_out_listed_and_counted(tmp_path, capsys, no_model_load):
+    from trl import GRPOConfig, ModelConfig
+
+    from rurl.data import prompt_budget
+
+    rows = bad_rows_file(tmp_path / "rubrics.jsonl")
+    with FaultServer() as dead:  # past the data: the run goes on to the judge, which is not there
+        url = dead.base_url
+    assert main(rurl_train("--config", str(TINY), "--rubrics", str(rows), "--output_dir", str(tmp_path / "out"),
+                           "--bad_rows", "skip", "--base-url", url, "--model", "j")) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert "left out 2 of 10 rows that can never train" in err and "does not answer" in err, err
+    data = load_rurl_data(rows, RurlConfig(bad_rows="skip"), seed=0)  # no budget: the penalty row only
+    assert len(data.train) == 9 and data.bad_rows == {"no_positive_points": 1}
+    # with vLLM, its context is vllm_max_model_length (the embedded model's tokenizer counts)
+    grpo = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, use_vllm=True, vllm_max_model_length=1024,
+                      max_completion_length=24, num_generations=2, per_device_train_batch_size=2)  # fmt: skip
+    budget = prompt_budget(grpo, ModelConfig())
+    assert budget.tokens == 1000 and budget.source == "vllm_max_model_length 1024 - max_completion_length 24"
+    data = load_rurl_data(rows, RurlConfig(bad_rows="skip", eval_size=2), seed=0, budget=budget)
+    assert data.bad_rows == {"no_positive_points": 1, "prompt_too_long": 1}
+    assert len(data.train) + len(data.evaluation) == 8 and len(data.evaluation) == 2
+    assert [(r.location, r.row["id"]) for r in data.rejected] == [(f"{rows}: line 9", "all-penalties"),
+                                                                   (f"{rows}: line 10", "too-long")]  # fmt: skip
+    # rating modes score without points: the penalty row trains there
+    assert load_rurl_data(rows, RurlConfig(), seed=0, mode="likert").bad_rows == {}
+
+
+def test_the_prefilter_measures_the_spread_of_one_candidate_role(tmp_path):
+    rows = write_rows(tmp_path / "rubrics.jsonl", ["policy-flat", "policy-varied"])
+    build = tmp_path / "build"
+    build.mkdir()
+    # {policy: 4, strong: 2}: mixed, both queries vary; the policy's own answers vary on one only
+    scores = {"policy-flat": {"policy": [0.2, 0.2, 0.2, 0.2], "strong": [0.9, 0.9]},
+              "policy-varied": {"policy": [0.2, 0.6, 0.4, 0.8], "strong": [0.9, 0.9]}}
+    with open(build / "candidates.jsonl", "w") as f:
+        for row_id, by_role in scores.items():
+            for role, values in by_role.items():
+                for score in values:
+                    f.write(json.dumps({"id": row_id, "role": role, "model": role, "score": score}) + "\n")
+    data = load_rurl_data(rows, RurlConfig(prefilter=build), seed=0)
+    assert [row.id for row in data.train] == ["policy-varied"] and data.prefilter_role == "policy"
+    assert data.prefiltered == {"kept": 1, "flat": 1, "outside_band": 0, "not_built": 0}
+    with pytest.raises(ConfigError, match="none left|no row left"):  # the strong role is flat on both
+        load_rurl_data(rows, RurlConfig(prefilter=build, prefilter_role="strong"), seed=0)
+    with pytest.raises(ConfigError, match=r"prefilter_role 'weak': no candidate of that role .* policy, strong"):
+        load_rurl_data(rows, RurlConfig(prefilter=build, prefilter_role="weak"), seed=0)
+    (build / "candidates.jsonl").write_text((build / "candidates.jsonl").read_text().replace('"policy"', '"small"'))
+    assert load_rurl_data(rows, RurlConfig(prefilter=build), seed=0).prefilter_role == "small"  # the most candidates
+

@@ -43,7 +43,8 @@ def scripted_verdict(body: dict) -> str:
 
 
 @contextlib.contextmanager
-def rubric_trainer(tmp_path, judge: FaultServer, prompts: list[str], max_extra_rounds: int, max_steps: int = 1):
+def rubric_trainer(tmp_path, judge: FaultServer, prompts: list[str], max_extra_rounds: int, max_steps: int = 1,
+                   on_exhausted: str = "repeat", weight_decay: float = 0.0):
     """RubricGRPOTrainer with dynamic sampling on the embedded model: 2 groups of GENERATIONS per step."""
     from datasets import Dataset
     from peft import LoraConfig
@@ -60,11 +61,12 @@ def rubric_trainer(tmp_path, judge: FaultServer, prompts: list[str], max_extra_r
         output_dir=str(tmp_path), use_cpu=True, bf16=False, gradient_checkpointing=False, max_steps=max_steps,
         seed=0, per_device_train_batch_size=2 * GENERATIONS, num_generations=GENERATIONS, max_completion_length=8,
         learning_rate=1e-3, logging_steps=1, report_to=[], save_strategy="steps", save_steps=100,
+        weight_decay=weight_decay,
     )  # fmt: skip
     trainer = RubricGRPOTrainer(
         model=str(prepare_embedded_model()), reward_funcs=[make_rubric_reward(grader)], args=config,
         train_dataset=dataset, peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
-        dynamic=DynamicSampling(std_threshold=0.02, max_extra_rounds=max_extra_rounds),
+        dynamic=DynamicSampling(std_threshold=0.02, max_extra_rounds=max_extra_rounds, on_exhausted=on_exhausted),
     )  # fmt: skip
     trainer.add_callback(StopOnRequest(trainer))
     try:
@@ -100,6 +102,8 @@ def test_dynamic_sampling_keeps_flat_groups_out_of_the_batch(tmp_path, quiet_env
         assert len(set(group)) == 1, group
         assert batch["advantages"][g * GENERATIONS:(g + 1) * GENERATIONS].abs().sum() > 0
     assert batch["num_items_in_batch"] == batch["completion_mask"].sum()  # recomputed over the kept rows
+    generated = [p for p in trainer._logs["prompt"] if "FLAT:" in p]  # every round's prompts
+    assert len(generated) == len(set(generated)), generated  # a prompt found flat is not drawn again this epoch
     logs = trainer.state.log_history[0]
     assert logs["dynamic_sampling/groups_kept"] >= 2
     assert logs["dynamic_sampling/groups_generated"] == 2 * (1 + logs["dynamic_sampling/extra_rounds"])
@@ -116,6 +120,41 @@ def test_dynamic_sampling_stops_with_a_checkpoint_when_no_group_has_a_spread(tmp
     logs = trainer.state.log_history[0]
     assert (logs["dynamic_sampling/groups_kept"], logs["dynamic_sampling/extra_rounds"]) == (0, 1)
     assert logs["dynamic_sampling/groups_generated"] == 4
+    state = json.loads((tmp_path / "checkpoint-1" / "dynamic_sampling.json").read_text())
+    assert len(state["flat"]) == 2  # both prompts, saved for a resumed run's draws
+
+
+def test_on_exhausted_stop_ends_the_run_without_moving_the_weights(tmp_path, quiet_env):
+    """One flat and one varied prompt per batch, no extra round: half the groups needed. With on_exhausted stop
+    the run saves and stops at step 1, and that step leaves every weight as it was, although AdamW's weight decay
+    alone would have moved them."""
+    with FaultServer(reply=scripted_verdict) as judge, \
+            rubric_trainer(tmp_path, judge, VARIED[:1] + FLAT[:1], max_extra_rounds=0, max_steps=3,
+                           on_exhausted="stop", weight_decay=0.5) as trainer:  # fmt: skip
+        before = {name: p.detach().clone() for name, p in trainer.model.named_parameters() if p.requires_grad}
+        trainer.train()
+        after = dict(trainer.model.named_parameters())
+    assert trainer.state.global_step == 1 and "only 1 of the 2 groups needed" in trainer.stop_reason
+    assert all(torch_equal(before[name], after[name]) for name in before)
+    assert trainer.no_update_steps == 1 and trainer.state.log_history[0]["no_update"] == 1.0
+    assert trainer.optimizer.param_groups[0]["lr"] > 0  # the learning rate is back for a resumed run
+
+
+def test_a_step_with_signal_moves_the_weights(tmp_path, quiet_env):
+    """The counterpart: the gate holds only signal-free steps."""
+    with FaultServer(reply=scripted_verdict) as judge, \
+            rubric_trainer(tmp_path, judge, VARIED, max_extra_rounds=2, weight_decay=0.5) as trainer:  # fmt: skip
+        before = {name: p.detach().clone() for name, p in trainer.model.named_parameters() if p.requires_grad}
+        trainer.train()
+        after = dict(trainer.model.named_parameters())
+    assert not all(torch_equal(before[name], after[name]) for name in before)
+    assert trainer.no_update_steps == 0
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return torch.equal(a.detach(), b.detach())
 
 
 def test_the_failure_guard_stops_a_run_whose_judge_fails(tmp_path, quiet_env, capsys):

@@ -1,0 +1,108 @@
+"""`rubricrl rurl train` under `torchrun --nproc_per_node 2` (gloo on this CPU), as researchers launch it on GPUs:
+every process must take the same decision at the same step, or a collective waits for a process that left (a hang
+until the process group's timeout, no checkpoint). Each run here ends by itself: a hung one fails the test on its
+deadline and is killed with every process it started.
+
+A scripted judge makes the processes see different things: one prompt per process and step (a generation batch of
+two groups, one per process, and a dataset of two prompts), one of which is flat (every criterion met) or whose
+judge answers garbage."""
+
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rubricrl.embedded_model import prepare_embedded_model
+from tests.fault_server import FaultServer
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "configs" / "rurl" / "tiny-cpu.yaml"
+DEADLINE = 600
+RUBRIC = [{"criterion": f"Criterion {i + 1}.", "points": w} for i, w in enumerate((1, 2, 4, 8, 16))]
+
+
+def scripted_judge(body: dict) -> str:
+    """Garbage for FAIL prompts; met for FLAT prompts; otherwise met or not from a hash of the request."""
+    content = body["messages"][-1]["content"]
+    if "FAIL:" in content:
+        return "garbage, not a verdict"
+    met = "FLAT:" in content or hashlib.sha256(content.encode()).digest()[0] % 2 == 1
+    return json.dumps({"explanation": "scripted", "criteria_met": met})
+
+
+def launch(tmp_path: Path, judge: FaultServer, prompts: list[str], *flags: str) -> tuple[int, list[str], Path]:
+    """Two processes of `rurl train` on `prompts`; returns torchrun's exit code, each rank's stderr, output_dir."""
+    prepare_embedded_model()  # converted once here: the launch race has its own test
+    data = tmp_path / "rubrics.jsonl"
+    data.write_text("".join(json.dumps({"id": f"q{i}", "prompt": [{"role": "user", "content": p}], "rubrics": RUBRIC})
+                            + "\n" for i, p in enumerate(prompts)))  # fmt: skip
+    out, logs = tmp_path / "run", tmp_path / "logs"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
+               "--log-dir", str(logs), "--redirects", "3", "-m", "rubricrl.cli", "rurl", "train", "--config", str(TINY),
+               "--rubrics", str(data), "--output_dir", str(out), "--base-url", judge.base_url, "--model",
+               "scripted-judge", "--no-cache", "--no-preflight", "--roles", "judge.max_tokens=50", "--eval_size", "0",
+               "--report_to", "none", "--num_generations", "4", "--per_device_train_batch_size", "4",
+               "--max_completion_length", "8", "--overlong_buffer", "0", "--save_steps", "1", *flags]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               start_new_session=True, cwd=tmp_path)  # fmt: skip
+    try:
+        output, _ = process.communicate(timeout=DEADLINE)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)  # torchrun and both ranks
+        process.communicate()
+        pytest.fail(f"two-process run did not end within {DEADLINE} s (a hang)")
+    errs = sorted(logs.rglob("stderr.log"), key=lambda p: p.parent.name)
+    assert len(errs) == 2, output[-3000:]
+    return process.returncode, [p.read_text() for p in errs], out
+
+
+def test_processes_pool_kept_groups_when_one_process_has_only_flat_ones(tmp_path, quiet_env):
+    """Every step, one process's group is flat and the other's is not. With no extra round allowed, the flat
+    process trains on the other's kept group (sent over, logged as moved) instead of leaving the collective it
+    used to skip; both processes finish every step."""
+    with FaultServer(reply=scripted_judge) as judge:
+        code, errs, out = launch(tmp_path, judge, ["FLAT: say hello.", "Write one sentence about the sea."],
+                                 "--max_steps", "2", "--dynamic_sampling", "true", "--max_extra_rounds", "0",
+                                 "--on_exhausted", "repeat")  # fmt: skip
+    assert code == 0, errs[0][-3000:] + errs[1][-3000:]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["summary"]["steps"] == 2 and manifest["summary"]["stopped"] is None
+    steps = [entry for entry in json.loads((out / "log_history.json").read_text()) if "reward" in entry]
+    assert len(steps) == 2
+    for entry in steps:  # per step: 1 group of 2 kept, moved to the flat process, repeated there
+        assert entry["dynamic_sampling/groups_generated"] == 2 and entry["dynamic_sampling/groups_kept"] == 1
+        assert entry["dynamic_sampling/moved_groups"] == 1 and entry["dynamic_sampling/repeated_groups"] == 1
+        assert entry["frac_reward_zero_std"] == 0.5 and entry["no_update"] == 0.0
+    flat = json.loads((out / "checkpoint-1" / "dynamic_sampling.json").read_text())["flat"]
+    assert flat == ["q0"]
+
+
+def test_the_failure_guard_stops_every_process_at_the_same_step(tmp_path, quiet_env):
+    """The judge answers garbage for one of the two prompts: each step one process sees 100% of its completions
+    unscored, the other 0%. Over both, 50% is above the 40% limit: both processes save checkpoint-1 together and
+    stop with the guard's error (before, the one process crossing its own limit saved and left alone: a hang)."""
+    with FaultServer(reply=scripted_judge) as judge:
+        code, errs, out = launch(tmp_path, judge, ["FAIL: say hello.", "Write one sentence about the sea."],
+                                 "--max_steps", "4", "--dynamic_sampling", "false", "--failure_window", "1",
+                                 "--max-failure-rate", "0.4")  # fmt: skip
+    assert code != 0  # torchrun reports the ranks' exit code 2 as a failed launch
+    for err in errs:
+        assert "judge-failure guard" in err and "50% of the completions got no score" in err, err[-3000:]
+        assert "Stopped at step 1" in err and "--resume_from_checkpoint true" in err, err[-3000:]
+    assert (out / "checkpoint-1" / "trainer_state.json").is_file()
+    assert not (out / "checkpoint-2").exists() and not (out / "model.safetensors").exists()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["summary"]["steps"] == 1
+    assert manifest["summary"]["judge"]["unscored"] * 2 == manifest["summary"]["judge"]["completions"] == 8
