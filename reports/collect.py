@@ -23,6 +23,8 @@ from reports.read import ReportError, find_file, iter_jsonl, log_history, read_j
 LOOKED_FOR = ("report.json (eval), candidates.jsonl or queries.jsonl (ruft build), manifest.json, log_history.json, "
               "eval.jsonl or a config.yaml with a rurl: section (rurl train), a config.yaml with dataset: "
               "(ruft train)")  # fmt: skip
+EVAL_ANSWERS = "eval_answers.jsonl"
+"""A RuRL run's graded eval answers (rurl/evaluate.py writes them)."""
 COMMANDS: dict[str, Kind] = {"rurl train": "rurl", "ruft build": "ruft_build"}
 """manifest.json's `command` for the kinds that write one."""
 FULL_BOOTSTRAP = 5000
@@ -128,11 +130,19 @@ def read_rurl(folder: Folder, max_examples: int) -> None:
         evals = list(iter_jsonl(path / "eval.jsonl", folder.notes))
     else:
         evals = _history_evals(folder.history)
+    evals = list({e.get("step"): e for e in evals}.values())  # a resumed run evaluates a step again: the last counts
     if evals:
         shown = [evals[0], evals[-1]] if len(evals) > 1 else evals
         folder.reports = {f"eval, step {e['step']}": e for e in shown}
         folder.headline = f"eval, step {evals[-1]['step']}"
-    _completions(folder, max_examples)
+        folder.evals = evals
+    answers, rows_answered = _eval_answers(folder, config, max_examples)
+    _completions(folder, max(0, max_examples - len(answers)), keep_scores=bool(answers))
+    if answers:
+        source = f"{EVAL_ANSWERS}: each held-out row's graded answer at the last eval (its earlier answers inside)"
+        folder.examples = answers + folder.examples
+        folder.examples_total += rows_answered
+        folder.examples_source = f"{source}; then {folder.examples_source}" if folder.examples_source else source
     summary, data = manifest.get("summary") or {}, manifest.get("data") or {}
     dynamic = summary.get("dynamic_sampling_logged") or {}
     folder.facts = facts.present({
@@ -166,8 +176,42 @@ def _history_evals(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return evals
 
 
-def _completions(folder: Folder, max_examples: int) -> None:
-    """The last completions TRL logged (completions/completions_<step>.parquet, `log_completions`) as examples."""
+def _eval_answers(folder: Folder, config: dict[str, Any], max_examples: int) -> tuple[list[Example], int]:
+    """The graded answers of the in-training evals (eval_answers.jsonl: `rubricrl eval`'s graded records plus
+    `step`): one Example per held-out row, its answer at the last eval, its answers at the earlier evals inside; the
+    scores of the last eval for the histogram. Returns the Examples shown and the number of rows."""
+    path = folder.path / EVAL_ANSWERS
+    if not path.is_file():
+        if folder.evals:
+            folder.notes.append(f"no {EVAL_ANSWERS}: the eval reports without their answers")
+        return [], 0
+    by_row: dict[str, dict[Any, dict[str, Any]]] = {}
+    for record in iter_jsonl(path, folder.notes):
+        by_row.setdefault(str(record.get("id", "")), {})[record.get("step")] = record  # a step evaluated again: last
+    if not by_row:
+        return [], 0
+    last_step = max((step for steps in by_row.values() for step in steps if isinstance(step, int)), default=None)
+    rule = _rule(config.get("grading") or {})
+    rows = rubric_rows(config.get("rubrics"), folder.path, set(list(by_row)[:max_examples]), folder.notes)
+    examples, scores = [], []
+    for row_id, steps in by_row.items():
+        ordered = sorted(steps.items(), key=lambda item: (item[0] is None, item[0]))
+        graded = [graded_example(r, example_metrics(r, **rule).get("overall_score"), rows.get(row_id),
+                                 [f"eval step {step}"]) for step, r in ordered]  # fmt: skip
+        latest = graded[-1]
+        if ordered[-1][0] == last_step and latest.score is not None:
+            scores.append(latest.score)
+        latest.candidates, latest.candidates_title = graded[:-1][::-1], "Earlier evals (latest first)"
+        for earlier in latest.candidates:
+            earlier.prompt = earlier.reference = None  # shown once, on the row
+        examples.append(latest)
+    folder.scores, folder.scores_label = scores, f"eval score per held-out row, step {last_step}"
+    return examples[:max_examples], len(examples)
+
+
+def _completions(folder: Folder, max_examples: int, keep_scores: bool = False) -> None:
+    """The last completions TRL logged (completions/completions_<step>.parquet, `log_completions`) as examples;
+    their rewards are the histogram's scores unless `keep_scores` (the eval's are there)."""
     files = sorted((folder.path / "completions").glob("completions_*.parquet"))
     if not files:
         folder.notes.append("no completions/*.parquet (TRL's log_completions): no example completions")
@@ -180,8 +224,10 @@ def _completions(folder: Folder, max_examples: int) -> None:
         folder.notes.append(f"{files[-1]}: cannot read: {error}")
         return
     examples = [_completion_example(number, row) for number, row in enumerate(rows, 1)]
-    folder.scores = [e.score for e in examples if e.score is not None]
-    folder.scores_label = f"reward per completion, step {rows[0]['step']}" if rows and "step" in rows[0] else "reward"
+    if not keep_scores:
+        folder.scores = [e.score for e in examples if e.score is not None]
+        folder.scores_label = (f"reward per completion, step {rows[0]['step']}" if rows and "step" in rows[0]
+                               else "reward")  # fmt: skip
     folder.examples, folder.examples_total = examples[:max_examples], len(examples)
     folder.examples_source = (f"completions/{files[-1].name}, TRL's completion log: the score is the training "
                               "reward (after any overlong penalty), criteria are cut at 60 characters, no judge "

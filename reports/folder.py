@@ -40,7 +40,10 @@ class Example:
     reference: str | None = None
     """A reference answer (RaR) or HealthBench's ideal completion, where the rubric file has one."""
     candidates: list["Example"] = field(default_factory=list)
-    """RuFT build: one Example per query, its K graded candidates here."""
+    """RuFT build: one Example per query, its K graded candidates here. RuRL run: a held-out row's answer at the
+    last eval, its answers at the earlier evals here."""
+    candidates_title: str = "Candidates"
+    """The heading over `candidates` on the page."""
 
 
 @dataclass
@@ -65,6 +68,8 @@ class Folder:
     {"all candidates": ..., "kept": ...}, or {"eval, step 2": ..., "eval, step 40": ...}."""
     headline: str | None = None
     """The report a comparison shows for this folder (a key of `reports`)."""
+    evals: list[dict[str, Any]] = field(default_factory=list)
+    """RuRL run: every in-training eval report (eval.jsonl), one per step in step order, with its `step`."""
     history: list[dict[str, Any]] = field(default_factory=list)
     """Trainer log history (transformers' `state.log_history`): one dict per logged step."""
     history_source: str = ""

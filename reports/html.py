@@ -9,7 +9,7 @@ from pathlib import Path
 
 from reports import charts
 from reports.folder import Example, Folder, Verdict
-from reports.tables import (comparison_table, group_of, metric_table, report_line, retention_table,
+from reports.tables import (comparison_table, eval_table, group_of, metric_table, report_line, retention_table,
                             training_table)  # fmt: skip
 from rubricrl.prompts import load_prompt
 
@@ -65,6 +65,9 @@ def folder_section(folder: Folder, anchor: str, draw: bool) -> str:
         header, rows = metric_table(folder.reports)
         parts += ["<h3>Metrics</h3>", table(header, rows, numeric_from=1, grouped=True)]
         parts += [f'<p class="line">{esc(name)}: {esc(report_line(r))}</p>' for name, r in folder.reports.items()]
+    if folder.evals:
+        parts += ["<h3>Evals <span class=\"meta\">(one row per in-training eval)</span></h3>",
+                  table(*eval_table(folder), numeric_from=1)]
     if folder.retention:
         parts += ["<h3>Retention</h3>", table(*retention_table(folder), numeric_from=1)]
     if folder.history:
@@ -132,7 +135,7 @@ def example_block(example: Example, css: str = "example") -> str:
     if example.verdicts:
         body += [f"<h4>Criteria ({len(example.verdicts)})</h4>", verdict_table(example.verdicts)]
     if example.candidates:
-        body.append(f"<h4>Candidates ({len(example.candidates)})</h4>")
+        body.append(f"<h4>{esc(example.candidates_title)} ({len(example.candidates)})</h4>")
         body += [example_block(c, "example candidate") for c in example.candidates]
     return (f'<details class="{css}" data-score="{score}"><summary>{" ".join(summary)}</summary>'
             f'<div class="body">{"".join(body)}</div></details>')  # fmt: skip

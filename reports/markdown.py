@@ -4,7 +4,7 @@ charts and examples, for a pull request, a wiki or a terminal."""
 from collections.abc import Sequence
 
 from reports.folder import Folder
-from reports.tables import comparison_table, metric_table, report_line, retention_table, training_table
+from reports.tables import comparison_table, eval_table, metric_table, report_line, retention_table, training_table
 
 
 def render_markdown(folders: Sequence[Folder], title: str, subtitle: str, page_name: str) -> str:
@@ -26,6 +26,8 @@ def folder_summary(folder: Folder) -> list[str]:
         lines += ["### Metrics", "", *md_table(*metric_table(folder.reports)), ""]
         lines += [f"{name}: {report_line(report)}  " for name, report in folder.reports.items()]
         lines.append("")
+    if folder.evals:
+        lines += ["### Evals", "", *md_table(*eval_table(folder)), ""]
     if folder.retention:
         lines += ["### Retention", "", *md_table(*retention_table(folder)), ""]
     header, rows = training_table(folder)

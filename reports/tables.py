@@ -106,6 +106,18 @@ def training_table(folder: Folder) -> tuple[list[str], list[list[str]]]:
     return ["series", "steps", "first", "last", "min", "max"], rows
 
 
+def eval_table(folder: Folder) -> tuple[list[str], list[list[str]]]:
+    """A RuRL run's in-training evals, one row per step: the eval curve as numbers."""
+    rows = []
+    for report in folder.evals:
+        value, std, _ = metric(report, "overall_score") or (None, None, None)
+        failures = report.get("judge_failure_rate")
+        rows.append([str(report.get("step")), num(value), num(std), str(report.get("examples")),
+                     str(report.get("unscored_examples")),
+                     "n/a" if failures is None else f"{failures:.1%}"])  # fmt: skip
+    return ["step", "overall_score", "± bootstrap std", "examples", "unscored", "judge failure rate"], rows
+
+
 def retention_table(folder: Folder) -> tuple[list[str], list[list[str]]]:
     r = folder.retention or {}
     finished = r.get("finished", 0)

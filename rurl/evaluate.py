@@ -1,12 +1,21 @@
 """HealthBench-style evaluation of the policy during training: every `eval_every` steps (and at the end), the policy
 answers the held-out rows (greedy, up to max_completion_length tokens), the grader grades the answers against their
 rubrics, and grading.report builds the report (overall, per axis and theme, bootstrap std), logged as `eval/...` at
-the step and appended to output_dir/eval.jsonl."""
+the step and appended to output_dir/eval.jsonl; the graded answers (`grading.grader.Graded.to_record` plus `step`,
+the records `rubricrl eval` writes to graded.jsonl) are appended to output_dir/eval_answers.jsonl, where
+`rubricrl report` shows them.
+
+Cost on N processes: each answers its share of the rows (1/N, padded so that every process runs the same number of
+generation calls: under ZeRO-3 or FSDP a generation is a collective), with the engine training uses (TRL's vLLM
+engine when `use_vllm`, transformers `generate` otherwise); the answers are gathered in row order and the main
+process grades them."""
 
 import asyncio
 import json
 import sys
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import TrainerCallback
@@ -15,11 +24,17 @@ from grading.dataset import RubricRow
 from grading.grader import GradeItem, Grader
 from grading.report import build_report
 
+ANSWERS_FILE = "eval_answers.jsonl"
+GREEDY = {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0}
+"""trl.generation.vllm_generation.VLLMGeneration's sampling attributes, set for greedy answers (vLLM: temperature 0
+is greedy; top_k 0 is no limit, TRL's default)."""
+
 
 class PolicyEvaluation(TrainerCallback):
     def __init__(self, trainer, grader: Grader, rows: list[RubricRow], every: int, output_dir: Path):
         self.trainer, self.grader, self.rows, self.every = trainer, grader, rows, every
         self.path = Path(output_dir) / "eval.jsonl"
+        self.answers_path = Path(output_dir) / ANSWERS_FILE
         self.last: dict | None = None
         self._done_at: int | None = None
 
@@ -34,8 +49,8 @@ class PolicyEvaluation(TrainerCallback):
         return control
 
     def evaluate(self, step: int) -> None:
-        """Every process answers (ZeRO-3 needs them all); the main one grades, reports and writes. Every process
-        calls trainer.log, so that GRPOTrainer's per-process metric buffers stay in step (a main-only call
+        """Every process answers its share (ZeRO-3 needs them all); the main one grades, reports and writes. Every
+        process calls trainer.log, so that GRPOTrainer's per-process metric buffers stay in step (a main-only call
         desynchronised gloo's collectives under torchrun)."""
         answers = self.answer()
         self._done_at = step
@@ -54,6 +69,8 @@ class PolicyEvaluation(TrainerCallback):
         metrics["eval/unscored_examples"] = report["unscored_examples"]
         self.last = {"step": step, **report}
         self.trainer.log(metrics)
+        with open(self.answers_path, "a") as f:
+            f.write("".join(json.dumps({"step": step, **record}) + "\n" for record in records))
         with open(self.path, "a") as f:
             f.write(json.dumps(self.last) + "\n")
         overall = report["metrics"].get("overall_score")
@@ -61,18 +78,93 @@ class PolicyEvaluation(TrainerCallback):
         print(f"rurl eval: step {step}: overall {shown} on {len(self.rows)} held-out rows", file=sys.stderr)
 
     def answer(self) -> list[str]:
-        """Greedy answers of the current policy (every process takes part: ZeRO-3 gathers the weights)."""
+        """Greedy answers of the current policy to every row, in row order, on every process: each process answers
+        its share (`share`), then all gather."""
+        from accelerate.utils import gather_object
+
+        trainer = self.trainer
+        accelerator = trainer.accelerator
+        mine, real = share(len(self.rows), accelerator.num_processes, accelerator.process_index)
+        conversations = [self.rows[i].conversation for i in mine]
+        if getattr(trainer, "use_vllm", False):
+            texts = vllm_greedy_answers(trainer, conversations, trainer.args.max_completion_length)
+        else:
+            texts = self._transformers_answers(conversations)
+        gathered = dict(gather_object(list(zip(mine[:real], texts[:real]))))  # the padding's answers stay here
+        if sorted(gathered) != list(range(len(self.rows))):
+            raise RuntimeError(f"eval: the gathered answers cover rows {sorted(gathered)}, not 0..{len(self.rows) - 1}")
+        return [gathered[i] for i in range(len(self.rows))]
+
+    def _transformers_answers(self, conversations: list[list[dict[str, str]]]) -> list[str]:
+        """transformers `generate`, the model unwrapped as GRPOTrainer's own generation does it (ZeRO-3 weights
+        gathered unless ds3_gather_for_generation is false, FSDP1 parameters summoned)."""
         from trl.models.utils import unwrap_model_for_generation
 
         trainer = self.trainer
         was_training = trainer.model.training
         trainer.model.eval()
         try:
-            with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
-                return greedy_answers(model, trainer.processing_class, [row.conversation for row in self.rows],
+            gather = trainer.args.ds3_gather_for_generation
+            with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
+                                             gather_deepspeed3_params=gather) as model, _summon_full_params(trainer):
+                return greedy_answers(model, trainer.processing_class, conversations,
                                       trainer.args.max_completion_length)  # fmt: skip
         finally:
             trainer.model.train(was_training)
+
+
+def share(rows: int, processes: int, index: int) -> tuple[list[int], int]:
+    """The row indices process `index` of `processes` answers, and how many of them are its own: a contiguous slice
+    of ceil(rows / processes), padded with row 0 to that length, so that every process runs the same generation
+    calls (the padding's answers are dropped)."""
+    size = -(-rows // processes)
+    own = list(range(min(rows, index * size), min(rows, (index + 1) * size)))
+    return own + [0] * (size - len(own)), len(own)
+
+
+@contextmanager
+def _summon_full_params(trainer):
+    dist = getattr(trainer, "_dist", None)  # trl.distributed.DistributedBackend (TRL 1.16): FSDP1 only, else no-op
+    if dist is None:
+        yield
+        return
+    with dist.summon_full_params(trainer.model_wrapped, recurse=False):
+        yield
+
+
+def vllm_greedy_answers(trainer, conversations: list[list[dict[str, str]]], max_tokens: int) -> list[str]:
+    """Greedy answers from the vLLM engine GRPOTrainer trains with (TRL 1.16: `trainer.vllm_generation`, colocated
+    or a server), with the current weights: pushed as GRPOTrainer._generate_single_turn pushes them (once per
+    step: `_last_loaded_step`). Every process calls this with as many conversations as the others (server mode
+    gathers them to the main process and hands each its slice back)."""
+    tokenizer = trainer.processing_class
+    prompt_ids = [tokenizer(tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True),
+                            add_special_tokens=False)["input_ids"] for c in conversations]  # fmt: skip
+    generation = trainer.vllm_generation
+    if trainer.state.global_step != trainer._last_loaded_step:
+        generation.sync_weights()
+        trainer._last_loaded_step = trainer.state.global_step
+    with greedy_sampling(generation, max_tokens):
+        _, completion_ids, _, _ = generation.generate(prompts=prompt_ids, images=None, num_generations=1)
+    return tokenizer.batch_decode([list(ids) for ids in completion_ids], skip_special_tokens=True)
+
+
+@contextmanager
+def greedy_sampling(generation: Any, max_tokens: int):
+    """VLLMGeneration's sampling settings made greedy for the block, then given back. The `generation_kwargs` a run
+    sets (applied over them by TRL) lose their sampling keys for the block; the rest (stop strings, ...) stay."""
+    names = [*GREEDY, "max_completion_length", "generation_kwargs"]
+    saved = {name: getattr(generation, name) for name in names}
+    try:
+        for name, value in GREEDY.items():
+            setattr(generation, name, value)
+        generation.max_completion_length = max_tokens
+        generation.generation_kwargs = {k: v for k, v in (saved["generation_kwargs"] or {}).items()
+                                        if k not in GREEDY and k not in ("seed", "n", "best_of")}  # fmt: skip
+        yield generation
+    finally:
+        for name, value in saved.items():
+            setattr(generation, name, value)
 
 
 @torch.no_grad()

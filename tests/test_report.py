@@ -483,3 +483,34 @@ def test_the_page_fits_a_narrow_window_and_its_controls_wait_for_the_script(tmp_
     assert "tools.hidden = false;" in text
     assert [t for t, _ in page.tags].count("thead") == text.count('<table class="verdicts">') > 0
     assert text.count("<figure><figcaption>") == text.count("<figure>") > 0
+
+
+def test_rurl_run_shows_each_eval_and_every_held_out_answer_with_its_earlier_ones(tmp_path):
+    """eval_answers.jsonl as rurl/evaluate.py writes it (graded records plus `step`, one per held-out row per eval):
+    one row per eval in an Evals table, each held-out row's last answer with its prompt, verdicts and explanations,
+    its answer at the earlier eval inside it; a step evaluated again after a resume counts once, the last time."""
+    make_rurl(tmp_path / "run")
+    write_rubrics(tmp_path / "data.jsonl")  # the rubric file the run's config names, for the prompts
+    answers, evals = [], []
+    for step, responses in ((1, ["Drink water.", "x", "4"]), (2, ["Drink water and rest.", INJECTION, "four"]),
+                            (2, ["Drink water, rest, see a doctor if it lasts.", INJECTION, "4"])):  # fmt: skip
+        records = [graded_record(i, r, v, t) for (i, _, _, v, t), r in zip(EXAMPLES, responses)]
+        answers += [{"step": step, **r} for r in records]
+        evals.append({"step": step, **build_report(records)})
+    write_jsonl(tmp_path / "run" / "eval_answers.jsonl", answers)
+    (tmp_path / "run" / "eval.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evals))
+    assert report([tmp_path / "run"]) == 0
+    text = (tmp_path / "run" / "report.html").read_text()
+    page = Page(text)
+    steps = page.table_with(["step", "overall_score", "± bootstrap std", "examples", "unscored"])
+    first, last = (f"{e['metrics']['overall_score']:.3f}" for e in (evals[0], evals[2]))
+    assert [row[:2] for row in steps[1:]] == [["1", first], ["2", last]]
+    assert "Drink water, rest, see a doctor if it lasts." in text and "Drink water and rest." not in text
+    assert "I have a headache, what should I do?" in text  # the prompt, from the rubric file
+    assert "EXPL-q1-b: no doctor mentioned" in text and INJECTION not in text
+    assert text.count("Earlier evals (latest first) (1)") == 3 and "Drink water.</pre>" in text
+    assert "eval step 2" in text and "from eval_answers.jsonl" in text
+    assert "Bees make honey." in text  # TRL's completion log still follows the eval answers
+    assert "eval score per held-out row, step 2 (n 2)" in [a["alt"] for t, a in page.tags if t == "img"]
+    summary = (tmp_path / "run" / "report.md").read_text()
+    assert "### Evals" in summary and f"| 2 | {last} |" in summary
