@@ -21,7 +21,7 @@ import torch
 from transformers import TrainerCallback
 
 from grading.dataset import RubricRow
-from grading.grader import GradeItem, Grader
+from grading.grader import GradeItem, Graded, Grader
 from grading.report import build_report
 
 ANSWERS_FILE = "eval_answers.jsonl"
@@ -31,8 +31,11 @@ is greedy; top_k 0 is no limit, TRL's default)."""
 
 
 class PolicyEvaluation(TrainerCallback):
-    def __init__(self, trainer, grader: Grader, rows: list[RubricRow], every: int, output_dir: Path):
+    def __init__(self, trainer, grader: Grader, rows: list[RubricRow], every: int, output_dir: Path,
+                 deadline: float | None = None):  # fmt: skip
         self.trainer, self.grader, self.rows, self.every = trainer, grader, rows, every
+        self.deadline = deadline
+        """Seconds the grading may take: the other processes wait for the main one at the next collective."""
         self.path = Path(output_dir) / "eval.jsonl"
         self.answers_path = Path(output_dir) / ANSWERS_FILE
         self.last: dict | None = None
@@ -58,8 +61,10 @@ class PolicyEvaluation(TrainerCallback):
             self.trainer.log({})
             return
         items = [GradeItem(row.conversation, answer, row.rubric, row.reference) for row, answer in zip(self.rows, answers)]
-        future = asyncio.run_coroutine_threadsafe(self.grader.grade_many(items), self.trainer.async_loop)
-        graded = future.result()
+        grading = self.grader.grade_many(items) if self.deadline is None else self.grader.grade_within(items, self.deadline)
+        graded = asyncio.run_coroutine_threadsafe(grading, self.trainer.async_loop).result()
+        graded = [g or Graded(score=None, reward=None, explanation="not judged within rurl.judge_deadline")
+                  for g in graded]  # fmt: skip
         records = [g.to_record(row.rubric.example_tags, id=row.id, response=answer)
                    for row, answer, g in zip(self.rows, answers, graded)]  # fmt: skip
         report = build_report(records, min_coverage=self.grader.config.min_coverage,

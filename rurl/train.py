@@ -181,7 +181,7 @@ def train(train_args: TrainArgs, rurl: RurlConfig, grading: GradingConfig, grpo:
         evaluation = None
         if data.evaluation:
             evaluation = PolicyEvaluation(trainer, grader, data.evaluation[:rurl.eval_max_examples], rurl.eval_every,
-                                          output_dir)  # fmt: skip
+                                          output_dir, deadline=rurl.judge_deadline)  # fmt: skip
             trainer.add_callback(evaluation)
         if wandb_run is not None:
             trainer.add_callback(keep_run_config(wandb_run, run_settings))

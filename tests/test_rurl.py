@@ -161,6 +161,8 @@ def test_the_trl_seams_dynamic_sampling_overrides_are_still_there():
     (["--eval_size", "2.5"], "--eval-size must be a share in (0, 1)"),
     (["--prefilter_mean_range", "0.9", "0.1"], "--prefilter-mean-range must be [low, high]"),
     (["--overlong_buffer", "64"], "rurl.overlong_buffer 64 is longer than max_completion_length 48"),
+    (["--judge_deadline", "1800"], "rurl.judge_deadline 1800 s reaches ddp_timeout 1800 s"),
+    (["--judge_deadline", "900", "--ddp_timeout", "600"], "rurl.judge_deadline 900 s reaches ddp_timeout 600 s"),
 ])  # fmt: skip
 def test_bad_settings_are_one_line_errors(args, message, tmp_path, capsys, no_model_load):
     assert main(rurl_train("--config", str(TINY), "--output_dir", str(tmp_path), *args)) == 2
