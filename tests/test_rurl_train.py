@@ -203,6 +203,9 @@ def test_tiny_preset_trains_with_the_real_judge_and_resumes_after_a_kill(tmp_pat
     assert summary["steps"] == 3 and 1 <= summary["steps_this_run"] <= 2 and summary["stopped"] is None
     assert summary["eval"]["overall_score"] is not None  # the held-out rows, graded at the end
     assert (out / "model.safetensors").is_file() and (out / "reward.png").is_file()
+    criteria = json.loads((out / "criteria.json").read_text())  # the resumed run's criteria, the hardest first
+    assert criteria and [c["pass_rate"] for c in criteria] == sorted(c["pass_rate"] for c in criteria)
+    assert summary["hardest_criteria"] == criteria[:3] and all(c["decided"] >= 1 for c in criteria)
     assert manifest["config"]["llm"]["roles"]["judge"] == {"temperature": 0.0}
     history = json.loads((out / "log_history.json").read_text())
     steps = [entry for entry in history if "reward" in entry]
