@@ -147,8 +147,33 @@ def save_model(trainer: "Trainer", output_dir: Path, merge: bool) -> None:
     if not merge:
         trainer.save_model(str(output_dir))
         return
-    trainer.save_model(str(output_dir / "adapter"))  # every process: it gathers the weights where sharded
+    adapter = output_dir / "adapter"
+    trainer.save_model(str(adapter))  # every process: it gathers the weights where sharded (ZeRO-3, FSDP)
     if trainer.args.should_save:
-        merged = trainer.model.merge_and_unload()
-        merged.save_pretrained(output_dir)
+        merge_saved_adapter(trainer.model.get_base_model(), adapter, output_dir)
         trainer.processing_class.save_pretrained(output_dir)
+
+
+def merge_saved_adapter(trained, adapter: Path, output_dir: Path) -> None:
+    """The base model loaded on the CPU, the saved adapter merged into it, saved in output_dir. Not the trained model
+    merged in memory: under ZeRO-3 or FSDP its parameters are shards (merging them merges nothing whole). `trained`
+    (the training model under the adapter) gives the class, the dtype it trained in, and its config and generation
+    config, which the trainers adjust (pad and eos tokens): the merged model keeps them."""
+    import copy
+
+    from peft import PeftConfig, PeftModel
+    from transformers.integrations import deepspeed
+
+    source = PeftConfig.from_pretrained(str(adapter))
+    revision = {"revision": source.revision} if source.revision else {}
+    # Only this process loads: under ZeRO-3 transformers would load the model partitioned across all processes (a
+    # collective the others never join), so its DeepSpeed config is out of sight meanwhile.
+    zero3, deepspeed._hf_deepspeed_config_weak_ref = deepspeed._hf_deepspeed_config_weak_ref, None
+    try:
+        base = type(trained).from_pretrained(source.base_model_name_or_path, config=copy.deepcopy(trained.config),
+                                             dtype=trained.dtype, device_map="cpu", **revision)  # fmt: skip
+        merged = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
+    finally:
+        deepspeed._hf_deepspeed_config_weak_ref = zero3
+    merged.generation_config = copy.deepcopy(trained.generation_config)
+    merged.save_pretrained(output_dir)

@@ -2,6 +2,7 @@
 loaded on the CPU (what still works under ZeRO-3/FSDP, where the trained parameters are shards), and it is the
 folder that merging the trained model in memory gives, in the dtype it trained in."""
 
+import inspect
 import json
 
 import pytest
@@ -48,3 +49,12 @@ def test_a_lora_model_merged_from_its_saved_adapter_equals_the_one_merged_in_mem
     assert json.loads((out / "generation_config.json").read_text())["eos_token_id"] == [tokenizer.eos_token_id, 0]
     assert (out / "adapter" / "adapter_config.json").is_file() and (out / "tokenizer_config.json").is_file()
     assert AutoModelForCausalLM.from_pretrained(out).dtype == getattr(torch, dtype)
+
+
+def test_the_deepspeed_switch_the_merge_hides_still_exists():
+    """merge_saved_adapter hides transformers' ZeRO-3 config (a private module variable) while the main process
+    loads the base model alone; if transformers renames it, the merge would load partitioned and hang."""
+    from transformers.integrations import deepspeed
+
+    assert hasattr(deepspeed, "_hf_deepspeed_config_weak_ref")
+    assert "_hf_deepspeed_config_weak_ref" in inspect.getsource(deepspeed.is_deepspeed_zero3_enabled)
