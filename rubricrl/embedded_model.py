@@ -7,6 +7,8 @@ and the chat template. Nothing is fetched from a model hub.
 
 The folder is built under a temporary name and renamed into place as the last step, so a killed preparation
 never leaves a folder that looks complete; a finished one is recognised by its marker file and reused at once.
+Any number of processes may ask at once (every rank of a `torchrun` launch does): a file lock lets one convert
+while the others wait, then they all take the finished folder.
 """
 
 import fcntl
@@ -101,7 +103,24 @@ def _download_gguf(work: Path, log: Callable[[str], None]) -> Path:
 
 
 def _convert(gguf: Path, out: Path) -> None:
-    """Dequantize the GGUF file into bf16 safetensors plus tokenizer and chat template."""
+    """Run the conversion in a fresh interpreter. Under torchrun/accelerate the caller's process group is already
+    up (TRL's config starts it), and transformers' save_pretrained then writes nothing on any rank but 0
+    (`should_save_on_this_rank`): whichever rank won the lock would convert in vain. A child has no process group,
+    so the rank that converts does not matter; it also keeps the dequantized model out of the training process."""
+    from rubricrl.serve import die_with_parent  # here: serve imports this module
+
+    env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
+    result = subprocess.run([sys.executable, "-m", "rubricrl.embedded_model", str(gguf), str(out)], env=env,
+                            stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                            preexec_fn=die_with_parent)  # a killed preparation takes its conversion with it
+    if result.returncode != 0:
+        raise RuntimeError(f"conversion of {gguf} failed (exit {result.returncode}):\n{result.stderr.strip()[-3000:]}")
+    if not (out / "config.json").is_file() or not list(out.glob("*.safetensors")):
+        raise RuntimeError(f"conversion of {gguf} wrote no model to {out}:\n{result.stderr.strip()[-3000:]}")
+
+
+def _convert_here(gguf: Path, out: Path) -> None:
+    """Dequantize the GGUF file into bf16 safetensors plus tokenizer and chat template (in the child)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
     import transformers
@@ -118,8 +137,6 @@ def _convert(gguf: Path, out: Path) -> None:
         model.hf_quantizer.remove_quantization_config(model)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    if not (out / "config.json").is_file() or not list(out.glob("*.safetensors")):
-        raise RuntimeError(f"conversion of {gguf} wrote no model to {out}")
 
 
 def _sha256(path: Path) -> str:
@@ -128,3 +145,7 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+if __name__ == "__main__":  # the conversion child of `_convert`: python -m rubricrl.embedded_model GGUF OUT
+    _convert_here(Path(sys.argv[1]), Path(sys.argv[2]))

@@ -4,7 +4,7 @@
 CPU build crashes looking up the `vllm` distribution) started in its own process group, so stopping it stops
 vLLM's engine processes too. `rubricrl serve` advertises its server in `$RUBRICRL_HOME/server.json`;
 `local_endpoint()` reuses an advertised (or default-port) server that answers with the wanted model, and
-otherwise starts one for the duration of the command.
+otherwise starts one for the duration of the command (one for all processes of a torchrun / accelerate launch).
 
 `Replicas` starts several such servers for one model on consecutive ports and advertises them as one endpoint
 (their URLs joined by commas), over which the client spreads its calls (llm/endpoints.py). On GPUs each replica
@@ -15,6 +15,7 @@ model per GPU on a vLLM build without it, or on the CPU build, where each replic
 
 import contextlib
 import ctypes
+import fcntl
 import hashlib
 import importlib.metadata
 import json
@@ -175,7 +176,7 @@ class LocalServer:
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                             env=self.environment(), start_new_session=True,
-                                            preexec_fn=_die_with_parent)  # fmt: skip
+                                            preexec_fn=die_with_parent)  # fmt: skip
 
     def wait_ready(self, deadline: float, timeout: float) -> Endpoint:
         while time.monotonic() < deadline:
@@ -295,7 +296,7 @@ def gpu_shares(count: int) -> list[str | None]:
     return [",".join(devices[i * share : (i + 1) * share]) for i in range(count)]
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child before exec: have Linux send it SIGTERM if we die, even by SIGKILL, so no server is orphaned.
     Linux ties this to the thread that started the server: start servers from a thread that outlives them."""
     try:
@@ -355,11 +356,22 @@ def find_running(model: str = EMBEDDED_MODEL_NAME) -> Endpoint | None:
 
 @contextmanager
 def local_endpoint(model: str | None = None) -> Iterator[Endpoint]:
-    """The local server for `model` (default: the embedded model): reused if running, else started until exit."""
+    """The local server for `model` (default: the embedded model): reused if running, else started until exit.
+    The processes of one torchrun / accelerate launch on this machine share one (`_launch_server`)."""
     wanted = served_name_for(model) if model else EMBEDDED_MODEL_NAME
     running = find_running(wanted)
     if running is not None:
         yield running
+        return
+    launch = launch_key()
+    if launch is not None:
+        if not vllm_on_cpu():  # the server would inherit the launch's GPUs and take GPU 0 beside rank 0's policy
+            raise UserError(f"no local server for {wanted} is running, and inside a multi-process GPU launch none is "
+                            "started (it would take GPU 0 beside the policy of process 0): start one on a GPU of its "
+                            "own first (e.g. CUDA_VISIBLE_DEVICES=7 rubricrl serve --model MODEL; this launch then "
+                            "finds it), or give the role an endpoint (--base-url)")  # fmt: skip
+        with _launch_server(model, wanted, launch) as endpoint:
+            yield endpoint
         return
     _stderr(f"no local server for {wanted} is running: starting one for this command (`rubricrl serve` keeps one up)")
     started = time.monotonic()
@@ -369,6 +381,75 @@ def local_endpoint(model: str | None = None) -> Iterator[Endpoint]:
             yield endpoint
         finally:
             _stderr("stopping the local server this command started")
+
+
+def launch_key() -> str | None:
+    """What the processes of one multi-process launch on this machine share: their launcher (torchrun's agent,
+    `accelerate launch`) is their common parent. None outside such a launch (LOCAL_WORLD_SIZE unset or 1)."""
+    try:
+        if int(os.environ.get("LOCAL_WORLD_SIZE", "1")) <= 1:
+            return None
+    except ValueError:
+        return None
+    return f"launch-{os.getppid()}"
+
+
+@contextmanager
+def _launch_server(model: str | None, wanted: str, launch: str) -> Iterator[Endpoint]:
+    """One server for all processes of a launch: without this every rank started its own vLLM (8 ranks, 8 servers
+    on one GPU or the same CPU cores). The first process to take the start lock starts it and records it; the
+    others wait on that lock, then use the recorded one. Each user holds a shared lock on `.users` while it
+    calls; the starter withdraws the record, then waits for an exclusive lock there (every other rank done: a
+    rank that exits, even killed, drops its lock) before stopping the server."""
+    folder = rubricrl_home() / "servers"
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = folder / f"{launch}-{hashlib.sha256(wanted.encode()).hexdigest()[:12]}"
+    record = stem.with_suffix(".json")
+    with open(stem.with_suffix(".lock"), "w") as start_lock, open(stem.with_suffix(".users"), "w") as users:
+        fcntl.flock(start_lock, fcntl.LOCK_EX)  # while another rank starts the server (up to minutes)
+        server = None
+        try:
+            endpoint = _recorded(record, wanted)
+            if endpoint is None:
+                _stderr(f"no local server for {wanted} is running: starting one for the processes of this launch")
+                started = time.monotonic()
+                server = LocalServer(model)
+                endpoint = server.start()
+                write_whole(record, json.dumps(asdict(endpoint)))
+                _stderr(f"local server (pid {endpoint.pid}) ready at {endpoint.base_url} in "
+                        f"{time.monotonic() - started:.0f} s")  # fmt: skip
+            else:
+                _stderr(f"using the local server another process of this launch started: {endpoint.base_url}")
+            fcntl.flock(users, fcntl.LOCK_SH)
+        except BaseException:
+            if server is not None:
+                server.stop()
+            raise
+        finally:
+            fcntl.flock(start_lock, fcntl.LOCK_UN)
+        try:
+            yield endpoint
+        finally:
+            if server is not None:
+                fcntl.flock(start_lock, fcntl.LOCK_EX)  # no rank finds the record from now on
+                record.unlink(missing_ok=True)
+                fcntl.flock(start_lock, fcntl.LOCK_UN)
+                try:
+                    fcntl.flock(users, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    _stderr("waiting for the other processes of this launch to finish with the local server")
+                    fcntl.flock(users, fcntl.LOCK_EX)
+                _stderr("stopping the local server this launch started")
+                server.stop()
+
+
+def _recorded(record: Path, wanted: str) -> Endpoint | None:
+    """The server recorded for this launch, if it answers with `wanted`."""
+    try:
+        endpoint = Endpoint(**json.loads(record.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+    return endpoint if wanted in served_models(endpoint.base_url) else None
 
 
 def _stderr(message: str) -> None:

@@ -2,9 +2,10 @@
 that calls models starts.
 
 Roles without an endpoint are served by one local vLLM server (reused if one is running, else started for the
-duration of the `with` block). A base_url without a model takes the one model that endpoint serves. Roles that end
-up on the embedded model (SmolLM2-135M-Instruct on a CPU) and set no max_tokens get the command's CPU budgets: left
-without one, that model rambles to thousands of tokens, minutes per request on two cores.
+duration of the `with` block; the processes of one torchrun / accelerate launch share one: serve.local_endpoint).
+A base_url without a model takes the one model that endpoint serves. Roles that end up on the embedded model
+(SmolLM2-135M-Instruct on a CPU) and set no max_tokens get the command's CPU budgets: left without one, that model
+rambles to thousands of tokens, minutes per request on two cores.
 """
 
 import sys
