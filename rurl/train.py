@@ -46,6 +46,7 @@ from rubricrl.training import (base_model, keep_run_config, model_init_kwargs, r
                                save_model, start_wandb, step_of, trl_defaults, trl_settings)  # fmt: skip
 from rurl.config import RurlConfig, TrainArgs, check_with_trl
 from rurl.data import RurlData, load_rurl_data
+from rurl.vllm_cpu import close_colocated_engine
 
 if TYPE_CHECKING:
     from trl import GRPOConfig, ModelConfig
@@ -204,6 +205,7 @@ def train(train_args: TrainArgs, rurl: RurlConfig, grading: GradingConfig, grpo:
                                         "versions": package_versions(), "summary": summary})  # fmt: skip
             print(summary_text(summary, output_dir), file=sys.stderr)
         if hasattr(trainer, "end"):  # transformers >= 5.18: ends accelerate's trackers and the process group
+            close_colocated_engine(trainer)  # first: a colocated vLLM engine tears down its groups while they exist
             trainer.end()
     finally:
         if wandb_run is not None:

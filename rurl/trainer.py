@@ -41,6 +41,8 @@ from transformers import TrainerCallback
 from trl import GRPOTrainer
 from trl.trainer.utils import nanstd, pad
 
+from rurl.vllm_cpu import patch_cpu_colocate
+
 TRL_RANGE = ((1, 16), (1, 17))
 """TRL versions [from, to) whose private GRPOTrainer methods this subclass was checked against."""
 LEFT_PADDED = {"prompt_ids": "pad", "prompt_mask": 0}
@@ -77,6 +79,7 @@ class RubricGRPOTrainer(GRPOTrainer):
     def __init__(self, *args: Any, dynamic: DynamicSampling | None = None, failure_monitor=None, **kwargs: Any):
         check_trl_version()
         super().__init__(*args, **kwargs)
+        patch_cpu_colocate(self)  # TRL's colocated weight push fails on vLLM's CPU build: rurl/vllm_cpu.py
         self.dynamic = dynamic
         self.failure_monitor = failure_monitor
         self.stop_reason: str | None = None
