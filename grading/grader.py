@@ -6,7 +6,6 @@ recompute every report without a judge call: verdicts with each criterion's poin
 judge model, mode and the hash of the prompt actually used.
 """
 
-import asyncio
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ from grading.rubric import Rubric
 from grading.rules import check_rule
 from grading.scores import (DEFAULT_MIN_COVERAGE, UNDECIDED_PENALTY, UndecidedPenalty, explicit_score,
                             training_reward)  # fmt: skip
+from rubricrl.aio import gather_or_cancel
 from rubricrl.config import ConfigError
 from rubricrl.llm import LLMClient
 from rubricrl.prompts import Prompt
@@ -161,15 +161,15 @@ class Grader:
             for i, c in by_rule.items()
         }
         if config.mode == "per_criterion":
-            judged = await asyncio.gather(*(
+            judged = await gather_or_cancel(
                 judge.judge_per_criterion(client, role, prompt, conversation, response, c, config.samples)
                 for _, c in by_judge
-            ))  # fmt: skip
+            )  # fmt: skip
         else:
             chunks = [by_judge[k : k + config.chunk_size] for k in range(0, len(by_judge), config.chunk_size)]
-            results = await asyncio.gather(*(judge.judge_batched(client, role, prompt, conversation, response,
+            results = await gather_or_cancel(judge.judge_batched(client, role, prompt, conversation, response,
                                                                  [c for _, c in chunk], config.samples)
-                                              for chunk in chunks))  # fmt: skip
+                                             for chunk in chunks)  # fmt: skip
             judged = [v for chunk in results for v in chunk]
         verdicts.update({i: v for (i, _), v in zip(by_judge, judged)})
         ordered = [verdicts[i] for i in range(len(rubric.criteria))]
@@ -212,24 +212,10 @@ class Grader:
             key = (_freeze(item.conversation), item.response, item.rubric, item.reference)
             unique.setdefault(key, item)
             keys.append(key)
-        tasks = [asyncio.ensure_future(self.grade(i.conversation, i.response, i.rubric, i.reference))
-                 for i in unique.values()]  # fmt: skip
-        bar = tqdm(total=len(tasks), desc=progress, file=sys.stderr) if progress else None
-        for task in tasks if bar is not None else ():
-            task.add_done_callback(lambda _: bar.update())
-        try:
-            if tasks:
-                await asyncio.wait(tasks, timeout=deadline, return_when=asyncio.FIRST_EXCEPTION)
-        finally:  # the first error, the deadline, or our own cancellation: nothing is left running
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            if bar is not None:
-                bar.close()
-        error = next((t.exception() for t in tasks if not t.cancelled() and t.exception() is not None), None)
-        if error is not None:
-            raise error
-        by_key = {key: None if task.cancelled() else task.result() for key, task in zip(unique, tasks)}
+        jobs = (self.grade(i.conversation, i.response, i.rubric, i.reference) for i in unique.values())
+        with tqdm(total=len(unique), desc=progress, file=sys.stderr, disable=not progress) as bar:
+            results = await gather_or_cancel(jobs, timeout=deadline, on_done=bar.update)
+        by_key = dict(zip(unique, results))
         return [by_key[key] for key in keys]
 
 

@@ -78,8 +78,9 @@ async def rubric_reward(
         graded = await (grader.grade_many(items) if deadline is None else grader.grade_within(items, deadline))
     except EndpointUnreachable:  # the judge's server is down: nothing scored (the batch's other calls cancelled)
         if on_batch is not None:
-            on_batch(BatchStats(completions=len(items), unscored=len(items), flagged=0, verdicts=len(items),
-                                failed_verdicts=len(items), seconds=time.monotonic() - started, judge_calls=0))
+            asked = sum(sum(c.rule is None for c in rubric.criteria) or 1 for rubric in parsed)  # the judge's share
+            on_batch(BatchStats(completions=len(items), unscored=len(items), flagged=0, verdicts=asked,
+                                failed_verdicts=asked, seconds=time.monotonic() - started, judge_calls=0))
         return [None] * len(items)
     seconds = time.monotonic() - started
     rewards = [None if g is None else g.reward for g in graded]

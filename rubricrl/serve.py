@@ -384,14 +384,17 @@ def local_endpoint(model: str | None = None) -> Iterator[Endpoint]:
 
 
 def launch_key() -> str | None:
-    """What the processes of one multi-process launch on this machine share: their launcher (torchrun's agent,
-    `accelerate launch`) is their common parent. None outside such a launch (LOCAL_WORLD_SIZE unset or 1)."""
+    """What the processes of one multi-process launch on this machine share: torchrun's run id (`accelerate launch`
+    runs torchrun), else the rendezvous address, else their launcher as common parent (a wrapper such as `bash -c`
+    between the launcher and each process would hide it). None outside such a launch (LOCAL_WORLD_SIZE unset or 1)."""
     try:
         if int(os.environ.get("LOCAL_WORLD_SIZE", "1")) <= 1:
             return None
     except ValueError:
         return None
-    return f"launch-{os.getppid()}"
+    shared = os.environ.get("TORCHELASTIC_RUN_ID") or ":".join(filter(None, (os.environ.get("MASTER_ADDR"),
+                                                                             os.environ.get("MASTER_PORT"))))  # fmt: skip
+    return "launch-" + (hashlib.sha256(shared.encode()).hexdigest()[:16] if shared else str(os.getppid()))
 
 
 @contextmanager

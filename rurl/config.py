@@ -80,7 +80,7 @@ class RurlConfig:
     judge_deadline: float = 600.0
     """Seconds a generation batch waits for its judge: completions still unjudged then get no score (None, counted
     in rubric/timed_out_rate and by the guard) and their calls are cancelled. The other processes wait for the
-    slowest at the next collective, so it must stay below ddp_timeout (checked at start-up)."""
+    slowest at the next collective, so it must stay within half of ddp_timeout (checked at start-up)."""
 
     overlong_buffer: int = 0
     """DAPO's soft overlong penalty: the last this many tokens before max_completion_length cost a linearly growing

@@ -62,7 +62,12 @@ class PolicyEvaluation(TrainerCallback):
             return
         items = [GradeItem(row.conversation, answer, row.rubric, row.reference) for row, answer in zip(self.rows, answers)]
         grading = self.grader.grade_many(items) if self.deadline is None else self.grader.grade_within(items, self.deadline)
-        graded = asyncio.run_coroutine_threadsafe(grading, self.trainer.async_loop).result()
+        try:
+            graded = asyncio.run_coroutine_threadsafe(grading, self.trainer.async_loop).result()
+        except Exception as error:  # the judge went away: the run goes on (the guard judges the training reward)
+            print(f"rurl eval: step {step}: not graded: {error}", file=sys.stderr)
+            self.trainer.log({"eval/failed": 1.0})  # every process logs at an eval, the others an empty dict
+            return
         graded = [g or Graded(score=None, reward=None, explanation="not judged within rurl.judge_deadline")
                   for g in graded]  # fmt: skip
         records = [g.to_record(row.rubric.example_tags, id=row.id, response=answer)

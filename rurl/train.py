@@ -191,9 +191,9 @@ def train(train_args: TrainArgs, rurl: RurlConfig, grading: GradingConfig, grpo:
         seconds = time.monotonic() - started
         stopped = guard.reason or requested.reason
         merge = model.use_peft and train_args.merge_adapter
+        criteria = trainer.criteria_table()  # every process (it gathers), before the main process merges alone
         if not stopped:
             save_model(trainer, output_dir, merge)
-        criteria = criteria_table(trainer, monitor)  # every process: it gathers
         if main_process:
             write_whole(output_dir / "criteria.json", json.dumps(criteria, indent=1, ensure_ascii=False))
             if wandb_run is not None and criteria:
@@ -220,28 +220,14 @@ def train(train_args: TrainArgs, rurl: RurlConfig, grading: GradingConfig, grpo:
 
 
 def check_judge_wait(rurl: RurlConfig, grpo: "GRPOConfig") -> None:
-    """The longest a process waits for the judge in one step (the reward's deadline) must stay below the process
-    group's timeout: the other processes wait at the next collective, and reaching ddp_timeout kills the whole job
-    without a checkpoint."""
-    if rurl.judge_deadline >= grpo.ddp_timeout:
-        raise ConfigError(f"rurl.judge_deadline {rurl.judge_deadline:g} s reaches ddp_timeout {grpo.ddp_timeout} s: "
-                          "a step waiting that long for its judge would kill the run at the process group's timeout "
-                          "without a checkpoint; lower --judge_deadline or raise --ddp_timeout")  # fmt: skip
-
-
-def criteria_table(trainer, monitor) -> list[dict[str, Any]]:
-    """Every criterion the judge or a rule decided during the run, over all processes: pass rate and count, the
-    hardest first."""
-    from accelerate.utils import gather_object
-
-    totals: dict[str, list[int]] = {}
-    for part in gather_object([dict(monitor.criteria)]):
-        for text, (met, decided) in part.items():
-            counts = totals.setdefault(text, [0, 0])
-            counts[0], counts[1] = counts[0] + met, counts[1] + decided
-    rows = [{"criterion": text, "pass_rate": met / decided, "met": met, "decided": decided}
-            for text, (met, decided) in totals.items() if decided]  # fmt: skip
-    return sorted(rows, key=lambda row: (row["pass_rate"], -row["decided"], row["criterion"]))
+    """The longest a process waits for the judge in one step (the reward's deadline) must leave room within the
+    process group's timeout: the other processes wait at the next collective, and reaching ddp_timeout kills the
+    whole job without a checkpoint. Half of it is left for generation and the rest of the step."""
+    if rurl.judge_deadline > grpo.ddp_timeout / 2:
+        raise ConfigError(f"rurl.judge_deadline {rurl.judge_deadline:g} s is more than half of ddp_timeout "
+                          f"{grpo.ddp_timeout} s: a step waiting that long for its judge, plus its generation, could "
+                          "reach the process group's timeout, which kills the run without a checkpoint; lower "
+                          "--judge_deadline or raise --ddp_timeout")  # fmt: skip
 
 
 def log_criteria(wandb_run, criteria: list[dict[str, Any]], shown: int = 10) -> None:

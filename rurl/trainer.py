@@ -6,13 +6,13 @@ generation batch, then shuffles the result and splits it into `steps_per_generat
 score the batch, keep the groups whose reward std is above `std_threshold`, generate more groups from other prompts
 until the kept groups of all processes fill the batch (at most `max_extra_rounds` extra rounds), and hand TRL a
 batch of the same size made of kept groups only. As verl does, kept groups are pooled over the processes: a process
-whose groups were flat takes surplus groups of another (sent with one gather_object), so the batch is full once
+whose groups were flat takes surplus groups of another (sent with one all_gather_object), so the batch is full once
 the processes together kept enough, not once the unluckiest one did. The rewards are read where TRL computes them
 (`_calculate_rewards`, which returns them gathered over all processes): every process sees every group's spread and
 takes the same decisions, and every process takes part in every collective, whatever it kept.
 
 Extra rounds draw prompts not yet seen this step and not found flat this epoch (the flat ones, known to every
-process, are saved in each checkpoint as dynamic_sampling.json, so a resumed run draws the same prompts). When the
+process, are saved in each checkpoint as rurl_state.json, so a resumed run draws the same prompts). When the
 rounds run out, `on_exhausted` decides: "repeat" fills the batch by repeating kept groups (logged as
 repeated_groups), "stop" (verl's choice) makes the step a no-update step and stops the run with a checkpoint. With no
 group kept at all, the run always stops that way (`stop_reason`, which rurl.guards.StopOnRequest turns into a saved
@@ -21,16 +21,21 @@ checkpoint and a stop on every process).
 A step whose batch carries no advantage at all on any process (every group flat, every completion unscored) leaves
 the weights where they are: the learning rate is 0 for that optimizer step, so neither AdamW's momentum nor its
 weight decay moves them (its moment estimates still decay, as after any zero gradient). Logged as no_update
-(the share of held optimizer steps per logged step) and counted in the run's summary.
+(the share of held optimizer steps per logged step) and counted in the run's summary. The scheduler still advances
+(a held warm-up step is used up), a KL term (beta > 0) is held with the rest, and an optimizer that ignores the
+learning rate (Adafactor with relative_step) is not held. Under DeepSpeed the rate is set before the backward pass
+of the step's last micro-batch, inside which the engine steps.
 
 The overridden methods are private: TRL_RANGE pins the versions this was read against (1.16.0, grpo_trainer.py),
 the trainer refuses others, and tests/test_rurl.py fails when their contract changes (the output keys, the rewards'
 shape). Multimodal batches are refused.
 """
 
+import itertools
 import json
 import math
 import random
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -51,8 +56,9 @@ RIGHT_PADDED = {"completion_ids": "pad", "completion_mask": 0, "old_per_token_lo
                 "tool_mask": 1}  # fmt: skip
 PER_ROW = {"advantages"}
 """The keys of `_generate_and_score_completions`' output that dynamic sampling knows how to cut and join."""
-STATE_FILE = "dynamic_sampling.json"
-"""In each checkpoint: the prompts found flat in the current epoch (extra rounds do not draw them again)."""
+STATE_FILE = "rurl_state.json"
+"""In each checkpoint: the prompts found flat in the current epoch (extra rounds do not draw them again) and the
+criteria table so far (a resumed run goes on counting)."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +91,7 @@ class RubricGRPOTrainer(GRPOTrainer):
         self.stop_reason: str | None = None
         self._last_rewards: torch.Tensor | None = None
         self._flat: set[str] = set()  # prompts found flat this epoch, the same on every process
+        self._criteria_before: list[dict[str, Any]] = []  # the criteria table of the run resumed from
         self._flat_epoch = 0
         self._keys: list[str] | None = None  # the train dataset's prompt keys, read on the first extra round
         self._signal = False  # this process: a nonzero advantage since the last optimizer step
@@ -102,8 +109,18 @@ class RubricGRPOTrainer(GRPOTrainer):
 
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any):
         if isinstance(resume_from_checkpoint, str):
-            self._load_flat(Path(resume_from_checkpoint) / STATE_FILE)
+            self._load_state(Path(resume_from_checkpoint) / STATE_FILE)
         return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
+        """Trainer._save_checkpoint calls this on every process first, before trainer_state.json marks the
+        checkpoint complete: the run's own state goes in with the weights."""
+        super().save_model(output_dir, _internal_call)
+        if _internal_call and output_dir is not None:
+            criteria = self.criteria_table()  # every process: it gathers
+            if self.args.should_save:
+                state = {"epoch": self._flat_epoch, "flat": sorted(self._flat), "criteria": criteria}
+                (Path(output_dir) / STATE_FILE).write_text(json.dumps(state, ensure_ascii=False))
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
@@ -154,10 +171,11 @@ class RubricGRPOTrainer(GRPOTrainer):
                 order += [(rounds, process, g) for g in range(groups) if spread[process, g]]
             kept |= {(rounds, rank, g): _rows(output, slice(g * size, (g + 1) * size))
                      for g in range(groups) if spread[rank, g]}  # fmt: skip
+            scored = self._group_scored().view(processes, groups)  # an unscored group says nothing of its prompt
             local_keys = [self._key(batch[g * size]) for g in range(groups)]
             for process, keys in enumerate(_per_process(gather_object(local_keys), processes)):
                 seen.update(keys)
-                self._flat.update(k for g, k in enumerate(keys) if not spread[process, g])
+                self._flat.update(k for g, k in enumerate(keys) if scored[process, g] and not spread[process, g])
             if len(order) >= needed or rounds == self.dynamic.max_extra_rounds:
                 break
             rounds += 1
@@ -185,17 +203,28 @@ class RubricGRPOTrainer(GRPOTrainer):
         return self._joined([kept[source] for source in assignment[rank]])
 
     def _exchange(self, kept: dict, assignment: list[list[tuple[int, int, int]]]) -> dict:
-        """Groups other processes take from this one, sent over (on the CPU: gather_object pickles); returns this
-        process's own kept groups plus the ones it takes from others."""
+        """Groups other processes take from this one, sent over (trimmed of their padding, pickled through a gloo
+        group); returns this process's own kept groups plus the ones it takes from others."""
         rank, device = self.accelerator.process_index, self.accelerator.device
         wanted_elsewhere = {s for process, ids in enumerate(assignment) if process != rank for s in ids if s[1] == rank}
-        outgoing = {s: {k: v.cpu() if torch.is_tensor(v) else v for k, v in kept[s].items()} for s in wanted_elsewhere}
+        outgoing = {s: _trimmed(kept[s]) for s in wanted_elsewhere}
+        parts: list[dict] = [{} for _ in range(self.accelerator.num_processes)]
+        torch.distributed.all_gather_object(parts, outgoing, group=self._cpu_group())
         received = {}
-        for part in gather_object([outgoing]):
+        for part in parts:
             received |= part
         mine = set(assignment[rank])
         return {**kept, **{s: {k: v.to(device) if torch.is_tensor(v) else v for k, v in group.items()}
                            for s, group in received.items() if s in mine and s not in kept}}  # fmt: skip
+
+    def _cpu_group(self):
+        """A gloo group over all processes for the exchange: pickled groups travel through host memory, not as
+        world-size buffers on every GPU (NCCL's all_gather_object). Created on first use, by every process at once
+        (the exchange is decided alike everywhere)."""
+        if getattr(self, "_gloo", None) is None:
+            dist = torch.distributed
+            self._gloo = dist.group.WORLD if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
+        return self._gloo
 
     def _exhausted_reason(self, kept: int, needed: int, rounds: int) -> str:
         what = ("no group" if not kept else f"only {kept} of the {needed} groups needed (rurl.on_exhausted: stop)")
@@ -213,6 +242,10 @@ class RubricGRPOTrainer(GRPOTrainer):
         rewards[torch.isnan(per_func).all(dim=1)] = torch.nan
         std = nanstd(rewards.view(-1, self.num_generations), dim=1)
         return torch.nan_to_num(std, nan=0.0) > self.dynamic.std_threshold
+
+    def _group_scored(self) -> torch.Tensor:
+        """Per group of the last scored batch (all processes): True when at least one completion got a reward."""
+        return ~torch.isnan(self._last_rewards).all(dim=1).view(-1, self.num_generations).all(dim=1)
 
     def _more_prompts(self, groups: int, round_: int, seen: set[str]) -> list[dict]:
         """`groups` prompts for this process's part of an extra round, each repeated num_generations times (as TRL's
@@ -248,13 +281,29 @@ class RubricGRPOTrainer(GRPOTrainer):
         if epoch != self._flat_epoch:
             self._flat, self._flat_epoch = set(), epoch
 
-    def save_flat(self, checkpoint: Path) -> None:
-        (checkpoint / STATE_FILE).write_text(json.dumps({"epoch": self._flat_epoch, "flat": sorted(self._flat)}))
+    def _load_state(self, path: Path) -> None:
+        if not path.is_file():  # a checkpoint of another trainer, or of a version before this file
+            print(f"rurl: {path} is missing: the extra rounds may draw prompts found flat before the resume, and the "
+                  "criteria table starts anew", file=sys.stderr)  # fmt: skip
+            return
+        state = json.loads(path.read_text())
+        self._flat, self._flat_epoch = set(state["flat"]), state["epoch"]
+        self._criteria_before = state.get("criteria", [])
 
-    def _load_flat(self, path: Path) -> None:
-        if path.is_file():
-            state = json.loads(path.read_text())
-            self._flat, self._flat_epoch = set(state["flat"]), state["epoch"]
+    def criteria_table(self) -> list[dict[str, Any]]:
+        """Every criterion decided during the run (the run resumed from included), over all processes: pass rate
+        and counts, the hardest first. A collective: every process calls it."""
+        from accelerate.utils import gather_object
+
+        totals: dict[str, list[int]] = {row["criterion"]: [row["met"], row["decided"]] for row in self._criteria_before}
+        local = dict(self.failure_monitor.criteria) if self.failure_monitor is not None else {}
+        for part in gather_object([local]):
+            for text, (met, decided) in part.items():
+                counts = totals.setdefault(text, [0, 0])
+                counts[0], counts[1] = counts[0] + met, counts[1] + decided
+        rows = [{"criterion": text, "pass_rate": met / decided, "met": met, "decided": decided}
+                for text, (met, decided) in totals.items() if decided]  # fmt: skip
+        return sorted(rows, key=lambda row: (row["pass_rate"], -row["decided"], row["criterion"]))
 
     def _check_keys(self, output: dict[str, Any]) -> None:
         unknown = set(output) - set(LEFT_PADDED) - set(RIGHT_PADDED) - PER_ROW - {"num_items_in_batch"}
@@ -300,9 +349,10 @@ class RubricGRPOTrainer(GRPOTrainer):
 
     def _release_weights(self) -> bool:
         held = self._held_lrs is not None
-        if held:
+        if held:  # a group the scheduler moved meanwhile (DeepSpeed steps it inside backward) keeps its new rate
             for group, lr in zip(self.optimizer.param_groups, self._held_lrs):
-                group["lr"] = lr
+                if group["lr"] == 0.0:
+                    group["lr"] = lr
             self._held_lrs = None
         self._signal = False
         return held
@@ -310,7 +360,7 @@ class RubricGRPOTrainer(GRPOTrainer):
 
 class _UpdateGate(TrainerCallback):
     """After each optimizer step: the learning rate back (the scheduler steps next), the signal reset, a held step
-    counted; at each save, the flat prompts into the checkpoint."""
+    counted."""
 
     def __init__(self, trainer: RubricGRPOTrainer):
         self.trainer = trainer
@@ -321,10 +371,6 @@ class _UpdateGate(TrainerCallback):
         self.trainer._metrics["train"]["no_update"].append(float(held))
         return control
 
-    def on_save(self, args, state, control, **kwargs):
-        if args.should_save and self.trainer.dynamic is not None:
-            self.trainer.save_flat(Path(args.output_dir) / f"checkpoint-{state.global_step}")
-        return control
 
 
 def _assign(order: list[tuple], wanted: int, processes: int) -> list[list[tuple]]:
@@ -337,11 +383,26 @@ def _assign(order: list[tuple], wanted: int, processes: int) -> list[list[tuple]
     for groups in assignment:
         while len(groups) < wanted and surplus:
             groups.append(surplus.pop(0))
-    repeats = iter(order * wanted)
-    for groups in assignment:
+    for process, groups in enumerate(assignment):  # repeats: of the process's own kept groups when it has any
+        source = itertools.cycle(own[process] or order)
         while len(groups) < wanted:
-            groups.append(next(repeats))
+            groups.append(next(source))
     return assignment
+
+
+def _trimmed(group: dict[str, Any]) -> dict[str, Any]:
+    """A group on the CPU without the padding its batch gave it (prompts are padded on the left, completions on the
+    right): what is sent to another process. `_joined` pads it again."""
+    prompt = int(group["prompt_mask"].sum(dim=1).max())
+    completion = max(1, int(group["completion_mask"].sum(dim=1).max()))
+    out = {}
+    for key, value in group.items():
+        if torch.is_tensor(value) and value.dim() == 2 and key in LEFT_PADDED:
+            value = value[:, value.shape[1] - prompt:]
+        elif torch.is_tensor(value) and value.dim() == 2 and key in RIGHT_PADDED:
+            value = value[:, :completion]
+        out[key] = value.cpu() if torch.is_tensor(value) else value
+    return out
 
 
 def _per_process(values: list, processes: int) -> list[list]:

@@ -253,9 +253,16 @@ def test_completions_unjudged_at_the_deadline_get_no_score_and_are_counted():
     assert stats.metrics()["rubric/timed_out_rate"] == 0.5
 
 
+MIXED = [{"criterion": "SLOW: names Paris.", "points": 5, "tags": None},
+         *({"criterion": f"DOWN: answers in one sentence ({i}).", "points": 2, "tags": None} for i in range(3))]
+"""One completion's criteria: one call hangs, the others take the server down and find no connection (3 calls in a
+row without one: the client's sign of an unreachable endpoint)."""
+
+
 def test_a_judge_found_unreachable_cancels_the_rest_of_its_batch():
-    """The judge's server goes down while other calls of the batch hang on it: the batch ends at once, unscored
-    (the failure guard's business), instead of waiting for the hung calls' timeouts."""
+    """The judge's server goes down while other calls of the batch hang on it, one of them a criterion of the same
+    completion: the batch ends at once, unscored (the failure guard's business), with no call left running, instead
+    of waiting for the hung calls' timeouts."""
     import time
 
     def going_down(body: dict) -> str:
@@ -272,8 +279,9 @@ def test_a_judge_found_unreachable_cancels_the_rest_of_its_batch():
             async with LLMClient({"judge": role}, max_retries=3, invalid_answer_retries=3) as client:
                 started = time.monotonic()
                 rewards = await rubric_reward(
-                    prompts=PROMPTS * 2, completions=["SLOW: Paris.", "SLOW: 100 C.", "DOWN: Paris.", "SLOW: 90 C."],
-                    rubrics=RUBRICS * 2, grader=Grader(client, GradingConfig()), on_batch=batches.append,
+                    prompts=PROMPTS * 2, completions=["SLOW: Paris.", "SLOW: 100 C.", "Paris.", "SLOW: 90 C."],
+                    rubrics=[*RUBRICS, MIXED, RUBRICS[1]], grader=Grader(client, GradingConfig()),
+                    on_batch=batches.append,
                 )  # fmt: skip
                 left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
                 return rewards, time.monotonic() - started, left

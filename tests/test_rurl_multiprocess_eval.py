@@ -2,7 +2,7 @@
 scripted judge): the held-out rows are split between the processes, each generates answers for its share only, and
 the main process writes the report and every row's graded answer once; `rubricrl report` shows them. Also the
 pieces that run without a second process: the split, and the greedy settings handed to TRL's vLLM engine (the vLLM
-path itself does not run here: TRL's colocated vLLM fails on this CPU, the README's GPU section says why)."""
+path itself runs in tests/test_rurl_vllm.py, on one process)."""
 
 import inspect
 import json

@@ -63,6 +63,7 @@ def launch(tmp_path: Path, judge: FaultServer, prompts: list[str], *flags: str) 
         os.killpg(process.pid, signal.SIGKILL)  # torchrun and both ranks
         process.communicate()
         pytest.fail(f"two-process run did not end within {DEADLINE} s (a hang)")
+    assert _group_gone(process.pid), "a process of the launch outlived torchrun"
     errs = sorted(logs.rglob("stderr.log"), key=lambda p: p.parent.name)
     assert len(errs) == 2, output[-3000:]
     return process.returncode, [p.read_text() for p in errs], out
@@ -85,7 +86,7 @@ def test_processes_pool_kept_groups_when_one_process_has_only_flat_ones(tmp_path
         assert entry["dynamic_sampling/groups_generated"] == 2 and entry["dynamic_sampling/groups_kept"] == 1
         assert entry["dynamic_sampling/moved_groups"] == 1 and entry["dynamic_sampling/repeated_groups"] == 1
         assert entry["frac_reward_zero_std"] == 0.5 and entry["no_update"] == 0.0
-    flat = json.loads((out / "checkpoint-1" / "dynamic_sampling.json").read_text())["flat"]
+    flat = json.loads((out / "checkpoint-1" / "rurl_state.json").read_text())["flat"]
     assert flat == ["q0"]
 
 
@@ -106,3 +107,18 @@ def test_the_failure_guard_stops_every_process_at_the_same_step(tmp_path, quiet_
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["summary"]["steps"] == 1
     assert manifest["summary"]["judge"]["unscored"] * 2 == manifest["summary"]["judge"]["completions"] == 8
+
+
+def _group_gone(group: int, within: float = 30.0) -> bool:
+    """Whether every process of the launch's process group has exited (torchrun waits for its workers, so this is
+    true at once unless one was left behind)."""
+    import time
+
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.2)
+    return False

@@ -78,11 +78,12 @@ def rubric_trainer(tmp_path, judge: FaultServer, prompts: list[str], max_extra_r
 
 
 def test_dynamic_sampling_keeps_flat_groups_out_of_the_batch(tmp_path, quiet_env):
-    """Half the prompts score 1 on every completion (std 0). With dynamic sampling, the batch that reaches the loss
-    holds only groups of the other prompts, whole and at full size, drawing extra rounds until it is full."""
+    """Two of the three prompts score 1 on every completion (std 0), so every first round has a flat group. With
+    dynamic sampling, the batch that reaches the loss holds only groups of the other prompt, whole and at full size,
+    drawing extra rounds until it is full, and never drawing again a prompt found flat."""
     batches = []
     with FaultServer(reply=scripted_verdict) as judge, \
-            rubric_trainer(tmp_path, judge, VARIED + FLAT, max_extra_rounds=8) as trainer:  # fmt: skip
+            rubric_trainer(tmp_path, judge, VARIED[:1] + FLAT, max_extra_rounds=8) as trainer:  # fmt: skip
         original = trainer._generate_and_score_completions
 
         def keep(inputs):
@@ -91,6 +92,14 @@ def test_dynamic_sampling_keeps_flat_groups_out_of_the_batch(tmp_path, quiet_env
             return output
 
         trainer._generate_and_score_completions = keep
+        draw, draws = trainer._more_prompts, []
+
+        def recorded(groups, round_, seen):
+            rows = draw(groups, round_, seen)
+            draws.append(({trainer._key(row) for row in rows}, set(trainer._flat)))
+            return rows
+
+        trainer._more_prompts = recorded
         trainer.train()
         tokenizer = trainer.processing_class
     (batch,) = batches
@@ -102,8 +111,7 @@ def test_dynamic_sampling_keeps_flat_groups_out_of_the_batch(tmp_path, quiet_env
         assert len(set(group)) == 1, group
         assert batch["advantages"][g * GENERATIONS:(g + 1) * GENERATIONS].abs().sum() > 0
     assert batch["num_items_in_batch"] == batch["completion_mask"].sum()  # recomputed over the kept rows
-    generated = [p for p in trainer._logs["prompt"] if "FLAT:" in p]  # every round's prompts
-    assert len(generated) == len(set(generated)), generated  # a prompt found flat is not drawn again this epoch
+    assert draws and all(not drawn & flat for drawn, flat in draws), draws  # no prompt found flat is drawn again
     logs = trainer.state.log_history[0]
     assert logs["dynamic_sampling/groups_kept"] >= 2
     assert logs["dynamic_sampling/groups_generated"] == 2 * (1 + logs["dynamic_sampling/extra_rounds"])
@@ -120,8 +128,12 @@ def test_dynamic_sampling_stops_with_a_checkpoint_when_no_group_has_a_spread(tmp
     logs = trainer.state.log_history[0]
     assert (logs["dynamic_sampling/groups_kept"], logs["dynamic_sampling/extra_rounds"]) == (0, 1)
     assert logs["dynamic_sampling/groups_generated"] == 4
-    state = json.loads((tmp_path / "checkpoint-1" / "dynamic_sampling.json").read_text())
+    state = json.loads((tmp_path / "checkpoint-1" / "rurl_state.json").read_text())
     assert len(state["flat"]) == 2  # both prompts, saved for a resumed run's draws
+    with FaultServer(reply=scripted_verdict) as judge, \
+            rubric_trainer(tmp_path, judge, FLAT, max_extra_rounds=1, max_steps=1) as resumed:  # fmt: skip
+        resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-1"))  # at max_steps already: no step
+    assert resumed._flat == set(state["flat"])  # a resumed run's extra rounds skip them as the first run's did
 
 
 def test_on_exhausted_stop_ends_the_run_without_moving_the_weights(tmp_path, quiet_env):

@@ -88,7 +88,8 @@ def test_the_weight_sync_pushes_the_policy_into_the_colocated_cpu_engine():
 def test_tiny_preset_trains_with_colocated_vllm_rollouts(tmp_path, quiet_env, local_server):
     """`rubricrl rurl train --config configs/rurl/tiny-cpu.yaml --use_vllm true --vllm_mode colocate`: 2 GRPO steps
     whose completions come from the in-process vLLM engine (the weights pushed before each step's rollouts), graded
-    by the real judge, ending with the model and the manifest, and no traceback from the engine's teardown."""
+    by the real judge, then the held-out rows answered greedily by the same engine, ending with the model and the
+    manifest, and no traceback from the engine's teardown."""
     out = tmp_path / "run"
     command = [str(Path(sys.executable).with_name("rubricrl")), "rurl", "train", "--config", str(TINY),
                "--output_dir", str(out), "--use_vllm", "true", "--vllm_mode", "colocate",
@@ -101,6 +102,8 @@ def test_tiny_preset_trains_with_colocated_vllm_rollouts(tmp_path, quiet_env, lo
     assert manifest["config"]["use_vllm"] is True and manifest["config"]["vllm_mode"] == "colocate"
     assert manifest["summary"]["steps"] == 2 and manifest["summary"]["stopped"] is None
     assert (out / "model.safetensors").is_file()
+    answers = [json.loads(line) for line in (out / "eval_answers.jsonl").read_text().splitlines()]
+    assert len(answers) == 2 and all(a["step"] == 2 and a["response"] for a in answers)  # the eval, through vLLM too
     steps = [entry for entry in json.loads((out / "log_history.json").read_text()) if "reward" in entry]
     assert len(steps) == 2
     for entry in steps:  # TRL logs these only for vLLM rollouts: the engine's log-probabilities against the policy's
