@@ -5,19 +5,21 @@
 What runs, in order (everything a user can get wrong is checked before the policy loads):
 1. settings: `TrainArgs` and the `rurl:`, `grading:`, `llm:` sections (ours), then TRL's `GRPOConfig` and
    `ModelConfig` as `trl grpo --config` reads them (flat keys, flags win; TRL checks its batch divisibility rules
-   here); on a machine without CUDA, rubricrl.training.CPU_DEFAULTS first. `--dry_run` prints them and exits;
-2. the rubric dataset (rurl/data.py): every row checked, held-out rows split off, the RuFT prefilter;
+   here); on a machine without CUDA, rubricrl.training.CPU_DEFAULTS first; the overlong buffer within
+   max_completion_length, the judge's deadline within half of ddp_timeout. `--dry_run` prints them and exits;
+2. the rubric dataset (rurl/data.py): every row checked, rows that can never train refused or left out (a rubric of
+   penalties only, a prompt over the policy's budget), held-out rows split off, the RuFT prefilter;
 3. the judge: the `grading.judge_role` role of `llm:` (the local vLLM server when it names no endpoint), reachable,
    then one preflight call that must come back with a verdict;
 4. RubricGRPOTrainer (rurl/trainer.py: GRPOTrainer, plus dynamic sampling when asked) with the rubric reward
    (grading/reward.py: all judge calls of a batch concurrent and bounded, identical ones once, cached), the
    judge-failure guard and the in-training evaluation as callbacks; wandb when report_to names it (offline without
    a key), its config the resolved settings;
-5. in output_dir: config.yaml (first), checkpoints, eval.jsonl (one report per eval) and eval_answers.jsonl (each
-   held-out row's graded answer per eval), the final model (LoRA merged unless
-   merge_adapter is false), log_history.json (every logged step), criteria.json (every criterion's pass rate over
-   the run, the hardest first), reward.png, and manifest.json (last: versions,
-   models, counts, the summary).
+5. in output_dir: config.yaml (first), rejected.jsonl (rows left out by rurl.bad_rows: skip), checkpoints (each
+   with rurl_state.json), eval.jsonl (one report per eval) and eval_answers.jsonl (each held-out row's graded answer
+   per eval), the final model (LoRA merged unless merge_adapter is false), log_history.json (every logged step),
+   criteria.json (every criterion's pass rate over the run, resumed runs included, the hardest first), reward.png,
+   and manifest.json (last: versions, models, counts, the summary).
    `--resume_from_checkpoint true` continues from the latest complete checkpoint after a kill; the judge calls it
    replays come from the response cache.
 """
