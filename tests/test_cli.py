@@ -59,8 +59,11 @@ def test_an_interrupted_run_says_so_and_how_to_resume_without_a_traceback(tmp_pa
     queries.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"Question {i}?"}) + "\n" for i in range(20)))
     with FaultServer(reply=schema_reply, latency=30) as server:  # calls hang: the signal comes mid-flight
         env = {**os.environ, "RUBRICRL_HOME": str(tmp_path / "home")}
+        # A test run started in the background without job control (`make test &` in a script) ignores SIGINT, and
+        # its children inherit that: the run under test gets Ctrl-C's default disposition, as in a terminal.
         process = subprocess.Popen([sys.executable, "-c", RUN, str(queries), str(tmp_path / "out"), server.base_url],
-                                   cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+                                   cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
         deadline = time.monotonic() + 60
         while server.count < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
