@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rubricrl.aio import gather_or_cancel
 from rubricrl.errors import UserError
 from rubricrl.llm.cache import ResponseCache, cache_key
 from rubricrl.llm.endpoints import EndpointStats, Router
@@ -164,7 +165,7 @@ class LLMClient:
             return samples, parsed, time.monotonic() - started
 
         answers: list[ChatResult] = [None] * len(roles)  # type: ignore[list-item]
-        for members, (samples, parsed, seconds) in zip(groups, await asyncio.gather(*map(ask, groups))):
+        for members, (samples, parsed, seconds) in zip(groups, await gather_or_cancel(map(ask, groups))):
             for k, i in enumerate(members):
                 answers[i] = ChatResult(texts=[samples[k]["text"]], finish_reasons=[samples[k]["finish_reason"]],
                                         messages=messages, role=roles[i], model=self.roles[roles[i]].model,
@@ -261,8 +262,8 @@ class LLMClient:
         index with seed + index (what vLLM gives the i-th child of an n request), so samples never repeat."""
         if "seed" not in request:
             return await self._request(role, spec, messages, request, len(indices))
-        answers = await asyncio.gather(*(self._request(role, spec, messages, {**request, "seed": request["seed"] + i}, 1)
-                                         for i in indices))  # fmt: skip
+        answers = await gather_or_cancel(self._request(role, spec, messages, {**request, "seed": request["seed"] + i}, 1)
+                                         for i in indices)  # fmt: skip
         return [answer[0] for answer in answers]
 
     async def _request(self, role, spec, messages, request, n) -> list[dict]:
