@@ -30,7 +30,8 @@ class FailureMonitor:
         self.totals = dict.fromkeys(COUNTS, 0)
         self.seconds = 0.0
         self.criteria: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-        """This process's criterion -> [times met, times decided] over the run; the run gathers them at the end."""
+        """This process's criterion -> [times met, times decided] over the run; the trainer gathers them at each save
+        and at the end (RubricGRPOTrainer.criteria_table)."""
         self._pending = dict.fromkeys(COUNTS, 0)
 
     def record(self, stats: BatchStats) -> None:
