@@ -3,7 +3,10 @@
 counts. Never a stand-in for the model in the main paths (those run against the real vLLM server).
 
 Each request takes the next scripted `Fault` (or answers normally once the script is empty). A normal answer is
-a valid chat completion whose content is `reply` (a string, or a function of the request body).
+a valid chat completion whose content is `reply` (a string, or a function of the request body). A reply may also
+be a dict shaped as a vLLM reasoning parser's message: its keys become the message's fields (`content`, possibly
+None, `reasoning`, `reasoning_content`), except `finish_reason` (default "stop") and `reasoning_tokens`, which go to
+the choice and, summed over the choices as vLLM does, to `usage.completion_tokens_details`.
 """
 
 import json
@@ -27,8 +30,11 @@ class Fault:
     """Announce the full length, send half of it, close the connection."""
 
 
+Reply = str | dict[str, Any]
+
+
 class FaultServer:
-    def __init__(self, reply: str | Callable[[dict], str] = "ok", latency: float = 0.0):
+    def __init__(self, reply: Reply | Callable[[dict], Reply] = "ok", latency: float = 0.0):
         self.reply = reply
         self.latency = latency
         self.script: list[Fault] = []
@@ -76,13 +82,19 @@ class FaultServer:
 
     def completion(self, body: dict) -> bytes:
         n = body.get("n") or 1
-        texts = [self.reply(body) if callable(self.reply) else self.reply for _ in range(n)]  # one per choice
+        replies = [self.reply(body) if callable(self.reply) else self.reply for _ in range(n)]  # one per choice
+        fields = [dict(r) if isinstance(r, dict) else {"content": r} for r in replies]
+        finish = [f.pop("finish_reason", "stop") for f in fields]
+        reasoning_tokens = [f.pop("reasoning_tokens", None) for f in fields]
+        usage = {"prompt_tokens": 10, "completion_tokens": 5 * n, "total_tokens": 10 + 5 * n}
+        if any(t is not None for t in reasoning_tokens):
+            usage["completion_tokens_details"] = {"reasoning_tokens": sum(t or 0 for t in reasoning_tokens)}
         return json.dumps({
             "id": f"cmpl-{self.count}", "object": "chat.completion", "created": int(time.time()),
             "model": body.get("model", "fake"),
-            "choices": [{"index": i, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
-                        for i, text in enumerate(texts)],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 5 * n, "total_tokens": 10 + 5 * n},
+            "choices": [{"index": i, "message": {"role": "assistant", **f}, "finish_reason": finish[i]}
+                        for i, f in enumerate(fields)],
+            "usage": usage,
         }).encode()  # fmt: skip
 
     def _handler(self):

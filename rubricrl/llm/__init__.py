@@ -2,14 +2,14 @@
 completions itself (transport.py): the openai SDK is not used."""
 
 from rubricrl.llm.cache import ResponseCache
-from rubricrl.llm.client import ChatResult, EndpointUnreachable, LLMClient, LLMError, Usage
+from rubricrl.llm.client import ChatResult, EmptyAnswer, EndpointUnreachable, LLMClient, LLMError, Usage
 from rubricrl.llm.connect import LLMSession, LLMSettings, open_llm
 from rubricrl.llm.endpoints import EndpointStats
 from rubricrl.llm.roles import Role, bind_local, resolve_roles
 from rubricrl.llm.structured import StructuredOutputError, json_schema_format, parse_structured
 
 __all__ = [
-    "ChatResult", "EndpointStats", "EndpointUnreachable", "LLMClient", "LLMError", "LLMSession", "LLMSettings",
+    "ChatResult", "EmptyAnswer", "EndpointStats", "EndpointUnreachable", "LLMClient", "LLMError", "LLMSession", "LLMSettings",
     "ResponseCache", "Role", "StructuredOutputError", "Usage", "bind_local", "json_schema_format", "open_llm",
     "parse_structured",
     "resolve_roles",

@@ -14,7 +14,10 @@ Async, against any OpenAI-compatible endpoint (the chat completions API). What i
 - structured outputs (`schema=`): a bounded JSON schema as `response_format`, the reply parsed and validated,
   a fresh sample drawn (bounded) when a reply does not parse;
 - n > 1 sampling, cached per sample index; `chat_each` for one answer from each of several roles; token usage
-  per role;
+  per role (reasoning tokens apart, when the server counts them);
+- reasoning models behind a reasoning parser (vLLM `--reasoning-parser`, hosted APIs): the answer is `content`
+  alone, the reasoning (`reasoning`, or `reasoning_content` in vLLM <= 0.10 and DeepSeek) is kept beside it; a
+  reply with no content is an error that says why (see `_empty_answer`), never an empty answer;
 - the response cache (cache.py): a call already answered is never sent again.
 """
 
@@ -46,6 +49,17 @@ class EndpointUnreachable(LLMError):
     stop its run on the first of these instead of recording one failure per item."""
 
 
+class EmptyAnswer(LLMError):
+    """A reply without content (empty, null or blank): typically a reasoning model cut off at max_tokens while
+    thinking, its reasoning in `reasoning`. The message says what to change. A caller for whom "no answer" is a
+    result (a policy being scored) may catch it, or ask with `allow_empty=True`."""
+
+    def __init__(self, message: str, *, finish_reason: str | None, reasoning: str | None):
+        super().__init__(message)
+        self.finish_reason = finish_reason
+        self.reasoning = reasoning
+
+
 @dataclass
 class Usage:
     """Calls and tokens of one role. Cache hits cost nothing and are counted apart."""
@@ -55,13 +69,17 @@ class Usage:
     completion_tokens: int = 0
     cache_hits: int = 0
     retries: int = 0
-    """Answers that did not parse (invalid body or off-schema JSON) and were asked for again."""
+    """Answers that did not parse (invalid body, off-schema JSON, no content) and were asked for again."""
+    reasoning_tokens: int = 0
+    """Of completion_tokens, those spent reasoning, as the server reports them
+    (`usage.completion_tokens_details.reasoning_tokens`: OpenAI, vLLM with a reasoning parser); 0 when it does not."""
 
 
 @dataclass
 class ChatResult:
     texts: list[str]
-    """One text per sample (n of them)."""
+    """One answer per sample (n of them): the message's `content`, never its reasoning; never empty (unless asked
+    with `allow_empty`)."""
     finish_reasons: list[str | None]
     messages: list[Message]
     """Exactly the messages that were sent: the first thing to read when an answer looks wrong."""
@@ -72,10 +90,17 @@ class ChatResult:
     parsed: list[Any] = field(default_factory=list)
     """With `schema=`: one validated JSON value per sample."""
     seconds: float = 0.0
+    reasonings: list[str | None] = field(default_factory=list)
+    """One per sample: the reasoning a reasoning parser returned beside the answer (`reasoning` or
+    `reasoning_content`); None when there was none (a plain model, or `<think>` text left inside the answer)."""
 
     @property
     def text(self) -> str:
         return self.texts[0]
+
+    @property
+    def reasoning(self) -> str | None:
+        return self.reasonings[0]
 
     @property
     def value(self) -> Any:
@@ -117,22 +142,26 @@ class LLMClient:
         schema: dict[str, Any] | None = None,
         schema_name: str = "output",
         check: Callable[[Any], None] | None = None,
+        allow_empty: bool = False,
         **params: Any,
     ) -> ChatResult:
         """Ask `role` for n answers to `messages` (a string is one user message). `params` override the role's
         sampling parameters for this call. With `schema`, every answer is validated JSON, in `result.parsed`;
         `check(value)` may add what a schema cannot say (e.g. one verdict per id) by raising ValueError, and an
-        answer it rejects is sampled again like one that does not parse."""
+        answer it rejects is sampled again like one that does not parse. A reply without content raises
+        EmptyAnswer; with `allow_empty` (not with a schema) it is returned as "" (its reasoning and finish_reason
+        beside it), neither asked again nor cached: for a policy whose "no answer" is a result to score."""
         if n < 1:
             raise ValueError(f"n must be at least 1, got {n}")
         messages = _as_messages(messages)
         started = time.monotonic()
         request = self._request_params(role, params, schema, schema_name)
-        samples, parsed = await self._chat(role, messages, request, n, schema, check)
+        samples, parsed = await self._chat(role, messages, request, n, schema, check, allow_empty)
         return ChatResult(texts=[s["text"] for s in samples], finish_reasons=[s["finish_reason"] for s in samples],
                           messages=messages, role=role, model=self.roles[role].model,
                           cached=sum(s["cached"] for s in samples), parsed=parsed,
-                          seconds=time.monotonic() - started)  # fmt: skip
+                          seconds=time.monotonic() - started,
+                          reasonings=[s.get("reasoning") for s in samples])  # fmt: skip
 
     async def chat_each(
         self,
@@ -142,6 +171,7 @@ class LLMClient:
         schema: dict[str, Any] | None = None,
         schema_name: str = "output",
         check: Callable[[Any], None] | None = None,
+        allow_empty: bool = False,
         **params: Any,
     ) -> list[ChatResult]:
         """One answer from each of `roles` (in order; a role may appear more than once), other arguments as in
@@ -161,7 +191,8 @@ class LLMClient:
         async def ask(members: list[int]) -> tuple[list[dict], list[Any], float]:
             started = time.monotonic()
             first = members[0]
-            samples, parsed = await self._chat(roles[first], messages, requests[first], len(members), schema, check)
+            samples, parsed = await self._chat(roles[first], messages, requests[first], len(members), schema, check,
+                                               allow_empty)  # fmt: skip
             return samples, parsed, time.monotonic() - started
 
         answers: list[ChatResult] = [None] * len(roles)  # type: ignore[list-item]
@@ -170,7 +201,7 @@ class LLMClient:
                 answers[i] = ChatResult(texts=[samples[k]["text"]], finish_reasons=[samples[k]["finish_reason"]],
                                         messages=messages, role=roles[i], model=self.roles[roles[i]].model,
                                         cached=int(samples[k]["cached"]), parsed=parsed[k : k + 1],
-                                        seconds=seconds)  # fmt: skip
+                                        seconds=seconds, reasonings=[samples[k].get("reasoning")])  # fmt: skip
         return answers
 
     def _request_params(self, role: str, params: dict[str, Any], schema, schema_name: str) -> dict[str, Any]:
@@ -182,10 +213,12 @@ class LLMClient:
             request["response_format"] = json_schema_format(schema, schema_name)
         return request
 
-    async def _chat(self, role, messages, request, n, schema, check) -> tuple[list[dict], list[Any]]:
+    async def _chat(self, role, messages, request, n, schema, check, allow_empty) -> tuple[list[dict], list[Any]]:
         """n samples, and with `schema` their validated values."""
+        if allow_empty and schema is not None:
+            raise ValueError("allow_empty is for free text: an empty reply is never valid JSON")
         spec = self.roles[role]
-        samples = await self._samples(role, spec, messages, request, list(range(n)))
+        samples = await self._samples(role, spec, messages, request, list(range(n)), allow_empty)
         parsed = []
         if schema is not None:
             parsed = await self._parse_samples(role, spec, messages, request, schema, check, samples, n)
@@ -223,13 +256,15 @@ class LLMClient:
                     next_index += 1
         return parsed
 
-    async def _samples(self, role, spec, messages, request, indices: list[int]) -> list[dict]:
+    async def _samples(self, role, spec, messages, request, indices: list[int], allow_empty=False) -> list[dict]:
         """The samples at `indices`: from the cache, from an identical request already in flight, or asked for."""
         keys = [cache_key(spec.model, messages, request, i) for i in indices]
         found: dict[str, dict] = {}
         for key in keys if self.cache is not None else []:
             hit = self.cache.get(key)
-            if hit is not None:
+            if hit is not None and not hit["text"].strip():  # stored before empty answers were refused: ask again
+                self.cache.delete([key])
+            elif hit is not None:
                 found[key] = {**hit, "cached": True, "key": key}
         self.usage[role].cache_hits += len(found)
         waiting = {key: self._in_flight[key] for key in keys if key not in found and key in self._in_flight}
@@ -238,9 +273,10 @@ class LLMClient:
             futures = {key: asyncio.get_running_loop().create_future() for _, key in mine}
             self._in_flight.update(futures)
             try:
-                fresh = await self._ask(role, spec, messages, request, [i for i, _ in mine])
-                if self.cache is not None:  # first writer wins: what the cache holds is the answer
-                    fresh = [self.cache.put(key, sample) for (_, key), sample in zip(mine, fresh)]
+                fresh = await self._ask(role, spec, messages, request, [i for i, _ in mine], allow_empty)
+                if self.cache is not None:  # first writer wins: what the cache holds is the answer; no answer is
+                    fresh = [self.cache.put(key, sample) if sample["text"].strip() else sample  # never stored
+                             for (_, key), sample in zip(mine, fresh)]  # fmt: skip
                 for (_, key), stored in zip(mine, fresh):
                     found[key] = {**stored, "cached": False, "key": key}
                     futures[key].set_result(stored)
@@ -255,22 +291,50 @@ class LLMClient:
                     self._in_flight.pop(key, None)
         for key, future in waiting.items():
             found[key] = {**await future, "cached": True, "key": key}
+        for k, key in enumerate(keys if not allow_empty else []):  # an identical call that allowed it answered empty
+            if not found[key]["text"].strip():
+                raise _empty_answer(role, spec, request, found[key], k, len(keys))
         return [found[key] for key in keys]
 
-    async def _ask(self, role, spec, messages, request, indices: list[int]) -> list[dict]:
+    async def _ask(self, role, spec, messages, request, indices: list[int], allow_empty: bool) -> list[dict]:
         """Fresh samples for `indices`: one request with n = len(indices), or, for a seeded role, one request per
         index with seed + index (what vLLM gives the i-th child of an n request), so samples never repeat."""
         if "seed" not in request:
-            return await self._request(role, spec, messages, request, len(indices))
-        answers = await gather_or_cancel(self._request(role, spec, messages, {**request, "seed": request["seed"] + i}, 1)
-                                         for i in indices)  # fmt: skip
+            return await self._request(role, spec, messages, request, len(indices), allow_empty)
+        answers = await gather_or_cancel(self._request(role, spec, messages, {**request, "seed": request["seed"] + i},
+                                                       1, allow_empty) for i in indices)  # fmt: skip
         return [answer[0] for answer in answers]
 
-    async def _request(self, role, spec, messages, request, n) -> list[dict]:
-        """One chat completion request (transport faults are retried by the transport); a 200 whose body is not
-        a chat completion with n choices is asked for again, a bounded number of times."""
+    async def _request(self, role, spec, messages, request, n, allow_empty: bool) -> list[dict]:
+        """n fresh samples from one chat completion request, none of them without an answer. A choice whose
+        content is empty or null is asked for again (only those choices, a bounded number of times) when a new
+        sample can differ: sampled decoding without a seed, not cut at max_tokens. Greedy or seeded decoding would
+        repeat the same reply, and a reply cut at `length` (typically a reasoning model that spent max_tokens
+        thinking) almost always runs out again with the same budget, each try costing the whole budget: those fail
+        at once, with what to change. The error is raised before anything reaches the cache, so a rerun asks
+        again instead of replaying it. With `allow_empty` the replies are returned as they came."""
         body = {"model": spec.model, "messages": messages, "n": n, **request}
         body.update(body.pop("extra_body", None) or {})
+        samples = await self._post(role, spec, body, n)
+        if allow_empty:
+            return samples
+        resample = request.get("temperature") != 0 and "seed" not in request
+        for attempt in range(1, self.invalid_answer_retries + 1):
+            empty = [i for i, s in enumerate(samples) if not s["text"].strip()]
+            if not resample or not empty or any(samples[i]["finish_reason"] == "length" for i in empty):
+                break
+            self.usage[role].retries += len(empty)
+            for i, sample in zip(empty, await self._post(role, spec, {**body, "n": len(empty)}, len(empty))):
+                samples[i] = {**sample, "attempts": attempt + 1}
+        for i, sample in enumerate(samples):
+            if not sample["text"].strip():
+                raise _empty_answer(role, spec, body, sample, i, n)
+            sample.pop("attempts", None)
+        return samples
+
+    async def _post(self, role, spec, body, n) -> list[dict]:
+        """One chat completion request (transport faults are retried by the transport); a 200 whose body is not
+        a chat completion with n choices is asked for again, a bounded number of times."""
         for attempt in range(self.invalid_answer_retries + 1):
             try:
                 response = await self._transport.post_json(self._pools[role], "/chat/completions", body, spec.api_key())
@@ -294,7 +358,10 @@ class LLMClient:
         tokens = response.get("usage") if isinstance(response.get("usage"), dict) else {}
         usage.prompt_tokens += tokens.get("prompt_tokens") or 0
         usage.completion_tokens += tokens.get("completion_tokens") or 0
-        return [{"text": c["message"].get("content") or "", "finish_reason": c.get("finish_reason")} for c in choices]
+        details = tokens.get("completion_tokens_details")
+        usage.reasoning_tokens += (details.get("reasoning_tokens") or 0) if isinstance(details, dict) else 0
+        return [{"text": c["message"].get("content") or "", "finish_reason": c.get("finish_reason"),
+                 "reasoning": _reasoning(c["message"])} for c in choices]  # fmt: skip
 
     def endpoint_stats(self) -> dict[str, EndpointStats]:
         """Per endpoint URL: requests sent, failed, mean latency, times taken out of rotation (a live view)."""
@@ -344,6 +411,41 @@ def _normalized(request: dict[str, Any]) -> dict[str, Any]:
 
 class _InvalidAnswer(ValueError):
     pass
+
+
+def _reasoning(message: dict[str, Any]) -> str | None:
+    """The reasoning a server's reasoning parser put beside the answer: `reasoning` (vLLM >= 0.11, OpenRouter) or
+    `reasoning_content` (vLLM <= 0.10, DeepSeek); some versions send both, with the same text."""
+    for name in ("reasoning", "reasoning_content"):
+        if isinstance(message.get(name), str) and message[name]:
+            return message[name]
+    return None
+
+
+def _empty_answer(role: str, spec: Role, body: dict[str, Any], sample: dict, index: int, n: int) -> EmptyAnswer:
+    """The one-line error for a reply without content: who answered, how it ended, and what to change."""
+    body = {**body, **(body.get("extra_body") or {})}
+    finish, reasoning = sample["finish_reason"], sample.get("reasoning")
+    which = f"sample {index + 1} of {n}: " if n > 1 else ""
+    tries = f" ({sample['attempts']} tries)" if sample.get("attempts") else ""
+    max_tokens = body.get("max_tokens", "not set")
+    effort = body.get("reasoning_effort", "not set")
+    if reasoning and finish == "length":
+        why = (f"the model spent its tokens reasoning ({len(reasoning)} characters) and was cut off before answering: "
+               f"raise the role's max_tokens (now {max_tokens}) or lower its reasoning effort (reasoning_effort, now "
+               f"{effort})")  # fmt: skip
+    elif reasoning:
+        why = (f"the whole reply is reasoning ({len(reasoning)} characters): the model stopped before answering, or "
+               "the server's reasoning parser found no end to the reasoning (check that vLLM's --reasoning-parser "
+               f"fits the model); raise the role's max_tokens (now {max_tokens}) or lower its reasoning effort "
+               f"(reasoning_effort, now {effort})")  # fmt: skip
+    elif finish == "length":
+        why = f"cut off before any text: raise the role's max_tokens (now {max_tokens})"
+    else:
+        why = "the model answered nothing"
+    message = (f"role '{role}' ({spec.model} at {spec.base_url}): {which}no answer (empty content, finish_reason "
+               f"{finish!r}){tries}: {why}")  # fmt: skip
+    return EmptyAnswer(_redacted(message, spec), finish_reason=finish, reasoning=reasoning)
 
 
 def _checked_choices(response: Any, n: int) -> list[dict[str, Any]]:

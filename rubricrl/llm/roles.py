@@ -16,6 +16,8 @@ from rubricrl.config import ConfigError, dataclass_from_dict
 from rubricrl.llm.endpoints import endpoint_urls
 
 LOCAL_API_KEY = "EMPTY"  # a local vLLM server accepts any key
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+"""What vLLM's chat completions request accepts (ChatCompletionRequest.reasoning_effort), a superset of OpenAI's."""
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,11 @@ class Role:
     max_tokens: int | None = None
     seed: int | None = None
     stop: list[str] | None = None
+    reasoning_effort: str | None = None
+    """For a reasoning model: how long it thinks before answering (the chat API's `reasoning_effort`). vLLM takes
+    none | minimal | low | medium | high | xhigh | max; gpt-oss only low | medium | high (its own default: medium),
+    and a template with `enable_thinking` (Qwen3) turns thinking off at none and on otherwise. Its reasoning counts
+    against max_tokens: a reply cut off while thinking has no answer and is an error. None: not sent."""
     structured_outputs: bool = True
     """Send JSON schemas as `response_format`; False for endpoints without schema support (the reply is then
     parsed by the tolerant extractor alone)."""
@@ -43,7 +50,8 @@ class Role:
         if self.base_url is not None:
             object.__setattr__(self, "base_url", ",".join(endpoint_urls(self.base_url)))
         checks = [("temperature", lambda v: v >= 0, "at least 0"), ("top_p", lambda v: 0 < v <= 1, "in (0, 1]"),
-                  ("max_tokens", lambda v: v >= 1, "at least 1")]  # fmt: skip
+                  ("max_tokens", lambda v: v >= 1, "at least 1"),
+                  ("reasoning_effort", REASONING_EFFORTS.__contains__, f"one of {', '.join(REASONING_EFFORTS)}")]
         for name, valid, expected in checks:
             value = getattr(self, name)
             if value is not None and not valid(value):
@@ -60,7 +68,7 @@ class Role:
 
     def sampling_params(self) -> dict[str, Any]:
         """The request fields that shape the answer (part of the cache key)."""
-        names = ("temperature", "top_p", "max_tokens", "seed", "stop")
+        names = ("temperature", "top_p", "max_tokens", "seed", "stop", "reasoning_effort")
         params = {name: getattr(self, name) for name in names if getattr(self, name) is not None}
         if self.extra_body:
             params["extra_body"] = dict(self.extra_body)
