@@ -19,6 +19,7 @@ from grading.rubric import RubricError
 from rubricrl.config import ConfigError, add_config_arguments, config_source, parse_settings, resolved, write_resolved
 from rubricrl.llm import LLMError, LLMSession, LLMSettings, open_llm
 from rubricrl.jsonl import write_jsonl
+from rubricrl.reasoning import as_written
 from rubricrl.records import iter_rows
 from rubricrl.shards import parse_shard
 
@@ -111,7 +112,7 @@ def run_grade(args: argparse.Namespace) -> int:
     records = with_provenance(records, rubrics=grade.rubrics, responses=grade.responses)
     write_jsonl(grade.output, records)
     write_resolved(grade.output.with_name(grade.output.stem + ".config.yaml"), resolved(settings))
-    report = build_report(records, min_coverage=config.min_coverage, undecided_penalty=config.undecided_penalty)
+    report = build_report(records, **config.rule())
     print(format_report(report))
     _print_budgets(session)
     print(f"wrote {len(records)} graded records to {grade.output}", file=sys.stderr)
@@ -137,7 +138,7 @@ def run_eval(args: argparse.Namespace) -> int:
     if not evaluate.graded:
         records = generate_and_grade(evaluate, config, llm, config_source(args))
         write_jsonl(graded_file, records)
-    report = build_report(records, min_coverage=config.min_coverage, undecided_penalty=config.undecided_penalty)
+    report = build_report(records, **config.rule())
     report["provenance"] = provenance(records)
     (evaluate.output_dir / "report.json").write_text(json.dumps(report, indent=2))
     print(format_report(report))
@@ -165,9 +166,13 @@ def generate_and_grade(evaluate: EvalArgs, config: GradingConfig, llm: LLMSettin
         llm = replace(llm, roles=roles)
 
     async def answer(client, row_id: str) -> tuple[str, str | None, str | None]:
-        """(id, response, error): a policy call that fails is recorded and left unscored, never fatal."""
+        """(id, response, error): a policy call that fails is recorded and left unscored, never fatal. The
+        response is the completion as the policy wrote it (a reasoning parser's reasoning put back between the
+        delimiters: the grader judges the answer, and one cut off while reasoning scores 0, not unscored)."""
         try:
-            return row_id, (await client.chat("policy", rows[row_id].conversation)).text, None
+            result = await client.chat("policy", rows[row_id].conversation, allow_empty=True)
+            return row_id, as_written(result.text, result.reasoning, result.finish_reasons[0],
+                                      config.reasoning_delimiters), None  # fmt: skip
         except LLMError as error:
             return row_id, None, str(error)
 

@@ -14,15 +14,16 @@ from typing import Any, ClassVar, Literal
 from tqdm import tqdm
 
 from grading import judge
-from grading.integrity import integrity_flag
+from grading import integrity
 from grading.rubric import Rubric
 from grading.rules import check_rule
-from grading.scores import (DEFAULT_MIN_COVERAGE, UNDECIDED_PENALTY, UndecidedPenalty, explicit_score,
-                            training_reward)  # fmt: skip
+from grading.scores import (DEFAULT_MIN_COVERAGE, UNDECIDED_CRITERION, UNDECIDED_PENALTY, UndecidedCriterion,
+                            UndecidedPenalty, explicit_score, training_reward)  # fmt: skip
 from rubricrl.aio import gather_or_cancel
 from rubricrl.config import ConfigError
 from rubricrl.llm import LLMClient
 from rubricrl.prompts import Prompt
+from rubricrl.reasoning import DEFAULT_DELIMITERS, split_reasoning
 
 Mode = Literal["per_criterion", "batched", "implicit", "likert", "reference_likert"]
 MODES: tuple[str, ...] = Mode.__args__
@@ -46,10 +47,22 @@ class GradingConfig:
     undecided_penalty: UndecidedPenalty = "unscored"
     """A penalty without a verdict: unscored (the score is None; left out, it could only raise the score), or
     met (counted as met: a lower bound of the true score)."""
+    undecided_criterion: UndecidedCriterion = "drop"
+    """A positive criterion without a verdict: drop (left out of numerator and denominator, HealthBench's way:
+    unbiased only if the judge fails independently of the answer) or unmet (counted as not met: a lower bound
+    that pays a judge failure nothing; the training presets' choice, since RL learns whatever answers make the
+    judge fail more). grading/scores.py has the arithmetic."""
     clip_reward: bool = True
     """Reward = explicit score clipped to [0, 1]; False passes penalised scores below 0 through."""
     integrity_check: bool = True
-    """Flag responses addressed to the grader (grading/integrity.py): no judge call, score and reward 0."""
+    """Veto what cannot be an answer to the user (grading/integrity.py: a forged verdict, a fake delimiter or
+    chat-role token, the rubric copied back, a grading request about this response): no judge call, the
+    rubric's lowest score (0 when clipped), `integrity_flag` says why. Ambiguous grading talk is only noted
+    (`integrity_note`), the reward unchanged."""
+    integrity_judge: bool = False
+    """Also ask the judge about each noted response whether it addresses the grader (one more question,
+    grading/prompts/integrity_question.txt): a yes vetoes as above. Cost: one judge call (with `samples`
+    choices) per noted response; none for the others."""
     judge_prompt: str | None = None
     """A prompt file replacing the mode's default judge prompt (grading/prompts/); its placeholders must be
     those of the default."""
@@ -58,6 +71,16 @@ class GradingConfig:
     (verdicts, or ratings) failed, or of policy calls. The client has already retried transient errors, so what
     still fails is mostly systematic (endpoint, model, max_tokens); past a tenth, scores rest on the criteria the
     judge manages and are biased, while min_coverage (0.8) still scores most examples and hides it. 1: never."""
+
+    reasoning_delimiters: list[str] = field(default_factory=lambda: list(DEFAULT_DELIMITERS))
+    """The two delimiters around a response's reasoning (rubricrl/reasoning.py), removed before any judging: the
+    judge, the rule checks and the integrity check see the answer alone, and a response whose reasoning never
+    closed (cut off while thinking) has no answer: the floor score (0), recorded as `no_answer`, no judge call.
+    [] judges the whole response."""
+    reasoning_starts_open: bool = False
+    """The policy's chat template opens the reasoning in the prompt (DeepSeek-R1 distills, Qwen3 thinking-2507):
+    a response without the closing delimiter is then reasoning that never closed. `rurl train` reads it from the
+    policy's template; set it for `grade`, `eval` and `ruft build` on such a policy without a reasoning parser."""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -70,7 +93,18 @@ class GradingConfig:
             raise ValueError(f"max_failure_rate must be within [0, 1], got {self.max_failure_rate}")
         if self.undecided_penalty not in UNDECIDED_PENALTY:
             raise ValueError(f"undecided_penalty {self.undecided_penalty!r} is not one of {list(UNDECIDED_PENALTY)}")
+        if self.undecided_criterion not in UNDECIDED_CRITERION:
+            raise ValueError(f"undecided_criterion {self.undecided_criterion!r} is not one of "
+                             f"{list(UNDECIDED_CRITERION)}")  # fmt: skip
+        if len(self.reasoning_delimiters) not in (0, 2) or any(not d for d in self.reasoning_delimiters):
+            raise ValueError(f"reasoning_delimiters must be two non-empty strings (open, close) or [], got "
+                             f"{self.reasoning_delimiters}")  # fmt: skip
         judge_prompt(self)  # a missing file or wrong placeholders: said now, before any server starts or call is paid
+
+    def rule(self) -> dict[str, Any]:
+        """The scoring rule (grading/scores.py): what turns verdicts into a score, and what reports recompute with."""
+        return {"min_coverage": self.min_coverage, "undecided_penalty": self.undecided_penalty,
+                "undecided_criterion": self.undecided_criterion}  # fmt: skip
 
     def cpu_max_tokens(self) -> dict[str, int]:
         """max_tokens for a judge on the embedded model on a CPU that sets none: room for a 300-character
@@ -100,7 +134,12 @@ class Graded:
     """Rating modes: the judge's mean 1-10 rating."""
     explanation: str = ""
     integrity_flag: str | None = None
+    """Why the integrity check vetoed the response (no judge call, the floor score); None when it did not."""
+    integrity_note: str | None = None
+    """Grading talk the check noted without vetoing (the reward is the judge's), or the integrity judge's answer."""
     judge_failures: int = 0
+    no_answer: str | None = None
+    """Why the response holds no answer to judge (its reasoning never closed); it has the floor score."""
 
     @property
     def decided(self) -> int:
@@ -110,8 +149,9 @@ class Graded:
         """A graded record: `fields` (id, response, judge metadata, ...) plus all a report is recomputed from."""
         return {**fields, "score": self.score, "reward": self.reward, "rating": self.rating,
                 "verdicts": [v.to_dict() for v in self.verdicts], "example_tags": list(example_tags),
-                "integrity_flag": self.integrity_flag, "explanation": self.explanation,
-                "judge_failures": self.judge_failures}  # fmt: skip
+                "integrity_flag": self.integrity_flag, "integrity_note": self.integrity_note,
+                "explanation": self.explanation,
+                "judge_failures": self.judge_failures, "no_answer": self.no_answer}  # fmt: skip
 
 
 class Grader:
@@ -128,24 +168,42 @@ class Grader:
         role = self.client.roles[config.judge_role]
         return {"judge_model": role.model, "mode": config.mode, "samples": config.samples,
                 "prompt": self.prompt.name, "prompt_sha256": self.prompt.sha256, "system_sha256": judge.SYSTEM.sha256,
-                "min_coverage": config.min_coverage, "undecided_penalty": config.undecided_penalty}  # fmt: skip
+                **config.rule()}  # fmt: skip
 
     async def grade(
         self, conversation: list[dict[str, str]], response: str, rubric: Rubric | None, reference: str | None = None
     ) -> Graded:
         config = self.config
-        if config.integrity_check and (flag := integrity_flag(response, rubric)):
+        split = split_reasoning(response, config.reasoning_delimiters, starts_open=config.reasoning_starts_open)
+        if split.answer is None:
+            floor = self._lowest_score(rubric)
+            reason = f"reasoning never closed ({len(split.reasoning)} characters, cut off while thinking)"
+            return Graded(floor, floor, [judge.Verdict.of(c, None, f"not graded: {reason}", "none")
+                                         for c in (rubric.criteria if rubric else ())], no_answer=reason)  # fmt: skip
+        response = split.answer
+        found = integrity.check(response, rubric) if config.integrity_check else integrity.Integrity()
+        if found.note and config.integrity_judge:
+            asked = await integrity.ask_judge(self.client, config.judge_role, conversation, response, config.samples)
+            if asked.met:
+                found = integrity.Integrity(veto=f"integrity judge: {asked.explanation}"[:300], note=found.note)
+            else:
+                answer = "no" if asked.met is False else "undecided"  # undecided: a judge failure vetoes nothing
+                found = integrity.Integrity(note=f"{found.note}; integrity judge: {answer}")
+        if found.veto:
             not_graded = [judge.Verdict.of(c, None, "not graded: integrity flag", "none")
                           for c in (rubric.criteria if rubric else ())]  # fmt: skip
             floor = self._lowest_score(rubric)
-            return Graded(floor, floor, not_graded, integrity_flag=flag)
+            return Graded(floor, floor, not_graded, integrity_flag=found.veto, integrity_note=found.note)
         if config.mode in ("implicit", "likert", "reference_likert"):
-            return await self._rate(conversation, response, rubric, reference)
-        return await self._explicit(conversation, response, rubric)
+            graded = await self._rate(conversation, response, rubric, reference)
+        else:
+            graded = await self._explicit(conversation, response, rubric)
+        graded.integrity_note = found.note
+        return graded
 
     def _lowest_score(self, rubric: Rubric | None) -> float:
-        """What a flagged response gets: 0, or with unclipped rewards the lowest score the rubric allows (every
-        penalty, nothing earned), so that addressing the grader never pays better than an honest bad answer."""
+        """What a flagged response, or one without an answer, gets: 0, or with unclipped rewards the lowest score
+        the rubric allows (every penalty, nothing earned), so that neither pays better than an honest bad answer."""
         if self.config.clip_reward or rubric is None or rubric.positive_points == 0:
             return 0.0
         return sum(c.points for c in rubric.criteria if c.points < 0) / rubric.positive_points
@@ -173,8 +231,7 @@ class Grader:
             judged = [v for chunk in results for v in chunk]
         verdicts.update({i: v for (i, _), v in zip(by_judge, judged)})
         ordered = [verdicts[i] for i in range(len(rubric.criteria))]
-        score = explicit_score([v.points for v in ordered], [v.met for v in ordered], min_coverage=config.min_coverage,
-                               undecided_penalty=config.undecided_penalty).score  # fmt: skip
+        score = explicit_score([v.points for v in ordered], [v.met for v in ordered], **config.rule()).score
         failures = sum(v.met is None for v in ordered)
         return Graded(score, training_reward(score, clip=config.clip_reward), ordered, judge_failures=failures)
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from grading.rubric import Criterion, Rubric
-from grading.scores import DEFAULT_MIN_COVERAGE, UndecidedPenalty, aggregate, tag_scores
+from grading.scores import DEFAULT_MIN_COVERAGE, UndecidedCriterion, UndecidedPenalty, aggregate, tag_scores
 
 PROVENANCE_KEYS = ("rubrics", "responses", "policy_model", "graded_at")
 """A graded record's `provenance` block (grading/cli.py writes it): rubric file, responses file (or null where
@@ -15,13 +15,13 @@ the policy answered), policy model (or null where responses were given), and whe
 
 def example_metrics(
     record: dict[str, Any], *, min_coverage: float = DEFAULT_MIN_COVERAGE,
-    undecided_penalty: UndecidedPenalty = "unscored",
+    undecided_penalty: UndecidedPenalty = "unscored", undecided_criterion: UndecidedCriterion = "drop",
 ) -> dict[str, float]:  # fmt: skip
     """Per-example metrics of one graded record, recomputed from its verdicts (not its stored score, which may
-    follow other settings). A flagged record keeps the score it was given (0, or the lowest the rubric allows)
-    overall and on its example tags."""
+    follow other settings). A flagged record, or one without an answer (its reasoning never closed), keeps the
+    score it was given (0, or the lowest the rubric allows) overall and on its example tags."""
     example_tags = tuple(record.get("example_tags") or ())
-    if record.get("integrity_flag"):
+    if record.get("integrity_flag") or record.get("no_answer"):
         score = record.get("score") or 0.0
         return {"overall_score": score, **{tag: score for tag in example_tags}}
     if record.get("rating") is not None or not record.get("verdicts"):  # rating modes: the normalized rating
@@ -31,14 +31,16 @@ def example_metrics(
     rubric = Rubric(tuple(Criterion(v["criterion"], v["points"], tuple(v.get("tags") or ())) for v in verdicts),
                     example_tags)  # fmt: skip
     return tag_scores(rubric, [v["met"] for v in verdicts], min_coverage=min_coverage,
-                      undecided_penalty=undecided_penalty)  # fmt: skip
+                      undecided_penalty=undecided_penalty, undecided_criterion=undecided_criterion)  # fmt: skip
 
 
 def build_report(
     records: Sequence[dict[str, Any]], *, min_coverage: float = DEFAULT_MIN_COVERAGE,
-    undecided_penalty: UndecidedPenalty = "unscored", seed: int = 0,
+    undecided_penalty: UndecidedPenalty = "unscored", undecided_criterion: UndecidedCriterion = "drop", seed: int = 0,
 ) -> dict:  # fmt: skip
-    per_example = [example_metrics(r, min_coverage=min_coverage, undecided_penalty=undecided_penalty) for r in records]
+    rule = {"min_coverage": min_coverage, "undecided_penalty": undecided_penalty,
+            "undecided_criterion": undecided_criterion}  # fmt: skip
+    per_example = [example_metrics(r, **rule) for r in records]
     metrics = {}
     for name, stats in aggregate(per_example, seed=seed).items():
         metrics[name] = stats["value"]
@@ -53,20 +55,21 @@ def build_report(
         "judge_failure_rate": failed / asked if asked else 0.0,
         "policy_failures": sum(bool(r.get("policy_error")) for r in records),
         "integrity_flagged": sum(bool(r.get("integrity_flag")) for r in records),
-        "min_coverage": min_coverage,
-        "undecided_penalty": undecided_penalty,
+        "integrity_noted": sum(bool(r.get("integrity_note")) and not r.get("integrity_flag") for r in records),
+        "no_answer": sum(bool(r.get("no_answer")) for r in records),
+        **rule,
     }
 
 
 def judge_decisions(record: dict[str, Any]) -> tuple[int, int]:
     """(decisions asked of the judge, those it did not give) in one graded record: one per criterion the judge
     graded (rule checks are not the judge's), or one rating in the rating modes; none for a response flagged by
-    the integrity check or a failed policy call. Not given: a failed call or a tied vote."""
+    the integrity check, one without an answer or a failed policy call. Not given: a failed call or a tied vote."""
     verdicts = record.get("verdicts") or []
     if verdicts:
         judged = [v for v in verdicts if v.get("source") not in ("none", "rule")]
         return len(judged), sum(v["met"] is None for v in judged)
-    if record.get("integrity_flag") or record.get("policy_error") or "rating" not in record:
+    if record.get("integrity_flag") or record.get("no_answer") or record.get("policy_error") or "rating" not in record:
         return 0, 0
     return 1, int(record["rating"] is None)
 
@@ -109,5 +112,8 @@ def format_report(report: dict) -> str:
                      f"{metrics[name + ':bootstrap_std']:9.3f}")  # fmt: skip
     policy = f" ({report['policy_failures']} policy calls failed)" if report.get("policy_failures") else ""
     lines.append(f"{report['examples']} examples, {report['unscored_examples']} unscored{policy}, judge failure rate "
-                 f"{report['judge_failure_rate']:.1%}, {report['integrity_flagged']} flagged by the integrity check")  # fmt: skip
+                 f"{report['judge_failure_rate']:.1%}, {report['integrity_flagged']} flagged by the integrity check"
+                 + (f" ({report['integrity_noted']} more noted)" if report.get("integrity_noted") else "")
+                 + (f", {report['no_answer']} without an answer (reasoning never closed)" if report.get("no_answer")
+                    else ""))  # fmt: skip
     return "\n".join(lines)

@@ -18,6 +18,12 @@ completion into a scored one. Per batch, besides the reward, it logs (TRL's `log
 and integrity-flag rates, judge latency and calls, criteria pass rates overall, per tag and per category, completion
 length and the correlation of reward with length; and each completion's verdicts into the completions table.
 
+A completion's reasoning (`<think>…</think>`, `GradingConfig.reasoning_delimiters`; TRL's response parsing may put
+it in `reasoning_content`, beside `content`) never reaches the judge: the grader judges the answer alone, and a
+completion whose reasoning never closed gets the floor score without a judge call (`rubric/no_answer_rate`). The
+overlong penalty counts the whole completion, as DAPO does; reasoning and answer lengths are logged apart
+(`rubric/reasoning_length`, `rubric/answer_length`: tokens when `count_tokens` is given, else characters).
+
 Under several processes each one grades its own completions; `on_batch` hands the batch's counts to the run
 (rurl/guards.py), which adds them up over the processes before anything is decided on them. A per-batch deadline
 bounds how long a step waits for its judge (completions unjudged by then are None, counted as timed out).
@@ -36,10 +42,12 @@ from urllib.parse import urlsplit
 from grading.grader import GradeItem, Grader
 from grading.rubric import Rubric, rubric_from_items
 from rubricrl.llm import EndpointUnreachable
+from rubricrl.reasoning import split_reasoning
 
 
 def make_rubric_reward(grader: Grader, **options: Any) -> Callable:
-    """The reward bound to its grader; `options` are rubric_reward's keyword options (overlong, on_batch)."""
+    """The reward bound to its grader; `options` are rubric_reward's keyword options (overlong, on_batch, deadline,
+    count_tokens)."""
     reward = functools.partial(rubric_reward, grader=grader, **options)
     reward.__name__ = "rubric_reward"  # TRL names metrics after the function
     return reward
@@ -58,6 +66,7 @@ async def rubric_reward(
     overlong: "Overlong | None" = None,
     on_batch: Callable[["BatchStats"], None] | None = None,
     deadline: float | None = None,
+    count_tokens: Callable[[str], int] | None = None,
     **kwargs: Any,
 ) -> list[float | None]:
     """One reward per completion: the rubric score of `completions[i]` for `prompts[i]` against `rubrics[i]`, minus
@@ -65,11 +74,17 @@ async def rubric_reward(
     completion stays None). `on_batch` receives the batch's statistics (the judge-failure guard reads them). With
     `deadline` (seconds), completions still unjudged that long after the call are None (counted as timed out): the
     other processes of a run wait for this one at the next collective, and a hung judge must not reach the process
-    group's timeout."""
+    group's timeout. `count_tokens` (the policy's tokenizer) measures reasoning and answer lengths in tokens."""
     if not len(prompts) == len(completions) == len(rubrics):
         raise ValueError(f"{len(prompts)} prompts, {len(completions)} completions, {len(rubrics)} rubrics")
     parsed = [rubric_from_items(list(rubric), f"rubrics column, row {i}") for i, rubric in enumerate(rubrics)]
-    texts = [_text(completion) for completion in completions]
+    config = grader.config
+    texts = [_text(completion, config.reasoning_delimiters) for completion in completions]
+    splits = [split_reasoning(text, config.reasoning_delimiters, starts_open=config.reasoning_starts_open)
+              for text in texts]  # fmt: skip
+    count = count_tokens or len
+    parts = [(count(split.reasoning) if split.reasoning else 0, count(split.answer) if split.answer else 0)
+             for split in splits]  # fmt: skip
     items = [GradeItem(_messages(prompt), text, rubric, reference_answer[i] if reference_answer else None)
              for i, (prompt, text, rubric) in enumerate(zip(prompts, texts, parsed))]  # fmt: skip
     calls_before = _judge_calls(grader)
@@ -87,7 +102,7 @@ async def rubric_reward(
     lengths = [len(ids) for ids in completion_ids] if completion_ids is not None else [len(t) for t in texts]
     if overlong is not None and completion_ids is not None:
         rewards = [None if r is None else r - overlong.penalty(n) for r, n in zip(rewards, lengths)]
-    stats = batch_stats(graded, parsed, rewards, lengths, seconds, _judge_calls(grader) - calls_before)
+    stats = batch_stats(graded, parsed, rewards, lengths, seconds, _judge_calls(grader) - calls_before, parts)
     if on_batch is not None:
         on_batch(stats)
     if log_metric is not None:
@@ -145,6 +160,13 @@ class BatchStats:
     judge_calls: int
     timed_out: int = 0
     """Completions not judged before the reward's deadline (counted in unscored too)."""
+    no_answer: int = 0
+    """Completions whose reasoning never closed: the floor score, no judge call."""
+    noted: int = 0
+    """Completions the integrity check noted (grading talk) without vetoing: their reward is the judge's."""
+    reasoning_length: float = 0.0
+    answer_length: float = 0.0
+    """Mean lengths of the reasoning and of the answer (tokens, or characters without a tokenizer)."""
     pass_rates: dict[str, float] = field(default_factory=dict)
     """criteria_pass_rate overall, and per tag (`tag/axis:accuracy`) and per category (`category/Essential`)."""
     mean_length: float = 0.0
@@ -160,6 +182,10 @@ class BatchStats:
             "rubric/unscored_rate": self.unscored / self.completions if self.completions else 0.0,
             "rubric/integrity_flag_rate": self.flagged / self.completions if self.completions else 0.0,
             "rubric/timed_out_rate": self.timed_out / self.completions if self.completions else 0.0,
+            "rubric/no_answer_rate": self.no_answer / self.completions if self.completions else 0.0,
+            "rubric/integrity_note_rate": self.noted / self.completions if self.completions else 0.0,
+            "rubric/reasoning_length": self.reasoning_length,
+            "rubric/answer_length": self.answer_length,
             "rubric/judge_latency_s": self.seconds,
             "rubric/judge_calls": float(self.judge_calls),
             "rubric/completion_length": self.mean_length,
@@ -171,9 +197,10 @@ class BatchStats:
 
 
 def batch_stats(graded: list, rubrics: list[Rubric], rewards: list[float | None], lengths: list[int], seconds: float,
-                judge_calls: int) -> BatchStats:  # fmt: skip
+                judge_calls: int, parts: list[tuple[int, int]] | None = None) -> BatchStats:  # fmt: skip
     """Pure: the statistics of one graded batch (verdicts read against their rubric's criteria for categories);
-    `graded` holds None for a completion not judged before the deadline."""
+    `graded` holds None for a completion not judged before the deadline; `parts`: each completion's (reasoning,
+    answer) lengths."""
     decided: dict[str, list[bool]] = defaultdict(list)
     criteria: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     verdicts = failed = 0
@@ -203,6 +230,10 @@ def batch_stats(graded: list, rubrics: list[Rubric], rewards: list[float | None]
         criteria={text: (met, total) for text, (met, total) in criteria.items()},
         pass_rates={key: sum(values) / len(values) for key, values in decided.items()},
         mean_length=sum(lengths) / len(lengths) if lengths else 0.0,
+        no_answer=sum(g is not None and g.no_answer is not None for g in graded),
+        noted=sum(g is not None and g.integrity_flag is None and bool(g.integrity_note) for g in graded),
+        reasoning_length=sum(r for r, _ in parts) / len(parts) if parts else 0.0,
+        answer_length=sum(a for _, a in parts) / len(parts) if parts else 0.0,
         length_reward_corr=_pearson([r for r, _ in scored], [n for _, n in scored]),
     )  # fmt: skip
 
@@ -227,8 +258,15 @@ def _messages(prompt: Any) -> list[dict[str, str]]:
     return [{"role": m["role"], "content": m["content"]} for m in prompt]
 
 
-def _text(completion: Any) -> str:
-    """TRL completions are a string or, for conversational data, [{"role": "assistant", "content": ...}]."""
+def _text(completion: Any, delimiters: list[str]) -> str:
+    """TRL completions are a string or, for conversational data, [{"role": "assistant", "content": ...}]. With a
+    response template TRL parses a closed reasoning into `reasoning_content`, beside `content`: it is put back
+    between the delimiters, so that the grader's one split sees the completion as the policy wrote it."""
     if isinstance(completion, str):
         return completion
-    return "".join(m["content"] for m in completion if m.get("role") == "assistant")
+    texts = []
+    for m in completion:
+        if m.get("role") == "assistant":
+            reasoning, content = m.get("reasoning_content"), m.get("content") or ""
+            texts.append(f"{delimiters[0]}{reasoning}{delimiters[1]}{content}" if reasoning and delimiters else content)
+    return "".join(texts)

@@ -12,6 +12,12 @@ An undecided penalty (points < 0) is different: penalties are not in the denomin
 only raise the score ([10, -5] with [True, None] would be 1.0, where deciding the penalty as met gives 0.5), and a
 judge failure would pay. So `undecided_penalty` decides: "unscored" (default) makes the example None; "met"
 counts the penalty as met, a lower bound of the true score. Coverage counts real verdicts either way.
+
+An undecided positive criterion is left out of numerator and denominator by default ("drop"): with points
+[10, 5, 3, 2, 1], all met but the 5 undecided, 16/16 = 1.0. That estimate is unbiased only if the judge fails
+independently of the answer. When it fails more on some answers (long ones, odd formats), dropping pays those
+answers their missing criteria at the rate of the rest, and RL learns to write them. `undecided_criterion="unmet"`
+counts it as not met instead (16/21 = 0.76): a lower bound that pays a judge failure nothing.
 """
 
 import random
@@ -25,6 +31,8 @@ from grading.rubric import Rubric
 DEFAULT_MIN_COVERAGE = 0.8
 UndecidedPenalty = Literal["unscored", "met"]
 UNDECIDED_PENALTY: tuple[str, ...] = UndecidedPenalty.__args__
+UndecidedCriterion = Literal["drop", "unmet"]
+UNDECIDED_CRITERION: tuple[str, ...] = UndecidedCriterion.__args__
 
 
 @dataclass(frozen=True)
@@ -45,21 +53,28 @@ class ExampleScore:
 
 def explicit_score(
     points: Sequence[int], met: Sequence[bool | None], *, min_coverage: float = DEFAULT_MIN_COVERAGE,
-    undecided_penalty: UndecidedPenalty = "unscored",
+    undecided_penalty: UndecidedPenalty = "unscored", undecided_criterion: UndecidedCriterion = "drop",
 ) -> ExampleScore:  # fmt: skip
-    """HealthBench's per-example score over the decided verdicts (undecided penalties: see the module doc).
+    """HealthBench's per-example score over the decided verdicts (undecided penalties and criteria: see the
+    module doc).
 
     >>> explicit_score([7, 5, 10, -6], [True, False, True, True]).score
     0.5
+    >>> explicit_score([10, 5, 3, 2, 1], [True, None, True, True, True], undecided_criterion="unmet").score
+    0.7619047619047619
     """
     if len(points) != len(met):
         raise ValueError(f"{len(points)} criteria but {len(met)} verdicts")
     if undecided_penalty not in UNDECIDED_PENALTY:
         raise ValueError(f"undecided_penalty {undecided_penalty!r} is not one of {list(UNDECIDED_PENALTY)}")
+    if undecided_criterion not in UNDECIDED_CRITERION:
+        raise ValueError(f"undecided_criterion {undecided_criterion!r} is not one of {list(UNDECIDED_CRITERION)}")
     decided = sum(m is not None for m in met)
     open_penalty = any(p < 0 and m is None for p, m in zip(points, met))
     if open_penalty and undecided_penalty == "met":
         met = [True if p < 0 and m is None else m for p, m in zip(points, met)]
+    if undecided_criterion == "unmet":
+        met = [False if p > 0 and m is None else m for p, m in zip(points, met)]
     counted = [(p, m) for p, m in zip(points, met) if m is not None]
     possible = sum(p for p, _ in counted if p > 0)
     if (not points or decided / len(points) < min_coverage or possible == 0
@@ -70,11 +85,12 @@ def explicit_score(
 
 def tag_scores(
     rubric: Rubric, met: Sequence[bool | None], *, min_coverage: float = DEFAULT_MIN_COVERAGE,
-    undecided_penalty: UndecidedPenalty = "unscored",
+    undecided_penalty: UndecidedPenalty = "unscored", undecided_criterion: UndecidedCriterion = "drop",
 ) -> dict[str, float]:  # fmt: skip
     """HealthBench's per-example metrics: `overall_score`, each example tag (theme:*) at the overall score, and
     each criterion tag (axis:*, cluster:*, ...) scored over that tag's criteria alone, only where it is defined."""
-    rule = {"min_coverage": min_coverage, "undecided_penalty": undecided_penalty}
+    rule = {"min_coverage": min_coverage, "undecided_penalty": undecided_penalty,
+            "undecided_criterion": undecided_criterion}  # fmt: skip
     overall = explicit_score([c.points for c in rubric.criteria], met, **rule).score
     if overall is None:
         return {}

@@ -17,7 +17,8 @@ from reports.tables import group_of, metric, metric_names
 MAX_BARS = 40
 """Metric groups with more entries than this (HealthBench's dozens of clusters) are left to the table."""
 RATES = ("rubric/criteria_pass_rate", "rubric/judge_failure_rate", "rubric/unscored_rate",
-         "rubric/integrity_flag_rate", "completions/clipped_ratio", "frac_reward_zero_std")  # fmt: skip
+         "rubric/integrity_flag_rate", "rubric/no_answer_rate", "completions/clipped_ratio",
+         "frac_reward_zero_std")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,8 @@ def training_curves(folder: Folder) -> list[Chart | None]:
         curves({k: folder.series(k) for k in evals}, "eval score per axis", "score"),
         curves({k: folder.series(k) for k in RATES}, "rubric rates per step", "rate"),
         curves({k: folder.series(k) for k in tags}, "criteria pass rate per tag / category", "pass rate"),
-        curves({k: folder.series(k) for k in ("rubric/completion_length", "completions/mean_length")},
+        curves({k: folder.series(k) for k in ("rubric/completion_length", "completions/mean_length",
+                                              "rubric/reasoning_length", "rubric/answer_length")},
                "mean completion length (tokens)", "tokens"),
         curves({"rubric/length_reward_corr": folder.series("rubric/length_reward_corr")},
                "correlation of reward with completion length", "Pearson r"),

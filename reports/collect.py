@@ -92,7 +92,8 @@ def read_eval(folder: Folder, max_examples: int) -> None:
         "examples": f"{report.get('examples')} ({report.get('unscored_examples')} unscored, "
                     f"{report.get('integrity_flagged', 0)} flagged by the integrity check)",
         "judge failure rate": facts.pct(report.get("judge_failure_rate")),
-        "scoring": f"min_coverage {rule['min_coverage']}, undecided penalty: {rule['undecided_penalty']}",
+        "scoring": f"min_coverage {rule['min_coverage']}, undecided penalty: {rule['undecided_penalty']}, "
+                   f"undecided criterion: {rule['undecided_criterion']}",
     })  # fmt: skip
 
 
@@ -400,7 +401,8 @@ def _manifest(path: Path) -> dict[str, Any]:
 def _rule(settings: dict[str, Any]) -> dict[str, Any]:
     """The scoring rule a report or a `grading:` section states (grading.scores' defaults where it says none)."""
     return {"min_coverage": settings.get("min_coverage", DEFAULT_MIN_COVERAGE),
-            "undecided_penalty": settings.get("undecided_penalty", "unscored")}  # fmt: skip
+            "undecided_penalty": settings.get("undecided_penalty", "unscored"),
+            "undecided_criterion": settings.get("undecided_criterion", "drop")}  # fmt: skip
 
 
 READERS = {"eval": read_eval, "rurl": read_rurl, "ruft_build": read_ruft_build, "ruft_train": read_ruft_train}

@@ -9,8 +9,8 @@ from reports.folder import Folder
 GROUPS = ("overall", "axes", "themes", "other tags")
 TRAINING_KEYS = (
     "reward", "reward_std", "eval/overall_score", "rubric/criteria_pass_rate", "rubric/judge_failure_rate",
-    "rubric/unscored_rate", "rubric/integrity_flag_rate", "rubric/completion_length", "rubric/length_reward_corr",
-    "completions/mean_length", "completions/clipped_ratio", "frac_reward_zero_std", "entropy", "loss", "grad_norm",
+    "rubric/unscored_rate", "rubric/integrity_flag_rate", "rubric/no_answer_rate", "rubric/completion_length",
+    "rubric/reasoning_length", "rubric/answer_length", "rubric/length_reward_corr", "completions/mean_length", "completions/clipped_ratio", "frac_reward_zero_std", "entropy", "loss", "grad_norm",
     "learning_rate", "mean_token_accuracy",
 )  # fmt: skip
 """The log-history series the training summary lists, where a run logged them."""

@@ -43,6 +43,7 @@ from rubricrl.manifest import endpoint_counts, package_versions, usage_lines, wr
 from rubricrl.shards import parse_shard
 from rubricrl.provenance import UNKNOWN, RunRecord, check_settings, finished_rows, fingerprint, role_settings, totals
 from rubricrl.queries import Rejected, write_rejected
+from rubricrl.reasoning import split_reasoning
 from rubricrl.streaming import for_each
 from ruft.config import RuftConfig
 from ruft.sampling import candidates, sample_and_grade
@@ -247,7 +248,7 @@ class Builder:
                          graded[0].explanation or "no verdict")  # rating modes: the rating's explanation
             self._failed(row.id, f"the judge failed on every candidate (first: {first})")
             return
-        texts = [answer.text for answer in answers]
+        texts = [self._sft_text(answer.text) for answer in answers]
         ranked = candidates(answers, graded)
         best = [c.index for c in select(ranked, threshold=self.config.threshold, keep=self.config.keep,
                                         truncated_ok=self.config.keep_truncated)]  # fmt: skip
@@ -262,7 +263,7 @@ class Builder:
             {"prompt": row.conversation, "completion": [{"role": "assistant", "content": texts[i]}], "id": row.id,
              "candidate": i, "model": answers[i].model, "score": graded[i].score, "k": self.config.k,
              "threshold": self.config.threshold, "judge_model": judge["judge_model"], "grading_mode": judge["mode"],
-             "rubric_sha256": digest}
+             "rubric_sha256": digest, "sft_completion": self.config.sft_completion}
             for i in best
         ])  # fmt: skip
         scores = [g.score for g in graded if g.score is not None]
@@ -273,6 +274,14 @@ class Builder:
                                  "best_eligible_score": max((c.score for c in ranked if eligible(
                                      c, -math.inf, self.config.keep_truncated)), default=None)}])  # fmt: skip
         self.counts.done += 1
+
+    def _sft_text(self, text: str) -> str:
+        """A candidate as its SFT completion (ruft.sft_completion): as the policy wrote it, or its answer alone."""
+        grading = self.grader.config
+        if self.config.sft_completion == "whole":
+            return text
+        answer = split_reasoning(text, grading.reasoning_delimiters, starts_open=grading.reasoning_starts_open).answer
+        return text if answer is None else answer  # no answer: scored the floor, never kept
 
     def _failed(self, query_id: str, message: str) -> None:
         """Recorded in errors.jsonl and retried by the next run; never stops the other queries."""
@@ -320,8 +329,11 @@ def finish(out: Path, config: RuftConfig, judge: dict[str, Any]) -> dict[str, An
         counts["candidates"] += 1
         counts["flagged_candidates"] += c["integrity_flag"] is not None
         counts["truncated_candidates"] += c["finish_reason"] == "length"
-        # judge decisions: one per judged criterion, or one rating (rating modes); none for a flagged answer
-        judged = sum(v["source"] == "judge" for v in c["verdicts"]) or int(c["integrity_flag"] is None)
+        counts["no_answer_candidates"] += bool(c.get("no_answer"))
+        # judge decisions: one per judged criterion, or one rating (rating modes); none for a flagged answer or
+        # one without an answer (its reasoning never closed)
+        graded_by_judge = c["integrity_flag"] is None and not c.get("no_answer")
+        judged = sum(v["source"] == "judge" for v in c["verdicts"]) or int(graded_by_judge)
         counts["verdicts"] += judged
         counts["failed_verdicts"] += min(judged, c["judge_failures"])
         if c["score"] is None:
@@ -333,6 +345,7 @@ def finish(out: Path, config: RuftConfig, judge: dict[str, Any]) -> dict[str, An
         "counts": {"finished_queries": finished, "queries_kept": finished - below, "queries_below_threshold": below,
                    "candidates": counts["candidates"], "unscored_candidates": counts["unscored_candidates"],
                    "flagged_candidates": counts["flagged_candidates"],
+                   "no_answer_candidates": counts["no_answer_candidates"],
                    "truncated_candidates": counts["truncated_candidates"], "sft_rows": sum(kept),
                    "judge_failure_rate": counts["failed_verdicts"] / max(1, counts["verdicts"])},
         "scores": {"best_per_query": _describe(best), "all": _describe(scores),
@@ -350,7 +363,8 @@ def sft_schema() -> "pa.Schema":
     messages = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
     return pa.schema([("prompt", messages), ("completion", messages), ("id", pa.string()), ("candidate", pa.int32()),
                       ("model", pa.string()), ("score", pa.float64()), ("k", pa.int32()), ("threshold", pa.float64()),
-                      ("judge_model", pa.string()), ("grading_mode", pa.string()), ("rubric_sha256", pa.string())])  # fmt: skip
+                      ("judge_model", pa.string()), ("grading_mode", pa.string()), ("rubric_sha256", pa.string()),
+                      ("sft_completion", pa.string())])  # fmt: skip
 
 
 def write_sft(out: Path, rows: Iterable[dict[str, Any]]) -> None:

@@ -2,7 +2,7 @@
 `ruft:` section of a config (configs/ruft/*.yaml); documented field by field."""
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 
 @dataclass
@@ -20,8 +20,15 @@ class RuftConfig:
     """At most this many candidates >= tau per query, best first (1: the paper's Max/Threshold selection)."""
     keep_truncated: bool = False
     """Keep answers cut off at max_tokens too (an incomplete answer is a poor SFT target, so not by default)."""
+    sft_completion: Literal["whole", "answer"] = "whole"
+    """What a kept candidate's SFT completion holds: whole (its reasoning, between grading.reasoning_delimiters,
+    and its answer: the policy keeps reasoning before it answers) or answer (the answer alone, which only the
+    judge saw: it teaches answering without reasoning). Selection is on the answer's score either way; each SFT
+    row says which in its `sft_completion` column."""
 
     def __post_init__(self) -> None:
+        if self.sft_completion not in ("whole", "answer"):
+            raise ValueError(f"sft_completion must be 'whole' or 'answer', got {self.sft_completion!r}")
         if not isinstance(self.candidates, dict) or not self.candidates:
             raise ValueError("candidates must map at least one role to a number of answers, e.g. {policy: 4}")
         for role, count in self.candidates.items():

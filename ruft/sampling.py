@@ -1,9 +1,12 @@
 """Sample answers and grade them against a rubric: the step RuFT runs per query, and synthesis runs to pick its
 contrast pair from a pool (SynthesisConfig.contrast_pool)."""
 
+from dataclasses import replace
+
 from grading.grader import GradeItem, Graded, Grader
 from grading.rubric import Rubric
 from rubricrl.llm import ChatResult, LLMClient
+from rubricrl.reasoning import as_written
 from ruft.select import Candidate
 
 
@@ -12,8 +15,14 @@ async def sample_and_grade(
     reference: str | None = None,
 ) -> tuple[list[ChatResult], list[Graded]]:  # fmt: skip
     """One answer per entry of `roles` (repeat a role for several: requests that would be identical share one
-    n-sample call), each graded against `rubric`; identical answers are graded once."""
-    answers = await client.chat_each(roles, conversation)
+    n-sample call), each graded against `rubric`; identical answers are graded once. Each answer's text is the
+    completion as the policy wrote it (`as_written`: a reasoning parser's reasoning put back between the grading
+    delimiters; the grader judges the answer alone), and a reply without content is a candidate without an
+    answer, not a failed query."""
+    delimiters = grader.config.reasoning_delimiters
+    answers = [replace(a, texts=[as_written(text, reasoning, finish, delimiters)
+                                 for text, reasoning, finish in zip(a.texts, a.reasonings, a.finish_reasons)])
+               for a in await client.chat_each(roles, conversation, allow_empty=True)]  # fmt: skip
     graded = await grader.grade_many([GradeItem(conversation, a.text, rubric, reference) for a in answers])
     return answers, graded
 

@@ -72,8 +72,7 @@ class PolicyEvaluation(TrainerCallback):
                   for g in graded]  # fmt: skip
         records = [g.to_record(row.rubric.example_tags, id=row.id, response=answer)
                    for row, answer, g in zip(self.rows, answers, graded)]  # fmt: skip
-        report = build_report(records, min_coverage=self.grader.config.min_coverage,
-                              undecided_penalty=self.grader.config.undecided_penalty)  # fmt: skip
+        report = build_report(records, **self.grader.config.rule())
         metrics = {f"eval/{name}": value for name, value in report["metrics"].items()}
         metrics["eval/judge_failure_rate"] = report["judge_failure_rate"]
         metrics["eval/unscored_examples"] = report["unscored_examples"]

@@ -8,6 +8,8 @@
 5. evolve: stricter criteria are added that would separate an excellent answer from A and B.
 The single-pass Rubrics-as-Rewards method is stages 1 and 3 with categories (see config.py).
 Malformed model output is sampled again by the client (bounded); what still fails raises LLMError.
+The reference and the contrast responses reach the rubric writers as answers only: a reasoning model's
+`<think>…</think>` is removed (rubricrl/reasoning.py), and one cut off while reasoning fails its query.
 """
 
 import math
@@ -18,6 +20,7 @@ from grading.grader import Grader
 from grading.rubric import rubric_from_items
 from rubricrl.llm import LLMClient
 from rubricrl.prompts import format_conversation, load_prompt
+from rubricrl.reasoning import answer_of
 from ruft.sampling import candidates, sample_and_grade
 from ruft.select import select
 from synthesis.config import SynthesisConfig
@@ -35,12 +38,14 @@ Criteria = list[dict[str, Any]]
 
 
 async def reference(client: LLMClient, messages: list[dict]) -> str:
-    return (await client.chat("reference", REFERENCE.render(conversation=format_conversation(messages)))).text
+    result = await client.chat("reference", REFERENCE.render(conversation=format_conversation(messages)))
+    return answer_of(result.text, what=f"the reference answer ({result.model})")
 
 
 async def contrast(client: LLMClient, messages: list[dict]) -> list[str]:
     prompt = RESPONSE.render(conversation=format_conversation(messages))
-    return [answer.text for answer in await client.chat_each(["response_a", "response_b"], prompt)]
+    return [answer_of(answer.text, what=f"contrast response {answer.role} ({answer.model})")
+            for answer in await client.chat_each(["response_a", "response_b"], prompt)]  # fmt: skip
 
 
 async def contrast_pool(client: LLMClient, grader: Grader, config: SynthesisConfig, messages: list[dict],
@@ -58,7 +63,7 @@ async def contrast_pool(client: LLMClient, grader: Grader, config: SynthesisConf
     ranked += [c for c in pool if c not in ranked and not c.flagged] + [c for c in pool if c.flagged]
     chosen = [c for i, c in enumerate(ranked) if c.text not in {r.text for r in ranked[:i]}][:2]
     chosen += [c for c in ranked if c not in chosen][: 2 - len(chosen)]
-    return [c.text for c in chosen], [c.score for c in chosen]
+    return [answer_of(c.text, what=f"contrast response {c.index} of the pool") for c in chosen], [c.score for c in chosen]
 
 
 async def rubric_candidates(client: LLMClient, config: SynthesisConfig, messages: list[dict], ref: str) -> list[Criteria]:

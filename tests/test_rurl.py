@@ -235,7 +235,7 @@ def test_batch_statistics_by_hand():
         def __init__(self, met_a, met_b, flag=None):
             self.verdicts = [Verdict("A", 3, ("axis:accuracy",), met_a, "", "judge"),
                              Verdict("B", 1, ("axis:accuracy", "theme:x"), met_b, "", "rule")]  # fmt: skip
-            self.integrity_flag = flag
+            self.integrity_flag, self.integrity_note, self.no_answer = flag, None, None
 
     graded = [Graded(True, False), Graded(True, True), Graded(None, False)]
     stats = batch_stats(graded, [rubric] * 3, rewards=[0.75, 1.0, None], lengths=[10, 20, 30], seconds=1.5,

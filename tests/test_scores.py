@@ -59,6 +59,26 @@ def test_an_undecided_positive_criterion_is_still_left_out_and_partial():
         assert result.score == pytest.approx(10 / 10) and result.partial and result.coverage == pytest.approx(2 / 3)
 
 
+def test_an_undecided_positive_criterion_dropped_or_counted_unmet_by_hand():
+    points, met = [10, 5, 3, 2, 1], [True, None, True, True, True]
+    # drop (HealthBench's way): (10 + 3 + 2 + 1) / (10 + 3 + 2 + 1) = 16/16
+    assert explicit_score(points, met).score == 1.0
+    # unmet: the 5 points stay in the denominator, earned by nobody: 16/21
+    assert explicit_score(points, met, undecided_criterion="unmet").score == pytest.approx(16 / 21)  # 0.762
+    # a judge failure can only lower an unmet score: never above what either verdict would have given
+    for truth in (True, False):
+        decided = explicit_score(points, [True, truth, True, True, True]).score
+        assert explicit_score(points, met, undecided_criterion="unmet").score <= decided
+    # penalties are not touched by it; with both rules: [10, 5, -4], [T, None, None] -> (10 - 4) / 15
+    both = explicit_score([10, 5, -4], [True, None, None], min_coverage=0.3, undecided_penalty="met",
+                          undecided_criterion="unmet")  # fmt: skip
+    assert both.score == pytest.approx(6 / 15) and both.decided == 1
+    # coverage still counts real verdicts: an assumed verdict does not lift it over min_coverage
+    assert explicit_score(points, [True, None, None, True, True], undecided_criterion="unmet").score is None
+    with pytest.raises(ValueError, match="undecided_criterion"):
+        explicit_score(points, met, undecided_criterion="met")
+
+
 def test_undefined_cases_are_none_never_zero():
     assert explicit_score([-5, -2], [False, False]).score is None  # nothing to earn
     assert explicit_score([3, -2], [None, True], min_coverage=0.5).score is None  # no positive points decided
