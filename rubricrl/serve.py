@@ -39,6 +39,12 @@ from rubricrl.jsonl import write_whole
 
 DEFAULT_PORT = 8750
 HOST = "127.0.0.1"
+# Compact JSON for `response_format` answers. vLLM's default grammar (xgrammar, any_whitespace) allows any run of
+# whitespace between JSON tokens, so a schema's bounds (maxLength, maxItems) do not bound an answer: SmolLM2 sometimes
+# spends max_tokens on newlines and spaces and leaves the JSON unfinished (llm/structured.py has the measurements).
+# disable_any_whitespace is honoured only with a named backend; xgrammar is the one "auto" picks for our bounded
+# schemas, named here it refuses (400) a schema feature it cannot enforce instead of falling back to another backend.
+STRUCTURED_OUTPUTS = json.dumps({"backend": "xgrammar", "disable_any_whitespace": True})
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
@@ -149,6 +155,8 @@ class LocalServer:
         if vllm_on_cpu():
             # Eager mode: ready in ~40 s instead of 2-3 min (the CPU build recompiles at every start).
             command += ["--dtype", cpu_dtype(), "--enforce-eager"]
+        if not any(arg.startswith("--structured-outputs-config") for arg in self.extra_args):  # the user's wins
+            command += ["--structured-outputs-config", STRUCTURED_OUTPUTS]
         return command + self.extra_args
 
     def environment(self) -> dict[str, str]:

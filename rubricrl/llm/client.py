@@ -248,8 +248,10 @@ class LLMClient:
                     if attempt == retries:
                         if self.cache is not None:
                             self.cache.delete(rejected)
+                        cut = (f" (the last one stopped at max_tokens={request.get('max_tokens', 'not set')}: raise "
+                               "the role's max_tokens)" if sample.get("finish_reason") == "length" else "")
                         raise LLMError(f"role '{role}' ({spec.model}): no valid JSON after "
-                                       f"{attempt + 1} samples: {error}") from error  # fmt: skip
+                                       f"{attempt + 1} samples{cut}: {error}") from error  # fmt: skip
                     self.usage[role].retries += 1
                     sample = (await self._samples(role, spec, messages, request, [next_index]))[0]
                     samples[i] = sample

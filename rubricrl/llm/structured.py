@@ -2,7 +2,13 @@
 
 Every integer, string and array in a schema must be bounded (minimum/maximum, maxLength, maxItems): with an
 unbounded field a small model can run to max_tokens inside one value and leave invalid JSON, while with bounds
-vLLM's grammar forces a closing brace in time. `json_schema_format` refuses an unbounded schema.
+vLLM's grammar forces a closing brace in time. `json_schema_format` refuses an unbounded schema. The bounds bound
+the reply only if the grammar also bounds the whitespace between tokens: vLLM's default JSON grammar (xgrammar,
+`any_whitespace=True`) allows any run of spaces and newlines there, and SmolLM2 at temperature 1 sometimes fills
+max_tokens with it (of 64 rubric answers at 690 tokens, 2 were cut off; 4,810 of one's 5,708 characters were
+whitespace). Our local servers therefore start vLLM with compact JSON (serve.py `STRUCTURED_OUTPUTS`). Strings near
+their maxLength can still outrun a budget smaller than the schema allows (2 of 56 compact rubric answers at 690
+tokens); such an answer is reported as cut off, not by the nested values that did close inside it.
 
 Endpoints without schema support answer in free text; `parse_structured` takes the first JSON value in it that
 satisfies the schema, looking at the whole reply, then fenced ```json blocks, then each value that decodes from an
@@ -107,10 +113,43 @@ def parse_structured(text: str, schema: dict[str, Any]) -> Any:
         from jsonschema.exceptions import best_match  # loaded with the validator
 
         errors.append(best_match(validator.iter_errors(value)))
+    cut_off = _ends_inside_json(text)
     if not errors:
-        raise StructuredOutputError("no JSON object or array in the reply", text)
+        raise StructuredOutputError(CUT_OFF if cut_off else "no JSON object or array in the reply", text)
     where = "/".join(str(p) for p in errors[0].absolute_path) or "top level"
-    raise StructuredOutputError(f"JSON does not match the schema at {where}: {errors[0].message}", text)
+    mismatch = f"JSON does not match the schema at {where}: {errors[0].message}"
+    # A cut-off answer's only complete values are the ones nested in it (e.g. one criterion of a rubric), which
+    # fail the schema at its top level: say first that the answer is unfinished.
+    raise StructuredOutputError(f"{CUT_OFF}; a value nested in it: {mismatch}" if cut_off else mismatch, text)
+
+
+CUT_OFF = "the reply's JSON is cut off before its end (the answer ran to max_tokens?)"
+
+
+def _ends_inside_json(text: str) -> bool:
+    """Whether the first JSON object or array in `text` is still open at its end (brackets counted outside
+    strings): an answer cut off at max_tokens, whatever closed inside it."""
+    starts = [p for p in (text.find("{"), text.find("[")) if p >= 0]
+    if not starts:
+        return False
+    depth, in_string, escaped = 0, False, False
+    for char in text[min(starts):]:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "{[":
+            depth += 1
+        elif char in "}]":
+            depth -= 1
+            if depth == 0:
+                return False
+    return True
 
 
 @functools.lru_cache(maxsize=64)
