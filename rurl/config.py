@@ -17,13 +17,19 @@ if typing.TYPE_CHECKING:
 class TrainArgs:
     rubrics: Path
     """The rubric dataset: synthesis's final.parquet / .jsonl, HealthBench rows (prompt, rubrics, example_tags) or
-    RaR rows (question, reference_answer, rubric); JSONL, Parquet or a saved HF dataset folder. Multi-turn prompts
-    keep their turns. Set --output_dir (TRL's) too."""
+    RaR rows (question, reference_answer, rubric); JSONL, Parquet, a saved HF dataset, a repository folder or a Hub
+    id (org/name[:SPLIT]). Multi-turn prompts keep their turns. Set --output_dir (TRL's) too."""
     dry_run: bool = False
     """Print the resolved settings (YAML, loadable with --config) and exit: no model, no judge call."""
     merge_adapter: bool = True
     """With --use_peft: save the final model with the LoRA weights merged in (the adapter alone in
     output_dir/adapter); false: output_dir holds only the adapter."""
+    reward_funcs: list[str] = field(default_factory=list)
+    """More reward functions after the rubric reward, as `trl grpo --reward_funcs` takes them: TRL's names
+    (accuracy_reward, reasoning_accuracy_reward, think_format_reward, get_soft_overlong_punishment) or dotted
+    import paths (my_lib.rewards.my_reward). GRPOConfig's reward_weights weigh them, the rubric reward's first; each
+    is logged as rewards/<name>/mean. A completion the rubric reward could not score stays out of the advantage
+    whatever the others return."""
 
 
 @dataclass
@@ -114,8 +120,12 @@ class RurlConfig:
             raise ValueError(f"overlong_penalty must be >= 0, got {self.overlong_penalty}")
 
 
-def check_with_trl(rurl: RurlConfig, grpo: "GRPOConfig") -> None:
+def check_with_trl(rurl: RurlConfig, grpo: "GRPOConfig", reward_funcs: list[str] = ()) -> None:
     """The rurl settings that depend on GRPOConfig's, checked once both are parsed (before the dry run prints)."""
+    functions = 1 + len(reward_funcs)
+    if grpo.reward_weights is not None and len(grpo.reward_weights) != functions:
+        raise ConfigError(f"reward_weights {grpo.reward_weights}: {len(grpo.reward_weights)} weight(s) for {functions} "
+                          f"reward function(s) (the rubric reward, then reward_funcs {list(reward_funcs)})")  # fmt: skip
     if rurl.overlong_buffer > grpo.max_completion_length:
         raise ConfigError(f"rurl.overlong_buffer {rurl.overlong_buffer} is longer than max_completion_length "
                           f"{grpo.max_completion_length}: the overlong penalty would start before the first token; "

@@ -6,16 +6,20 @@ What runs, in order (everything a user can get wrong is checked before the polic
 1. settings: `TrainArgs` and the `rurl:`, `grading:`, `llm:` sections (ours), then TRL's `GRPOConfig` and
    `ModelConfig` as `trl grpo --config` reads them (flat keys, flags win; TRL checks its batch divisibility rules
    here); on a machine without CUDA, rubricrl.training.CPU_DEFAULTS first; the overlong buffer within
-   max_completion_length, the judge's deadline within half of ddp_timeout. `--dry_run` prints them and exits;
+   max_completion_length, the judge's deadline within half of ddp_timeout, one reward weight per reward function
+   (`reward_funcs` after the rubric reward, as `trl grpo` resolves them: rurl/rewards.py). `--dry_run` prints them
+   and exits;
 2. the rubric dataset (rurl/data.py): every row checked, rows that can never train refused or left out (a rubric of
    penalties only, a prompt over the policy's budget), held-out rows split off, the RuFT prefilter;
-3. the judge: the `grading.judge_role` role of `llm:` (the local vLLM server when it names no endpoint), reachable,
+3. the policy's tokenizer: whether its chat template opens the reasoning in the prompt (then a completion without
+   the closing delimiter has no answer), and the token counts of reasoning and answer the reward logs;
+4. the judge: the `grading.judge_role` role of `llm:` (the local vLLM server when it names no endpoint), reachable,
    then one preflight call that must come back with a verdict;
-4. RubricGRPOTrainer (rurl/trainer.py: GRPOTrainer, plus dynamic sampling when asked) with the rubric reward
+5. RubricGRPOTrainer (rurl/trainer.py: GRPOTrainer, plus dynamic sampling when asked) with the rubric reward
    (grading/reward.py: all judge calls of a batch concurrent and bounded, identical ones once, cached), the
    judge-failure guard and the in-training evaluation as callbacks; wandb when report_to names it (offline without
    a key), its config the resolved settings;
-5. in output_dir: config.yaml (first), rejected.jsonl (rows left out by rurl.bad_rows: skip), checkpoints (each
+6. in output_dir: config.yaml (first), rejected.jsonl (rows left out by rurl.bad_rows: skip), checkpoints (each
    with rurl_state.json), eval.jsonl (one report per eval) and eval_answers.jsonl (each held-out row's graded answer
    per eval), the final model (LoRA merged unless merge_adapter is false), log_history.json (every logged step),
    criteria.json (every criterion's pass rate over the run, resumed runs included, the hardest first), reward.png,
@@ -48,6 +52,7 @@ from rubricrl.training import (base_model, keep_run_config, model_init_kwargs, r
                                save_model, start_wandb, step_of, trl_defaults, trl_settings)  # fmt: skip
 from rurl.config import RurlConfig, TrainArgs, check_with_trl
 from rurl.data import RurlData, load_rurl_data
+from rurl.rewards import extra_reward_funcs
 from rurl.vllm_cpu import close_colocated_engine
 
 if TYPE_CHECKING:
@@ -67,9 +72,15 @@ class TrainingStopped(UserError):
 def run_train(args) -> int:
     settings = parse_settings(args, command=COMMAND, trl_defaults=trl_defaults())
     train_args, rurl, grading, llm, grpo, model = settings
-    check_with_trl(rurl, grpo)  # before the dry run: it refuses what the run would
+    check_with_trl(rurl, grpo, train_args.reward_funcs)  # before the dry run: it refuses what the run would
     check_judge_wait(rurl, grpo)
+    extra_rewards = extra_reward_funcs(train_args.reward_funcs)
     config = run_config(settings)
+    if train_args.reward_funcs:
+        weights = grpo.reward_weights or [1.0] * (1 + len(extra_rewards))
+        print(f"{COMMAND}: rewards: " + ", ".join(f"{name} x {weight:g}" for name, weight in
+                                                  zip(["rubric_reward", *train_args.reward_funcs], weights)),
+              file=sys.stderr)  # fmt: skip
     if train_args.dry_run:
         print(yaml.safe_dump(config, sort_keys=False, allow_unicode=True), end="")
         return 0
@@ -78,17 +89,20 @@ def run_train(args) -> int:
     resume = resume_target(grpo)
     base_model(model)
     config["model_name_or_path"] = model.model_name_or_path
+    count_tokens = read_policy_template(grading, grpo, model, config)
     judged = first_judged_row(grading, data)
     if judged is None:  # rule checks decide every criterion: no judge to start or ask
         print(f"{COMMAND}: every criterion is a rule check: no judge, no server, no preflight", file=sys.stderr)
         client = LLMClient({grading.judge_role: NO_JUDGE}, cache=None)
-        return train(train_args, rurl, grading, grpo, model, data, client, config, output_dir, resume)
+        return train(train_args, rurl, grading, grpo, model, data, client, config, output_dir, resume, count_tokens,
+                     extra_rewards)  # fmt: skip
     with open_llm(llm, [grading.judge_role], source=config_source(args), cpu_budgets=grading.cpu_max_tokens()) as llm_session:
         if rurl.preflight:
             preflight(llm_session.roles, grading, judged)
         client = llm_session.client()
         try:
-            return train(train_args, rurl, grading, grpo, model, data, client, config, output_dir, resume)
+            return train(train_args, rurl, grading, grpo, model, data, client, config, output_dir, resume,
+                         count_tokens, extra_rewards)  # fmt: skip
         finally:
             if client.cache is not None:
                 client.cache.flush()
@@ -104,6 +118,31 @@ def run_config(settings: list[Any]) -> dict[str, Any]:
     # back the same generation batch on the same number of processes
     del config["generation_batch_size"]
     return config
+
+
+def read_policy_template(grading: GradingConfig, grpo: "GRPOConfig", model: "ModelConfig",
+                         config: dict[str, Any]) -> Any:  # fmt: skip
+    """What the policy's tokenizer tells the reward: whether its chat template opens the reasoning in the prompt
+    (DeepSeek-R1 distills, Qwen3 thinking-2507 end the generation prompt with `<think>`; a completion without the
+    closing delimiter then never closed its reasoning), set in `grading` and in the written `config`; and a token
+    counter for the reasoning and answer lengths the reward logs."""
+    from transformers import AutoTokenizer
+
+    load = {"revision": model.model_revision, "trust_remote_code": grpo.trust_remote_code}
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model.model_name_or_path, **load)
+    except OSError as error:  # transformers: not on the Hub, offline, no tokenizer files
+        raise ConfigError(f"model_name_or_path {model.model_name_or_path}: cannot load its tokenizer: {error}") from None
+    if grading.reasoning_delimiters and not grading.reasoning_starts_open and tokenizer.chat_template:
+        kwargs = grpo.chat_template_kwargs if isinstance(grpo.chat_template_kwargs, dict) else {}
+        prompt = tokenizer.apply_chat_template([{"role": "user", "content": "?"}], tokenize=False,
+                                               add_generation_prompt=True, **kwargs)  # fmt: skip
+        if prompt.rstrip().endswith(grading.reasoning_delimiters[0]):
+            grading.reasoning_starts_open = True
+            config.setdefault("grading", {})["reasoning_starts_open"] = True
+            print(f"{COMMAND}: {model.model_name_or_path}'s chat template opens the reasoning in the prompt: a "
+                  f"completion without {grading.reasoning_delimiters[1]!r} has no answer (reward 0)", file=sys.stderr)  # fmt: skip
+    return lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 def first_judged_row(grading: GradingConfig, data: RurlData) -> RubricRow | None:
@@ -137,7 +176,8 @@ def preflight(roles, grading: GradingConfig, row: RubricRow) -> None:
 
 
 def train(train_args: TrainArgs, rurl: RurlConfig, grading: GradingConfig, grpo: "GRPOConfig", model: "ModelConfig",
-          data: RurlData, client: LLMClient, config: dict[str, Any], output_dir: Path, resume: str | None) -> int:  # fmt: skip
+          data: RurlData, client: LLMClient, config: dict[str, Any], output_dir: Path, resume: str | None,
+          count_tokens=None, extra_rewards=()) -> int:  # fmt: skip
     from trl import get_peft_config, get_quantization_config
 
     from rurl.evaluate import PolicyEvaluation
@@ -148,7 +188,8 @@ def train(train_args: TrainArgs, rurl: RurlConfig, grading: GradingConfig, grpo:
     grader = Grader(client, grading)
     monitor = FailureMonitor(rurl.failure_window)
     overlong = Overlong(grpo.max_completion_length, rurl.overlong_buffer, rurl.overlong_penalty) if rurl.overlong_buffer else None
-    reward = make_rubric_reward(grader, overlong=overlong, on_batch=monitor.record, deadline=rurl.judge_deadline)
+    reward = make_rubric_reward(grader, overlong=overlong, on_batch=monitor.record, deadline=rurl.judge_deadline,
+                                count_tokens=count_tokens)  # fmt: skip
     dynamic = (DynamicSampling(rurl.dynamic_std_threshold, rurl.max_extra_rounds, rurl.on_exhausted)
                if rurl.dynamic_sampling else None)  # fmt: skip
     data_info = {"source": data.source, "train_rows": len(data.train), "eval_rows": len(data.evaluation),
@@ -173,7 +214,8 @@ def train(train_args: TrainArgs, rurl: RurlConfig, grading: GradingConfig, grpo:
     try:
         try:
             trainer = RubricGRPOTrainer(
-                model=model.model_name_or_path, reward_funcs=[reward], args=grpo, train_dataset=data.train_dataset(),
+                model=model.model_name_or_path, reward_funcs=[reward, *extra_rewards], args=grpo,
+                train_dataset=data.train_dataset(),
                 peft_config=get_peft_config(model), dynamic=dynamic, failure_monitor=monitor,
             )  # fmt: skip
         except OSError as error:  # transformers: not on the Hub, offline, no weights in the folder

@@ -46,6 +46,7 @@ from transformers import TrainerCallback
 from trl import GRPOTrainer
 from trl.trainer.utils import nanstd, pad
 
+from rurl.rewards import unscored_rows
 from rurl.vllm_cpu import patch_cpu_colocate
 
 TRL_RANGE = ((1, 16), (1, 17))
@@ -123,7 +124,7 @@ class RubricGRPOTrainer(GRPOTrainer):
                 (Path(output_dir) / STATE_FILE).write_text(json.dumps(state, ensure_ascii=False))
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        rewards = unscored_rows(super()._calculate_rewards(inputs, prompts, completions, completion_ids_list))
         self._last_rewards = rewards  # (rows of all processes, reward functions)
         if self.failure_monitor is not None:  # every process is here, once per generation batch
             self.failure_monitor.sync(self._sum_over_processes)

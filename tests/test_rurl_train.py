@@ -188,6 +188,45 @@ def test_the_failure_guard_stops_a_run_whose_judge_fails(tmp_path, quiet_env, ca
     assert manifest["summary"]["judge"]["unscored"] == manifest["summary"]["judge"]["completions"] == 8
 
 
+def varied_reward(completions, **kwargs) -> list[float]:
+    """A second reward function for the tests below (imported by its dotted path, as trl grpo does): a number that
+    differs between completions, so that alone it would give every group a spread."""
+    return [float(len(str(c)) % 7) for c in completions]
+
+
+def rurl_train(judge: FaultServer, out: Path, *flags: str) -> int:
+    return main(["rurl", "train", "--config", str(TINY), "--output_dir", str(out), "--base-url", judge.base_url,
+                 "--model", "scripted-judge", "--no-cache", "--no-preflight", "--eval_size", "0",
+                 "--dynamic_sampling", "false", "--report_to", "none", "--roles", "judge.max_tokens=50", *flags])  # fmt: skip
+
+
+def test_trls_reward_table_trains_and_logs_each_reward(tmp_path, quiet_env, capsys):
+    """`--reward_funcs think_format_reward --reward_weights 1.0 0.5`, as trl grpo takes them: one step, each reward
+    logged under TRL's own rewards/<name>/mean, and the table named at start."""
+    with FaultServer(reply=scripted_verdict) as judge:
+        assert rurl_train(judge, tmp_path / "run", "--max_steps", "1", "--reward_funcs", "think_format_reward",
+                          "--reward_weights", "1.0", "0.5") == 0  # fmt: skip
+    assert "rewards: rubric_reward x 1, think_format_reward x 0.5" in capsys.readouterr().err
+    history = json.loads((tmp_path / "run" / "log_history.json").read_text())
+    logged = {key for entry in history for key in entry}
+    assert {"rewards/rubric_reward/mean", "rewards/think_format_reward/mean"} <= logged
+    config = (tmp_path / "run" / "config.yaml").read_text()
+    assert "think_format_reward" in config and "0.5" in config
+
+
+def test_a_completion_the_judge_could_not_score_stays_out_whatever_the_other_rewards_say(tmp_path, quiet_env):
+    """TRL sums weighted rewards with nansum and drops a completion only when every function returned None: the
+    judge's None beside a number would become a reward. Here the judge fails on everything and a second function
+    varies between completions: had its numbers counted, the step would have moved the weights."""
+    out = tmp_path / "run"
+    with FaultServer(reply="garbage, not a verdict") as judge:
+        assert rurl_train(judge, out, "--max_steps", "2", "--reward_funcs", "tests.test_rurl_train.varied_reward") == 2
+    state = json.loads((out / "checkpoint-1" / "trainer_state.json").read_text())
+    step = next(entry for entry in state["log_history"] if "no_update" in entry)
+    assert step["no_update"] == 1.0  # no completion carried an advantage
+    assert step["rewards/varied_reward/mean"] is None  # NaN (written as null): its numbers left out with their rows
+
+
 @pytest.mark.model
 def test_tiny_preset_trains_with_the_real_judge_and_resumes_after_a_kill(tmp_path, quiet_env, local_server):
     """`rubricrl rurl train --config configs/rurl/tiny-cpu.yaml`, killed (SIGKILL) once a checkpoint is written,
