@@ -20,7 +20,7 @@ from rubricrl.config import ConfigError, add_config_arguments, config_source, pa
 from rubricrl.llm import LLMError, LLMSession, LLMSettings, open_llm
 from rubricrl.jsonl import write_jsonl
 from rubricrl.reasoning import as_written
-from rubricrl.records import iter_rows
+from rubricrl.records import describe_input, iter_rows
 from rubricrl.shards import parse_shard
 
 Pitfalls = Literal["auto", "mistake", "avoidance"]
@@ -29,7 +29,8 @@ Pitfalls = Literal["auto", "mistake", "avoidance"]
 @dataclass
 class GradeArgs:
     rubrics: Path
-    """Rubric dataset: .parquet, .jsonl or a saved HF dataset (RubricHub/synthesis output, HealthBench, RaR)."""
+    """Rubric dataset: .parquet, .jsonl, a saved HF dataset, a repository folder or a Hub id (org/name[:SPLIT]):
+    RubricHub/synthesis output, HealthBench, RaR."""
     responses: Path
     """Responses to grade: {id, response} per row, ids as in the rubric file."""
     output: Path
@@ -51,7 +52,8 @@ class EvalArgs:
     output_dir: Path
     """Where graded.jsonl, report.json and config.yaml go."""
     rubrics: Path | None = None
-    """Rubric dataset: .parquet, .jsonl or a saved HF dataset (RubricHub/synthesis output, HealthBench, RaR);
+    """Rubric dataset: .parquet, .jsonl, a saved HF dataset, a repository folder or a Hub id (org/name[:SPLIT]):
+    RubricHub/synthesis output, HealthBench, RaR;
     not needed with --graded."""
     policy: str | None = None
     """The policy model that answers each prompt (shorthand for --roles policy.model=NAME); default: the model
@@ -227,7 +229,7 @@ def with_provenance(records: list[dict], *, rubrics: Path, responses: Path | Non
     (absolute: a report read elsewhere still names them) or the policy model, and when (see report.PROVENANCE_KEYS).
     In every record rather than in a file beside them, so that a graded file copied, concatenated or read by
     `eval --graded` keeps it."""
-    stamp = {"rubrics": str(rubrics.resolve()), "responses": str(responses.resolve()) if responses else None,
+    stamp = {"rubrics": describe_input(rubrics), "responses": describe_input(responses) if responses else None,
              "policy_model": policy_model,
              "graded_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}  # fmt: skip
     return [{**record, "provenance": stamp} for record in records]

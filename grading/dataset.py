@@ -1,5 +1,6 @@
 """Reading what grading consumes, through the one record reader (rubricrl/records.py): rubric datasets and
-response files. Errors name the file, the line or row, and the problem.
+response files (JSONL, Parquet, dataset folders, Hub ids such as `org/name:test`). Errors name the file (or the
+dataset and split), the line or row, and the problem.
 
 Rubric datasets come as synthesis's export (`final.parquet` / `.jsonl`: `id, question, rubrics: [{criterion,
 points}]`, with the chat messages of multi-turn queries read from `final_details.parquet` beside it), in
@@ -13,7 +14,7 @@ from typing import Any
 
 from grading.rar import PitfallConvention, criteria_from_rar
 from grading.rubric import Rubric, RubricError, rubric_from_items
-from rubricrl.records import InvalidRecord, conversation_of, id_column_of, iter_rows, record_id
+from rubricrl.records import InvalidRecord, conversation_of, id_column_of, open_records, record_id, rows_of
 
 
 @dataclass(frozen=True)
@@ -38,9 +39,9 @@ def iter_rubric_rows(path: str | Path, rar_pitfalls: PitfallConvention = "auto")
     """Rows one at a time, as the record reader reads ids and conversations (`id` or `prompt_id`, else generated
     from the content; `prompt` messages before `question`); `rar_pitfalls` reads RaR pitfalls (see rar.py).
     Memory holds the set of ids seen (duplicates are errors). A file without rows is an error."""
-    path = Path(path)
+    opened = open_records(path)
     seen: set[str] = set()
-    for where, record in iter_rows(path):
+    for where, record in rows_of(opened):
         conversation = _conversation(record, where)  # multi-turn queries keep their turns and roles
         try:
             row_id = record_id(record.get(id_column_of(record)), id_column_of(record), conversation)
@@ -59,7 +60,7 @@ def iter_rubric_rows(path: str | Path, rar_pitfalls: PitfallConvention = "auto")
             where=where,
         )
     if not seen:
-        raise RubricError(f"{path}: no rows")
+        raise RubricError(f"{opened.source}: no rows")
 
 
 def _rubric_items(record: dict, where: str, rar_pitfalls: PitfallConvention) -> Any:
@@ -96,9 +97,9 @@ def load_responses(
 ) -> list[tuple[str, str]]:
     """(id, response) pairs of a record file (JSONL, Parquet, saved dataset); every id must name a rubric row of
     `rubrics` (named in the message), and a file without rows is an error."""
-    path = Path(path)
+    opened = open_records(path)
     pairs = []
-    for where, record in iter_rows(path):
+    for where, record in rows_of(opened):
         if not isinstance(record.get("response"), str):
             raise RubricError(f"{where}: needs a string 'response'")
         if record.get("id") is None:
@@ -109,5 +110,6 @@ def load_responses(
             raise RubricError(f"{where}: id {record['id']!r} is not in {rubrics} (its ids are like {like})")
         pairs.append((row_id, record["response"]))
     if not pairs:
-        raise RubricError(f"{path}: no responses")
+        raise RubricError(f"{opened.source}: no responses")
     return pairs
+

@@ -1,6 +1,7 @@
 """Queries for rubric synthesis (and any stage that starts from queries), read with the one record reader
-(rubricrl/records.py: JSONL, Parquet or a saved Hugging Face dataset folder; errors name the file, the line or row,
-and the problem). Every row is checked before any model call.
+(rubricrl/records.py: JSONL, Parquet, a saved or repository-layout dataset folder, or a Hub dataset id such as
+`org/name:test`; errors name the file or dataset split, the line or row, and the problem). Every row is checked
+before any model call.
 
 Columns:
 - The query column is `prompt` (text, or chat messages ending with a user message, as HealthBench stores them), or

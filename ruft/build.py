@@ -44,6 +44,7 @@ from rubricrl.shards import parse_shard
 from rubricrl.provenance import UNKNOWN, RunRecord, check_settings, finished_rows, fingerprint, role_settings, totals
 from rubricrl.queries import Rejected, write_rejected
 from rubricrl.reasoning import split_reasoning
+from rubricrl.records import describe_input
 from rubricrl.streaming import for_each
 from ruft.config import RuftConfig
 from ruft.sampling import candidates, sample_and_grade
@@ -58,8 +59,9 @@ EXPLICIT_MODES = ("per_criterion", "batched")
 @dataclass
 class BuildArgs:
     rubrics: Path
-    """Rubric dataset: a synthesis output (final.parquet / final.jsonl), HealthBench JSONL, RaR rows, Parquet or a
-    saved HF dataset; multi-turn prompts are kept as messages."""
+    """Rubric dataset: a synthesis output (final.parquet / final.jsonl), HealthBench JSONL, RaR rows, Parquet, a
+    saved HF dataset, a dataset repository folder or a Hub id (org/name[:SPLIT]); multi-turn prompts are kept as
+    messages."""
     output_dir: Path
     """Where candidates, the SFT dataset, plots, config.yaml and manifest.json go; a rerun resumes there."""
     limit: int | None = None
@@ -146,7 +148,8 @@ def run_build(args: argparse.Namespace) -> int:
                   "done_before": counts.skipped, "failed": dict(counts.failed)}  # fmt: skip
     run_record.write(finished=True, counts=run_counts)
     manifest = {
-        "command": "ruft build", "rubrics": str(build.rubrics), "output_dir": str(out), "config": config_written,
+        "command": "ruft build", "rubrics": describe_input(build.rubrics), "output_dir": str(out),
+        "config": config_written,
         "roles": {name: role.public() for name, role in session.roles.items()}, "judge": judge,
         "budgets": session.budget_note(), "packages": package_versions(),
         "counts": {**run_counts, **stats["counts"]}, "first_error": counts.first_error, "scores": stats["scores"],

@@ -20,6 +20,7 @@ from grading.rubric import Rubric, RubricError
 from rubricrl.config import ConfigError
 from rubricrl.jsonl import complete_rows
 from rubricrl.queries import Rejected
+from rubricrl.records import describe_input
 from rurl.config import RurlConfig
 
 if TYPE_CHECKING:
@@ -142,7 +143,7 @@ def load_rurl_data(path: Path, config: RurlConfig, seed: int, *, mode: str = "pe
         raise ConfigError(f"{path}: no row left to train on ({len(rows)} rows, {held} held out"
                           + (f", {sum(bad_counts.values())} left out as bad rows" if bad_counts else "")
                           + (f", prefilter: {counts}" if counts else "") + ")")  # fmt: skip
-    return RurlData(train, evaluation, str(path), counts, role, bad_counts, rejected)
+    return RurlData(train, evaluation, describe_input(path), counts, role, bad_counts, rejected)
 
 
 def untrainable(rows: list[RubricRow], mode: str, budget: PromptBudget | None, action: str, path: Path, *,

@@ -15,6 +15,7 @@ from rubricrl.llm import LLMSettings, open_llm
 from rubricrl.manifest import endpoint_counts, package_versions, usage_lines, write_manifest
 from rubricrl.provenance import RunRecord, check_settings, fingerprint, finished_rows, role_settings, totals
 from rubricrl.queries import iter_queries, write_rejected
+from rubricrl.records import describe_input
 from rubricrl.shards import parse_shard
 from synthesis import stages
 from synthesis.config import SynthesisConfig
@@ -25,7 +26,8 @@ from synthesis.publish import add_commands as add_publish_command
 @dataclass
 class SynthArgs:
     input: Path
-    """Queries: .jsonl, .parquet or a saved Hugging Face dataset folder."""
+    """Queries: .jsonl, .parquet, a saved Hugging Face dataset folder, a dataset repository folder or a Hub id
+    (org/name[:SPLIT]; README: Inputs)."""
     output_dir: Path
     """Where final.parquet, final.jsonl, details, errors, config.yaml and manifest.json go; a rerun resumes there."""
     query_column: str | None = None
@@ -106,7 +108,7 @@ def run_synth(args: argparse.Namespace) -> int:
               "rows_in_final": summary.rows_in_final}  # fmt: skip
     run_record.write(finished=True, counts=counts)
     manifest = {
-        "command": "synth", "input": str(synth.input), "output_dir": str(out), "config": config_written,
+        "command": "synth", "input": describe_input(synth.input), "output_dir": str(out), "config": config_written,
         "roles": {name: role.public() for name, role in session.roles.items()},
         "budgets": session.budget_note(),
         "prompts": {p.name: p.sha256 for p in stages.ALL_PROMPTS},

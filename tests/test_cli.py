@@ -102,7 +102,8 @@ BAD_VALUES = [
     (["synth", "--input", "q.jsonl", "--output-dir", "a-file"], "--output-dir a-file: exists and is a file"),
     (["synth", "--input", "q.jsonl", "--output-dir", "o", "--id-column", "nope"], "missing id column 'nope'"),
     (["synth", "--input", "q.jsonl", "--output-dir", "o", "--shard", "4/4"], "--shard 4/4: expected i/n"),
-    (["synth", "--input", "openai/healthbench", "--output-dir", "o"], "save it first"),
+    (["synth", "--input", "openai/healthbench", "--output-dir", "o"],
+     "openai/healthbench: cannot reach the Hugging Face Hub"),  # offline in this test: the Hub id is named
     (["synth", "--input", "q.jsonl", "--output-dir", "o", "--config", "gradng.yaml"],
      "(did you mean 'grading'?); it takes ['allow_changed_settings', 'id_column', 'input', 'limit', 'output_dir', "
      "'query_column', 'shard', 'skip_bad_rows'] and the sections ['llm', 'synthesis', 'grading', 'ruft', 'rurl']"),
@@ -128,7 +129,8 @@ BAD_VALUES = [
 
 
 @pytest.mark.parametrize("argv, named", BAD_VALUES, ids=[" ".join(a[:1] + a[-2:]) for a, _ in BAD_VALUES])
-def test_bad_values_are_one_line_before_any_call(newcomer, capsys, argv, named):
+def test_bad_values_are_one_line_before_any_call(newcomer, capsys, monkeypatch, argv, named):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # a Hub id fails at once, not after retries on a machine without network
     before = files_here()
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()

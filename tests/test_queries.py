@@ -277,13 +277,6 @@ def test_a_named_id_column_must_exist(tmp_path):
         read_queries(parquet, id_column="nope")
 
 
-def test_a_hub_name_says_how_to_use_it(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(QueryFileError, match=r"openai/healthbench: no such file or folder; if 'openai/healthbench' is a "
-                       r"Hugging Face Hub dataset, save it first: .*save_to_disk\('healthbench'\)"):
-        read_queries("openai/healthbench")
-
-
 @pytest.mark.parametrize("column, expected", [(None, "'prompt' or 'question'"), ("text", "'text' (--query-column)")])
 def test_parquet_without_the_query_column(tmp_path, column, expected):
     path = write_parquet(tmp_path / "q.parquet", [{"id": "a", "body": "Q?"}])
