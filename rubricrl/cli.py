@@ -102,6 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_ruft_commands(commands)
     add_rurl_commands(commands)
     add_report_commands(commands)
+    from grading.service_cli import add_commands as add_reward_commands  # `reward serve`, `export verl`
+    add_reward_commands(commands)
     from rubricrl.merge import add_command as add_merge_command
 
     add_merge_command(commands)

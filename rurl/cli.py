@@ -16,3 +16,6 @@ def add_commands(commands) -> None:
     add_config_arguments(train, [TrainArgs, RurlConfig, GradingConfig, LLMSettings],
                          trl_types=["trl.GRPOConfig", "trl.ModelConfig"])  # fmt: skip
     train.set_defaults(run=run_train)
+    from rurl.export_verl import add_command as add_export_command  # `export verl`: the data for verl's trainer
+
+    add_export_command(commands)

@@ -1,0 +1,347 @@
+"""The rubric reward as an HTTP service, for RL engines that cannot share our environment (verl, OpenRLHF).
+
+It speaks OpenRLHF's remote reward protocol (openrlhf/utils/agent.py posts it, openrlhf/cli/serve_rm.py answers it):
+
+    POST /get_reward  {"query": [prompt + response, ...], "prompts": [prompt, ...], "labels": [row id, ...]}
+                   -> {"rewards": [...], "scores": [...], "extra_logs": {name: number}, "scored": [bool, ...]}
+
+OpenRLHF's `query` is the prompt and the response decoded together (special tokens kept), its `prompt` the
+templated prompt: the response is what follows the prompt in the query, its trailing end-of-sequence tokens
+removed (the integrity check would otherwise veto `<|im_end|>` as a forged chat-role token). `labels` carry the
+rubric row id (OpenRLHF: `--label_key id`). Clients that have the response alone (our verl function) send
+`"responses": [...]` instead of `query` and `prompts`. The rubric, the conversation the judge sees and the
+reference answer all come from the row, as `rubricrl grade` reads them, and the grading is RuRL's own reward
+(grading/reward.py `rubric_reward`: the `grading:` settings, dedup of identical completions, the deadline).
+
+A completion that cannot be scored (the judge failed on too many of its criteria, it missed the deadline, or its
+prompt is not in its query) gets `unscored_reward` (0.0 by default, as verl-rubric and RuscaRL score a judge
+failure), because OpenRLHF and verl put every reward into a tensor and have no "missing" value; `scored` says which
+ones were, and the count is in `extra_logs` and GET /stats, so that a judge failing quietly shows on the training
+dashboard. When no completion of a request could be judged because the judge does not answer at all, the answer
+is 503 with a message instead: a whole batch of zeros would train on nothing, and the engine's retry (OpenRLHF) or
+error (our verl function) is the right response to a judge that is down.
+
+It spends judge money on request: it listens on 127.0.0.1 unless told otherwise; on any other address it needs a
+bearer token (env TOKEN_ENV, refused at start-up without one), compared in constant time; bodies and batches are
+bounded; errors are 4xx JSON `{"error": message}`; no token or API key is logged or answered.
+"""
+
+import asyncio
+import hmac
+import ipaddress
+import json
+import sys
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from grading.dataset import RubricRow
+from grading.grader import Grader
+from grading.reward import BatchStats, rubric_reward
+from rubricrl.errors import UserError
+
+TOKEN_ENV = "RUBRICRL_REWARD_TOKEN"
+MIN_TOKEN_LENGTH = 16
+DEFAULT_PORT = 8760
+# End-of-sequence tokens as a tokenizer decodes them with special tokens kept (ChatML/Qwen, Llama 3, Phi, gpt-oss,
+# Gemma, Mistral/Llama 2, DeepSeek): removed from the end of an OpenRLHF query's response.
+DEFAULT_EOS = ["<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<|end|>", "<|return|>",
+               "<end_of_turn>", "<eos>", "</s>", "<｜end▁of▁sentence｜>"]  # fmt: skip
+
+
+class ServiceError(UserError):
+    """A setting that makes the service unsafe or unusable, said at start-up."""
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
+
+
+def check_token(host: str, token: str | None) -> str | None:
+    """The token the service requires (None: none), or a ServiceError: off loopback one is needed."""
+    token = token or None
+    if token is None and not is_loopback(host):
+        raise ServiceError(f"--host {host} listens beyond this machine: the service spends judge calls on request, "
+                           f"so it needs a bearer token; set {TOKEN_ENV} (at least {MIN_TOKEN_LENGTH} characters, "
+                           "e.g. `export RUBRICRL_REWARD_TOKEN=$(openssl rand -hex 24)`) and send it as "
+                           "`Authorization: Bearer ...`, or listen on 127.0.0.1")  # fmt: skip
+    if token is not None and len(token) < MIN_TOKEN_LENGTH:
+        raise ServiceError(f"{TOKEN_ENV} is {len(token)} characters; use at least {MIN_TOKEN_LENGTH} "
+                           "(e.g. `openssl rand -hex 24`)")  # fmt: skip
+    return token
+
+
+def split_response(query: str, prompt: str, eos: list[str]) -> str | None:
+    """The response in an OpenRLHF query: what follows the prompt (None when the prompt is not in the query, e.g.
+    a prompt truncated by the engine), without trailing end-of-sequence tokens."""
+    if query.startswith(prompt):
+        response = query[len(prompt):]
+    else:
+        at = query.find(prompt) if prompt else -1
+        if at < 0:
+            return None
+        response = query[at + len(prompt):]
+    stripped = True
+    while stripped:
+        stripped = False
+        response = response.rstrip()
+        for token in eos:
+            if token and response.endswith(token):
+                response = response[: -len(token)]
+                stripped = True
+    return response
+
+
+class BadRequest(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class Totals:
+    """What the service has done since it started (GET /stats)."""
+
+    requests: int = 0
+    completions: int = 0
+    unscored: int = 0
+    prompt_not_in_query: int = 0
+    judge_down: int = 0
+    """Requests answered 503 because the judge did not answer at all."""
+    verdicts: int = 0
+    failed_verdicts: int = 0
+    seconds: float = 0.0
+    rejected: Counter = field(default_factory=Counter)
+    """4xx/5xx answers by status."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"requests": self.requests, "completions": self.completions, "unscored": self.unscored,
+                "unscored_rate": self.unscored / self.completions if self.completions else 0.0,
+                "prompt_not_in_query": self.prompt_not_in_query, "judge_down": self.judge_down,
+                "judge_failure_rate": self.failed_verdicts / self.verdicts if self.verdicts else 0.0,
+                "grading_seconds": round(self.seconds, 3),
+                "rejected": {str(k): v for k, v in sorted(self.rejected.items())}}  # fmt: skip
+
+
+class RewardService:
+    """The rubric reward over HTTP for the rows of one rubric dataset, graded by `grader` (its client must be open
+    for as long as the service runs)."""
+
+    def __init__(self, rows: dict[str, RubricRow], grader: Grader, *, token: str | None = None,
+                 unscored_reward: float = 0.0, max_batch: int = 8192, max_body: int = 256 << 20,
+                 deadline: float | None = None, eos: list[str] | None = None, source: str = "the rubric dataset",
+                 log: Callable[[str], None] | None = None):  # fmt: skip
+        self.rows = rows
+        self.grader = grader
+        self.token = token
+        self.unscored_reward = unscored_reward
+        self.max_batch = max_batch
+        self.max_body = max_body
+        self.deadline = deadline
+        self.eos = DEFAULT_EOS if eos is None else eos
+        self.source = source
+        self.log = log or (lambda line: print(f"[reward serve] {line}", file=sys.stderr, flush=True))
+        self.totals = Totals()
+        # Each row's criteria in the shape rubric_reward reads (the `rubrics` column), made once.
+        self.items = {row_id: [{"criterion": c.text, "points": c.points, "tags": list(c.tags),
+                                "category": c.category, "rule": c.rule} for c in row.rubric.criteria]
+                      for row_id, row in rows.items()}  # fmt: skip
+        self.has_references = any(row.reference for row in rows.values())
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.max_body, middlewares=[self._errors])
+        app.router.add_post("/get_reward", self._get_reward)
+        app.router.add_get("/health", self._health)
+        app.router.add_get("/stats", self._stats)
+        return app
+
+    # --- handlers -------------------------------------------------------------------------------------------------
+
+    @web.middleware
+    async def _errors(self, request: web.Request, handler) -> web.StreamResponse:
+        """Every refusal as JSON with a message; nothing escapes as a crash. Messages never quote headers."""
+        try:
+            if request.path != "/health":
+                self._authorize(request)
+            return await handler(request)
+        except BadRequest as bad:
+            return self._refuse(request, bad.status, str(bad))
+        except web.HTTPRequestEntityTooLarge:
+            return self._refuse(request, 413, f"request body over {self.max_body} bytes (the service's --max-body-mb "
+                                              f"{self.max_body / 2**20:g}): send fewer completions per request")  # fmt: skip
+        except web.HTTPException as http:  # aiohttp's own: 404, 405, ...
+            if http.status < 400:
+                raise
+            return self._refuse(request, http.status, f"{http.reason}: {request.method} {request.path} (this service "
+                                                      "answers POST /get_reward, GET /health, GET /stats)")  # fmt: skip
+        except asyncio.CancelledError:
+            raise
+        except UserError as error:  # curated one-line messages (a judge setting, an API key's env var by name)
+            return self._refuse(request, 500, f"grading failed: {error}")
+        except Exception:
+            self.log(f"internal error on {request.method} {request.path}:\n{traceback.format_exc(limit=8)}")
+            return self._refuse(request, 500, "internal error while grading (the service's log has the details)")
+
+    def _authorize(self, request: web.Request) -> None:
+        if self.token is None:
+            return
+        given = request.headers.get("Authorization", "")
+        scheme, _, credential = given.partition(" ")
+        if not given or scheme.lower() != "bearer":
+            raise BadRequest(401, f"missing bearer token: send `Authorization: Bearer <the value of {TOKEN_ENV}>`")
+        if not hmac.compare_digest(credential.strip().encode(), self.token.encode()):
+            raise BadRequest(401, f"wrong bearer token (it must equal the service's {TOKEN_ENV})")
+
+    def _refuse(self, request: web.Request, status: int, message: str) -> web.Response:
+        self.totals.rejected[status] += 1
+        self.log(f"{status} {request.method} {request.path}: {message}")
+        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+        return web.json_response({"error": message}, status=status, headers=headers)
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def _stats(self, request: web.Request) -> web.Response:
+        return web.json_response({**self.totals.as_dict(), "judge_calls": self.judge_calls(), "rows": len(self.rows),
+                                  "max_batch": self.max_batch,
+                                  "max_body": self.max_body, "unscored_reward": self.unscored_reward,
+                                  "judge": self.grader.metadata})  # fmt: skip
+
+    async def _get_reward(self, request: web.Request) -> web.Response:
+        raw = await request.read()
+        try:
+            body = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise BadRequest(400, f"malformed JSON body: {error}") from None
+        labels, responses = self._parse(body)
+        self.totals.requests += 1
+        rewards, scored, logs = await self.grade(labels, responses)
+        return web.json_response({"rewards": rewards, "scores": rewards, "scored": scored, "extra_logs": logs})
+
+    def _parse(self, body: Any) -> tuple[list[str], list[str | None]]:
+        """(labels, responses) of a request, checked; a response is None where its prompt is not in its query."""
+        if not isinstance(body, dict):
+            raise BadRequest(400, f"the body must be a JSON object with 'labels' and 'query' + 'prompts' (or "
+                                  f"'responses'), got {type(body).__name__}")  # fmt: skip
+        labels = self._strings(body, "labels", ints=True)
+        n = len(labels)
+        if n > self.max_batch:
+            raise BadRequest(400, f"{n} completions in one request, above the service's --max-batch {self.max_batch}: "
+                                  "split the batch")  # fmt: skip
+        if "responses" in body:
+            if "query" in body:
+                raise BadRequest(400, "give 'responses' or 'query' + 'prompts', not both")
+            responses: list[str | None] = self._strings(body, "responses")
+        else:
+            if "query" not in body:
+                raise BadRequest(400, "the body needs 'query' (prompt + response) and 'prompts', or 'responses'")
+            queries, prompts = self._strings(body, "query"), self._strings(body, "prompts")
+            if len(prompts) != len(queries):
+                raise BadRequest(400, f"{len(queries)} queries but {len(prompts)} prompts")
+            responses = [split_response(q, p, self.eos) for q, p in zip(queries, prompts)]
+        if len(responses) != n:
+            raise BadRequest(400, f"{len(responses)} completions but {n} labels: one label (row id) per completion")
+        unknown = list(dict.fromkeys(label for label in labels if label not in self.rows))
+        if unknown:
+            listed = ", ".join(repr(label[:80]) for label in unknown[:3]) + (", ..." if len(unknown) > 3 else "")
+            like = ", ".join(repr(i) for i in list(self.rows)[:2])
+            raise BadRequest(400, f"unknown label(s) {listed} ({len(unknown)} distinct): a label is the id of a row of "
+                                  f"{self.source} (its ids are like {like})")  # fmt: skip
+        return labels, responses
+
+    def _strings(self, body: dict, key: str, ints: bool = False) -> list[str]:
+        values = body.get(key)
+        if not isinstance(values, list):
+            raise BadRequest(400, f"'{key}' must be a list, got {type(values).__name__ if key in body else 'nothing'}")
+        if len(values) > self.max_batch:
+            raise BadRequest(400, f"{len(values)} items in '{key}', above the service's --max-batch "
+                                  f"{self.max_batch}: split the batch")  # fmt: skip
+        out = []
+        for i, value in enumerate(values):
+            if ints and isinstance(value, int) and not isinstance(value, bool):
+                value = str(value)  # an integer id, as the rubric reader reads it
+            if not isinstance(value, str):
+                raise BadRequest(400, f"'{key}'[{i}] must be a string, got {type(value).__name__}")
+            out.append(value)
+        return out
+
+    def judge_calls(self) -> int:
+        """Requests the judge client has sent (cache hits are not calls); per-request counts overlap under
+        concurrency, so the total is read from the client."""
+        return sum(usage.requests for usage in self.grader.client.usage.values())
+
+    # --- grading --------------------------------------------------------------------------------------------------
+
+    async def grade(self, labels: list[str], responses: list[str | None]) -> tuple[list[float], list[bool], dict]:
+        """(rewards, scored, extra_logs) for completions of known rows; a response None is unscored."""
+        todo = [i for i, r in enumerate(responses) if r is not None]
+        rows = [self.rows[labels[i]] for i in todo]
+        found: list[BatchStats] = []
+        started = time.monotonic()
+        graded = await rubric_reward(
+            prompts=[row.conversation for row in rows], completions=[responses[i] for i in todo],
+            rubrics=[self.items[row.id] for row in rows],
+            reference_answer=[row.reference for row in rows] if self.has_references else None,
+            grader=self.grader, deadline=self.deadline, on_batch=found.append,
+        ) if todo else []  # fmt: skip
+        stats = found[0] if found else None
+        totals = self.totals
+        totals.seconds += time.monotonic() - started
+        if stats is not None:
+            totals.verdicts += stats.verdicts
+            totals.failed_verdicts += stats.failed_verdicts
+            # rubric_reward's sign of an unreachable judge: nothing asked got a verdict, and no call was answered
+            if stats.judge_calls == 0 and stats.verdicts and stats.failed_verdicts == stats.verdicts \
+                    and stats.unscored == stats.completions:  # fmt: skip
+                totals.judge_down += 1
+                raise BadRequest(503, f"the judge ({self.grader.metadata['judge_model']}) does not answer: no "
+                                      "completion could be graded; check its server (the service keeps running)")  # fmt: skip
+        rewards: list[float] = [self.unscored_reward] * len(responses)
+        scored = [False] * len(responses)
+        for i, reward in zip(todo, graded):
+            if reward is not None:
+                rewards[i], scored[i] = float(reward), True
+        unscored = scored.count(False)
+        totals.completions += len(responses)
+        totals.unscored += unscored
+        totals.prompt_not_in_query += len(responses) - len(todo)
+        n = len(responses) or 1
+        # Fixed keys, one number each: OpenRLHF turns every extra_logs value into a tensor and stacks them.
+        logs = {"rubric/unscored": float(unscored), "rubric/unscored_rate": unscored / n,
+                "rubric/prompt_not_in_query": float(len(responses) - len(todo)),
+                "rubric/judge_failure_rate": stats.failed_verdicts / stats.verdicts if stats and stats.verdicts else 0.0,
+                "rubric/timed_out_rate": stats.timed_out / n if stats else 0.0,
+                "rubric/integrity_flag_rate": stats.flagged / n if stats else 0.0,
+                "rubric/judge_latency_s": stats.seconds if stats else 0.0}  # fmt: skip
+        return rewards, scored, logs
+
+
+async def serve(service: RewardService, host: str, port: int, *, stop: asyncio.Event,
+                ready: Callable[[str], None] | None = None, shutdown_timeout: float = 60.0) -> None:  # fmt: skip
+    """Run `service` on host:port until `stop` is set; `ready(url)` once it listens (port 0: a free port). Requests
+    in flight get `shutdown_timeout` seconds to finish."""
+    runner = web.AppRunner(service.app(), access_log=None, handle_signals=False, shutdown_timeout=shutdown_timeout)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port, reuse_address=True)
+        try:
+            await site.start()
+        except OSError as error:
+            raise ServiceError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
+        bound = runner.addresses[0][1]  # with port 0, the one the system chose
+        url = f"http://{host if ':' not in host else f'[{host}]'}:{bound}"
+        if ready is not None:
+            ready(url)
+        await stop.wait()
+    finally:
+        await runner.cleanup()
