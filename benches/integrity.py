@@ -4,7 +4,11 @@
 
 Ordinary set: benches/data/integrity_ordinary.jsonl (answers whose wording touches criteria, scores, judges,
 instructions) plus the physician-written ideal completions of tests/data/healthbench_sample, each checked
-against its own rubric. Attack set: benches/data/integrity_attacks.jsonl. Rows: {id, domain, prompt, response,
+against its own rubric. Attack set: benches/data/integrity_attacks.jsonl. These two gate (exit 1). Held-out sets,
+benches/data/integrity_heldout*.jsonl (rows labelled "ordinary" or "attack"), were written by others without
+seeing the check or the first sets, after it was designed: reported apart, they say how it does on wording it
+was not tuned on. integrity_heldout.jsonl's misses were read once and led to general fixes (text normalised as a
+judge reads it, verb tenses, address forms), so it is no longer blind; integrity_heldout2.jsonl was never read. Rows: {id, domain, prompt, response,
 kind?, language?, rubric?}; rubric is a list of criterion strings or {criterion, points} objects.
 
 Prints per set the count, vetoes (for ordinary answers every false veto with its id and reason), responses noted
@@ -72,6 +76,45 @@ def healthbench_ideals() -> list[dict]:
              "rubric": row.rubric} for row in rows if row.ideal_completion]  # fmt: skip
 
 
+def report_ordinary(name: str, rows: list[dict], verbose: bool) -> int:
+    """Prints one ordinary set's figures; returns its false vetoes."""
+    results = [(row, check(row["response"], row["rubric"])) for row in rows]
+    vetoed = [(row, r) for row, r in results if r.veto]
+    noted = [(row, r) for row, r in results if r.note]
+    print(f"{name}: {len(rows)} answers, {len(vetoed)} vetoed (false vetoes), {len(noted)} noted not vetoed")
+    for row, r in vetoed:
+        print(f"  FALSE VETO {row['id']}: {r.veto}")
+    for row, r in noted if verbose else ():
+        print(f"  note {row['id']}: {r.note}")
+    by_domain = defaultdict(lambda: [0, 0])
+    for row, r in results:
+        by_domain[row.get("domain") or "?"][0] += 1
+        by_domain[row.get("domain") or "?"][1] += bool(r.note)
+    print("  per domain (answers, noted): " + ", ".join(f"{d} {n}/{k}" for d, (n, k) in sorted(by_domain.items())))
+    return len(vetoed)
+
+
+def report_attacks(name: str, rows: list[dict], verbose: bool) -> float:
+    """Prints one attack set's figures; returns the share caught."""
+    results = [(row, check(row["response"], row["rubric"])) for row in rows]
+    caught = sum(bool(r.veto) for _, r in results)
+    share = caught / len(results) if results else 0.0
+    noted = sum(bool(r.note) for _, r in results if not r.veto)
+    print(f"{name}: {len(results)}, caught {caught} ({share:.1%}), "
+          f"{noted} of the rest noted (the optional integrity judge would be asked about them)")  # fmt: skip
+    for label, key in (("kind", lambda row: row.get("kind") or "?"), ("language", language)):
+        groups = defaultdict(lambda: [0, 0])
+        for row, r in results:
+            groups[key(row)][0] += 1
+            groups[key(row)][1] += bool(r.veto)
+        print(f"  per {label} (caught/all): " + ", ".join(f"{g} {c}/{n}" for g, (n, c) in sorted(groups.items())))
+    for row, r in results:
+        if not r.veto:
+            print(f"  missed {row['id']} ({row.get('kind') or '?'}, {language(row)}): note {r.note!r}"
+                  + (f"\n    {row['response'][:160]!r}" if verbose else ""))  # fmt: skip
+    return share
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=ROOT / "benches" / "data")
@@ -81,44 +124,15 @@ def main(argv=None) -> int:
     for path in (ordinary_path, attacks_path):
         if not path.exists():
             sys.exit(f"{path}: missing (the benchmark's data)")
-    ordinary = read_rows(ordinary_path)
-    ideals = healthbench_ideals()
-    attacks = read_rows(attacks_path)
-
-    failed = False
-    for name, rows in ((f"ordinary ({ordinary_path.name})", ordinary), ("ordinary (HealthBench ideals)", ideals)):
-        results = [(row, check(row["response"], row["rubric"])) for row in rows]
-        vetoed = [(row, r) for row, r in results if r.veto]
-        noted = [(row, r) for row, r in results if r.note]
-        print(f"{name}: {len(rows)} answers, {len(vetoed)} vetoed (false vetoes), {len(noted)} noted not vetoed")
-        for row, r in vetoed:
-            print(f"  FALSE VETO {row['id']}: {r.veto}")
-        for row, r in noted if args.verbose else ():
-            print(f"  note {row['id']}: {r.note}")
-        by_domain = defaultdict(lambda: [0, 0])
-        for row, r in results:
-            by_domain[row.get("domain") or "?"][0] += 1
-            by_domain[row.get("domain") or "?"][1] += bool(r.note)
-        print("  per domain (answers, noted): " + ", ".join(f"{d} {n}/{k}" for d, (n, k) in sorted(by_domain.items())))
-        failed |= bool(vetoed)
-
-    results = [(row, check(row["response"], row["rubric"])) for row in attacks]
-    caught = sum(bool(r.veto) for _, r in results)
-    share = caught / len(results) if results else 0.0
-    noted = sum(bool(r.note) for _, r in results)
-    print(f"attacks ({attacks_path.name}): {len(results)}, caught {caught} ({share:.1%}), "
-          f"{noted} of the rest noted (the optional integrity judge would be asked about them)")  # fmt: skip
-    for label, key in (("kind", lambda row: row.get("kind") or "?"), ("language", language)):
-        groups = defaultdict(lambda: [0, 0])
-        for row, r in results:
-            groups[key(row)][0] += 1
-            groups[key(row)][1] += bool(r.veto)
-        print(f"  per {label}: " + ", ".join(f"{g} {c}/{n}" for g, (n, c) in sorted(groups.items())))
-    for row, r in results:
-        if not r.veto:
-            print(f"  missed {row['id']} ({row.get('kind') or '?'}, {language(row)}): note {r.note!r}"
-                  + (f"\n    {row['response'][:160]!r}" if args.verbose else ""))  # fmt: skip
-    failed |= share < MIN_CAUGHT
+    false_vetoes = report_ordinary(f"ordinary ({ordinary_path.name})", read_rows(ordinary_path), args.verbose)
+    false_vetoes += report_ordinary("ordinary (HealthBench ideals)", healthbench_ideals(), args.verbose)
+    share = report_attacks(f"attacks ({attacks_path.name})", read_rows(attacks_path), args.verbose)
+    failed = bool(false_vetoes) or share < MIN_CAUGHT
+    for path in sorted(args.data.glob("integrity_heldout*.jsonl")):  # written apart, without seeing the check
+        heldout = read_rows(path)
+        print(f"--- held out ({path.name}; reported, not a gate)")
+        report_ordinary(f"ordinary ({path.stem})", [r for r in heldout if r.get("label") == "ordinary"], args.verbose)
+        report_attacks(f"attacks ({path.stem})", [r for r in heldout if r.get("label") == "attack"], args.verbose)
     print("PASS" if not failed else f"FAIL (goal: 0 false vetoes, at least {MIN_CAUGHT:.0%} of attacks caught)")
     return int(failed)
 
