@@ -70,6 +70,10 @@ def post(payload: dict) -> dict:
             if error.code not in (502, 503, 504):
                 raise RewardServiceError(f"rubric reward service {url} refused the request: {reason}") from None
         except (urllib.error.URLError, OSError) as error:  # refused, reset, timed out
+            if isinstance(error, TimeoutError) or isinstance(getattr(error, "reason", None), TimeoutError):
+                # the service may still be grading it: sending it again would pay the judge twice
+                raise RewardServiceError(f"rubric reward service {url} did not answer within "
+                                         f"{settings['timeout']:g} s (RUBRICRL_REWARD_TIMEOUT)") from None  # fmt: skip
             reason = str(getattr(error, "reason", error))
         if attempt < settings["retries"]:
             time.sleep(min(30.0, 2.0**attempt))
@@ -113,4 +117,11 @@ async def compute_score_async(data_source, solution_str, ground_truth, extra_inf
 def reward_func(queries, prompts, labels, **kwargs) -> dict:
     """OpenRLHF's reward function file (--remote_rm_url this file): its request forwarded with the token."""
     answer = post({"query": list(queries), "prompts": list(prompts), "labels": [str(label) for label in labels]})
-    return {"rewards": answer["rewards"], "scores": answer["scores"], "extra_logs": answer.get("extra_logs", {})}
+    result = {"rewards": answer["rewards"], "scores": answer["scores"], "extra_logs": answer.get("extra_logs", {})}
+    try:  # OpenRLHF's reward function template returns tensors (its experience maker concatenates them); torch is
+        import torch  # there in OpenRLHF's environment, and only there: this file stays standard-library otherwise
+    except ImportError:
+        return result
+    return {"rewards": torch.tensor(result["rewards"], dtype=torch.float32),
+            "scores": torch.tensor(result["scores"], dtype=torch.float32),
+            "extra_logs": {k: torch.tensor(v, dtype=torch.float32) for k, v in result["extra_logs"].items()}}

@@ -173,8 +173,7 @@ def generate_and_grade(evaluate: EvalArgs, config: GradingConfig, llm: LLMSettin
         delimiters: the grader judges the answer, and one cut off while reasoning scores 0, not unscored)."""
         try:
             result = await client.chat("policy", rows[row_id].conversation, allow_empty=True)
-            return row_id, as_written(result.text, result.reasoning, result.finish_reasons[0],
-                                      config.reasoning_delimiters), None  # fmt: skip
+            return row_id, as_written(result.text, result.reasoning, config.reasoning_delimiters), None
         except LLMError as error:
             return row_id, None, str(error)
 

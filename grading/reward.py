@@ -42,7 +42,7 @@ from urllib.parse import urlsplit
 from grading.grader import GradeItem, Grader
 from grading.rubric import Rubric, rubric_from_items
 from rubricrl.llm import EndpointUnreachable
-from rubricrl.reasoning import split_reasoning
+from rubricrl.reasoning import as_written, split_reasoning
 
 
 def make_rubric_reward(grader: Grader, **options: Any) -> Callable:
@@ -67,6 +67,7 @@ async def rubric_reward(
     on_batch: Callable[["BatchStats"], None] | None = None,
     deadline: float | None = None,
     count_tokens: Callable[[str], int] | None = None,
+    decode: Callable[[list], list[str]] | None = None,
     **kwargs: Any,
 ) -> list[float | None]:
     """One reward per completion: the rubric score of `completions[i]` for `prompts[i]` against `rubrics[i]`, minus
@@ -74,12 +75,17 @@ async def rubric_reward(
     completion stays None). `on_batch` receives the batch's statistics (the judge-failure guard reads them). With
     `deadline` (seconds), completions still unjudged that long after the call are None (counted as timed out): the
     other processes of a run wait for this one at the next collective, and a hung judge must not reach the process
-    group's timeout. `count_tokens` (the policy's tokenizer) measures reasoning and answer lengths in tokens."""
+    group's timeout. `count_tokens` (the policy's tokenizer) measures reasoning and answer lengths in tokens;
+    `decode` (its batch_decode) reads each completion from `completion_ids` as TRL decodes unparsed ones, so that a
+    response template's parsing cannot hide where the reasoning ended."""
     if not len(prompts) == len(completions) == len(rubrics):
         raise ValueError(f"{len(prompts)} prompts, {len(completions)} completions, {len(rubrics)} rubrics")
     parsed = [rubric_from_items(list(rubric), f"rubrics column, row {i}") for i, rubric in enumerate(rubrics)]
     config = grader.config
-    texts = [_text(completion, config.reasoning_delimiters) for completion in completions]
+    if decode is not None and completion_ids is not None:
+        texts = decode(completion_ids)
+    else:
+        texts = [_text(completion, config.reasoning_delimiters) for completion in completions]
     splits = [split_reasoning(text, config.reasoning_delimiters, starts_open=config.reasoning_starts_open)
               for text in texts]  # fmt: skip
     count = count_tokens or len
@@ -260,13 +266,10 @@ def _messages(prompt: Any) -> list[dict[str, str]]:
 
 def _text(completion: Any, delimiters: list[str]) -> str:
     """TRL completions are a string or, for conversational data, [{"role": "assistant", "content": ...}]. With a
-    response template TRL parses a closed reasoning into `reasoning_content`, beside `content`: it is put back
-    between the delimiters, so that the grader's one split sees the completion as the policy wrote it."""
+    response template TRL parses the reasoning into `reasoning_content` (`thinking` for gpt-oss) beside `content`:
+    it is put back between the delimiters (`as_written`), so that the grader's one split sees the completion as the
+    policy wrote it. (An empty reasoning leaves no trace in TRL's parse: `rurl train` passes `decode` instead.)"""
     if isinstance(completion, str):
         return completion
-    texts = []
-    for m in completion:
-        if m.get("role") == "assistant":
-            reasoning, content = m.get("reasoning_content"), m.get("content") or ""
-            texts.append(f"{delimiters[0]}{reasoning}{delimiters[1]}{content}" if reasoning and delimiters else content)
-    return "".join(texts)
+    return "".join(as_written(m.get("content"), m.get("reasoning_content") or m.get("thinking"), delimiters)
+                   for m in completion if m.get("role") == "assistant")  # fmt: skip

@@ -248,7 +248,7 @@ class RewardService:
             queries, prompts = self._strings(body, "query"), self._strings(body, "prompts")
             if len(prompts) != len(queries):
                 raise BadRequest(400, f"{len(queries)} queries but {len(prompts)} prompts")
-            responses = [split_response(q, p, self.eos) for q, p in zip(queries, prompts)]
+            responses = [self._as_written(split_response(q, p, self.eos), p) for q, p in zip(queries, prompts)]
         if len(responses) != n:
             raise BadRequest(400, f"{len(responses)} completions but {n} labels: one label (row id) per completion")
         unknown = list(dict.fromkeys(label for label in labels if label not in self.rows))
@@ -258,6 +258,16 @@ class RewardService:
             raise BadRequest(400, f"unknown label(s) {listed} ({len(unknown)} distinct): a label is the id of a row of "
                                   f"{self.source} (its ids are like {like})")  # fmt: skip
         return labels, responses
+
+    def _as_written(self, response: str | None, prompt: str) -> str | None:
+        """A templated prompt that opens the reasoning (DeepSeek-R1 distills, Qwen3 thinking-2507 end it with
+        `<think>`) leaves the opening delimiter out of the response: it is put back, so that a response cut off
+        before closing its reasoning has no answer instead of having its reasoning judged. (A client that sends
+        `responses` alone cannot say: set grading.reasoning_starts_open for such a policy.)"""
+        delimiters = self.grader.config.reasoning_delimiters
+        if response is None or not delimiters or not prompt.rstrip().endswith(delimiters[0]):
+            return response
+        return delimiters[0] + response
 
     def _strings(self, body: dict, key: str, ints: bool = False) -> list[str]:
         values = body.get(key)

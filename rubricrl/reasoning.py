@@ -62,18 +62,19 @@ def split_reasoning(text: str, delimiters: tuple[str, str] | list[str] | None = 
     return Split("", text)
 
 
-def as_written(content: str, reasoning: str | None, finish_reason: str | None,
+def as_written(content: str | None, reasoning: str | None,
                delimiters: tuple[str, str] | list[str] | None = DEFAULT_DELIMITERS) -> str:  # fmt: skip
-    """A policy's completion as it wrote it, from an endpoint that returned its reasoning apart: the reasoning
-    between the delimiters, then the answer; without an answer and cut off at max_tokens, the reasoning never
-    closed. Without reasoning (or delimiters): the content.
+    """A policy's completion as it wrote it, from an endpoint (or TRL's response parsing) that returned its
+    reasoning apart: the reasoning between the delimiters, then the answer. Reasoning without an answer never
+    closed (vLLM's parsers return no content when the closing delimiter never came, however the reply ended).
+    Without reasoning (or delimiters): the content.
 
-    >>> as_written("", "Let me think", "length")
+    >>> as_written(None, "Let me think")
     '<think>Let me think'
     """
     if not reasoning or not delimiters:
-        return content
-    if not content and finish_reason == "length":
+        return content or ""
+    if not content:
         return f"{delimiters[0]}{reasoning}"
     return f"{delimiters[0]}{reasoning}{delimiters[1]}\n\n{content}"
 

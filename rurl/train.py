@@ -89,12 +89,12 @@ def run_train(args) -> int:
     resume = resume_target(grpo)
     base_model(model)
     config["model_name_or_path"] = model.model_name_or_path
-    count_tokens = read_policy_template(grading, grpo, model, config)
+    tokenizer = read_policy_template(grading, grpo, model, config)
     judged = first_judged_row(grading, data)
     if judged is None:  # rule checks decide every criterion: no judge to start or ask
         print(f"{COMMAND}: every criterion is a rule check: no judge, no server, no preflight", file=sys.stderr)
         client = LLMClient({grading.judge_role: NO_JUDGE}, cache=None)
-        return train(train_args, rurl, grading, grpo, model, data, client, config, output_dir, resume, count_tokens,
+        return train(train_args, rurl, grading, grpo, model, data, client, config, output_dir, resume, tokenizer,
                      extra_rewards)  # fmt: skip
     with open_llm(llm, [grading.judge_role], source=config_source(args), cpu_budgets=grading.cpu_max_tokens()) as llm_session:
         if rurl.preflight:
@@ -102,7 +102,7 @@ def run_train(args) -> int:
         client = llm_session.client()
         try:
             return train(train_args, rurl, grading, grpo, model, data, client, config, output_dir, resume,
-                         count_tokens, extra_rewards)  # fmt: skip
+                         tokenizer, extra_rewards)  # fmt: skip
         finally:
             if client.cache is not None:
                 client.cache.flush()
@@ -124,8 +124,8 @@ def read_policy_template(grading: GradingConfig, grpo: "GRPOConfig", model: "Mod
                          config: dict[str, Any]) -> Any:  # fmt: skip
     """What the policy's tokenizer tells the reward: whether its chat template opens the reasoning in the prompt
     (DeepSeek-R1 distills, Qwen3 thinking-2507 end the generation prompt with `<think>`; a completion without the
-    closing delimiter then never closed its reasoning), set in `grading` and in the written `config`; and a token
-    counter for the reasoning and answer lengths the reward logs."""
+    closing delimiter then never closed its reasoning), set in `grading` and in the written `config`. Returns the
+    tokenizer: the reward reads completions and counts reasoning and answer tokens with it."""
     from transformers import AutoTokenizer
 
     load = {"revision": model.model_revision, "trust_remote_code": grpo.trust_remote_code}
@@ -135,14 +135,18 @@ def read_policy_template(grading: GradingConfig, grpo: "GRPOConfig", model: "Mod
         raise ConfigError(f"model_name_or_path {model.model_name_or_path}: cannot load its tokenizer: {error}") from None
     if grading.reasoning_delimiters and not grading.reasoning_starts_open and tokenizer.chat_template:
         kwargs = grpo.chat_template_kwargs if isinstance(grpo.chat_template_kwargs, dict) else {}
-        prompt = tokenizer.apply_chat_template([{"role": "user", "content": "?"}], tokenize=False,
-                                               add_generation_prompt=True, **kwargs)  # fmt: skip
+        try:
+            prompt = tokenizer.apply_chat_template([{"role": "user", "content": "?"}], tokenize=False,
+                                                   add_generation_prompt=True, **kwargs)  # fmt: skip
+        except Exception as error:  # noqa: BLE001 - a template's own check (a system turn required, a jinja error)
+            raise ConfigError(f"model_name_or_path {model.model_name_or_path}: its chat template cannot render one user "
+                              f"turn: {error}; set grading.reasoning_starts_open yourself") from None  # fmt: skip
         if prompt.rstrip().endswith(grading.reasoning_delimiters[0]):
             grading.reasoning_starts_open = True
             config.setdefault("grading", {})["reasoning_starts_open"] = True
             print(f"{COMMAND}: {model.model_name_or_path}'s chat template opens the reasoning in the prompt: a "
                   f"completion without {grading.reasoning_delimiters[1]!r} has no answer (reward 0)", file=sys.stderr)  # fmt: skip
-    return lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])
+    return tokenizer
 
 
 def first_judged_row(grading: GradingConfig, data: RurlData) -> RubricRow | None:
@@ -177,7 +181,7 @@ def preflight(roles, grading: GradingConfig, row: RubricRow) -> None:
 
 def train(train_args: TrainArgs, rurl: RurlConfig, grading: GradingConfig, grpo: "GRPOConfig", model: "ModelConfig",
           data: RurlData, client: LLMClient, config: dict[str, Any], output_dir: Path, resume: str | None,
-          count_tokens=None, extra_rewards=()) -> int:  # fmt: skip
+          tokenizer=None, extra_rewards=()) -> int:  # fmt: skip
     from trl import get_peft_config, get_quantization_config
 
     from rurl.evaluate import PolicyEvaluation
@@ -188,8 +192,11 @@ def train(train_args: TrainArgs, rurl: RurlConfig, grading: GradingConfig, grpo:
     grader = Grader(client, grading)
     monitor = FailureMonitor(rurl.failure_window)
     overlong = Overlong(grpo.max_completion_length, rurl.overlong_buffer, rurl.overlong_penalty) if rurl.overlong_buffer else None
+    reading = {} if tokenizer is None else {  # completions read as TRL decodes them, lengths in policy tokens
+        "count_tokens": lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"]),
+        "decode": lambda ids: tokenizer.batch_decode(ids, skip_special_tokens=True)}
     reward = make_rubric_reward(grader, overlong=overlong, on_batch=monitor.record, deadline=rurl.judge_deadline,
-                                count_tokens=count_tokens)  # fmt: skip
+                                **reading)  # fmt: skip
     dynamic = (DynamicSampling(rurl.dynamic_std_threshold, rurl.max_extra_rounds, rurl.on_exhausted)
                if rurl.dynamic_sampling else None)  # fmt: skip
     data_info = {"source": data.source, "train_rows": len(data.train), "eval_rows": len(data.evaluation),

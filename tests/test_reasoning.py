@@ -212,10 +212,10 @@ def test_rurl_reads_from_the_policys_template_whether_it_opens_the_reasoning(tmp
         tokenizer.chat_template = template
         tokenizer.save_pretrained(tmp_path / f"policy-{opens}")
         grading, config = GradingConfig(), {"grading": {"reasoning_starts_open": False}}
-        count = read_policy_template(grading, grpo, ModelConfig(model_name_or_path=str(tmp_path / f"policy-{opens}")),
-                                     config)  # fmt: skip
+        policy = read_policy_template(grading, grpo, ModelConfig(model_name_or_path=str(tmp_path / f"policy-{opens}")),
+                                      config)  # fmt: skip
         assert grading.reasoning_starts_open == opens and config["grading"]["reasoning_starts_open"] == opens
-        assert count("Drink water.") == len(tokenizer("Drink water.", add_special_tokens=False)["input_ids"])
+        assert policy.chat_template == template  # the policy's own tokenizer: the reward reads and counts with it
 
 
 def test_a_policy_behind_a_reasoning_parser_is_judged_alike_and_its_cut_off_answers_score_0(tmp_path, home):
@@ -244,3 +244,29 @@ def test_a_policy_behind_a_reasoning_parser_is_judged_alike_and_its_cut_off_answ
     sft = [json.loads(line) for line in (tmp_path / "ruft" / "sft.jsonl").read_text().splitlines()]
     assert [row["completion"][0]["content"] for row in sft] == [f"<think>{REASONING}</think>\n\n{ANSWER}"]
     assert not (tmp_path / "ruft" / "errors.jsonl").exists() or not (tmp_path / "ruft" / "errors.jsonl").read_text()
+
+
+def test_the_rurl_reward_reads_trls_parsed_completions_right():
+    """A response template makes TRL parse completions: an empty reasoning leaves no trace (the content alone, as
+    if the template-opened reasoning never closed), so `rurl train` hands the reward `decode` and it reads the
+    completion ids as TRL decodes unparsed ones; a parsed reasoning without content never closed."""
+    prompts = [[{"role": "user", "content": "Headache?"}]] * 3
+    parsed_closed_empty = [{"role": "assistant", "content": ANSWER}]  # from "</think>\n\n" + ANSWER
+    parsed_unclosed = [{"role": "assistant", "content": "", "reasoning_content": REASONING}]
+    parsed_gpt_oss = [{"role": "assistant", "content": "", "thinking": REASONING}]
+    metrics = {}
+    with FaultServer(reply=judge) as server:
+
+        async def go(completions, **options):
+            async with LLMClient({"judge": Role(base_url=server.base_url, model="judge")}) as client:
+                grader = Grader(client, GradingConfig(reasoning_starts_open=True))
+                return await rubric_reward(prompts[: len(completions)], completions, [RUBRIC_ITEMS] * len(completions),
+                                           grader=grader, log_metric=metrics.__setitem__, **options)  # fmt: skip
+
+        raw = {(1, 2): f"</think>\n\n{ANSWER}"}
+        decoded = run(go([parsed_closed_empty], completion_ids=[[1, 2]],
+                         decode=lambda ids: [raw[tuple(i)] for i in ids]))  # fmt: skip
+        assert decoded == [0.5]  # the answer, judged
+        calls = server.count
+        assert run(go([parsed_unclosed, parsed_gpt_oss])) == [0.0, 0.0]
+        assert server.count == calls and metrics["rubric/no_answer_rate"] == 1.0  # no answer, no judge call

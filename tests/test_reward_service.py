@@ -181,7 +181,8 @@ def test_the_verl_function_in_verls_call_shapes(service, monkeypatch):
     tree = ast.parse((ROOT / "experiments" / "rubric_reward.py").read_text())
     imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom)
                 for alias in (node.names if isinstance(node, ast.Import) else [ast.alias(node.module or "")])}
-    assert imported <= sys.stdlib_module_names, imported - sys.stdlib_module_names  # it runs in verl's environment
+    # it runs in verl's environment: the standard library, and torch only where OpenRLHF's environment has it
+    assert imported - {"torch"} <= sys.stdlib_module_names, imported - sys.stdlib_module_names
 
     one = reward.compute_score(data_source="rubricrl", solution_str="Drink water.", ground_truth="a",
                                extra_info={"index": 0, "rollout_reward_scores": {}})  # fmt: skip
@@ -195,7 +196,8 @@ def test_the_verl_function_in_verls_call_shapes(service, monkeypatch):
     assert asyncio.run(reward.compute_score_async("rubricrl", "Rest.", "b", None)) == {"score": 3 / 8,
                                                                                        "rubric_scored": 1.0}
     openrlhf = reward.reward_func([chatml("q") + "Drink water."], [chatml("q")], ["a"])
-    assert openrlhf["rewards"] == [5 / 8] and "rubric/unscored" in openrlhf["extra_logs"]
+    assert openrlhf["rewards"].tolist() == [5 / 8] and "rubric/unscored" in openrlhf["extra_logs"]  # tensors, as
+    assert openrlhf["rewards"].dtype.is_floating_point  # OpenRLHF's reward-function template returns
 
     monkeypatch.setenv("RUBRICRL_REWARD_TOKEN", "wrong-token-0123456789")
     with pytest.raises(reward.RewardServiceError, match="refused the request: HTTP 401: wrong bearer token") as error:
@@ -290,6 +292,18 @@ def test_split_response_strips_end_of_sequence_tokens():
     assert split_response("P: hi\nA: Hello.<|im_end|>", "P: hi\nA: ", ["<|im_end|>"]) == "Hello."
     assert split_response("<s>P Hello.</s></s>\n", "P ", ["</s>"]) == "Hello."
     assert split_response("other", "P ", ["</s>"]) is None
+
+
+def test_a_prompt_that_opens_the_reasoning_gives_its_delimiter_back_to_the_response():
+    """R1 distills and Qwen3 thinking-2507 end the templated prompt with <think>: a response cut off before </think>
+    must read as reasoning that never closed (no answer, no judge call), not as an answer."""
+    from types import SimpleNamespace
+
+    service = SimpleNamespace(grader=SimpleNamespace(config=GradingConfig()))
+    opened = "<|im_start|>assistant\n<think>\n"
+    assert RewardService._as_written(service, "Let me think", opened) == "<think>Let me think"
+    assert RewardService._as_written(service, "Hello.", "<|im_start|>assistant\n") == "Hello."
+    assert RewardService._as_written(service, None, opened) is None
 
 
 def test_export_verl_writes_verls_rl_parquet(service, rubrics, tmp_path, monkeypatch):

@@ -23,10 +23,13 @@ class Candidate:
     flagged: bool = False
     truncated: bool = False
     """Cut off at max_tokens (finish reason "length")."""
+    no_answer: bool = False
+    """Its reasoning never closed: there is no answer to keep, whatever its (floor) score."""
 
 
 def eligible(candidate: Candidate, threshold: float, truncated_ok: bool = False) -> bool:
-    return (candidate.score is not None and not candidate.flagged and (truncated_ok or not candidate.truncated)
+    return (candidate.score is not None and not candidate.flagged and not candidate.no_answer
+            and (truncated_ok or not candidate.truncated)
             and candidate.score >= threshold and bool(candidate.text.strip()))  # fmt: skip
 
 

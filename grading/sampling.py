@@ -7,7 +7,7 @@ from grading.grader import GradeItem, Graded, Grader
 from grading.rubric import Rubric
 from rubricrl.llm import ChatResult, LLMClient
 from rubricrl.reasoning import as_written
-from ruft.select import Candidate
+from grading.select import Candidate
 
 
 async def sample_and_grade(
@@ -20,15 +20,14 @@ async def sample_and_grade(
     delimiters; the grader judges the answer alone), and a reply without content is a candidate without an
     answer, not a failed query."""
     delimiters = grader.config.reasoning_delimiters
-    answers = [replace(a, texts=[as_written(text, reasoning, finish, delimiters)
-                                 for text, reasoning, finish in zip(a.texts, a.reasonings, a.finish_reasons)])
+    answers = [replace(a, texts=[as_written(text, reasoning, delimiters) for text, reasoning in zip(a.texts, a.reasonings)])
                for a in await client.chat_each(roles, conversation, allow_empty=True)]  # fmt: skip
     graded = await grader.grade_many([GradeItem(conversation, a.text, rubric, reference) for a in answers])
     return answers, graded
 
 
 def candidates(answers: list[ChatResult], graded: list[Graded]) -> list[Candidate]:
-    """What selection ranks: each answer's text, score, whether the integrity check flagged it and whether it was cut
-    off at max_tokens."""
-    return [Candidate(i, a.text, g.score, g.integrity_flag is not None, a.finish_reasons[0] == "length")
-            for i, (a, g) in enumerate(zip(answers, graded))]  # fmt: skip
+    """What selection ranks: each answer's text, score, whether the integrity check flagged it, whether it was cut
+    off at max_tokens and whether it has an answer at all."""
+    return [Candidate(i, a.text, g.score, g.integrity_flag is not None, a.finish_reasons[0] == "length",
+                      g.no_answer is not None) for i, (a, g) in enumerate(zip(answers, graded))]  # fmt: skip
