@@ -47,6 +47,30 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
+def _merge_synthesis(*args):  # imported when used: `rubricrl --help` does not load the stages' merges
+    from synthesis.merge import merge_synthesis
+
+    return merge_synthesis(*args)
+
+
+def _merge_ruft(*args):
+    from ruft.merge import merge_ruft
+
+    return merge_ruft(*args)
+
+
+def _synthesis_card(*args):
+    from synthesis.card import build_folder
+
+    return build_folder(*args)
+
+
+def _ruft_card(*args):
+    from ruft.card import build_folder
+
+    return build_folder(*args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="rubricrl", description="Rubric-based rewards for LLM post-training.")
     parser.add_argument("--version", action="version", version=f"rubricrl {__version__}")
@@ -102,11 +126,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_ruft_commands(commands)
     add_rurl_commands(commands)
     add_report_commands(commands)
-    from grading.service_cli import add_commands as add_reward_commands  # `reward serve`, `export verl`
-    add_reward_commands(commands)
-    from rubricrl.merge import add_command as add_merge_command
+    from rubricrl.merge import MergeKind, add_command as add_merge_command
 
-    add_merge_command(commands)
+    add_merge_command(commands, {"synth": MergeKind("final.jsonl", _merge_synthesis),
+                                 "ruft build": MergeKind("queries.jsonl", _merge_ruft)})  # fmt: skip
+    from rubricrl.publish import add_command as add_publish_command
+
+    add_publish_command(commands, {"sft.parquet": _ruft_card, "final.parquet": _synthesis_card})
 
     cache = commands.add_parser("cache", help="inspect or clear the response cache")
     cache_commands = cache.add_subparsers(title="cache commands", metavar="<action>", required=True)
@@ -323,7 +349,7 @@ def _read_schema(path: Path) -> dict:
         check_bounded(schema)
     except ValueError as error:
         raise UserError(f"--schema {path}: {error} (every value must be bounded so a small model cannot run to "
-                        "max_tokens inside one; see the README)") from None  # fmt: skip
+                        "max_tokens inside one; see docs/models-and-endpoints.md)") from None  # fmt: skip
     return schema
 
 

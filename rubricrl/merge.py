@@ -16,33 +16,47 @@ Graded files of `grade`/`eval` shards are merged by concatenation: `cat shard*/g
 """
 
 import argparse
+import functools
 import json
 import shutil
-from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rubricrl.config import write_resolved
 from rubricrl.errors import UserError
 from rubricrl.jsonl import complete_rows, json_line
-from rubricrl.manifest import package_versions, write_manifest
-from rubricrl.provenance import FINGERPRINT_FILE, RUNS_FILE, describe_change, totals
+from rubricrl.manifest import write_manifest
+from rubricrl.provenance import FINGERPRINT_FILE, RUNS_FILE, describe_change
 from rubricrl.shards import parse_shard
 
-KINDS = ("synth", "ruft build")
+Merger = Callable[[list[Path], list[dict[str, Any]], Path, list[dict[str, Any]], dict[str, Any]],
+                  tuple[dict[str, Any], str]]
+"""How a command's shard folders become one: (folders, their manifests, the output folder, the settings used, the
+merged config) -> (its manifest, the summary to print). Each stage merges its own (synthesis/merge.py,
+ruft/merge.py); the entry point hands them in, so that the core imports no stage."""
 
 
-def add_command(commands) -> None:
+@dataclass(frozen=True)
+class MergeKind:
+    done_file: str
+    """The file whose ids are the folder's finished rows (shards must not share one)."""
+    merge: Merger
+
+
+def add_command(commands, kinds: dict[str, MergeKind]) -> None:
+    """The `merge` command for the folders of the commands `kinds` names (a manifest's "command")."""
     merge = commands.add_parser("merge", help="join the output folders of shards (`synth`/`ruft build` --shard i/n)")
     merge.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="finished shard output folders, in order")
     merge.add_argument("--output-dir", "--output_dir", "--output", dest="output_dir", type=Path, required=True,
                        help="the merged folder (new or empty; a merge that fails leaves it as it was)")  # fmt: skip
-    merge.set_defaults(run=run_merge)
+    merge.set_defaults(run=functools.partial(run_merge, kinds=kinds))
 
 
-def run_merge(args: argparse.Namespace) -> int:
+def run_merge(args: argparse.Namespace, kinds: dict[str, MergeKind]) -> int:
     folders, out = list(args.dirs), args.output_dir
-    manifests = [finished_manifest(folder) for folder in folders]
+    manifests = [finished_manifest(folder, kinds) for folder in folders]
     kind = manifests[0]["command"]
     for folder, manifest in zip(folders, manifests):
         if manifest["command"] != kind:
@@ -52,7 +66,7 @@ def run_merge(args: argparse.Namespace) -> int:
     check_same_input(folders, manifests)
     check_shards(folders, manifests)
     used = same_settings(folders)
-    check_unique_ids(folders, "final.jsonl" if kind == "synth" else "queries.jsonl")
+    check_unique_ids(folders, kinds[kind].done_file)
     existed = out.exists()
     out.mkdir(parents=True, exist_ok=True)
     try:
@@ -63,10 +77,7 @@ def run_merge(args: argparse.Namespace) -> int:
         (out / FINGERPRINT_FILE).write_text((folders[0] / FINGERPRINT_FILE).read_text())
         config = {key: value for key, value in manifests[0]["config"].items() if key != "shard"}
         write_resolved(out / "config.yaml", config)
-        if kind == "synth":
-            manifest, text = merge_synthesis(folders, manifests, out, used, config)
-        else:
-            manifest, text = merge_ruft(folders, manifests, out, used, config)
+        manifest, text = kinds[kind].merge(folders, manifests, out, used, config)
         write_manifest(out, manifest)
     except BaseException:  # a half-merged folder would be refused by the next merge and misread by publish
         for path in out.iterdir():  # it was empty (check_output)
@@ -81,14 +92,14 @@ def run_merge(args: argparse.Namespace) -> int:
     return 0
 
 
-def finished_manifest(folder: Path) -> dict[str, Any]:
+def finished_manifest(folder: Path, kinds: dict[str, MergeKind]) -> dict[str, Any]:
     path = folder / "manifest.json"
     if not path.is_file():
         raise UserError(f"{folder}: no manifest.json: not a finished `synth` or `ruft build` output folder (rerun its "
                         "command there to finish it, then merge)")  # fmt: skip
     manifest = json.loads(path.read_text())
-    if manifest.get("command") not in KINDS:
-        raise UserError(f"{folder}: a `{manifest.get('command')}` folder; merge joins {' and '.join(KINDS)} folders "
+    if manifest.get("command") not in kinds:
+        raise UserError(f"{folder}: a `{manifest.get('command')}` folder; merge joins {' and '.join(kinds)} folders "
                         "(graded files: concatenate them, then `rubricrl eval --graded`)")  # fmt: skip
     if not (folder / FINGERPRINT_FILE).is_file():
         raise UserError(f"{folder}: no {FINGERPRINT_FILE} (written by an older rubricrl): its settings cannot be "
@@ -161,75 +172,3 @@ def check_unique_ids(folders: list[Path], done_file: str) -> None:
 def merged_from(folders: list[Path], manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"folder": str(f), "shard": m["config"].get("shard"), "counts": m["counts"]}
             for f, m in zip(folders, manifests)]  # fmt: skip
-
-
-def merge_synthesis(folders, manifests, out: Path, used, config) -> tuple[dict[str, Any], str]:
-    import pyarrow.parquet as pq
-
-    from synthesis.cli import summary_text
-    from synthesis.output import OutputFolder
-
-    merged = OutputFolder(out)
-    order = []
-    for folder in folders:
-        done = {row["id"]: row for _, row in complete_rows(folder / "final.jsonl")}
-        details = {}  # the last details line of each finished id (a query redone after a kill has two)
-        for _, row in complete_rows(folder / "details.jsonl"):
-            if row["id"] in done:
-                details[row["id"]] = row
-        for query_id, row in done.items():
-            if query_id not in details:
-                raise UserError(f"{folder / 'details.jsonl'}: no line for id {query_id!r} of final.jsonl; was the "
-                                "folder changed by hand?")  # fmt: skip
-            merged.add(details[query_id], row)
-        order += pq.read_table(folder / "final.parquet", columns=["id"]).column("id").to_pylist()
-        for _, error in complete_rows(folder / "errors.jsonl"):
-            merged.error(error["id"], error["stage"], error["error"])
-    rows = merged.close(order=order)
-    counts = [m["counts"] for m in manifests]
-    failed = sum((Counter(c["failed"]) for c in counts), Counter())
-    manifest = {
-        **manifests[0], "output_dir": str(out), "config": config, "packages": package_versions(), "endpoints": {},
-        "counts": {"valid_queries": sum(c["valid_queries"] for c in counts),
-                   "rejected_rows": max(c["rejected_rows"] for c in counts),  # every shard reads, and rejects, all rows
-                   "done_this_run": 0, "already_done": rows, "failed": dict(failed), "rows_in_final": rows},
-        "first_error": next((m["first_error"] for m in manifests if m.get("first_error")), None),
-        "merged_from": merged_from(folders, manifests),
-        **totals(out, used, merged.rows_by_fingerprint),
-    }  # fmt: skip
-    return manifest, f"merged {len(folders)} folders\n" + summary_text(manifest, [])
-
-
-def merge_ruft(folders, manifests, out: Path, used, config) -> tuple[dict[str, Any], str]:
-    from ruft.build import finish, summary_text
-    from ruft.config import RuftConfig
-
-    files = {name: open(out / name, "wb") for name in ("queries.jsonl", "candidates.jsonl", "sft.jsonl", "errors.jsonl")}
-    try:
-        for folder in folders:
-            done = set()
-            for line, row in complete_rows(folder / "queries.jsonl"):
-                done.add(row["id"])
-                files["queries.jsonl"].write(line)
-            for name in ("candidates.jsonl", "sft.jsonl"):  # lines of queries killed in flight are left out
-                files[name].writelines(line for line, row in complete_rows(folder / name) if row["id"] in done)
-            if (folder / "errors.jsonl").is_file():
-                with open(folder / "errors.jsonl", "rb") as errors:
-                    shutil.copyfileobj(errors, files["errors.jsonl"])
-    finally:
-        for f in files.values():
-            f.close()
-    stats = finish(out, RuftConfig(**config["ruft"]), manifests[0]["judge"])
-    counts = [m["counts"] for m in manifests]
-    failed = sum((Counter(c["failed"]) for c in counts), Counter())
-    finished = stats["counts"]["finished_queries"]
-    manifest = {
-        **manifests[0], "output_dir": str(out), "config": config, "packages": package_versions(), "endpoints": {},
-        "counts": {"queries": sum(c["queries"] for c in counts), "done_this_run": 0, "done_before": finished,
-                   "failed": dict(failed), **stats["counts"]},
-        "first_error": next((m["first_error"] for m in manifests if m.get("first_error")), None),
-        "scores": stats["scores"], "merged_from": merged_from(folders, manifests),
-        **totals(out, used, stats["queries_by_fingerprint"]),
-    }  # fmt: skip
-    return manifest, f"merged {len(folders)} folders\n" + summary_text(manifest, out)
-

@@ -1,6 +1,6 @@
 """`rubricrl ruft build`: a rubric dataset in, SFT data out. For each query, K candidate answers from the candidate
 roles (one n-sample call per distinct request, through the one client and its cache), each graded against the
-query's rubric, the best at or above tau kept (ruft/select.py). Queries stream through sampling and grading on their
+query's rubric, the best at or above tau kept (grading/select.py). Queries stream through sampling and grading on their
 own, with no barrier between the stages, as in synthesis.
 
 The output folder (append-only while running; a rerun skips the queries in queries.jsonl and replays the rest from
@@ -47,8 +47,8 @@ from rubricrl.reasoning import split_reasoning
 from rubricrl.records import describe_input
 from rubricrl.streaming import for_each
 from ruft.config import RuftConfig
-from ruft.sampling import candidates, sample_and_grade
-from ruft.select import eligible, select
+from grading.sampling import candidates, sample_and_grade
+from grading.select import eligible, select
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -284,7 +284,7 @@ class Builder:
         if self.config.sft_completion == "whole":
             return text
         answer = split_reasoning(text, grading.reasoning_delimiters, starts_open=grading.reasoning_starts_open).answer
-        return text if answer is None else answer  # no answer: scored the floor, never kept
+        return text if answer is None else answer  # no answer: never kept (grading/select.py)
 
     def _failed(self, query_id: str, message: str) -> None:
         """Recorded in errors.jsonl and retried by the next run; never stops the other queries."""

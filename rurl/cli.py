@@ -17,5 +17,7 @@ def add_commands(commands) -> None:
                          trl_types=["trl.GRPOConfig", "trl.ModelConfig"])  # fmt: skip
     train.set_defaults(run=run_train)
     from rurl.export_verl import add_command as add_export_command  # `export verl`: the data for verl's trainer
+    from rurl.service_cli import add_commands as add_reward_commands  # `reward serve`: the reward for other engines
 
     add_export_command(commands)
+    add_reward_commands(commands)

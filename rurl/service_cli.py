@@ -1,5 +1,6 @@
-"""`rubricrl reward serve` (the rubric reward as an HTTP service, grading/service.py) and `rubricrl export verl`
-(a rubric dataset as verl's RL parquet, rurl/export_verl.py): the commands that meet verl and OpenRLHF."""
+"""`rubricrl reward serve`: the rubric reward as an HTTP service (grading/service.py) for the engines that scale
+past TRL, verl and OpenRLHF (their data: `rubricrl export verl`, rurl/export_verl.py). It lives with RuRL: it takes
+a RuRL preset as its config."""
 
 import argparse
 import asyncio

@@ -20,14 +20,13 @@ from rubricrl.shards import parse_shard
 from synthesis import stages
 from synthesis.config import SynthesisConfig
 from synthesis.pipeline import SynthesisRun
-from synthesis.publish import add_commands as add_publish_command
 
 
 @dataclass
 class SynthArgs:
     input: Path
     """Queries: .jsonl, .parquet, a saved Hugging Face dataset folder, a dataset repository folder or a Hub id
-    (org/name[:SPLIT]; README: Inputs)."""
+    (org/name[:SPLIT]; docs/inputs.md)."""
     output_dir: Path
     """Where final.parquet, final.jsonl, details, errors, config.yaml and manifest.json go; a rerun resumes there."""
     query_column: str | None = None
@@ -55,7 +54,6 @@ def add_commands(commands) -> None:
     synth = commands.add_parser("synth", help="synthesize a rubric per query (Coarse-to-Fine or Rubrics-as-Rewards)")
     add_config_arguments(synth, [SynthArgs, SynthesisConfig, LLMSettings])
     synth.set_defaults(run=run_synth)
-    add_publish_command(commands)
 
 
 def run_synth(args: argparse.Namespace) -> int:

@@ -18,11 +18,11 @@ from typing import Any
 
 from grading.grader import Grader
 from grading.rubric import rubric_from_items
+from grading.sampling import candidates, sample_and_grade
+from grading.select import select
 from rubricrl.llm import LLMClient
 from rubricrl.prompts import format_conversation, load_prompt
 from rubricrl.reasoning import answer_of
-from ruft.sampling import candidates, sample_and_grade
-from ruft.select import select
 from synthesis.config import SynthesisConfig
 from synthesis.criteria import criteria_schema, export, listing, require_usable, usable, weight_rules
 
@@ -52,15 +52,16 @@ async def contrast_pool(client: LLMClient, grader: Grader, config: SynthesisConf
                         merged: Criteria) -> tuple[list[str], list[float | None]]:  # fmt: skip
     """A and B by consensus: a pool of responses graded against the merged rubric, the two best first (ties: the
     shorter), two different texts where the pool has them. Where fewer than two could be scored, unscored responses
-    fill in, in sampling order, and flagged ones last."""
+    fill in, in sampling order, and flagged ones or ones without an answer last."""
     rubric = rubric_from_items([{"criterion": c["criterion"], "points": c["points"]} for c in export(merged)],
                                "merged rubric")  # fmt: skip
     answers, graded = await sample_and_grade(client, grader, ["response_a"] * config.contrast_pool, messages, rubric)
     pool = candidates(answers, graded)
-    # By score (answers cut off at max_tokens count too: on a CPU budget most are); then unscored, then flagged,
-    # in sampling order; a text already chosen is not chosen again while another is left.
+    # By score (answers cut off at max_tokens count too: on a CPU budget most are); then unscored, then flagged or
+    # without an answer, in sampling order; a text already chosen is not chosen again while another is left.
     ranked = select(pool, threshold=-math.inf, keep=len(pool), truncated_ok=True)
-    ranked += [c for c in pool if c not in ranked and not c.flagged] + [c for c in pool if c.flagged]
+    last = [c for c in pool if c.flagged or c.no_answer]  # no answer to contrast with: only if nothing else is left
+    ranked += [c for c in pool if c not in ranked and c not in last] + last
     chosen = [c for i, c in enumerate(ranked) if c.text not in {r.text for r in ranked[:i]}][:2]
     chosen += [c for c in ranked if c not in chosen][: 2 - len(chosen)]
     return [answer_of(c.text, what=f"contrast response {c.index} of the pool") for c in chosen], [c.score for c in chosen]

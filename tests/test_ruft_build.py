@@ -13,7 +13,7 @@ import pytest
 
 from rubricrl.cli import main
 from rubricrl.llm import ResponseCache
-from ruft.select import Candidate, select
+from grading.select import Candidate, select
 from tests.fault_server import FaultServer
 
 ROOT = Path(__file__).resolve().parents[1]
