@@ -299,7 +299,7 @@ def test_script_two_scripted_judges_exact_agreement(tmp_path, monkeypatch, capsy
 def test_script_judge_against_the_metaeval_labels(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("RUBRICRL_HOME", str(tmp_path / "home"))
     units = load_metaeval(METAEVAL_SAMPLE)
-    judge = [[T, F, F], [T, F, T], [T, F, F], [T, T, F]]  # per unit, per criterion; physicians: see the README
+    judge = [[T, F, F], [T, F, T], [T, F, F], [T, T, F]]  # per unit, per criterion; physicians: see docs/experiments.md
     canned = {row.criterion: met for unit, verdicts in zip(units, judge) for row, met in zip(unit.rows, verdicts)}
     out = tmp_path / "out"
     with FaultServer(scripted_judge(canned)) as server:
