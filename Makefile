@@ -40,7 +40,7 @@ demo: setup
 	$(PY) experiments/demo.py
 
 test: setup
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=25
 
 test-fast: setup
 	$(PY) -m pytest -m "not model and not slow"

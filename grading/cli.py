@@ -17,10 +17,11 @@ from grading.grader import GradeItem, Grader, GradingConfig
 from grading.report import build_report, first_judge_error, format_report, provenance
 from grading.rubric import RubricError
 from rubricrl.config import ConfigError, add_config_arguments, config_source, parse_settings, resolved, write_resolved
+from rubricrl.hub_datasets import describe_input
 from rubricrl.llm import LLMError, LLMSession, LLMSettings, open_llm
 from rubricrl.jsonl import write_jsonl
 from rubricrl.reasoning import as_written
-from rubricrl.records import describe_input, iter_rows
+from rubricrl.records import iter_rows
 from rubricrl.shards import parse_shard
 
 Pitfalls = Literal["auto", "mistake", "avoidance"]

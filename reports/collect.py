@@ -15,10 +15,11 @@ from typing import Any
 
 from grading.cli import read_graded
 from grading.report import build_report, example_metrics
-from grading.scores import DEFAULT_MIN_COVERAGE, aggregate
+from grading.scores import aggregate
 from reports import facts
 from reports.folder import BuildPoints, Example, Folder, Kind, Verdict
-from reports.read import ReportError, find_file, iter_jsonl, log_history, read_json, read_yaml, rubric_rows
+from reports.read import (ReportError, find_file, iter_jsonl, log_history, read_json, read_manifest, read_yaml,
+                          rubric_rows, scoring_rule)  # fmt: skip
 
 LOOKED_FOR = ("report.json (eval), candidates.jsonl or queries.jsonl (ruft build), manifest.json, log_history.json, "
               "eval.jsonl or a config.yaml with a rurl: section (rurl train), a config.yaml with dataset: "
@@ -37,7 +38,7 @@ a few hundred thousand)."""
 def detect(path: Path) -> Kind:
     if not path.is_dir():
         raise ReportError(f"{path}: {'not a folder' if path.exists() else 'no such folder'}")
-    manifest = _manifest(path)
+    manifest = read_manifest(path)
     if manifest.get("command") in COMMANDS:
         return COMMANDS[manifest["command"]]
     if (path / "report.json").is_file():
@@ -73,7 +74,7 @@ def read_eval(folder: Folder, max_examples: int) -> None:
     if graded is None:
         folder.notes.append("no graded.jsonl (nor the graded file the config names): no examples or histogram")
     records = read_graded(graded) if graded else []  # checked as `eval --graded` checks it
-    rule = _rule(report)
+    rule = scoring_rule(report)
     metrics = [example_metrics(r, **rule) for r in records]
     folder.scores = [m["overall_score"] for m in metrics if "overall_score" in m]
     folder.scores_label = "score per example"
@@ -102,6 +103,10 @@ def graded_example(record: dict[str, Any], score: float | None, row: Any = None,
     notes = list(notes)
     if record.get("integrity_flag"):
         notes.append(f"integrity flag: {record['integrity_flag']}")
+    elif record.get("integrity_note"):
+        notes.append(f"integrity note (reward unchanged): {record['integrity_note']}")
+    if record.get("no_answer"):
+        notes.append(f"no answer: {record['no_answer']}")
     if record.get("policy_error"):
         notes.append(f"policy error: {record['policy_error']}")
     if record.get("judge_failures"):
@@ -122,7 +127,7 @@ def graded_example(record: dict[str, Any], score: float | None, row: Any = None,
 
 def read_rurl(folder: Folder, max_examples: int) -> None:
     path = folder.path
-    manifest = _manifest(path)
+    manifest = read_manifest(path)
     config = manifest.get("config") or read_yaml(path / "config.yaml")
     folder.history, folder.history_source = log_history(path)
     if not folder.history:
@@ -192,7 +197,7 @@ def _eval_answers(folder: Folder, config: dict[str, Any], max_examples: int) -> 
     if not by_row:
         return [], 0
     last_step = max((step for steps in by_row.values() for step in steps if isinstance(step, int)), default=None)
-    rule = _rule(config.get("grading") or {})
+    rule = scoring_rule(config.get("grading") or {})
     rows = rubric_rows(config.get("rubrics"), folder.path, set(list(by_row)[:max_examples]), folder.notes)
     examples, scores = [], []
     for row_id, steps in by_row.items():
@@ -289,9 +294,9 @@ def read_ruft_train(folder: Folder, max_examples: int) -> None:
 
 def read_ruft_build(folder: Folder, max_examples: int) -> None:
     path = folder.path
-    manifest = _manifest(path)
+    manifest = read_manifest(path)
     config = manifest.get("config") or read_yaml(path / "config.yaml")
-    ruft, rule = config.get("ruft") or {}, _rule(config.get("grading") or {})
+    ruft, rule = config.get("ruft") or {}, scoring_rule(config.get("grading") or {})
     queries = list(iter_jsonl(path / "queries.jsonl", folder.notes)) if (path / "queries.jsonl").is_file() else []
     kept_queries = sum(bool(q.get("kept")) for q in queries)
     folder.retention = {"finished": len(queries), "kept": kept_queries, "below threshold": len(queries) - kept_queries}
@@ -388,21 +393,6 @@ def _query_example(query_id: str, candidates: list[dict[str, Any]], row: Any, ru
                    score=max(scores) if scores else None, candidates=children,
                    notes=[f"{len(candidates)} candidates, {kept} kept", "best score"],
                    reference=(row.reference or row.ideal_completion) if row else None)  # fmt: skip
-
-
-# --- helpers --------------------------------------------------------------------------------------------------------
-
-
-def _manifest(path: Path) -> dict[str, Any]:
-    manifest = read_json(path / "manifest.json") if (path / "manifest.json").is_file() else {}
-    return manifest if isinstance(manifest, dict) else {}
-
-
-def _rule(settings: dict[str, Any]) -> dict[str, Any]:
-    """The scoring rule a report or a `grading:` section states (grading.scores' defaults where it says none)."""
-    return {"min_coverage": settings.get("min_coverage", DEFAULT_MIN_COVERAGE),
-            "undecided_penalty": settings.get("undecided_penalty", "unscored"),
-            "undecided_criterion": settings.get("undecided_criterion", "drop")}  # fmt: skip
 
 
 READERS = {"eval": read_eval, "rurl": read_rurl, "ruft_build": read_ruft_build, "ruft_train": read_ruft_train}

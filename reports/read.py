@@ -10,6 +10,8 @@ from typing import Any
 
 import yaml
 
+from grading.scores import DEFAULT_MIN_COVERAGE
+
 from rubricrl.errors import UserError
 
 
@@ -111,3 +113,16 @@ def rubric_rows(name: str | None, folder: Path, ids: set[str], notes: list[str])
     if len(rows) < len(ids):
         notes.append(f"{len(ids) - len(rows)} prompt(s) not found in the rubric file {path}")
     return rows
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    """A folder's manifest.json, or {} where there is none (a run still going, or killed)."""
+    manifest = read_json(path / "manifest.json") if (path / "manifest.json").is_file() else {}
+    return manifest if isinstance(manifest, dict) else {}
+
+
+def scoring_rule(settings: dict[str, Any]) -> dict[str, Any]:
+    """The scoring rule a report or a `grading:` section states (grading.scores' defaults where it says none)."""
+    return {"min_coverage": settings.get("min_coverage", DEFAULT_MIN_COVERAGE),
+            "undecided_penalty": settings.get("undecided_penalty", "unscored"),
+            "undecided_criterion": settings.get("undecided_criterion", "drop")}  # fmt: skip

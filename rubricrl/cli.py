@@ -270,7 +270,8 @@ def _raise_stop(signum, frame):
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    from rubricrl.serve import DEFAULT_PORT, LocalServer, Replicas, advertise, port_is_free, served_models, withdraw
+    from rubricrl.serve import LocalServer, Replicas
+    from rubricrl.server_discovery import DEFAULT_PORT, advertise, port_is_free, served_models, withdraw
 
     port = args.port or DEFAULT_PORT
     for taken in range(port, port + args.replicas):

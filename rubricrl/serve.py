@@ -2,9 +2,10 @@
 
 `LocalServer` owns one `python -m vllm.entrypoints.openai.api_server` process (the `vllm serve` command of the
 CPU build crashes looking up the `vllm` distribution) started in its own process group, so stopping it stops
-vLLM's engine processes too. `rubricrl serve` advertises its server in `$RUBRICRL_HOME/server.json`;
-`local_endpoint()` reuses an advertised (or default-port) server that answers with the wanted model, and
-otherwise starts one for the duration of the command (one for all processes of a torchrun / accelerate launch).
+vLLM's engine processes too. `rubricrl serve` advertises its server in `$RUBRICRL_HOME/server.json`
+(server_discovery.py); `local_endpoint()` reuses an advertised (or default-port) server that answers with the
+wanted model, and otherwise starts one for the duration of the command (one for all processes of a torchrun /
+accelerate launch).
 
 `Replicas` starts several such servers for one model on consecutive ports and advertises them as one endpoint
 (their URLs joined by commas), over which the client spreads its calls (llm/endpoints.py). On GPUs each replica
@@ -21,24 +22,20 @@ import importlib.metadata
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from rubricrl.embedded_model import EMBEDDED_MODEL_NAME, prepare_embedded_model
 from rubricrl.errors import UserError
 from rubricrl.home import rubricrl_home
 from rubricrl.jsonl import write_whole
+from rubricrl.server_discovery import HOST, Endpoint, find_running, free_port, served_models
 
-DEFAULT_PORT = 8750
-HOST = "127.0.0.1"
 # Compact JSON for `response_format` answers. vLLM's default grammar (xgrammar, any_whitespace) allows any run of
 # whitespace between JSON tokens, so a schema's bounds (maxLength, maxItems) do not bound an answer: SmolLM2 sometimes
 # spends max_tokens on newlines and spaces and leaves the JSON unfinished (llm/structured.py has the measurements).
@@ -46,15 +43,6 @@ HOST = "127.0.0.1"
 # schemas, named here it refuses (400) a schema feature it cannot enforce instead of falling back to another backend.
 STRUCTURED_OUTPUTS = json.dumps({"backend": "xgrammar", "disable_any_whitespace": True})
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """A running server: where it answers and which model name it serves."""
-
-    base_url: str
-    model: str
-    pid: int | None = None
 
 
 def vllm_on_cpu() -> bool:
@@ -88,31 +76,6 @@ def cpu_dtype() -> str:
     except OSError:
         return "bfloat16"
     return "bfloat16" if ("avx512_bf16" in flags or "amx_bf16" in flags) else "float32"
-
-
-def state_file() -> Path:
-    return rubricrl_home() / "server.json"
-
-
-def listed_models(base_url: str, timeout: float = 2.0, api_key: str | None = None) -> list[str]:
-    """The model names a server lists at /models; [] when it answers with an error status or something else.
-    Raises OSError (or ValueError for a malformed URL) when nothing answers at all."""
-    request = urllib.request.Request(f"{base_url}/models")
-    if api_key:
-        request.add_header("Authorization", f"Bearer {api_key}")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return [m["id"] for m in json.load(response)["data"]]
-    except (urllib.error.HTTPError, json.JSONDecodeError, KeyError, TypeError):  # it answered, not with a list
-        return []
-
-
-def served_models(base_url: str, timeout: float = 2.0, api_key: str | None = None) -> list[str]:
-    """The model names a server lists at /models; [] when nothing answers there."""
-    try:
-        return listed_models(base_url, timeout, api_key)
-    except (OSError, ValueError):
-        return []
 
 
 class LocalServer:
@@ -311,55 +274,6 @@ def die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     except (OSError, AttributeError):  # not Linux: a killed parent may leave the server running
         pass
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
-def port_is_free(port: int) -> bool:
-    """Whether a server could listen on `port` now (SO_REUSEADDR, as servers bind: TIME_WAIT does not count)."""
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((HOST, port))
-            return True
-        except OSError:
-            return False
-
-
-def advertise(endpoint: Endpoint) -> None:
-    """Record a long-lived server so that other commands reuse it (written atomically)."""
-    write_whole(state_file(), json.dumps(asdict(endpoint)))
-
-
-def withdraw(endpoint: Endpoint) -> None:
-    path = state_file()
-    try:
-        if json.loads(path.read_text()).get("pid") == endpoint.pid:
-            path.unlink()
-    except (OSError, ValueError):
-        pass
-
-
-def find_running(model: str = EMBEDDED_MODEL_NAME) -> Endpoint | None:
-    """A server that answers now with `model`: the advertised one, else one on the default port."""
-    candidates = []
-    try:
-        state = json.loads(state_file().read_text())
-        candidates.append(Endpoint(state["base_url"], state["model"], state.get("pid")))
-    except (OSError, ValueError, KeyError):
-        pass
-    candidates.append(Endpoint(f"http://{HOST}:{DEFAULT_PORT}/v1", model))
-    for candidate in candidates:
-        if candidate.model != model:
-            continue
-        live = [url for url in candidate.base_url.split(",") if model in served_models(url)]  # replicas: those up
-        if live:
-            return replace(candidate, base_url=",".join(live))
-    return None
 
 
 @contextmanager

@@ -13,7 +13,7 @@ from rubricrl.provenance import totals
 
 
 def merge_ruft(folders, manifests, out: Path, used, config) -> tuple[dict[str, Any], str]:
-    from ruft.build import finish, summary_text
+    from ruft.build_output import finish, summary_text
     from ruft.config import RuftConfig
 
     files = {name: open(out / name, "wb") for name in ("queries.jsonl", "candidates.jsonl", "sft.jsonl", "errors.jsonl")}

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 from grading.dataset import RubricRow, iter_rubric_rows
 from grading.rubric import Rubric, RubricError
 from rubricrl.config import ConfigError
+from rubricrl.hub_datasets import describe_input
 from rubricrl.jsonl import complete_rows
 from rubricrl.queries import Rejected
-from rubricrl.records import describe_input
 from rurl.config import RurlConfig
 
 if TYPE_CHECKING:

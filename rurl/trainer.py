@@ -31,7 +31,6 @@ the trainer refuses others, and tests/test_rurl.py fails when their contract cha
 shape). Multimodal batches are refused.
 """
 
-import itertools
 import json
 import math
 import random
@@ -46,17 +45,12 @@ from transformers import TrainerCallback
 from trl import GRPOTrainer
 from trl.trainer.utils import nanstd, pad
 
+from rurl.groups import LEFT_PADDED, PER_ROW, RIGHT_PADDED, assign, by_process, group_rows, trimmed
 from rurl.rewards import unscored_rows
 from rurl.vllm_cpu import patch_cpu_colocate
 
 TRL_RANGE = ((1, 16), (1, 17))
 """TRL versions [from, to) whose private GRPOTrainer methods this subclass was checked against."""
-LEFT_PADDED = {"prompt_ids": "pad", "prompt_mask": 0}
-RIGHT_PADDED = {"completion_ids": "pad", "completion_mask": 0, "old_per_token_logps": 0.0,
-                "ref_per_token_logps": 0.0, "sampling_per_token_logps": 0.0, "importance_sampling_ratio": 1.0,
-                "tool_mask": 1}  # fmt: skip
-PER_ROW = {"advantages"}
-"""The keys of `_generate_and_score_completions`' output that dynamic sampling knows how to cut and join."""
 STATE_FILE = "rurl_state.json"
 """In each checkpoint: the prompts found flat in the current epoch (extra rounds do not draw them again) and the
 criteria table so far (a resumed run goes on counting)."""
@@ -170,11 +164,11 @@ class RubricGRPOTrainer(GRPOTrainer):
             generated += spread.numel()
             for process in range(processes):
                 order += [(rounds, process, g) for g in range(groups) if spread[process, g]]
-            kept |= {(rounds, rank, g): _rows(output, slice(g * size, (g + 1) * size))
+            kept |= {(rounds, rank, g): group_rows(output, slice(g * size, (g + 1) * size))
                      for g in range(groups) if spread[rank, g]}  # fmt: skip
             scored = self._group_scored().view(processes, groups)  # an unscored group says nothing of its prompt
             local_keys = [self._key(batch[g * size]) for g in range(groups)]
-            for process, keys in enumerate(_per_process(gather_object(local_keys), processes)):
+            for process, keys in enumerate(by_process(gather_object(local_keys), processes)):
                 seen.update(keys)
                 self._flat.update(k for g, k in enumerate(keys) if scored[process, g] and not spread[process, g])
             if len(order) >= needed or rounds == self.dynamic.max_extra_rounds:
@@ -195,7 +189,7 @@ class RubricGRPOTrainer(GRPOTrainer):
             metrics["dynamic_sampling/repeated_groups"].append(0)
             metrics["dynamic_sampling/moved_groups"].append(0)
             return first
-        assignment = _assign(order, wanted, processes)
+        assignment = assign(order, wanted, processes)
         metrics["dynamic_sampling/repeated_groups"].append(max(0, needed - len(order)))
         moved = sum(source[1] != process for process, ids in enumerate(assignment) for source in ids)
         metrics["dynamic_sampling/moved_groups"].append(moved)
@@ -208,7 +202,7 @@ class RubricGRPOTrainer(GRPOTrainer):
         group); returns this process's own kept groups plus the ones it takes from others."""
         rank, device = self.accelerator.process_index, self.accelerator.device
         wanted_elsewhere = {s for process, ids in enumerate(assignment) if process != rank for s in ids if s[1] == rank}
-        outgoing = {s: _trimmed(kept[s]) for s in wanted_elsewhere}
+        outgoing = {s: trimmed(kept[s]) for s in wanted_elsewhere}
         parts: list[dict] = [{} for _ in range(self.accelerator.num_processes)]
         torch.distributed.all_gather_object(parts, outgoing, group=self._cpu_group())
         received = {}
@@ -371,45 +365,3 @@ class _UpdateGate(TrainerCallback):
         self.trainer.no_update_steps += held
         self.trainer._metrics["train"]["no_update"].append(float(held))
         return control
-
-
-
-def _assign(order: list[tuple], wanted: int, processes: int) -> list[list[tuple]]:
-    """Which kept groups each process trains on: its own first (nothing to send), then other processes' surplus in
-    `order`, then, when the kept groups are too few, repeats of them in `order`. Pure: every process computes it
-    alike from the same `order`."""
-    own = [[s for s in order if s[1] == p] for p in range(processes)]
-    assignment = [groups[:wanted] for groups in own]
-    surplus = [s for groups in own for s in groups[wanted:]]
-    for groups in assignment:
-        while len(groups) < wanted and surplus:
-            groups.append(surplus.pop(0))
-    for process, groups in enumerate(assignment):  # repeats: of the process's own kept groups when it has any
-        source = itertools.cycle(own[process] or order)
-        while len(groups) < wanted:
-            groups.append(next(source))
-    return assignment
-
-
-def _trimmed(group: dict[str, Any]) -> dict[str, Any]:
-    """A group on the CPU without the padding its batch gave it (prompts are padded on the left, completions on the
-    right): what is sent to another process. `_joined` pads it again."""
-    prompt = int(group["prompt_mask"].sum(dim=1).max())
-    completion = max(1, int(group["completion_mask"].sum(dim=1).max()))
-    out = {}
-    for key, value in group.items():
-        if torch.is_tensor(value) and value.dim() == 2 and key in LEFT_PADDED:
-            value = value[:, value.shape[1] - prompt:]
-        elif torch.is_tensor(value) and value.dim() == 2 and key in RIGHT_PADDED:
-            value = value[:, :completion]
-        out[key] = value.cpu() if torch.is_tensor(value) else value
-    return out
-
-
-def _per_process(values: list, processes: int) -> list[list]:
-    per = len(values) // processes
-    return [values[p * per:(p + 1) * per] for p in range(processes)]
-
-
-def _rows(output: dict[str, Any], rows: slice) -> dict[str, Any]:
-    return {key: value if key == "num_items_in_batch" else value[rows] for key, value in output.items()}

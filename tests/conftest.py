@@ -1,7 +1,8 @@
 import pytest
 
 from rubricrl.llm import ResponseCache
-from rubricrl.serve import LocalServer, find_running
+from rubricrl.serve import LocalServer
+from rubricrl.server_discovery import find_running
 from tests.fault_server import FaultServer
 from tests.helpers import SECRET
 

@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rubricrl.llm import LLMClient, LLMError, ResponseCache, Role
+from rubricrl.llm import EmptyAnswer, LLMClient, LLMError, ResponseCache, Role
 from rubricrl.llm.cache import cache_key
-from rubricrl.llm.client import EmptyAnswer
 from tests.helpers import ask, run
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"

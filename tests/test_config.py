@@ -9,7 +9,8 @@ from typing import ClassVar, Literal
 import pytest
 import yaml
 
-from rubricrl.config import ConfigError, add_config_arguments, field_docs, parse_settings, parse_trl, resolved
+from rubricrl.config import ConfigError, add_config_arguments, parse_settings, parse_trl, resolved
+from rubricrl.config_flags import field_docs
 from rubricrl.llm import LLMSettings, resolve_roles
 
 

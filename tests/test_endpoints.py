@@ -16,7 +16,8 @@ from rubricrl.cli import main
 from rubricrl.config import ConfigError
 from rubricrl.llm import EndpointUnreachable, LLMClient, LLMError, LLMSettings, Role, open_llm, resolve_roles
 from rubricrl.llm import endpoints as endpoints_module
-from rubricrl.serve import Replicas, find_running, free_port, port_is_free
+from rubricrl.serve import Replicas
+from rubricrl.server_discovery import find_running, free_port, port_is_free
 from tests.fault_server import Fault, FaultServer, schema_reply
 from tests.helpers import DATA, run
 
@@ -377,7 +378,8 @@ def fake_vllm(self):
 
 
 def test_replicas_start_on_consecutive_ports_and_serve_as_one_endpoint(monkeypatch, tmp_path):
-    from rubricrl.serve import LocalServer, advertise, withdraw
+    from rubricrl.serve import LocalServer
+    from rubricrl.server_discovery import advertise, withdraw
 
     monkeypatch.setenv("RUBRICRL_HOME", str(tmp_path))
     monkeypatch.setattr(LocalServer, "command", fake_vllm)

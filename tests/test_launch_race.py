@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rubricrl.embedded_model import EMBEDDED_MODEL_NAME, MARKER
-from rubricrl.serve import served_models
+from rubricrl.server_discovery import served_models
 from tests.test_rurl_multiprocess_eval import run_launch
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -25,7 +25,7 @@ from grading.grader import Grader, GradingConfig
 from grading.service import RewardService, serve, split_response
 from rubricrl.cli import main
 from rubricrl.llm import LLMClient, Role
-from rubricrl.serve import free_port
+from rubricrl.server_discovery import free_port
 from tests.fault_server import FaultServer
 from tests.helpers import SECRET
 

@@ -37,7 +37,7 @@ def sft_rows(examples=EXAMPLES) -> list[dict]:
 
 def write_build(folder: Path, rows: list[dict] | None = None) -> Path:
     """A finished `ruft build` folder: sft/ (save_to_disk), sft.parquet, config.yaml, manifest.json (last)."""
-    from ruft.build import write_sft
+    from ruft.build_output import write_sft
 
     rows = sft_rows() if rows is None else rows
     folder.mkdir(parents=True, exist_ok=True)

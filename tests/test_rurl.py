@@ -419,18 +419,18 @@ def test_the_prefilter_measures_the_spread_of_one_candidate_role(tmp_path):
 
 
 def test_kept_groups_are_assigned_own_first_then_surplus_then_repeats():
-    """rurl.trainer._assign: which kept groups (round, process, group) each process trains on. Pure: every process
+    """rurl.groups.assign: which kept groups (round, process, group) each process trains on. Pure: every process
     computes it alike. A process keeps its own first (nothing sent), takes other processes' surplus next, and repeats
     (its own when it has any) only when the processes together kept too few; it never runs out."""
-    from rurl.trainer import _assign
+    from rurl.groups import assign
 
     order = [(0, 0, 0), (0, 0, 1), (0, 0, 2), (1, 1, 0)]  # process 0 kept 3, process 1 kept 1 (in an extra round)
-    assert _assign(order, 2, 2) == [[(0, 0, 0), (0, 0, 1)], [(1, 1, 0), (0, 0, 2)]]  # surplus moved, no repeat
-    assert _assign(order, 1, 2) == [[(0, 0, 0)], [(1, 1, 0)]]  # enough of its own: nothing moves
-    assert _assign([(0, 1, 0)], 2, 2) == [[(0, 1, 0), (0, 1, 0)], [(0, 1, 0), (0, 1, 0)]]  # one kept: repeated
+    assert assign(order, 2, 2) == [[(0, 0, 0), (0, 0, 1)], [(1, 1, 0), (0, 0, 2)]]  # surplus moved, no repeat
+    assert assign(order, 1, 2) == [[(0, 0, 0)], [(1, 1, 0)]]  # enough of its own: nothing moves
+    assert assign([(0, 1, 0)], 2, 2) == [[(0, 1, 0), (0, 1, 0)], [(0, 1, 0), (0, 1, 0)]]  # one kept: repeated
     for processes, wanted, kept in [(3, 1, 1), (2, 2, 1), (2, 4, 1), (8, 4, 1), (8, 4, 5), (2, 3, 2)]:
         order = [(0, p % processes, p) for p in range(kept)]
-        assignment = _assign(order, wanted, processes)
+        assignment = assign(order, wanted, processes)
         assert [len(groups) for groups in assignment] == [wanted] * processes
         assert set(order) <= {s for groups in assignment for s in groups}  # every kept group is used
         for process, groups in enumerate(assignment):  # repeats are of a process's own groups when it has any

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rubricrl.embedded_model import embedded_model_dir, prepare_embedded_model
-from rubricrl.serve import DEFAULT_PORT, free_port, port_is_free, served_models
+from rubricrl.server_discovery import DEFAULT_PORT, free_port, port_is_free, served_models
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]

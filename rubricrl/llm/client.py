@@ -17,7 +17,7 @@ Async, against any OpenAI-compatible endpoint (the chat completions API). What i
   per role (reasoning tokens apart, when the server counts them);
 - reasoning models behind a reasoning parser (vLLM `--reasoning-parser`, hosted APIs): the answer is `content`
   alone, the reasoning (`reasoning`, or `reasoning_content` in vLLM <= 0.10 and DeepSeek) is kept beside it; a
-  reply with no content is an error that says why (see `_empty_answer`), never an empty answer;
+  reply with no content is an error that says why (see `replies.empty_answer`), never an empty answer;
 - the response cache (cache.py): a call already answered is never sent again.
 """
 
@@ -29,35 +29,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rubricrl.aio import gather_or_cancel
-from rubricrl.errors import UserError
 from rubricrl.llm.cache import ResponseCache, cache_key
 from rubricrl.llm.endpoints import EndpointStats, Router
+from rubricrl.llm.replies import EndpointUnreachable, InvalidAnswer, LLMError, checked_choices, empty_answer
+from rubricrl.llm.replies import reasoning_of, redacted
 from rubricrl.llm.roles import Role
 from rubricrl.llm.structured import StructuredOutputError, json_schema_format, parse_structured
 from rubricrl.llm.transport import Transport, TransportError, TransportTimeout, Unreachable
 
 Message = dict[str, Any]
-
-
-class LLMError(UserError, RuntimeError):
-    """A call failed for good (after its retries). The message names the role, model and endpoint."""
-
-
-class EndpointUnreachable(LLMError):
-    """A role's endpoints have not accepted a connection for several calls in a row: the server is down. Every
-    later call to them fails at once the same way (one attempt each) until one connects again, so a command may
-    stop its run on the first of these instead of recording one failure per item."""
-
-
-class EmptyAnswer(LLMError):
-    """A reply without content (empty, null or blank): typically a reasoning model cut off at max_tokens while
-    thinking, its reasoning in `reasoning`. The message says what to change. A caller for whom "no answer" is a
-    result (a policy being scored) may catch it, or ask with `allow_empty=True`."""
-
-    def __init__(self, message: str, *, finish_reason: str | None, reasoning: str | None):
-        super().__init__(message)
-        self.finish_reason = finish_reason
-        self.reasoning = reasoning
 
 
 @dataclass
@@ -295,7 +275,7 @@ class LLMClient:
             found[key] = {**await future, "cached": True, "key": key}
         for k, key in enumerate(keys if not allow_empty else []):  # an identical call that allowed it answered empty
             if not found[key]["text"].strip():
-                raise _empty_answer(role, spec, request, found[key], k, len(keys))
+                raise empty_answer(role, spec, request, found[key], k, len(keys))
         return [found[key] for key in keys]
 
     async def _ask(self, role, spec, messages, request, indices: list[int], allow_empty: bool) -> list[dict]:
@@ -330,7 +310,7 @@ class LLMClient:
                 samples[i] = {**sample, "attempts": attempt + 1}
         for i, sample in enumerate(samples):
             if not sample["text"].strip():
-                raise _empty_answer(role, spec, body, sample, i, n)
+                raise empty_answer(role, spec, body, sample, i, n)
             sample.pop("attempts", None)
         return samples
 
@@ -340,11 +320,11 @@ class LLMClient:
         for attempt in range(self.invalid_answer_retries + 1):
             try:
                 response = await self._transport.post_json(self._pools[role], "/chat/completions", body, spec.api_key())
-                choices = _checked_choices(response, n)
+                choices = checked_choices(response, n)
                 break
-            except (_InvalidAnswer, json.JSONDecodeError, UnicodeDecodeError) as error:
+            except (InvalidAnswer, json.JSONDecodeError, UnicodeDecodeError) as error:
                 if attempt == self.invalid_answer_retries:
-                    raise LLMError(_redacted(f"role '{role}' ({spec.model} at {spec.base_url}): invalid response "
+                    raise LLMError(redacted(f"role '{role}' ({spec.model} at {spec.base_url}): invalid response "
                                              f"body after {attempt + 1} attempts: {error!r}", spec)) from None
                 self.usage[role].retries += 1
             except TransportTimeout as error:
@@ -354,7 +334,7 @@ class LLMClient:
             except Unreachable as error:
                 raise EndpointUnreachable(f"role '{role}' ({spec.model} at {spec.base_url}): {error}") from None
             except TransportError as error:  # some gateways echo the key in their error body: it is cut out
-                raise LLMError(_redacted(f"role '{role}' ({spec.model} at {spec.base_url}): {error}", spec)) from None
+                raise LLMError(redacted(f"role '{role}' ({spec.model} at {spec.base_url}): {error}", spec)) from None
         usage = self.usage[role]
         usage.requests += 1
         tokens = response.get("usage") if isinstance(response.get("usage"), dict) else {}
@@ -363,7 +343,7 @@ class LLMClient:
         details = tokens.get("completion_tokens_details")
         usage.reasoning_tokens += (details.get("reasoning_tokens") or 0) if isinstance(details, dict) else 0
         return [{"text": c["message"].get("content") or "", "finish_reason": c.get("finish_reason"),
-                 "reasoning": _reasoning(c["message"])} for c in choices]  # fmt: skip
+                 "reasoning": reasoning_of(c["message"])} for c in choices]  # fmt: skip
 
     def endpoint_stats(self) -> dict[str, EndpointStats]:
         """Per endpoint URL: requests sent, failed, mean latency, times taken out of rotation (a live view)."""
@@ -393,11 +373,6 @@ def _as_messages(messages: str | list[Message]) -> list[Message]:
     return [{"role": "user", "content": messages}] if isinstance(messages, str) else list(messages)
 
 
-def _redacted(message: str, spec: Role) -> str:
-    key = spec.api_key()
-    return (message.replace(key, "***") if len(key) >= 8 else message)[:2000]
-
-
 FLOAT_PARAMS = ("temperature", "top_p", "presence_penalty", "frequency_penalty")
 
 
@@ -409,56 +384,3 @@ def _normalized(request: dict[str, Any]) -> dict[str, Any]:
         if isinstance(request.get(name), int):
             request[name] = float(request[name])
     return request
-
-
-class _InvalidAnswer(ValueError):
-    pass
-
-
-def _reasoning(message: dict[str, Any]) -> str | None:
-    """The reasoning a server's reasoning parser put beside the answer: `reasoning` (vLLM >= 0.11, OpenRouter) or
-    `reasoning_content` (vLLM <= 0.10, DeepSeek); some versions send both, with the same text."""
-    for name in ("reasoning", "reasoning_content"):
-        if isinstance(message.get(name), str) and message[name]:
-            return message[name]
-    return None
-
-
-def _empty_answer(role: str, spec: Role, body: dict[str, Any], sample: dict, index: int, n: int) -> EmptyAnswer:
-    """The one-line error for a reply without content: who answered, how it ended, and what to change."""
-    body = {**body, **(body.get("extra_body") or {})}
-    finish, reasoning = sample["finish_reason"], sample.get("reasoning")
-    which = f"sample {index + 1} of {n}: " if n > 1 else ""
-    tries = f" ({sample['attempts']} tries)" if sample.get("attempts") else ""
-    max_tokens = body.get("max_tokens", "not set")
-    effort = body.get("reasoning_effort", "not set")
-    if reasoning and finish == "length":
-        why = (f"the model spent its tokens reasoning ({len(reasoning)} characters) and was cut off before answering: "
-               f"raise the role's max_tokens (now {max_tokens}) or lower its reasoning effort (reasoning_effort, now "
-               f"{effort})")  # fmt: skip
-    elif reasoning:
-        why = (f"the whole reply is reasoning ({len(reasoning)} characters): the model stopped before answering, or "
-               "the server's reasoning parser found no end to the reasoning (check that vLLM's --reasoning-parser "
-               f"fits the model); raise the role's max_tokens (now {max_tokens}) or lower its reasoning effort "
-               f"(reasoning_effort, now {effort})")  # fmt: skip
-    elif finish == "length":
-        why = f"cut off before any text: raise the role's max_tokens (now {max_tokens})"
-    else:
-        why = "the model answered nothing"
-    message = (f"role '{role}' ({spec.model} at {spec.base_url}): {which}no answer (empty content, finish_reason "
-               f"{finish!r}){tries}: {why}")  # fmt: skip
-    return EmptyAnswer(_redacted(message, spec), finish_reason=finish, reasoning=reasoning)
-
-
-def _checked_choices(response: Any, n: int) -> list[dict[str, Any]]:
-    """The n choices of a chat completion body, in index order; anything else (a list, no `choices`, fewer of
-    them than asked for, a choice without a text message) is an invalid answer, to be asked for again."""
-    if not isinstance(response, dict) or not isinstance(response.get("choices"), list):
-        raise _InvalidAnswer(f"not a chat completion: {str(response)[:200]}")
-    choices = response["choices"]
-    if len(choices) != n or not all(
-        isinstance(c, dict) and isinstance(c.get("message"), dict) and isinstance(c["message"].get("content"), str | None)
-        for c in choices
-    ):
-        raise _InvalidAnswer(f"expected {n} choice(s) with a message, got {str(choices)[:200]}")
-    return sorted(choices, key=lambda c: c.get("index") or 0)

@@ -21,7 +21,8 @@ from rubricrl.llm.cache import ResponseCache
 from rubricrl.llm.client import LLMClient
 from rubricrl.llm.endpoints import endpoint_urls
 from rubricrl.llm.roles import Role, bind_local, resolve_roles
-from rubricrl.serve import listed_models, local_endpoint
+from rubricrl.serve import local_endpoint
+from rubricrl.server_discovery import listed_models
 
 DEFAULT_CPU_MAX_TOKENS = 256
 REACHABLE_TIMEOUT = 10.0  # seconds for an endpoint to accept a connection and answer GET /models
