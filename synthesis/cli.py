@@ -11,11 +11,11 @@ from pathlib import Path
 from grading import judge
 from grading.grader import GradingConfig, judge_prompt
 from rubricrl.config import add_config_arguments, config_source, parse_settings, resolved, write_resolved
+from rubricrl.hub_datasets import describe_input
 from rubricrl.llm import LLMSettings, open_llm
 from rubricrl.manifest import endpoint_counts, package_versions, usage_lines, write_manifest
 from rubricrl.provenance import RunRecord, check_settings, fingerprint, finished_rows, role_settings, totals
 from rubricrl.queries import iter_queries, write_rejected
-from rubricrl.records import describe_input
 from rubricrl.shards import parse_shard
 from synthesis import stages
 from synthesis.config import SynthesisConfig
