@@ -502,9 +502,9 @@ def log_table_to_wandb(rows: list[dict[str, Any]], chart: Path, group: str, outp
     """A `<group>-table` run beside the training runs: the table and the chart (offline without WANDB_API_KEY)."""
     import wandb
 
-    mode = "offline" if not os.environ.get("WANDB_MODE") and not os.environ.get("WANDB_API_KEY") else None
-    run = wandb.init(project=os.environ.get("WANDB_PROJECT", "rubricrl"), name=f"{group}-table", group=group,
-                     job_type="comparison", mode=mode, dir=str(output_dir))  # fmt: skip
+    from rubricrl.training import wandb_init
+
+    run = wandb_init("compare_rewards", output_dir, name=f"{group}-table", group=group, job_type="comparison")
     try:
         columns = ["method", "overall", "overall_std", "reward_first", "reward_last", "judge_calls", "train_s",
                    "eval_s", "status", "paper_healthbench"]  # fmt: skip

@@ -39,7 +39,6 @@ On a GPU box or an API, the embedded judge against gpt-4.1-mini (OPENAI_API_KEY)
 import argparse
 import asyncio
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -238,12 +237,9 @@ def log_wandb(out: Path, config: dict, result, extra: dict[str, float], criteria
               plot: Path | None) -> None:  # fmt: skip
     import wandb
 
-    mode = None
-    if not os.environ.get("WANDB_MODE") and not os.environ.get("WANDB_API_KEY"):
-        mode = "offline"
-        print("judge_agreement: no WANDB_API_KEY: wandb runs offline (`wandb sync` uploads it later)", file=sys.stderr)
-    run = wandb.init(project=os.environ.get("WANDB_PROJECT", "rubricrl"), group="judge-agreement", mode=mode,
-                     config=config, dir=os.environ.get("WANDB_DIR") or str(out), job_type="judge-agreement")  # fmt: skip
+    from rubricrl.training import wandb_init
+
+    run = wandb_init("judge_agreement", out, group="judge-agreement", config=config, job_type="judge-agreement")
     numbers = {**summary_metrics(result), **{k: v for k, v in extra.items() if v is not None}}
     logged: dict[str, Any] = dict(numbers)
     if plot is not None:

@@ -31,6 +31,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from grading.scores import pearson
+
 Met = bool | None
 
 DEFAULT_SAMPLES = 1000
@@ -254,21 +256,6 @@ def average_ranks(values: Sequence[float]) -> list[float]:
             ranks[order[k]] = (start + end) / 2 + 1
         start = end + 1
     return ranks
-
-
-def pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
-    """Pearson's r; None for fewer than 2 pairs or a constant side."""
-    if len(x) != len(y):
-        raise ValueError(f"lists of different lengths: {len(x)}, {len(y)}")
-    n = len(x)
-    if n < 2:
-        return None
-    mx, my = math.fsum(x) / n, math.fsum(y) / n
-    sxy = math.fsum((u - mx) * (v - my) for u, v in zip(x, y))
-    sxx, syy = math.fsum((u - mx) ** 2 for u in x), math.fsum((v - my) ** 2 for v in y)
-    if sxx == 0 or syy == 0:
-        return None
-    return max(-1.0, min(1.0, sxy / math.sqrt(sxx * syy)))
 
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:

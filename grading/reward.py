@@ -31,7 +31,6 @@ bounds how long a step waits for its judge (completions unjudged by then are Non
 
 import functools
 import json
-import statistics
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -41,6 +40,7 @@ from urllib.parse import urlsplit
 
 from grading.grader import GradeItem, Grader
 from grading.rubric import Rubric, rubric_from_items
+from grading.scores import pearson
 from rubricrl.llm import EndpointUnreachable
 from rubricrl.reasoning import as_written, split_reasoning
 
@@ -240,16 +240,8 @@ def batch_stats(graded: list, rubrics: list[Rubric], rewards: list[float | None]
         noted=sum(g is not None and g.integrity_flag is None and bool(g.integrity_note) for g in graded),
         reasoning_length=sum(r for r, _ in parts) / len(parts) if parts else 0.0,
         answer_length=sum(a for _, a in parts) / len(parts) if parts else 0.0,
-        length_reward_corr=_pearson([r for r, _ in scored], [n for _, n in scored]),
+        length_reward_corr=pearson([r for r, _ in scored], [n for _, n in scored]),
     )  # fmt: skip
-
-
-def _pearson(xs: list[float], ys: list[float]) -> float | None:
-    """None when undefined (fewer than 2 points, or one side constant)."""
-    try:
-        return statistics.correlation(xs, ys)
-    except statistics.StatisticsError:
-        return None
 
 
 def _judge_calls(grader: Grader) -> int:

@@ -21,6 +21,7 @@ counts it as not met instead (16/21 = 0.76): a lower bound that pays a judge fai
 """
 
 import random
+import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -136,3 +137,13 @@ def training_reward(score: float | None, *, clip: bool = True) -> float | None:
     if score is None:
         return None
     return min(1.0, max(0.0, score)) if clip else score
+
+
+def pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """Pearson's r (statistics.correlation); None where it is undefined: fewer than 2 pairs, or a constant side."""
+    if len(x) != len(y):
+        raise ValueError(f"lists of different lengths: {len(x)}, {len(y)}")
+    try:
+        return max(-1.0, min(1.0, statistics.correlation(x, y)))
+    except statistics.StatisticsError:
+        return None

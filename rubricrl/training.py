@@ -117,6 +117,13 @@ def start_wandb(trl_config: "TrainingArguments", config: dict[str, Any], command
     which transformers' WandbCallback then reuses. Offline without WANDB_API_KEY, unless WANDB_MODE says otherwise."""
     if "wandb" not in (trl_config.report_to or []):
         return None
+    return wandb_init(command, trl_config.output_dir, name=trl_config.run_name, config=config)
+
+
+def wandb_init(command: str, output_dir: str | Path, **init: Any):
+    """wandb.init for every run of the project (training runs, experiments): project WANDB_PROJECT (default
+    rubricrl), files in WANDB_DIR or `output_dir`, offline without WANDB_API_KEY unless WANDB_MODE says otherwise
+    (said once, on stderr); `init`: the rest of wandb.init's arguments (name, group, config, job_type)."""
     import wandb
 
     mode = None
@@ -124,9 +131,8 @@ def start_wandb(trl_config: "TrainingArguments", config: dict[str, Any], command
         mode = "offline"
         print(f"{command}: no WANDB_API_KEY: wandb runs offline (`wandb sync` uploads it later; WANDB_MODE=online "
               "uses the key of `wandb login`)", file=sys.stderr)  # fmt: skip
-    project = os.environ.get("WANDB_PROJECT", "rubricrl")
-    return wandb.init(project=project, name=trl_config.run_name, config=config, mode=mode,
-                      dir=os.environ.get("WANDB_DIR") or str(trl_config.output_dir))  # fmt: skip
+    return wandb.init(project=os.environ.get("WANDB_PROJECT", "rubricrl"), mode=mode,
+                      dir=os.environ.get("WANDB_DIR") or str(output_dir), **init)  # fmt: skip
 
 
 def keep_run_config(wandb_run, settings: dict[str, Any]):
