@@ -268,9 +268,10 @@ def trained_policy(run_dir: Path) -> tuple[Path | None, int | None]:
     steps = (manifest or {}).get("summary", {}).get("steps")
     if (run_dir / "config.json").is_file():
         return run_dir, steps
-    checkpoints = [p for p in run_dir.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()]
-    if checkpoints:
-        latest = max(checkpoints, key=lambda p: int(p.name.split("-")[-1]))
+    from rubricrl.training import latest_checkpoint
+
+    latest = latest_checkpoint(run_dir)  # complete ones only: a kill while saving leaves a half-written folder
+    if latest is not None:
         return latest, int(latest.name.split("-")[-1])
     return None, steps
 

@@ -3,12 +3,13 @@ JSONL with a last line a kill or a running writer may have cut off, trainer log 
 rubric file."""
 
 import json
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from rubricrl.training import latest_checkpoint
 
 from grading.scores import DEFAULT_MIN_COVERAGE
 
@@ -63,17 +64,11 @@ def log_history(folder: Path) -> tuple[list[dict[str, Any]], str]:
     if path.is_file():
         history = read_json(path)
         return (history if isinstance(history, list) else []), path.name
-    checkpoints = sorted((p for p in folder.glob("checkpoint-*/trainer_state.json") if _step(p.parent) is not None),
-                         key=lambda p: _step(p.parent))  # fmt: skip
-    if not checkpoints:
+    latest = latest_checkpoint(folder)
+    if latest is None:
         return [], ""
-    state = read_json(checkpoints[-1])
-    return list(state.get("log_history") or []), str(checkpoints[-1].relative_to(folder))
-
-
-def _step(checkpoint: Path) -> int | None:
-    match = re.fullmatch(r"checkpoint-(\d+)", checkpoint.name)
-    return int(match.group(1)) if match else None
+    state = read_json(latest / "trainer_state.json")
+    return list(state.get("log_history") or []), str((latest / "trainer_state.json").relative_to(folder))
 
 
 def find_file(name: str | None, folder: Path) -> Path | None:

@@ -72,16 +72,21 @@ def resume_target(trl_config: "TrainingArguments") -> str | None:
     if not value:
         return None
     if value is True:
-        # The latest checkpoint-N with trainer_state.json, which the Trainer writes last: a kill while saving leaves
-        # a half-written folder that transformers' get_last_checkpoint would pick.
-        found = [p for p in Path(trl_config.output_dir).glob("checkpoint-*")
-                 if p.name.split("-")[-1].isdigit() and (p / "trainer_state.json").is_file()]  # fmt: skip
-        if not found:
+        latest = latest_checkpoint(Path(trl_config.output_dir))
+        if latest is None:
             raise ConfigError(f"resume_from_checkpoint: no complete checkpoint-N folder in {trl_config.output_dir}")
-        return str(max(found, key=lambda p: int(p.name.split("-")[-1])))
+        return str(latest)
     if not (Path(value) / "trainer_state.json").is_file():
         raise ConfigError(f"resume_from_checkpoint {value}: not a checkpoint folder (no trainer_state.json)")
     return str(value)
+
+
+def latest_checkpoint(output_dir: Path) -> Path | None:
+    """The latest checkpoint-N folder with trainer_state.json, which the Trainer writes last: a kill while saving
+    leaves a half-written folder that transformers' get_last_checkpoint would pick. None when there is none."""
+    found = [p for p in output_dir.glob("checkpoint-*")
+             if p.name.split("-")[-1].isdigit() and (p / "trainer_state.json").is_file()]  # fmt: skip
+    return max(found, key=lambda p: int(p.name.split("-")[-1])) if found else None
 
 
 def step_of(checkpoint: str | None) -> int:
