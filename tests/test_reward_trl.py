@@ -273,7 +273,10 @@ def test_a_judge_found_unreachable_cancels_the_rest_of_its_batch():
 
     batches = []
     with FaultServer(reply=going_down) as judge:
-        role = Role(base_url=judge.base_url, model="scripted-judge", temperature=0.0)
+        # sampled, so that a DOWN criterion answered "not a verdict" is asked again, into the closed server, whatever
+        # the order its requests arrived in (greedy, all three could be answered before the server closed, and the
+        # client never saw a refused connection: the batch then waited for the hung calls, as one CI run showed)
+        role = Role(base_url=judge.base_url, model="scripted-judge", temperature=1.0)
 
         async def go():
             async with LLMClient({"judge": role}, max_retries=3, invalid_answer_retries=3) as client:
