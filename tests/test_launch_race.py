@@ -28,6 +28,8 @@ import rubricrl.embedded_model as embedded
 from rubricrl.training import base_model
 
 rank = int(os.environ["RANK"])
+def say(line):  # one write of the whole line: print's text and newline can interleave with the other rank's
+    os.write(1, (line + "\\n").encode())
 GRPOConfig(output_dir=sys.argv[1], use_cpu=True, bf16=False, report_to="none")
 assert dist.is_initialized(), "TRL's config no longer starts the process group: this test must start it"
 if rank == 0:
@@ -35,12 +37,12 @@ if rank == 0:
 else:
     download = embedded._download_gguf
     def download_after_barrier(*args):
-        print(f"rank {rank} converts", flush=True)
+        say(f"rank {rank} converts")
         dist.barrier()  # inside the lock: rank 0 asks now
         return download(*args)
     embedded._download_gguf = download_after_barrier
 model = ModelConfig()
-print(f"rank {rank} model {base_model(model)}", flush=True)
+say(f"rank {rank} model {base_model(model)}")
 """
 
 
