@@ -2,6 +2,7 @@
 
 import argparse
 import asyncio
+import importlib
 import itertools
 import json
 import re
@@ -47,28 +48,13 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
-def _merge_synthesis(*args):  # imported when used: `rubricrl --help` does not load the stages' merges
-    from synthesis.merge import merge_synthesis
+def _when_called(module: str, name: str):
+    """`module.name`, imported at its first call: `rubricrl --help` does not load the stages' merges and cards."""
 
-    return merge_synthesis(*args)
+    def call(*args):
+        return getattr(importlib.import_module(module), name)(*args)
 
-
-def _merge_ruft(*args):
-    from ruft.merge import merge_ruft
-
-    return merge_ruft(*args)
-
-
-def _synthesis_card(*args):
-    from synthesis.card import build_folder
-
-    return build_folder(*args)
-
-
-def _ruft_card(*args):
-    from ruft.card import build_folder
-
-    return build_folder(*args)
+    return call
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -128,11 +114,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_report_commands(commands)
     from rubricrl.merge import MergeKind, add_command as add_merge_command
 
-    add_merge_command(commands, {"synth": MergeKind("final.jsonl", _merge_synthesis),
-                                 "ruft build": MergeKind("queries.jsonl", _merge_ruft)})  # fmt: skip
+    add_merge_command(commands, {
+        "synth": MergeKind("final.jsonl", _when_called("synthesis.merge", "merge_synthesis")),
+        "ruft build": MergeKind("queries.jsonl", _when_called("ruft.merge", "merge_ruft"))})  # fmt: skip
     from rubricrl.publish import add_command as add_publish_command
 
-    add_publish_command(commands, {"sft.parquet": _ruft_card, "final.parquet": _synthesis_card})
+    add_publish_command(commands, {"sft.parquet": _when_called("ruft.card", "build_folder"),
+                                   "final.parquet": _when_called("synthesis.card", "build_folder")})  # fmt: skip
 
     cache = commands.add_parser("cache", help="inspect or clear the response cache")
     cache_commands = cache.add_subparsers(title="cache commands", metavar="<action>", required=True)
