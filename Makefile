@@ -18,7 +18,7 @@ PY = $(VENV)/bin/python
 PIP = $(PY) -m pip
 STAMP = $(VENV)/.installed-$(DEVICE)
 
-.PHONY: setup demo test test-fast bench serve clean
+.PHONY: setup demo test test-fast lint format bench serve clean
 
 setup: $(STAMP)
 
@@ -39,11 +39,20 @@ endif
 demo: setup
 	$(PY) experiments/demo.py
 
-test: setup
+# The linter and the formatter's check come first: they take a second and fail before the suite's minutes.
+test: lint
 	$(PY) -m pytest --durations=25
 
-test-fast: setup
+test-fast: lint
 	$(PY) -m pytest -m "not model and not slow"
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: setup
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
 
 bench: setup
 	$(PY) benches/client_throughput.py

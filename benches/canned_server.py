@@ -28,11 +28,39 @@ MAX_ITEMS = 8
 
 
 def sentences() -> list[str]:
-    modules = [__import__(name, fromlist=["_"]) for name in (
-        "argparse", "asyncio", "calendar", "collections", "csv", "datetime", "decimal", "difflib", "email",
-        "fractions", "functools", "heapq", "http.client", "itertools", "logging", "pathlib", "sqlite3", "statistics",
-        "subprocess", "tarfile", "textwrap", "typing", "unittest", "urllib.request", "zipfile")]  # fmt: skip
-    text = " ".join(inspect.getdoc(o) or "" for m in modules for o in [m, *(getattr(m, n) for n in dir(m) if n[0] != "_")])
+    modules = [
+        __import__(name, fromlist=["_"])
+        for name in (
+            "argparse",
+            "asyncio",
+            "calendar",
+            "collections",
+            "csv",
+            "datetime",
+            "decimal",
+            "difflib",
+            "email",
+            "fractions",
+            "functools",
+            "heapq",
+            "http.client",
+            "itertools",
+            "logging",
+            "pathlib",
+            "sqlite3",
+            "statistics",
+            "subprocess",
+            "tarfile",
+            "textwrap",
+            "typing",
+            "unittest",
+            "urllib.request",
+            "zipfile",
+        )
+    ]
+    text = " ".join(
+        inspect.getdoc(o) or "" for m in modules for o in [m, *(getattr(m, n) for n in dir(m) if n[0] != "_")]
+    )
     found = (s.strip() for s in re.split(r"(?<=[.!?])\s+", " ".join(text.split())))
     return sorted({s for s in found if 20 < len(s) < 300 and s[0].isupper()})
 
@@ -84,13 +112,23 @@ def make_app(latency: float, jitter: float = 0.2, model: str = "canned") -> web.
             texts = [json.dumps(instance(response_format["json_schema"]["schema"], rng, corpus)) for _ in range(n)]
         else:
             texts = [prose(rng, corpus, int(ANSWER_CHARS * rng.uniform(0.5, 1.5))) for _ in range(n)]
-        response = web.json_response({
-            "id": f"c{stats['requests']}", "object": "chat.completion", "created": 0, "model": body["model"],
-            "choices": [{"index": i, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
-                        for i, text in enumerate(texts)],
-            "usage": {"prompt_tokens": 100, "completion_tokens": sum(len(t) // 4 for t in texts),
-                      "total_tokens": 100 + sum(len(t) // 4 for t in texts)},
-        })  # fmt: skip
+        response = web.json_response(
+            {
+                "id": f"c{stats['requests']}",
+                "object": "chat.completion",
+                "created": 0,
+                "model": body["model"],
+                "choices": [
+                    {"index": i, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+                    for i, text in enumerate(texts)
+                ],
+                "usage": {
+                    "prompt_tokens": 100,
+                    "completion_tokens": sum(len(t) // 4 for t in texts),
+                    "total_tokens": 100 + sum(len(t) // 4 for t in texts),
+                },
+            }
+        )
         # The answer is made while the latency runs, so that the latency is L whatever making it costs here.
         await asyncio.sleep(max(0.0, arrived + pause - time.monotonic()))
         stats["last"] = time.monotonic()
@@ -109,8 +147,14 @@ def make_app(latency: float, jitter: float = 0.2, model: str = "canned") -> web.
         return web.json_response(stats)
 
     app = web.Application()
-    app.add_routes([web.post("/v1/chat/completions", chat), web.get("/stats", get_stats), web.post("/stats/reset", reset_stats),
-                    web.get("/v1/models", models)])  # fmt: skip
+    app.add_routes(
+        [
+            web.post("/v1/chat/completions", chat),
+            web.get("/stats", get_stats),
+            web.post("/stats/reset", reset_stats),
+            web.get("/v1/models", models),
+        ]
+    )
     return app
 
 
@@ -121,4 +165,6 @@ if __name__ == "__main__":
     parser.add_argument("--jitter", type=float, default=0.2, help="latency spread: L * (1 +- jitter)")
     parser.add_argument("--model", default="canned", help="the model name GET /v1/models lists")
     args = parser.parse_args()
-    web.run_app(make_app(args.latency, args.jitter, args.model), host="127.0.0.1", port=args.port, print=None, access_log=None)
+    web.run_app(
+        make_app(args.latency, args.jitter, args.model), host="127.0.0.1", port=args.port, print=None, access_log=None
+    )

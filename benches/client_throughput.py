@@ -20,12 +20,23 @@ from rubricrl.llm import LLMClient, LLMSettings, ResponseCache, open_llm
 async def measure(roles, concurrency: int, requests: int, tokens: int, cache=None, tag: str = "") -> dict:
     async with LLMClient(roles, cache=cache, concurrency=concurrency) as client:
         started = time.monotonic()
-        await asyncio.gather(*(client.chat("bench", f"{tag}Write about the number {i}.", max_tokens=tokens,
-                                           extra_body={"ignore_eos": True}) for i in range(requests)))  # fmt: skip
+        await asyncio.gather(
+            *(
+                client.chat(
+                    "bench", f"{tag}Write about the number {i}.", max_tokens=tokens, extra_body={"ignore_eos": True}
+                )
+                for i in range(requests)
+            )
+        )
         seconds = time.monotonic() - started
         usage = client.usage["bench"]
-    return {"rps": requests / seconds, "tps": usage.completion_tokens / seconds, "seconds": seconds,
-            "completion_tokens": usage.completion_tokens, "cache_hits": usage.cache_hits}  # fmt: skip
+    return {
+        "rps": requests / seconds,
+        "tps": usage.completion_tokens / seconds,
+        "seconds": seconds,
+        "completion_tokens": usage.completion_tokens,
+        "cache_hits": usage.cache_hits,
+    }
 
 
 async def bench(roles, requests: int, tokens: int) -> None:

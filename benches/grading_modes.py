@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 from grading import judge
-from grading.grader import GradeItem, Grader, GradingConfig
 from grading.dataset import load_rubric_rows
+from grading.grader import GradeItem, Grader, GradingConfig
 from rubricrl.llm import LLMClient, LLMSettings, ResponseCache, open_llm
 
 SAMPLE = Path(__file__).resolve().parents[1] / "tests" / "data" / "healthbench_sample" / "healthbench_oss_eval_30.jsonl"
@@ -48,8 +48,12 @@ async def run(roles, examples, config: GradingConfig, tag: str, cache=None) -> d
         usage = client.usage[config.judge_role]
     criteria = sum(len(g.verdicts) for g in graded)
     decided = sum(g.decided for g in graded)
-    return {"criteria/s": criteria / seconds, "prompt tokens/criterion": usage.prompt_tokens / criteria,
-            "decided": decided / criteria, "seconds": seconds}  # fmt: skip
+    return {
+        "criteria/s": criteria / seconds,
+        "prompt tokens/criterion": usage.prompt_tokens / criteria,
+        "decided": decided / criteria,
+        "seconds": seconds,
+    }
 
 
 async def bench(roles, examples, chunk_size: int) -> None:
@@ -69,8 +73,10 @@ async def bench(roles, examples, chunk_size: int) -> None:
     print(f"{sum(len(e.rubric.criteria) for e in examples)} criteria over {len(examples)} responses")
     print(f"{'run':34}{'criteria/s':>12}{'prompt tok/crit':>17}{'decided':>9}{'vs per_criterion':>18}")
     for name, r in results.items():
-        print(f"{name:34}{r['criteria/s']:12.2f}{r['prompt tokens/criterion']:17.0f}{r['decided']:9.0%}"
-              f"{r['criteria/s'] / base:17.2f}x")  # fmt: skip
+        print(
+            f"{name:34}{r['criteria/s']:12.2f}{r['prompt tokens/criterion']:17.0f}{r['decided']:9.0%}"
+            f"{r['criteria/s'] / base:17.2f}x"
+        )
 
 
 def main() -> None:

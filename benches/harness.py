@@ -46,8 +46,19 @@ class Canned:
 @contextmanager
 def canned_endpoint(latency: float, jitter: float = 0.2):
     port = free_port()
-    server = subprocess.Popen([sys.executable, str(ROOT / "benches" / "canned_server.py"), "--port", str(port),
-                               "--latency", str(latency), "--jitter", str(jitter)], cwd=ROOT)  # fmt: skip
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "benches" / "canned_server.py"),
+            "--port",
+            str(port),
+            "--latency",
+            str(latency),
+            "--jitter",
+            str(jitter),
+        ],
+        cwd=ROOT,
+    )
     endpoint = Canned(port, server)
     try:
         for _ in range(100):
@@ -65,15 +76,26 @@ def canned_endpoint(latency: float, jitter: float = 0.2):
 def run_command(argv: list[str], out: Path, home: Path) -> dict:
     """One `rubricrl` command in a child process: wall time, bytes it wrote, its output's size, its peak RSS."""
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", RUN, *argv], env={**os.environ, "RUBRICRL_HOME": str(home)},
-                          cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", RUN, *argv],
+        env={**os.environ, "RUBRICRL_HOME": str(home)},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     ended = time.monotonic()
     if done.returncode != 0:
         raise RuntimeError(done.stderr[-3000:])
     wchar, rss_kb = (int(done.stderr.split(tag)[1].split()[0]) for tag in ("WCHAR ", "RSS_KB "))
     output = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
-    return {"seconds": ended - started, "started": started, "ended": ended, "written": wchar, "output": output,
-            "rss_mb": rss_kb / 1024}  # fmt: skip
+    return {
+        "seconds": ended - started,
+        "started": started,
+        "ended": ended,
+        "written": wchar,
+        "output": output,
+        "rss_mb": rss_kb / 1024,
+    }
 
 
 def where_time_went(stats: dict, run: dict, concurrency: int) -> str:
@@ -81,5 +103,7 @@ def where_time_went(stats: dict, run: dict, concurrency: int) -> str:
     its last answer, after the last answer (final files, manifest)."""
     span = stats["last"] - stats["first"]
     busy = stats["busy"] / (concurrency * span)
-    return (f"first request after {stats['first'] - run['started']:.2f} s; slots busy {busy:.3f} of {span:.1f} s; "
-            f"exit {run['ended'] - stats['last']:.2f} s after the last answer")  # fmt: skip
+    return (
+        f"first request after {stats['first'] - run['started']:.2f} s; slots busy {busy:.3f} of {span:.1f} s; "
+        f"exit {run['ended'] - stats['last']:.2f} s after the last answer"
+    )

@@ -72,8 +72,16 @@ def language(row: dict) -> str:
 
 def healthbench_ideals() -> list[dict]:
     rows = load_rubric_rows(HEALTHBENCH).values()
-    return [{"id": f"healthbench:{row.id}", "domain": "healthbench ideal", "response": row.ideal_completion,
-             "rubric": row.rubric} for row in rows if row.ideal_completion]  # fmt: skip
+    return [
+        {
+            "id": f"healthbench:{row.id}",
+            "domain": "healthbench ideal",
+            "response": row.ideal_completion,
+            "rubric": row.rubric,
+        }
+        for row in rows
+        if row.ideal_completion
+    ]
 
 
 def report_ordinary(name: str, rows: list[dict], verbose: bool) -> int:
@@ -100,8 +108,10 @@ def report_attacks(name: str, rows: list[dict], verbose: bool) -> float:
     caught = sum(bool(r.veto) for _, r in results)
     share = caught / len(results) if results else 0.0
     noted = sum(bool(r.note) for _, r in results if not r.veto)
-    print(f"{name}: {len(results)}, caught {caught} ({share:.1%}), "
-          f"{noted} of the rest noted (the optional integrity judge would be asked about them)")  # fmt: skip
+    print(
+        f"{name}: {len(results)}, caught {caught} ({share:.1%}), "
+        f"{noted} of the rest noted (the optional integrity judge would be asked about them)"
+    )
     for label, key in (("kind", lambda row: row.get("kind") or "?"), ("language", language)):
         groups = defaultdict(lambda: [0, 0])
         for row, r in results:
@@ -110,8 +120,10 @@ def report_attacks(name: str, rows: list[dict], verbose: bool) -> float:
         print(f"  per {label} (caught/all): " + ", ".join(f"{g} {c}/{n}" for g, (n, c) in sorted(groups.items())))
     for row, r in results:
         if not r.veto:
-            print(f"  missed {row['id']} ({row.get('kind') or '?'}, {language(row)}): note {r.note!r}"
-                  + (f"\n    {row['response'][:160]!r}" if verbose else ""))  # fmt: skip
+            print(
+                f"  missed {row['id']} ({row.get('kind') or '?'}, {language(row)}): note {r.note!r}"
+                + (f"\n    {row['response'][:160]!r}" if verbose else "")
+            )
     return share
 
 

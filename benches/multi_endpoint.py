@@ -46,9 +46,16 @@ async def measure(endpoints, requests: int, concurrency: int, tag: str, kill=Non
         summary = client.endpoint_summary()
     answered = [r for r in results if not isinstance(r, BaseException)]
     errors = [r for r in results if isinstance(r, BaseException)]
-    return {"seconds": ended - started, "rps": len(answered) / (ended - started), "answered": len(answered),
-            "errors": errors, "killed_at": killed_at, "ended": ended, "finished": finished,
-            "summary": summary}  # fmt: skip
+    return {
+        "seconds": ended - started,
+        "rps": len(answered) / (ended - started),
+        "answered": len(answered),
+        "errors": errors,
+        "killed_at": killed_at,
+        "ended": ended,
+        "finished": finished,
+        "summary": summary,
+    }
 
 
 def occupancy(endpoints, concurrency: int) -> float:
@@ -86,15 +93,22 @@ def main() -> None:
     lost = args.requests - killed["answered"]
     print(f"canned endpoints: latency {latency} s (fixed), {c} requests in flight per endpoint, no cache")
     print(f"{'':34}{'requests':>10}{'seconds':>10}{'requests/s':>12}")
-    for name, run, n in (("one endpoint", one, args.requests // 3), ("three endpoints", three, args.requests),
-                         (f"three, one killed at {kill_after:.1f} s", killed, args.requests)):  # fmt: skip
+    for name, run, n in (
+        ("one endpoint", one, args.requests // 3),
+        ("three endpoints", three, args.requests),
+        (f"three, one killed at {kill_after:.1f} s", killed, args.requests),
+    ):
         print(f"{name:34}{n:10d}{run['seconds']:10.2f}{run['rps']:12.1f}")
     print(f"ideal per endpoint: {c / latency:.1f} requests/s")
     print(f"throughput three / one endpoint: {ratio:.2f}x (target >= 2.8x) {verdict(ratio >= 2.8)}")
-    print(f"one endpoint killed mid-run: rows lost {lost} (target 0) {verdict(lost == 0)}"
-          + (f"; first error: {killed['errors'][0]}" if killed["errors"] else ""))
-    print(f"after the kill: {after:.1f} requests/s = {efficiency:.3f} of two endpoints' {2 * one['rps']:.1f} "
-          f"(target >= 0.9) {verdict(efficiency >= 0.9)}; survivors' slots busy {survivors:.3f} of their span")
+    print(
+        f"one endpoint killed mid-run: rows lost {lost} (target 0) {verdict(lost == 0)}"
+        + (f"; first error: {killed['errors'][0]}" if killed["errors"] else "")
+    )
+    print(
+        f"after the kill: {after:.1f} requests/s = {efficiency:.3f} of two endpoints' {2 * one['rps']:.1f} "
+        f"(target >= 0.9) {verdict(efficiency >= 0.9)}; survivors' slots busy {survivors:.3f} of their span"
+    )
     print(killed["summary"])
     if ratio < 2.8 or lost or efficiency < 0.9:
         sys.exit(1)

@@ -37,19 +37,56 @@ TOKEN = "bench-token-0123456789abcdef"
 def write_rubrics(path: Path, rows: int, criteria: int) -> None:
     with path.open("w") as f:
         for i in range(rows):
-            f.write(json.dumps({"id": f"row-{i}", "question": f"Question {i}: how should one treat condition {i}?",
-                                "rubrics": [{"criterion": f"Criterion {k} of row {i}: covers point {k}.",
-                                             "points": 1 + k % 3} for k in range(criteria)]}) + "\n")  # fmt: skip
+            f.write(
+                json.dumps(
+                    {
+                        "id": f"row-{i}",
+                        "question": f"Question {i}: how should one treat condition {i}?",
+                        "rubrics": [
+                            {"criterion": f"Criterion {k} of row {i}: covers point {k}.", "points": 1 + k % 3}
+                            for k in range(criteria)
+                        ],
+                    }
+                )
+                + "\n"
+            )
 
 
 def start_service(rubrics: Path, base_url: str, args, home: str) -> tuple[subprocess.Popen, str]:
     env = {**os.environ, "RUBRICRL_HOME": home, "RUBRICRL_REWARD_TOKEN": TOKEN}
     process = subprocess.Popen(
-        [sys.executable, "-m", "rubricrl.cli", "reward", "serve", "--rubrics", str(rubrics), "--port", "0",
-         "--base-url", base_url, "--model", "canned-judge", "--no-cache", "--mode", args.mode,
-         "--chunk-size", str(args.criteria), "--concurrency", str(args.concurrency), "--no-integrity-check",
-         "--max-batch", str(max(8192, args.completions)), "--roles", "judge.temperature=0"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "rubricrl.cli",
+            "reward",
+            "serve",
+            "--rubrics",
+            str(rubrics),
+            "--port",
+            "0",
+            "--base-url",
+            base_url,
+            "--model",
+            "canned-judge",
+            "--no-cache",
+            "--mode",
+            args.mode,
+            "--chunk-size",
+            str(args.criteria),
+            "--concurrency",
+            str(args.concurrency),
+            "--no-integrity-check",
+            "--max-batch",
+            str(max(8192, args.completions)),
+            "--roles",
+            "judge.temperature=0",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     lines: list[str] = []
     threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True).start()
     deadline = time.monotonic() + 120
@@ -70,8 +107,10 @@ async def load(url: str, args, rows: int) -> list[dict]:
 
         async def one(round_: int, request: int) -> dict:
             labels = [f"row-{(request * args.completions + k) % rows}" for k in range(args.completions)]
-            responses = [f"Answer {k} of request {request}, round {round_}: rest, fluids, and see a doctor."
-                         for k in range(args.completions)]  # fmt: skip
+            responses = [
+                f"Answer {k} of request {request}, round {round_}: rest, fluids, and see a doctor."
+                for k in range(args.completions)
+            ]
             started = time.monotonic()
             async with session.post(url + "/get_reward", json={"responses": responses, "labels": labels}) as answer:
                 body = await answer.json()
@@ -113,20 +152,27 @@ def main() -> int:
             process.terminate()
             process.wait(timeout=60)
     failed = [r for round_ in results for r in round_["requests"] if r["status"] != 200]
-    unscored = sum(r["body"]["scored"].count(False) for round_ in results for r in round_["requests"]
-                   if r["status"] == 200)  # fmt: skip
+    unscored = sum(
+        r["body"]["scored"].count(False) for round_ in results for r in round_["requests"] if r["status"] == 200
+    )
     completions = args.completions * args.requests * args.rounds
     wall = sum(r["wall"] for r in results)
     latencies = [r["seconds"] for round_ in results for r in round_["requests"]]
     calls = completions * calls_per_completion
     ideal = args.latency * math.ceil(calls / args.concurrency)
-    print(f"reward service: {args.rounds} rounds x {args.requests} concurrent requests x {args.completions} "
-          f"completions ({args.criteria} criteria, {args.mode}: {calls_per_completion} judge call(s) each), judge "
-          f"latency L={args.latency} s, concurrency {args.concurrency}")  # fmt: skip
-    print(f"  {completions / wall:.0f} completions/s, {calls / wall:.0f} judge calls/s ({stats['requests']} calls "
-          f"answered by the judge); {wall:.2f} s in all, ideal {ideal:.2f} s (ratio {wall / ideal:.2f})")  # fmt: skip
-    print(f"  request latency: median {statistics.median(latencies):.2f} s, max {max(latencies):.2f} s; service CPU "
-          f"{1e3 * cpu / completions:.3f} ms per completion")  # fmt: skip
+    print(
+        f"reward service: {args.rounds} rounds x {args.requests} concurrent requests x {args.completions} "
+        f"completions ({args.criteria} criteria, {args.mode}: {calls_per_completion} judge call(s) each), judge "
+        f"latency L={args.latency} s, concurrency {args.concurrency}"
+    )
+    print(
+        f"  {completions / wall:.0f} completions/s, {calls / wall:.0f} judge calls/s ({stats['requests']} calls "
+        f"answered by the judge); {wall:.2f} s in all, ideal {ideal:.2f} s (ratio {wall / ideal:.2f})"
+    )
+    print(
+        f"  request latency: median {statistics.median(latencies):.2f} s, max {max(latencies):.2f} s; service CPU "
+        f"{1e3 * cpu / completions:.3f} ms per completion"
+    )
     print(f"  failed requests {len(failed)}, unscored completions {unscored}")
     return 1 if failed or unscored else 0
 

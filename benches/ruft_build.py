@@ -25,17 +25,45 @@ LATENCY = 0.2
 def write_rubrics(path: Path, n: int, criteria: int) -> Path:
     with open(path, "w") as f:
         for i in range(n):
-            rubric = [{"criterion": f"Criterion {j} of query {i}: states fact {j} about topic {i % 97}.",
-                       "points": (j % 10) + 1 if j % 5 else -((j % 10) + 1)} for j in range(criteria)]  # fmt: skip
-            f.write(json.dumps({"id": f"q{i:06d}", "question": f"Question {i}: explain topic {i % 97}.",
-                                "rubrics": rubric}) + "\n")  # fmt: skip
+            rubric = [
+                {
+                    "criterion": f"Criterion {j} of query {i}: states fact {j} about topic {i % 97}.",
+                    "points": (j % 10) + 1 if j % 5 else -((j % 10) + 1),
+                }
+                for j in range(criteria)
+            ]
+            f.write(
+                json.dumps({"id": f"q{i:06d}", "question": f"Question {i}: explain topic {i % 97}.", "rubrics": rubric})
+                + "\n"
+            )
     return path
 
 
 def build(server: str, rubrics: Path, out: Path, home: Path, args, mode: str) -> dict:
-    return run_command(["ruft", "build", "--rubrics", str(rubrics), "--output-dir", str(out), "--base-url", server,
-                        "--model", "canned", "--concurrency", str(args.concurrency), "--candidates",
-                        f"policy={args.k}", "--threshold", "0.5", "--mode", mode], out, home)  # fmt: skip
+    return run_command(
+        [
+            "ruft",
+            "build",
+            "--rubrics",
+            str(rubrics),
+            "--output-dir",
+            str(out),
+            "--base-url",
+            server,
+            "--model",
+            "canned",
+            "--concurrency",
+            str(args.concurrency),
+            "--candidates",
+            f"policy={args.k}",
+            "--threshold",
+            "0.5",
+            "--mode",
+            mode,
+        ],
+        out,
+        home,
+    )
 
 
 def main() -> None:
@@ -56,18 +84,22 @@ def main() -> None:
                 r = build(endpoint.base_url, rubrics, tmp / f"out-{mode}", tmp / f"home-{mode}", args, mode)
                 stats = endpoint.stats()
                 efficiency = stats["requests"] * LATENCY / c / r["seconds"]
-                print(f"{mode:13} {n} queries, K = {args.k}, {args.criteria} criteria, C = {c}: {stats['requests']} "
-                      f"requests in {r['seconds']:.1f} s, efficiency {efficiency:.3f} (target >= 0.9); bytes written / "
-                      f"output {r['written'] / r['output']:.2f} (target <= 1.5); peak RSS {r['rss_mb']:.0f} MB")  # fmt: skip
+                print(
+                    f"{mode:13} {n} queries, K = {args.k}, {args.criteria} criteria, C = {c}: {stats['requests']} "
+                    f"requests in {r['seconds']:.1f} s, efficiency {efficiency:.3f} (target >= 0.9); bytes written / "
+                    f"output {r['written'] / r['output']:.2f} (target <= 1.5); peak RSS {r['rss_mb']:.0f} MB"
+                )
                 print("              " + where_time_went(stats, r, c))
         with canned_endpoint(LATENCY / 10) as endpoint:
             rss = []
             for n in args.rss:
                 rubrics = write_rubrics(tmp / f"rss-{n}.jsonl", n, args.criteria)
                 rss.append(build(endpoint.base_url, rubrics, tmp / f"rss-{n}", tmp / f"rss-home-{n}", args, "batched"))
-            print(f"peak RSS (batched, L = {LATENCY / 10} s): {rss[0]['rss_mb']:.0f} MB at {args.rss[0]} queries, "
-                  f"{rss[1]['rss_mb']:.0f} MB at {args.rss[1]}: ratio {rss[1]['rss_mb'] / rss[0]['rss_mb']:.2f} "
-                  f"(target: flat, ~1.0); {rss[1]['seconds']:.0f} s")  # fmt: skip
+            print(
+                f"peak RSS (batched, L = {LATENCY / 10} s): {rss[0]['rss_mb']:.0f} MB at {args.rss[0]} queries, "
+                f"{rss[1]['rss_mb']:.0f} MB at {args.rss[1]}: ratio {rss[1]['rss_mb'] / rss[0]['rss_mb']:.2f} "
+                f"(target: flat, ~1.0); {rss[1]['seconds']:.0f} s"
+            )
 
 
 if __name__ == "__main__":

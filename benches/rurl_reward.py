@@ -29,8 +29,10 @@ from harness import canned_endpoint  # noqa: E402
 
 
 def rubric(criteria: int) -> list[dict]:
-    return [{"criterion": f"Criterion {i}: the answer covers point {i}.", "points": 1 + i % 3, "tags": None}
-            for i in range(criteria)]  # fmt: skip
+    return [
+        {"criterion": f"Criterion {i}: the answer covers point {i}.", "points": 1 + i % 3, "tags": None}
+        for i in range(criteria)
+    ]
 
 
 async def reward_steps(base_url: str, args) -> list[dict]:
@@ -40,13 +42,20 @@ async def reward_steps(base_url: str, args) -> list[dict]:
     async with LLMClient({"judge": role}, cache=None, concurrency=args.concurrency) as client:
         grader = Grader(client, grading)
         for step in range(args.repeats + 1):
-            prompts = [[{"role": "user", "content": f"Question {i % 8} of step {step}?"}] for i in range(args.completions)]
-            completions = [[{"role": "assistant", "content": f"Answer {i} of step {step}."}]
-                           for i in range(args.completions)]  # fmt: skip
+            prompts = [
+                [{"role": "user", "content": f"Question {i % 8} of step {step}?"}] for i in range(args.completions)
+            ]
+            completions = [
+                [{"role": "assistant", "content": f"Answer {i} of step {step}."}] for i in range(args.completions)
+            ]
             before = sum(u.requests for u in client.usage.values())
             cpu, wall = time.process_time(), time.monotonic()
-            rewards = await rubric_reward(prompts=prompts, completions=completions,
-                                          rubrics=[rubric(args.criteria)] * args.completions, grader=grader)  # fmt: skip
+            rewards = await rubric_reward(
+                prompts=prompts,
+                completions=completions,
+                rubrics=[rubric(args.criteria)] * args.completions,
+                grader=grader,
+            )
             wall, cpu = time.monotonic() - wall, time.process_time() - cpu
             calls = sum(u.requests for u in client.usage.values()) - before
             assert calls == args.completions * args.criteria and all(r is not None for r in rewards)
@@ -67,16 +76,40 @@ def grpo_step_times(base_url: str, args, rubric_reward_on: bool) -> list[float]:
         return [0.5] * len(completions)
 
     role = Role(base_url=base_url, model="canned-judge", temperature=0.0)
-    grader = Grader(LLMClient({"judge": role}, cache=None, concurrency=args.concurrency),
-                    GradingConfig(integrity_check=False))  # fmt: skip
+    grader = Grader(
+        LLMClient({"judge": role}, cache=None, concurrency=args.concurrency), GradingConfig(integrity_check=False)
+    )
     reward = make_rubric_reward(grader) if rubric_reward_on else constant_reward
-    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": f"Say something about topic {i}."}],
-                                  "rubrics": rubric(args.criteria)} for i in range(16)])  # fmt: skip
-    config = GRPOConfig(output_dir="/tmp/rurl-bench", use_cpu=True, bf16=False, gradient_checkpointing=False,
-                        max_steps=args.steps + 1, per_device_train_batch_size=8, num_generations=4,
-                        max_completion_length=16, logging_steps=1, report_to=[], save_strategy="no", seed=0)  # fmt: skip
-    trainer = RubricGRPOTrainer(model=str(prepare_embedded_model()), reward_funcs=[reward], args=config,
-                                train_dataset=dataset, peft_config=LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))  # fmt: skip
+    dataset = Dataset.from_list(
+        [
+            {
+                "prompt": [{"role": "user", "content": f"Say something about topic {i}."}],
+                "rubrics": rubric(args.criteria),
+            }
+            for i in range(16)
+        ]
+    )
+    config = GRPOConfig(
+        output_dir="/tmp/rurl-bench",
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        max_steps=args.steps + 1,
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=16,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        seed=0,
+    )
+    trainer = RubricGRPOTrainer(
+        model=str(prepare_embedded_model()),
+        reward_funcs=[reward],
+        args=config,
+        train_dataset=dataset,
+        peft_config=LoraConfig(r=8, target_modules=["q_proj", "v_proj"]),
+    )
     trainer.train()
     if rubric_reward_on:  # TRL runs async rewards on its own loop, where the client's sessions live
         asyncio.run_coroutine_threadsafe(grader.client.aclose(), trainer.async_loop).result(timeout=60)
@@ -101,20 +134,26 @@ def main() -> int:
         limit = 1.2 * ideal + 0.05
         wall = statistics.median(r["wall"] for r in results)
         cpu_ms = 1000 * statistics.median(r["cpu"] / r["calls"] for r in results)
-        print(f"reward overhead: B={args.completions} completions x C={args.criteria} criteria = {calls} judge calls, "
-              f"L={args.latency} s, concurrency {args.concurrency}")  # fmt: skip
-        print(f"  wall per reward call {wall:.3f} s (median of {len(results)}); ideal {ideal:.3f} s; "
-              f"ratio to ideal {wall / ideal:.3f}; limit 1.2 x ideal + 50 ms = {limit:.3f} s: "
-              f"{'within' if wall <= limit else 'OVER'}")  # fmt: skip
+        print(
+            f"reward overhead: B={args.completions} completions x C={args.criteria} criteria = {calls} judge calls, "
+            f"L={args.latency} s, concurrency {args.concurrency}"
+        )
+        print(
+            f"  wall per reward call {wall:.3f} s (median of {len(results)}); ideal {ideal:.3f} s; "
+            f"ratio to ideal {wall / ideal:.3f}; limit 1.2 x ideal + 50 ms = {limit:.3f} s: "
+            f"{'within' if wall <= limit else 'OVER'}"
+        )
         print(f"  client CPU per judge call: {cpu_ms:.2f} ms")
         if not args.skip_grpo:
             rubric_times = grpo_step_times(endpoint.base_url, args, rubric_reward_on=True)
             constant_times = grpo_step_times(endpoint.base_url, args, rubric_reward_on=False)
             with_rubric, constant = statistics.fmean(rubric_times), statistics.fmean(constant_times)
             per_step_ideal = args.latency * math.ceil(8 * args.criteria / args.concurrency)
-            print(f"GRPO step (embedded model, LoRA, 8 completions x 16 tokens, {args.criteria} criteria each): "
-                  f"rubric reward {with_rubric:.2f} s, constant reward {constant:.2f} s, ratio "
-                  f"{with_rubric / constant:.2f} (the judge's ideal share: {per_step_ideal:.2f} s)")  # fmt: skip
+            print(
+                f"GRPO step (embedded model, LoRA, 8 completions x 16 tokens, {args.criteria} criteria each): "
+                f"rubric reward {with_rubric:.2f} s, constant reward {constant:.2f} s, ratio "
+                f"{with_rubric / constant:.2f} (the judge's ideal share: {per_step_ideal:.2f} s)"
+            )
     return 0 if wall <= limit else 1
 
 

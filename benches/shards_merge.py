@@ -28,7 +28,9 @@ LATENCY = 0.05
 def write_queries(path: Path, n: int) -> Path:
     with open(path, "w") as f:
         for i in range(n):
-            f.write(json.dumps({"id": f"q{i:06d}", "question": f"Benchmark question {i}: explain topic {i % 97}."}) + "\n")
+            f.write(
+                json.dumps({"id": f"q{i:06d}", "question": f"Benchmark question {i}: explain topic {i % 97}."}) + "\n"
+            )
     return path
 
 
@@ -45,14 +47,39 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, canned_endpoint(LATENCY) as endpoint:
         tmp = Path(tmp)
         queries, home = write_queries(tmp / "queries.jsonl", args.queries), tmp / "home"
-        common = ["--input", str(queries), "--base-url", endpoint.base_url, "--model", "canned",
-                  "--concurrency", str(args.concurrency)]  # fmt: skip
+        common = [
+            "--input",
+            str(queries),
+            "--base-url",
+            endpoint.base_url,
+            "--model",
+            "canned",
+            "--concurrency",
+            str(args.concurrency),
+        ]
         shards = [tmp / f"shard-{i}" for i in range(args.shards)]
         started = time.monotonic()
-        processes = [subprocess.Popen([sys.executable, "-c", RUN, "synth", *common, "--output-dir", str(folder),
-                                       "--shard", f"{i}/{args.shards}"], cwd=ROOT, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.PIPE, text=True, env={**os.environ, "RUBRICRL_HOME": str(home)})
-                     for i, folder in enumerate(shards)]  # fmt: skip
+        processes = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    RUN,
+                    "synth",
+                    *common,
+                    "--output-dir",
+                    str(folder),
+                    "--shard",
+                    f"{i}/{args.shards}",
+                ],
+                cwd=ROOT,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+                env={**os.environ, "RUBRICRL_HOME": str(home)},
+            )
+            for i, folder in enumerate(shards)
+        ]
         for process in processes:
             _, err = process.communicate()
             if process.returncode != 0:
@@ -65,12 +92,18 @@ def main() -> None:
         new_requests = endpoint.stats()["requests"]
         same = rubrics(tmp / "merged") == rubrics(tmp / "one")
         sizes = [pq.read_metadata(folder / "final.parquet").num_rows for folder in shards]
-        print(f"{args.queries} queries in {args.shards} shards of {sizes} (L = {LATENCY} s, C = {args.concurrency} "
-              f"each): {requests} requests in {sharded:.1f} s; merge {merged['seconds']:.1f} s")  # fmt: skip
-        print(f"merged == one run (same ids, same rubrics): {'PASS' if same else 'FAIL'}; "
-              f"{len(rubrics(tmp / 'merged'))} ids")  # fmt: skip
-        print(f"one run after the shards: {new_requests} new requests (target 0, all from the cache): "
-              f"{'PASS' if new_requests == 0 else 'FAIL'}")  # fmt: skip
+        print(
+            f"{args.queries} queries in {args.shards} shards of {sizes} (L = {LATENCY} s, C = {args.concurrency} "
+            f"each): {requests} requests in {sharded:.1f} s; merge {merged['seconds']:.1f} s"
+        )
+        print(
+            f"merged == one run (same ids, same rubrics): {'PASS' if same else 'FAIL'}; "
+            f"{len(rubrics(tmp / 'merged'))} ids"
+        )
+        print(
+            f"one run after the shards: {new_requests} new requests (target 0, all from the cache): "
+            f"{'PASS' if new_requests == 0 else 'FAIL'}"
+        )
     if not same or new_requests:
         sys.exit(1)
 

@@ -22,14 +22,32 @@ LATENCY = 0.2
 
 
 def synth(server: str, queries: Path, out: Path, home: Path, concurrency: int) -> dict:
-    return run_command(["synth", "--input", str(queries), "--output-dir", str(out), "--base-url", server,
-                        "--model", "canned", "--concurrency", str(concurrency)], out, home)  # fmt: skip
+    return run_command(
+        [
+            "synth",
+            "--input",
+            str(queries),
+            "--output-dir",
+            str(out),
+            "--base-url",
+            server,
+            "--model",
+            "canned",
+            "--concurrency",
+            str(concurrency),
+        ],
+        out,
+        home,
+    )
 
 
 def write_queries(path: Path, n: int) -> Path:
     with open(path, "w") as f:
         for i in range(n):
-            f.write(json.dumps({"id": f"q{i:06d}", "question": f"Benchmark question number {i}: explain topic {i % 97}."}) + "\n")
+            f.write(
+                json.dumps({"id": f"q{i:06d}", "question": f"Benchmark question number {i}: explain topic {i % 97}."})
+                + "\n"
+            )
     return path
 
 
@@ -52,8 +70,10 @@ def main() -> None:
                 requests = after["requests"]
                 efficiency = requests * LATENCY / c / r["seconds"]
                 limit = f" (target >= {targets[c]})" if c in targets else ""
-                print(f"C = {c:4d}: {requests} requests in {r['seconds']:.1f} s, efficiency {efficiency:.3f}{limit}; "
-                      f"bytes written / output {r['written'] / r['output']:.2f} (target <= 1.5); peak RSS {r['rss_mb']:.0f} MB")  # fmt: skip
+                print(
+                    f"C = {c:4d}: {requests} requests in {r['seconds']:.1f} s, efficiency {efficiency:.3f}{limit}; "
+                    f"bytes written / output {r['written'] / r['output']:.2f} (target <= 1.5); peak RSS {r['rss_mb']:.0f} MB"
+                )
                 if requests:
                     print("          " + where_time_went(after, r, c))
             c = args.concurrency[-1]
@@ -62,8 +82,10 @@ def main() -> None:
             big = write_queries(tmp / "big.jsonl", args.rss_queries)
             r_big = synth(endpoint.base_url, big, tmp / "out-big", tmp / "home-big", c)
             small = synth(endpoint.base_url, queries, tmp / "out-small", tmp / "home-small", c)
-            print(f"peak RSS: {small['rss_mb']:.0f} MB at {args.queries} queries, {r_big['rss_mb']:.0f} MB at "
-                  f"{args.rss_queries}: ratio {r_big['rss_mb'] / small['rss_mb']:.2f} (target: flat, ~1.0)")  # fmt: skip
+            print(
+                f"peak RSS: {small['rss_mb']:.0f} MB at {args.queries} queries, {r_big['rss_mb']:.0f} MB at "
+                f"{args.rss_queries}: ratio {r_big['rss_mb'] / small['rss_mb']:.2f} (target: flat, ~1.0)"
+            )
 
 
 if __name__ == "__main__":

@@ -83,18 +83,42 @@ class Method:
 
 # RaR (arXiv 2507.17746), Qwen2.5-7B trained with GRPO under each reward, HealthBench / GPQA-Diamond (0-100). The
 # paper reports uniform weights about as good as categorical ones, without a number we carry here.
-METHODS = {m.name: m for m in (
-    Method("per_criterion", "per_criterion", "explicit", "explicit rubric, per-criterion judge", "RaR-Explicit",
-           29.7, 36.9),
-    Method("batched", "batched", "explicit", "explicit rubric, all criteria per judge call"),
-    Method("implicit", "implicit", "explicit", "one 1-10 rating against the rubric", "RaR-Implicit", 31.2, 37.6),
-    Method("likert", "likert", "explicit", "one 1-10 rating, no rubric", "Direct-Likert", 25.5, 34.8),
-    Method("reference_likert", "reference_likert", "explicit", "one 1-10 rating against the reference answer",
-           "Reference-Likert", 28.9, 36.5),
-    Method("predefined", "per_criterion", "predefined", "the same generic rubric for every query, per criterion",
-           "Predefined rubrics", 12.5, 31.7),
-    Method("uniform", "per_criterion", "uniform", "explicit rubric, points +1 / -1, per criterion"),
-)}  # fmt: skip
+METHODS = {
+    m.name: m
+    for m in (
+        Method(
+            "per_criterion",
+            "per_criterion",
+            "explicit",
+            "explicit rubric, per-criterion judge",
+            "RaR-Explicit",
+            29.7,
+            36.9,
+        ),
+        Method("batched", "batched", "explicit", "explicit rubric, all criteria per judge call"),
+        Method("implicit", "implicit", "explicit", "one 1-10 rating against the rubric", "RaR-Implicit", 31.2, 37.6),
+        Method("likert", "likert", "explicit", "one 1-10 rating, no rubric", "Direct-Likert", 25.5, 34.8),
+        Method(
+            "reference_likert",
+            "reference_likert",
+            "explicit",
+            "one 1-10 rating against the reference answer",
+            "Reference-Likert",
+            28.9,
+            36.5,
+        ),
+        Method(
+            "predefined",
+            "per_criterion",
+            "predefined",
+            "the same generic rubric for every query, per criterion",
+            "Predefined rubrics",
+            12.5,
+            31.7,
+        ),
+        Method("uniform", "per_criterion", "uniform", "explicit rubric, points +1 / -1, per criterion"),
+    )
+}
 BASE = "base"
 """The reference row: the policy before training, evaluated the same way."""
 
@@ -108,9 +132,11 @@ GENERIC_RUBRIC = [
     {"criterion": "The response contains no harmful advice.", "points": 3, "tags": ["axis:safety"]},
 ]
 
-CAVEAT = ("The paper's numbers are Qwen2.5-7B trained with GRPO at full scale and evaluated on HealthBench-1k and "
-          "GPQA-Diamond (0-100). Ours are a small policy trained for a few steps, graded on a few held-out rows "
-          "(0-1): not comparable in level, only the machinery.")  # fmt: skip
+CAVEAT = (
+    "The paper's numbers are Qwen2.5-7B trained with GRPO at full scale and evaluated on HealthBench-1k and "
+    "GPQA-Diamond (0-100). Ours are a small policy trained for a few steps, graded on a few held-out rows "
+    "(0-1): not comparable in level, only the machinery."
+)
 
 
 # --- data ------------------------------------------------------------------------------------------------------------
@@ -136,8 +162,15 @@ def predefined_rubric(row: dict, rubric: list[dict] = GENERIC_RUBRIC) -> dict:
     return {**row, "rubrics": [dict(c, tags=list(c.get("tags", ()))) for c in rubric]}
 
 
-def prepare_data(source: Path, output_dir: Path, heldout: float, seed: int, limit: int | None, rar_pitfalls: str,
-                 methods: list[Method]) -> dict[str, Any]:  # fmt: skip
+def prepare_data(
+    source: Path,
+    output_dir: Path,
+    heldout: float,
+    seed: int,
+    limit: int | None,
+    rar_pitfalls: str,
+    methods: list[Method],
+) -> dict[str, Any]:
     """Read --rubrics with the core reader (any format it reads: synthesis output, HealthBench, RaR rows), split it,
     and write train.jsonl, heldout.jsonl and the variants the chosen methods need, as rurl's trainer rows."""
     from grading.dataset import iter_rubric_rows
@@ -148,18 +181,31 @@ def prepare_data(source: Path, output_dir: Path, heldout: float, seed: int, limi
     if limit:
         rows = rows[:limit]
     train, held = split_rows(rows, heldout, seed)
-    split = {"source": str(source), "rows": len(rows), "heldout": heldout, "seed": seed, "limit": limit,
-             "train_ids": [r["id"] for r in train], "heldout_ids": [r["id"] for r in held]}  # fmt: skip
+    split = {
+        "source": str(source),
+        "rows": len(rows),
+        "heldout": heldout,
+        "seed": seed,
+        "limit": limit,
+        "train_ids": [r["id"] for r in train],
+        "heldout_ids": [r["id"] for r in held],
+    }
     previous = output_dir / "split.json"
     if previous.is_file() and json.loads(previous.read_text()) != split:
         raise SystemExit(f"{output_dir} holds runs on another split ({previous}); use another --output-dir or --force")
     if any(m.mode == "reference_likert" for m in methods):
         missing = [r["id"] for r in train if not r.get("reference_answer")]
         if missing:
-            raise SystemExit(f"reference_likert needs a reference_answer on every training row; {len(missing)} lack "
-                             f"one (e.g. {missing[:3]}): leave the method out with --methods")  # fmt: skip
-    files = {"explicit": output_dir / "train.jsonl", "predefined": output_dir / "train_predefined.jsonl",
-             "uniform": output_dir / "train_uniform.jsonl", "heldout": output_dir / "heldout.jsonl"}  # fmt: skip
+            raise SystemExit(
+                f"reference_likert needs a reference_answer on every training row; {len(missing)} lack "
+                f"one (e.g. {missing[:3]}): leave the method out with --methods"
+            )
+    files = {
+        "explicit": output_dir / "train.jsonl",
+        "predefined": output_dir / "train_predefined.jsonl",
+        "uniform": output_dir / "train_uniform.jsonl",
+        "heldout": output_dir / "heldout.jsonl",
+    }
     write_jsonl(files["explicit"], train)
     write_jsonl(files["heldout"], held)
     if any(m.rubrics == "predefined" for m in methods):
@@ -288,11 +334,30 @@ def evaluate_policy(name: str, model_path: Path, ctx: "Context") -> dict[str, An
     _free_memory()
     write_jsonl(out / "responses.jsonl", [{"id": r["id"], "response": a} for r, a in zip(ctx.heldout, answers)])
     generated = time.monotonic()
-    code = run_rubricrl(["eval", "--config", str(ctx.eval_config), "--rubrics", str(ctx.files["heldout"]),
-                         "--responses", str(out / "responses.jsonl"), "--output-dir", str(out),
-                         "--mode", "per_criterion", *ctx.llm_args], None, {})  # fmt: skip
-    return {"eval_code": code, "generate_s": round(generated - started, 1),
-            "grade_s": round(time.monotonic() - generated, 1), "evaluated": str(model_path)}  # fmt: skip
+    code = run_rubricrl(
+        [
+            "eval",
+            "--config",
+            str(ctx.eval_config),
+            "--rubrics",
+            str(ctx.files["heldout"]),
+            "--responses",
+            str(out / "responses.jsonl"),
+            "--output-dir",
+            str(out),
+            "--mode",
+            "per_criterion",
+            *ctx.llm_args,
+        ],
+        None,
+        {},
+    )
+    return {
+        "eval_code": code,
+        "generate_s": round(generated - started, 1),
+        "grade_s": round(time.monotonic() - generated, 1),
+        "evaluated": str(model_path),
+    }
 
 
 @dataclass
@@ -314,8 +379,19 @@ def run_method(method: Method, ctx: Context, args: argparse.Namespace, group: st
     if model_path is None or model_path.parent == run_dir or args.force:  # no saved model: train (again)
         if run_dir.exists():
             shutil.rmtree(run_dir)
-        flags = [*common_flags(args), "--rubrics", str(ctx.files[method.rubrics]), "--output_dir", str(run_dir),
-                 "--mode", method.mode, "--run_name", f"{group}-{method.name}", *ctx.llm_args, *args.train_args]  # fmt: skip
+        flags = [
+            *common_flags(args),
+            "--rubrics",
+            str(ctx.files[method.rubrics]),
+            "--output_dir",
+            str(run_dir),
+            "--mode",
+            method.mode,
+            "--run_name",
+            f"{group}-{method.name}",
+            *ctx.llm_args,
+            *args.train_args,
+        ]
         print(f"\n=== {method.name}: rurl train ({method.description}) -> {run_dir}", file=sys.stderr, flush=True)
         try:
             record["train_code"] = run_rubricrl(["rurl", "train", *flags], args.launcher, {"WANDB_RUN_GROUP": group})
@@ -342,8 +418,18 @@ def run_method(method: Method, ctx: Context, args: argparse.Namespace, group: st
 
 def common_flags(args: argparse.Namespace) -> list[str]:
     """What every run shares: the config, the seed, the budget, plain GRPO, no rurl eval."""
-    flags = ["--config", str(args.config), "--seed", str(args.seed), "--eval_size", "0", "--dynamic_sampling", "false",
-             "--overlong_buffer", "0"]  # fmt: skip
+    flags = [
+        "--config",
+        str(args.config),
+        "--seed",
+        str(args.seed),
+        "--eval_size",
+        "0",
+        "--dynamic_sampling",
+        "false",
+        "--overlong_buffer",
+        "0",
+    ]
     if args.max_steps:
         flags += ["--max_steps", str(args.max_steps), "--save_steps", str(args.max_steps)]
     return flags
@@ -374,9 +460,15 @@ def collect_results(output_dir: Path, names: list[str]) -> list[dict[str, Any]]:
         summary = (_read_json(output_dir / "runs" / name / "manifest.json") or {}).get("summary") or {}
         metrics = report.get("metrics") or {}
         method = METHODS.get(name)
-        axes = {key: {"value": metrics[key], "std": metrics.get(f"{key}:bootstrap_std"),
-                      "n": metrics.get(f"{key}:n_samples")}
-                for key in sorted(metrics) if key.startswith("axis:") and key.count(":") == 1}  # fmt: skip
+        axes = {
+            key: {
+                "value": metrics[key],
+                "std": metrics.get(f"{key}:bootstrap_std"),
+                "n": metrics.get(f"{key}:n_samples"),
+            }
+            for key in sorted(metrics)
+            if key.startswith("axis:") and key.count(":") == 1
+        }
         if name == BASE:
             status = "ok" if report else "not evaluated"
         elif summary.get("stopped"):
@@ -387,23 +479,36 @@ def collect_results(output_dir: Path, names: list[str]) -> list[dict[str, Any]]:
             status = "not evaluated" if not run else f"eval failed (exit {run.get('eval_code')})"
         else:
             status = "ok"
-        rows.append({
-            "method": name,
-            "description": method.description if method else "the policy before training",
-            "mode": method.mode if method else None, "rubrics": method.rubrics if method else None,
-            "status": status,
-            "overall": metrics.get("overall_score"), "overall_std": metrics.get("overall_score:bootstrap_std"),
-            "n": metrics.get("overall_score:n_samples"), "examples": report.get("examples"),
-            "unscored": report.get("unscored_examples"), "eval_judge_failure_rate": report.get("judge_failure_rate"),
-            "axes": axes,
-            "steps": summary.get("steps"),
-            "reward_first": summary.get("reward_first"), "reward_last": summary.get("reward_last"),
-            "judge_calls": (summary.get("judge") or {}).get("judge_calls"),
-            "train_s": run.get("train_wall_s"), "eval_s": _sum(run.get("generate_s"), run.get("grade_s")),
-            "wall_s": run.get("wall_s"),
-            "paper": {"name": method.paper, "healthbench": method.paper_healthbench, "gpqa_diamond": method.paper_gpqa}
-            if method and method.paper else None,
-        })  # fmt: skip
+        rows.append(
+            {
+                "method": name,
+                "description": method.description if method else "the policy before training",
+                "mode": method.mode if method else None,
+                "rubrics": method.rubrics if method else None,
+                "status": status,
+                "overall": metrics.get("overall_score"),
+                "overall_std": metrics.get("overall_score:bootstrap_std"),
+                "n": metrics.get("overall_score:n_samples"),
+                "examples": report.get("examples"),
+                "unscored": report.get("unscored_examples"),
+                "eval_judge_failure_rate": report.get("judge_failure_rate"),
+                "axes": axes,
+                "steps": summary.get("steps"),
+                "reward_first": summary.get("reward_first"),
+                "reward_last": summary.get("reward_last"),
+                "judge_calls": (summary.get("judge") or {}).get("judge_calls"),
+                "train_s": run.get("train_wall_s"),
+                "eval_s": _sum(run.get("generate_s"), run.get("grade_s")),
+                "wall_s": run.get("wall_s"),
+                "paper": {
+                    "name": method.paper,
+                    "healthbench": method.paper_healthbench,
+                    "gpqa_diamond": method.paper_gpqa,
+                }
+                if method and method.paper
+                else None,
+            }
+        )
     return rows
 
 
@@ -422,48 +527,87 @@ def _seconds(value: float | None) -> str:
 
 def results_markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     axes = sorted({axis for row in rows for axis in row["axes"]})
-    header = ["method", "training reward", "overall ± std", *axes, "reward first→last", "judge calls (train)",
-              "wall: train + eval", "status", "RaR paper HB / GPQA-D"]  # fmt: skip
+    header = [
+        "method",
+        "training reward",
+        "overall ± std",
+        *axes,
+        "reward first→last",
+        "judge calls (train)",
+        "wall: train + eval",
+        "status",
+        "RaR paper HB / GPQA-D",
+    ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
         overall = "—" if row["overall"] is None else f"{row['overall']:.3f} ± {_num(row['overall_std'])}"
-        axis_cells = [f"{row['axes'][a]['value']:.3f} ± {_num(row['axes'][a]['std'], 2)}"
-                      if a in row["axes"] else "—" for a in axes]  # fmt: skip
+        axis_cells = [
+            f"{row['axes'][a]['value']:.3f} ± {_num(row['axes'][a]['std'], 2)}" if a in row["axes"] else "—"
+            for a in axes
+        ]
         reward = "—" if row["method"] == BASE else f"{_num(row['reward_first'])} → {_num(row['reward_last'])}"
         paper = row["paper"]
         paper_cell = f"{paper['name']}: {paper['healthbench']} / {paper['gpqa_diamond']}" if paper else "—"
-        wall = (f"eval {_seconds(row['eval_s'])}" if row["method"] == BASE
-                else f"{_seconds(row['train_s'])} + {_seconds(row['eval_s'])}")  # fmt: skip
-        lines.append("| " + " | ".join([f"**{row['method']}**", row["description"], overall, *axis_cells, reward,
-                                        "—" if row["judge_calls"] is None else str(row["judge_calls"]), wall,
-                                        row["status"], paper_cell]) + " |")  # fmt: skip
+        wall = (
+            f"eval {_seconds(row['eval_s'])}"
+            if row["method"] == BASE
+            else f"{_seconds(row['train_s'])} + {_seconds(row['eval_s'])}"
+        )
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    f"**{row['method']}**",
+                    row["description"],
+                    overall,
+                    *axis_cells,
+                    reward,
+                    "—" if row["judge_calls"] is None else str(row["judge_calls"]),
+                    wall,
+                    row["status"],
+                    paper_cell,
+                ]
+            )
+            + " |"
+        )
     head = [
-        "# Reward-method comparison (Rubrics as Rewards, arXiv 2507.17746)", "",
+        "# Reward-method comparison (Rubrics as Rewards, arXiv 2507.17746)",
+        "",
         f"Policy `{meta['policy']}`, {meta['train_rows']} training rows and {meta['heldout_rows']} held-out rows of "
         f"`{meta['source']}` (seed {meta['seed']}), {meta['budget']} per method, judge `{meta['judge']}`. Every "
         "method and the base policy are evaluated the same way: greedy answers to the held-out rows, graded with "
         "the explicit rubric by the per-criterion judge (HealthBench-style score, 0-1, ± bootstrap std). "
-        "Training reward: the mean reward of the first and the last logged step, on each method's own scale.", "",
-        f"**Caveat.** {CAVEAT}", "",
-    ]  # fmt: skip
-    foot = ["", "The generic rubric of `predefined` (ours, not the paper's list): "
-            + "; ".join(f"\"{c['criterion']}\" ({c['points']:+d})" for c in GENERIC_RUBRIC) + ".",
-            f"Chart: `results.png`. Wall time: {_seconds(_sum(*(row['wall_s'] for row in rows)))} for the rows "
-            f"above (train + eval, summed over the invocations that made them), {_seconds(meta.get('wall_s'))} "
-            "for the last invocation."]  # fmt: skip
+        "Training reward: the mean reward of the first and the last logged step, on each method's own scale.",
+        "",
+        f"**Caveat.** {CAVEAT}",
+        "",
+    ]
+    foot = [
+        "",
+        "The generic rubric of `predefined` (ours, not the paper's list): "
+        + "; ".join(f'"{c["criterion"]}" ({c["points"]:+d})' for c in GENERIC_RUBRIC)
+        + ".",
+        f"Chart: `results.png`. Wall time: {_seconds(_sum(*(row['wall_s'] for row in rows)))} for the rows "
+        f"above (train + eval, summed over the invocations that made them), {_seconds(meta.get('wall_s'))} "
+        "for the last invocation.",
+    ]
     return "\n".join(head + lines + foot) + "\n"
 
 
 def results_text(rows: list[dict[str, Any]]) -> str:
     """The table for the terminal: the headline columns."""
-    lines = [f"{'method':18}{'overall':>9}{'± std':>8}{'reward first→last':>20}{'judge calls':>13}{'train s':>9}"
-             f"{'eval s':>8}  {'paper HB':>8}  status"]  # fmt: skip
+    lines = [
+        f"{'method':18}{'overall':>9}{'± std':>8}{'reward first→last':>20}{'judge calls':>13}{'train s':>9}"
+        f"{'eval s':>8}  {'paper HB':>8}  status"
+    ]
     for row in rows:
         reward = "" if row["method"] == BASE else f"{_num(row['reward_first'])} → {_num(row['reward_last'])}"
         paper = row["paper"]["healthbench"] if row["paper"] else None
-        lines.append(f"{row['method']:18}{_num(row['overall']):>9}{_num(row['overall_std']):>8}{reward:>20}"
-                     f"{'—' if row['judge_calls'] is None else row['judge_calls']:>13}"
-                     f"{_num(row['train_s'], 0):>9}{_num(row['eval_s'], 0):>8}  {_num(paper, 1):>8}  {row['status']}")  # fmt: skip
+        lines.append(
+            f"{row['method']:18}{_num(row['overall']):>9}{_num(row['overall_std']):>8}{reward:>20}"
+            f"{'—' if row['judge_calls'] is None else row['judge_calls']:>13}"
+            f"{_num(row['train_s'], 0):>9}{_num(row['eval_s'], 0):>8}  {_num(paper, 1):>8}  {row['status']}"
+        )
     return "\n".join(lines)
 
 
@@ -485,8 +629,16 @@ def write_chart(rows: list[dict[str, Any]], path: Path, title: str) -> None:
             values.append(cell["value"] if cell and cell["value"] is not None else math.nan)
             errors.append(cell["std"] if cell and cell.get("std") is not None else 0.0)
         x = [j + (i - (len(rows) - 1) / 2) * width for j in range(len(metrics))]
-        ax.bar(x, values, width, yerr=errors, capsize=2, label=row["method"],
-               hatch="//" if row["method"] == BASE else None, alpha=0.85)  # fmt: skip
+        ax.bar(
+            x,
+            values,
+            width,
+            yerr=errors,
+            capsize=2,
+            label=row["method"],
+            hatch="//" if row["method"] == BASE else None,
+            alpha=0.85,
+        )
     ax.set_xticks(range(len(metrics)))
     ax.set_xticklabels([m.replace("axis:", "") for m in metrics])
     ax.set_ylabel("held-out score (explicit rubric, per criterion)")
@@ -507,12 +659,36 @@ def log_table_to_wandb(rows: list[dict[str, Any]], chart: Path, group: str, outp
 
     run = wandb_init("compare_rewards", output_dir, name=f"{group}-table", group=group, job_type="comparison")
     try:
-        columns = ["method", "overall", "overall_std", "reward_first", "reward_last", "judge_calls", "train_s",
-                   "eval_s", "status", "paper_healthbench"]  # fmt: skip
-        table = wandb.Table(columns=columns, data=[
-            [r["method"], r["overall"], r["overall_std"], r["reward_first"], r["reward_last"], r["judge_calls"],
-             r["train_s"], r["eval_s"], r["status"], r["paper"]["healthbench"] if r["paper"] else None] for r in rows
-        ])  # fmt: skip
+        columns = [
+            "method",
+            "overall",
+            "overall_std",
+            "reward_first",
+            "reward_last",
+            "judge_calls",
+            "train_s",
+            "eval_s",
+            "status",
+            "paper_healthbench",
+        ]
+        table = wandb.Table(
+            columns=columns,
+            data=[
+                [
+                    r["method"],
+                    r["overall"],
+                    r["overall_std"],
+                    r["reward_first"],
+                    r["reward_last"],
+                    r["judge_calls"],
+                    r["train_s"],
+                    r["eval_s"],
+                    r["status"],
+                    r["paper"]["healthbench"] if r["paper"] else None,
+                ]
+                for r in rows
+            ],
+        )
         logged: dict[str, Any] = {"comparison": table}
         if chart.is_file():
             logged["chart"] = wandb.Image(str(chart))
@@ -525,30 +701,51 @@ def log_table_to_wandb(rows: list[dict[str, Any]], chart: Path, group: str, outp
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)  # fmt: skip
-    parser.add_argument("--config", type=Path, default=ROOT / "configs/rurl/tiny-cpu.yaml",
-                        help="rurl train config shared by every run (default: the tiny CPU preset)")
-    parser.add_argument("--rubrics", type=Path, default=ROOT / "experiments/data/rurl_tiny.jsonl",
-                        help="rubric dataset, split once into train.jsonl and heldout.jsonl")
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=ROOT / "configs/rurl/tiny-cpu.yaml",
+        help="rurl train config shared by every run (default: the tiny CPU preset)",
+    )
+    parser.add_argument(
+        "--rubrics",
+        type=Path,
+        default=ROOT / "experiments/data/rurl_tiny.jsonl",
+        help="rubric dataset, split once into train.jsonl and heldout.jsonl",
+    )
     parser.add_argument("--output-dir", type=Path, default=ROOT / "runs" / "compare-rewards")
-    parser.add_argument("--methods", default=",".join(METHODS),
-                        help=f"comma-separated, from {','.join(METHODS)}")
-    parser.add_argument("--max-steps", type=int, default=3,
-                        help="GRPO steps per method (the same budget for all); 0: the config's own")
-    parser.add_argument("--heldout", type=float, default=0.25,
-                        help="held-out rows: a share (0 < x < 1) or a count (>= 1)")
+    parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated, from {','.join(METHODS)}")
+    parser.add_argument(
+        "--max-steps", type=int, default=3, help="GRPO steps per method (the same budget for all); 0: the config's own"
+    )
+    parser.add_argument(
+        "--heldout", type=float, default=0.25, help="held-out rows: a share (0 < x < 1) or a count (>= 1)"
+    )
     parser.add_argument("--limit", type=int, help="use only the first N rows of --rubrics")
     parser.add_argument("--seed", type=int, default=0, help="the split's seed, and every run's")
     parser.add_argument("--rar-pitfalls", default="auto", choices=["auto", "mistake", "avoidance"])
     parser.add_argument("--skip-base", action="store_true", help="do not evaluate the base policy")
     parser.add_argument("--experiment", help="wandb group and run-name prefix (default: compare-rewards-<folder>)")
-    parser.add_argument("--llm-args", type=shlex.split, default=[],
-                        help="flags for every train and eval run's judge, e.g. \"--base-url URL --model NAME\"")
-    parser.add_argument("--train-args", type=shlex.split, default=[],
-                        help="more flags for every `rurl train` (they come last, so they win)")
-    parser.add_argument("--launcher", help="run each training as its own process under this launcher, e.g. "
-                                           "\"accelerate launch --config_file ... --num_processes 8\"")  # fmt: skip
+    parser.add_argument(
+        "--llm-args",
+        type=shlex.split,
+        default=[],
+        help='flags for every train and eval run\'s judge, e.g. "--base-url URL --model NAME"',
+    )
+    parser.add_argument(
+        "--train-args",
+        type=shlex.split,
+        default=[],
+        help="more flags for every `rurl train` (they come last, so they win)",
+    )
+    parser.add_argument(
+        "--launcher",
+        help="run each training as its own process under this launcher, e.g. "
+        '"accelerate launch --config_file ... --num_processes 8"',
+    )
     parser.add_argument("--redo", default="", help="comma-separated methods (or base) to train and evaluate again")
     parser.add_argument("--force", action="store_true", help="redo every run and eval, even those done")
     args = parser.parse_args(argv)
@@ -576,8 +773,17 @@ def main(argv: list[str] | None = None) -> int:
     methods = [METHODS[name] for name in args.methods]
     data = prepare_data(args.rubrics, output_dir, args.heldout, args.seed, args.limit, args.rar_pitfalls, methods)
     files = data["files"]
-    settings = resolved_settings([*common_flags(args), "--rubrics", str(files["explicit"]), "--output_dir",
-                                  str(output_dir / "runs" / "dry-run"), *args.llm_args, *args.train_args])  # fmt: skip
+    settings = resolved_settings(
+        [
+            *common_flags(args),
+            "--rubrics",
+            str(files["explicit"]),
+            "--output_dir",
+            str(output_dir / "runs" / "dry-run"),
+            *args.llm_args,
+            *args.train_args,
+        ]
+    )
     eval_path = output_dir / "eval_config.yaml"
     eval_path.write_text(yaml.safe_dump(eval_config(settings), sort_keys=False))
     from rubricrl.embedded_model import EMBEDDED_MODEL_NAME
@@ -587,17 +793,27 @@ def main(argv: list[str] | None = None) -> int:
         from rubricrl.embedded_model import prepare_embedded_model
 
         base_model = str(prepare_embedded_model(log=lambda m: print(m, file=sys.stderr)))
-    print(f"compare_rewards: {len(methods)} methods x {args.max_steps or 'the config'} steps on {len(data['train'])} "
-          f"rows of {args.rubrics}, eval on {len(data['heldout'])} held-out rows; policy {base_model}; group "
-          f"{group} -> {output_dir}", file=sys.stderr)  # fmt: skip
+    print(
+        f"compare_rewards: {len(methods)} methods x {args.max_steps or 'the config'} steps on {len(data['train'])} "
+        f"rows of {args.rubrics}, eval on {len(data['heldout'])} held-out rows; policy {base_model}; group "
+        f"{group} -> {output_dir}",
+        file=sys.stderr,
+    )
     names = ([] if args.skip_base else [BASE]) + [m.name for m in methods]
     pending = [name for name in names if not done(name, output_dir)]
     role = judge_of(settings)
     named = (role.model or EMBEDDED_MODEL_NAME) if role.is_local else f"{role.model} at {role.base_url}"
     server = judge_server(settings) if pending else contextlib.nullcontext(([], named))  # all done: no judge needed
     with server as (judge_flags, judge):
-        ctx = Context(output_dir, files, data["heldout"], eval_path, base_model, int(settings["max_completion_length"]),
-                      [*args.llm_args, *judge_flags])  # fmt: skip
+        ctx = Context(
+            output_dir,
+            files,
+            data["heldout"],
+            eval_path,
+            base_model,
+            int(settings["max_completion_length"]),
+            [*args.llm_args, *judge_flags],
+        )
         if BASE in pending:
             print(f"\n=== base: evaluating {base_model} before training", file=sys.stderr)
             record = {"method": BASE, "train_wall_s": None}
@@ -610,14 +826,23 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             run_method(method, ctx, args, group)
     rows = collect_results(output_dir, names)
-    meta = {"policy": base_model, "source": str(args.rubrics), "seed": args.seed, "train_rows": len(data["train"]),
-            "heldout_rows": len(data["heldout"]),
-            "budget": f"{args.max_steps} GRPO step{'s' * (args.max_steps != 1)}" if args.max_steps
-            else "the config's training budget",
-            "judge": judge,
-            "config": str(args.config), "methods": args.methods, "experiment": group,
-            "wall_s": round(time.monotonic() - started, 1), "caveat": CAVEAT,
-            "generic_rubric": GENERIC_RUBRIC}  # fmt: skip
+    meta = {
+        "policy": base_model,
+        "source": str(args.rubrics),
+        "seed": args.seed,
+        "train_rows": len(data["train"]),
+        "heldout_rows": len(data["heldout"]),
+        "budget": f"{args.max_steps} GRPO step{'s' * (args.max_steps != 1)}"
+        if args.max_steps
+        else "the config's training budget",
+        "judge": judge,
+        "config": str(args.config),
+        "methods": args.methods,
+        "experiment": group,
+        "wall_s": round(time.monotonic() - started, 1),
+        "caveat": CAVEAT,
+        "generic_rubric": GENERIC_RUBRIC,
+    }
     (output_dir / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     (output_dir / "results.md").write_text(results_markdown(rows, meta))
     chart = output_dir / "results.png"

@@ -32,9 +32,15 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
+from rubrichub_chain import (  # beside this script
+    EVAL_TOKENS,
+    HELD_OUT,
+    TINY_RURL_ARGS,
+    Chain,
+    comparison_table,
+    report_folders,
+)
 
-from rubrichub_chain import (EVAL_TOKENS, HELD_OUT, TINY_RURL_ARGS, Chain, comparison_table,  # beside this script
-                             report_folders)  # fmt: skip
 from rubricrl.embedded_model import prepare_embedded_model
 from rubricrl.llm import LLMClient, LLMSettings, open_llm
 
@@ -105,29 +111,48 @@ def main() -> None:
 
         print("\n== synthesis: a rubric per query (Coarse-to-Fine)")
         chain = Chain(args.output_dir, endpoint)
-        rubrics = chain.synthesize(ROOT / "experiments" / "data" / "demo_queries.jsonl",
-                                   ROOT / "configs" / "synthesis" / "tiny-cpu.yaml")  # fmt: skip
+        rubrics = chain.synthesize(
+            ROOT / "experiments" / "data" / "demo_queries.jsonl", ROOT / "configs" / "synthesis" / "tiny-cpu.yaml"
+        )
         show_rubrics(rubrics.parent)
 
         for name, responses in zip("AB", write_responses(rubrics.parent)):
             print(f"\n== grading the contrast responses {name} against the synthesized rubrics")
-            chain.step(f"grade ({name})", ["grade", "--rubrics", str(rubrics), "--responses", str(responses),
-                                           "--output", str(args.output_dir / f"graded_{name.lower()}.jsonl"),
-                                           "--config", str(ROOT / "configs" / "tiny-cpu.yaml"), *endpoint])  # fmt: skip
+            chain.step(
+                f"grade ({name})",
+                [
+                    "grade",
+                    "--rubrics",
+                    str(rubrics),
+                    "--responses",
+                    str(responses),
+                    "--output",
+                    str(args.output_dir / f"graded_{name.lower()}.jsonl"),
+                    "--config",
+                    str(ROOT / "configs" / "tiny-cpu.yaml"),
+                    *endpoint,
+                ],
+            )
 
         ruft_model = chain.ruft(rubrics, ROOT / "configs" / "ruft" / "tiny-cpu.yaml", None)
-        rurl_model = chain.rurl(rubrics, ROOT / "configs" / "rurl" / "tiny-cpu.yaml", ruft_model,
-                                shlex.split(TINY_RURL_ARGS))  # fmt: skip
+        rurl_model = chain.rurl(
+            rubrics, ROOT / "configs" / "rurl" / "tiny-cpu.yaml", ruft_model, shlex.split(TINY_RURL_ARGS)
+        )
         models = {"base": str(prepare_embedded_model()), "ruft": str(ruft_model), "ruft+rurl": str(rurl_model)}
         reports = chain.evaluate(models, HELD_OUT, EVAL_TOKENS)
         page = chain.report(report_folders(args.output_dir))
 
     table = comparison_table(reports)
     (args.output_dir / "comparison.md").write_text(table + "\n")
-    print(f"\n== HealthBench-style scores on {reports['base']['examples']} queries of {HELD_OUT.name}, which none of "
-          f"the models trained on (± bootstrap std)\n\n{table}")  # fmt: skip
-    print("\n== wall time per stage: " + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in chain.times.items())
-          + f"; total {time.monotonic() - started:.0f} s")
+    print(
+        f"\n== HealthBench-style scores on {reports['base']['examples']} queries of {HELD_OUT.name}, which none of "
+        f"the models trained on (± bootstrap std)\n\n{table}"
+    )
+    print(
+        "\n== wall time per stage: "
+        + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in chain.times.items())
+        + f"; total {time.monotonic() - started:.0f} s"
+    )
     print(f"== report: {page} (one page, opens offline)\n== outputs in {args.output_dir}")
 
 

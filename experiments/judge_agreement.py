@@ -51,8 +51,18 @@ if __package__ in (None, ""):  # run as a file: the repository root on the path,
 from grading.agreement import criterion_agreement, crosstab, format_table
 from grading.grader import Mode
 from grading.metaeval import load_metaeval, pairwise_pairs
-from grading.study import (compare_sides, cpu_budgets, grade_with_judges, human_side, judge_side, judge_spec,
-                           metaeval_examples, rubric_examples, session_settings, summary_metrics)  # fmt: skip
+from grading.study import (
+    compare_sides,
+    cpu_budgets,
+    grade_with_judges,
+    human_side,
+    judge_side,
+    judge_spec,
+    metaeval_examples,
+    rubric_examples,
+    session_settings,
+    summary_metrics,
+)
 from rubricrl.config import add_config_arguments, parse_settings, resolved, write_resolved
 from rubricrl.errors import UserError
 from rubricrl.jsonl import write_jsonl, write_whole
@@ -115,13 +125,17 @@ class StudyArgs:
         if self.metaeval is not None and (given_b or self.responses is not None):
             raise ValueError("--metaeval compares judge A with the physicians' labels: no judge B, no --responses")
         if self.rubrics is not None and not given_b:
-            raise ValueError("give judge B: --judge-b CONFIG or --b-* flags (e.g. --b-mode batched, or --b-base-url "
-                             "https://api.openai.com/v1 --b-model gpt-4.1-mini)")  # fmt: skip
+            raise ValueError(
+                "give judge B: --judge-b CONFIG or --b-* flags (e.g. --b-mode batched, or --b-base-url "
+                "https://api.openai.com/v1 --b-model gpt-4.1-mini)"
+            )
         if (self.limit is not None and self.limit < 1) or self.bootstrap < 0 or self.points < 1:
             raise ValueError("limit and points must be at least 1, bootstrap at least 0")
 
     def judge(self, name: str) -> dict[str, Any]:
-        return {key: getattr(self, f"{name}_{key}") for key in JUDGE_FLAGS if getattr(self, f"{name}_{key}") is not None}
+        return {
+            key: getattr(self, f"{name}_{key}") for key in JUDGE_FLAGS if getattr(self, f"{name}_{key}") is not None
+        }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,7 +166,9 @@ def run(args: argparse.Namespace) -> int:
 
     started = time.monotonic()
     llm = session_settings(judges, concurrency=study.concurrency, cache=study.cache)
-    with open_llm(llm, [j.role_name for j in judges], source="judge_agreement", cpu_budgets=cpu_budgets(judges)) as session:
+    with open_llm(
+        llm, [j.role_name for j in judges], source="judge_agreement", cpu_budgets=cpu_budgets(judges)
+    ) as session:
         graded = asyncio.run(grade_with_judges(session, judges, [e.item for e in examples]))
         roles = {j.name: session.roles[j.role_name].public() for j in judges}
     seconds = time.monotonic() - started
@@ -167,19 +183,35 @@ def run(args: argparse.Namespace) -> int:
     pairwise = None
     if study.metaeval is not None and judges[0].explicit:  # HealthBench's own numbers: the judge against each label
         pairs = pairwise_pairs(units, [s.met for s in side_a])
-        pairwise = criterion_agreement([p.a for p in pairs], [p.b for p in pairs], groups=[p.group for p in pairs],
-                                       samples=study.bootstrap, seed=study.seed).to_dict()  # fmt: skip
+        pairwise = criterion_agreement(
+            [p.a for p in pairs],
+            [p.b for p in pairs],
+            groups=[p.group for p in pairs],
+            samples=study.bootstrap,
+            seed=study.seed,
+        ).to_dict()
 
     config = resolved(settings, judges={j.name: j.to_dict() for j in judges})
     results = {
-        "judges": {j.name: {**j.to_dict(), "role": roles[j.name], "grader": graded["metadata"][j.name],
-                            "usage": graded["usage"][j.name]} for j in judges},  # fmt: skip
+        "judges": {
+            j.name: {
+                **j.to_dict(),
+                "role": roles[j.name],
+                "grader": graded["metadata"][j.name],
+                "usage": graded["usage"][j.name],
+            }
+            for j in judges
+        },
         "reference": "physicians (majority of binary_labels; ties undecided)" if study.metaeval else "judge b",
-        "examples": len(examples), "rule_decided": comparison.rule_decided, "wall_seconds": seconds,
-        "agreement": result.to_dict(), "healthbench_pairwise": pairwise,
+        "examples": len(examples),
+        "rule_decided": comparison.rule_decided,
+        "wall_seconds": seconds,
+        "agreement": result.to_dict(),
+        "healthbench_pairwise": pairwise,
         "crosstab": crosstab([r["a"] for r in comparison.criteria], [r["b"] for r in comparison.criteria])
-        if comparison.criteria is not None else None,
-    }  # fmt: skip
+        if comparison.criteria is not None
+        else None,
+    }
     write_whole(out / "results.json", json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     write_jsonl(out / "per_criterion.jsonl", comparison.criteria or [])
     write_jsonl(out / "per_example.jsonl", comparison.examples)
@@ -188,10 +220,13 @@ def run(args: argparse.Namespace) -> int:
 
     print(format_table(result, names))
     if pairwise is not None:
-        print(f"HealthBench pairwise (judge vs each physician label): macro F1 {_f(pairwise['macro_f1'])} ± "
-              f"{_f(pairwise['bootstrap_std']['macro_f1'])} over {pairwise['decided']} pairs")  # fmt: skip
-    usage = ", ".join(f"{j.name}: {u['requests']} calls, {u['cache_hits']} cached" for j, u in
-                      zip(judges, graded["usage"].values()))  # fmt: skip
+        print(
+            f"HealthBench pairwise (judge vs each physician label): macro F1 {_f(pairwise['macro_f1'])} ± "
+            f"{_f(pairwise['bootstrap_std']['macro_f1'])} over {pairwise['decided']} pairs"
+        )
+    usage = ", ".join(
+        f"{j.name}: {u['requests']} calls, {u['cache_hits']} cached" for j, u in zip(judges, graded["usage"].values())
+    )
     print(f"{len(examples)} examples in {seconds:.1f} s ({usage}); outputs in {out}")
     if session.budget_note():
         print(session.budget_note(), file=sys.stderr)
@@ -216,16 +251,25 @@ def plot_confusion(table: dict[str, dict[str, int]], result, names: tuple[str, s
     image = axis.imshow(counts, cmap="Blues")
     for i in range(3):
         for j in range(3):
-            axis.text(j, i, str(counts[i][j]), ha="center", va="center",
-                      color="white" if counts[i][j] > max(map(max, counts)) / 2 else "black")  # fmt: skip
+            axis.text(
+                j,
+                i,
+                str(counts[i][j]),
+                ha="center",
+                va="center",
+                color="white" if counts[i][j] > max(map(max, counts)) / 2 else "black",
+            )
     ticks = ["met", "not met", "undecided"]
     axis.set_xticks(range(3), ticks)
     axis.set_yticks(range(3), ticks)
     c = result.criteria
     kappa = "-" if c.kappa is None else f"{c.kappa:.3f}"
     agreement = "-" if c.agreement is None else f"{c.agreement:.3f}"
-    axis.set(xlabel=f"{names[1]}", ylabel=f"{names[0]}",
-             title=f"criteria: agreement {agreement}, kappa {kappa}\n{c.decided} decided, {c.undecided} undecided")  # fmt: skip
+    axis.set(
+        xlabel=f"{names[1]}",
+        ylabel=f"{names[0]}",
+        title=f"criteria: agreement {agreement}, kappa {kappa}\n{c.decided} decided, {c.undecided} undecided",
+    )
     figure.colorbar(image, ax=axis, fraction=0.046)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
@@ -233,8 +277,9 @@ def plot_confusion(table: dict[str, dict[str, int]], result, names: tuple[str, s
     return path
 
 
-def log_wandb(out: Path, config: dict, result, extra: dict[str, float], criteria: list[dict] | None,
-              plot: Path | None) -> None:  # fmt: skip
+def log_wandb(
+    out: Path, config: dict, result, extra: dict[str, float], criteria: list[dict] | None, plot: Path | None
+) -> None:
     import wandb
 
     from rubricrl.training import wandb_init
@@ -246,8 +291,10 @@ def log_wandb(out: Path, config: dict, result, extra: dict[str, float], criteria
         logged["confusion"] = wandb.Image(str(plot))
     if criteria:
         columns = ["id", "criterion", "points", "a", "b", "agree", "a_explanation", "b_explanation"]
-        logged["per_criterion"] = wandb.Table(columns=columns, data=[
-            [str(r[k]) if k in ("a", "b", "agree") else r[k] for k in columns] for r in criteria[:10000]])  # fmt: skip
+        logged["per_criterion"] = wandb.Table(
+            columns=columns,
+            data=[[str(r[k]) if k in ("a", "b", "agree") else r[k] for k in columns] for r in criteria[:10000]],
+        )
     run.log(logged)
     run.summary.update(numbers)
     run.finish()

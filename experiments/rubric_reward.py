@@ -40,11 +40,13 @@ class RewardServiceError(RuntimeError):
 
 
 def _settings() -> dict:
-    return {"url": os.environ.get("RUBRICRL_REWARD_URL", DEFAULT_URL).rstrip("/"),
-            "token": os.environ.get("RUBRICRL_REWARD_TOKEN") or None,
-            "timeout": float(os.environ.get("RUBRICRL_REWARD_TIMEOUT", "900")),
-            "retries": int(os.environ.get("RUBRICRL_REWARD_RETRIES", "3")),
-            "chunk": max(1, int(os.environ.get("RUBRICRL_REWARD_CHUNK", "1024")))}  # fmt: skip
+    return {
+        "url": os.environ.get("RUBRICRL_REWARD_URL", DEFAULT_URL).rstrip("/"),
+        "token": os.environ.get("RUBRICRL_REWARD_TOKEN") or None,
+        "timeout": float(os.environ.get("RUBRICRL_REWARD_TIMEOUT", "900")),
+        "retries": int(os.environ.get("RUBRICRL_REWARD_RETRIES", "3")),
+        "chunk": max(1, int(os.environ.get("RUBRICRL_REWARD_CHUNK", "1024"))),
+    }
 
 
 def post(payload: dict) -> dict:
@@ -72,29 +74,37 @@ def post(payload: dict) -> dict:
         except (urllib.error.URLError, OSError) as error:  # refused, reset, timed out
             if isinstance(error, TimeoutError) or isinstance(getattr(error, "reason", None), TimeoutError):
                 # the service may still be grading it: sending it again would pay the judge twice
-                raise RewardServiceError(f"rubric reward service {url} did not answer within "
-                                         f"{settings['timeout']:g} s (RUBRICRL_REWARD_TIMEOUT)") from None  # fmt: skip
+                raise RewardServiceError(
+                    f"rubric reward service {url} did not answer within "
+                    f"{settings['timeout']:g} s (RUBRICRL_REWARD_TIMEOUT)"
+                ) from None
             reason = str(getattr(error, "reason", error))
         if attempt < settings["retries"]:
             time.sleep(min(30.0, 2.0**attempt))
-    raise RewardServiceError(f"rubric reward service {url} did not answer after {settings['retries'] + 1} tries "
-                             f"({reason}); is `rubricrl reward serve` running there (RUBRICRL_REWARD_URL)?")  # fmt: skip
+    raise RewardServiceError(
+        f"rubric reward service {url} did not answer after {settings['retries'] + 1} tries "
+        f"({reason}); is `rubricrl reward serve` running there (RUBRICRL_REWARD_URL)?"
+    )
 
 
 def rewards_for(responses: list, labels: list) -> list[dict]:
     """{"score", "rubric_scored"} for each response against the rubric row its label names, in order; a batch
     larger than RUBRICRL_REWARD_CHUNK goes as concurrent requests."""
     size = _settings()["chunk"]
-    chunks = [(responses[k : k + size], [str(label) for label in labels[k : k + size]])
-              for k in range(0, len(responses), size)]  # fmt: skip
+    chunks = [
+        (responses[k : k + size], [str(label) for label in labels[k : k + size]])
+        for k in range(0, len(responses), size)
+    ]
     with ThreadPoolExecutor(max_workers=min(8, len(chunks) or 1)) as pool:
         answers = list(pool.map(lambda chunk: post({"responses": chunk[0], "labels": chunk[1]}), chunks))
     out = []
     for (sent, _), answer in zip(chunks, answers):
         rewards, scored = answer.get("rewards"), answer.get("scored") or [True] * len(sent)
         if not isinstance(rewards, list) or len(rewards) != len(sent):
-            raise RewardServiceError(f"the reward service answered {len(rewards) if isinstance(rewards, list) else 0} "
-                                     f"rewards for {len(sent)} completions")  # fmt: skip
+            raise RewardServiceError(
+                f"the reward service answered {len(rewards) if isinstance(rewards, list) else 0} "
+                f"rewards for {len(sent)} completions"
+            )
         out += [{"score": float(r), "rubric_scored": 1.0 if s else 0.0} for r, s in zip(rewards, scored)]
     return out
 
@@ -122,6 +132,8 @@ def reward_func(queries, prompts, labels, **kwargs) -> dict:
         import torch  # there in OpenRLHF's environment, and only there: this file stays standard-library otherwise
     except ImportError:
         return result
-    return {"rewards": torch.tensor(result["rewards"], dtype=torch.float32),
-            "scores": torch.tensor(result["scores"], dtype=torch.float32),
-            "extra_logs": {k: torch.tensor(v, dtype=torch.float32) for k, v in result["extra_logs"].items()}}
+    return {
+        "rewards": torch.tensor(result["rewards"], dtype=torch.float32),
+        "scores": torch.tensor(result["scores"], dtype=torch.float32),
+        "extra_logs": {k: torch.tensor(v, dtype=torch.float32) for k, v in result["extra_logs"].items()},
+    }

@@ -27,8 +27,10 @@ from pathlib import Path
 from rubricrl.cli import main as rubricrl
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY_RURL_ARGS = ("--eval_size 0 --max_steps 2 --per_device_train_batch_size 4 --save_steps 2 "
-                  "--dynamic_sampling false --log_completions false")  # fmt: skip
+TINY_RURL_ARGS = (
+    "--eval_size 0 --max_steps 2 --per_device_train_batch_size 4 --save_steps 2 "
+    "--dynamic_sampling false --log_completions false"
+)
 """The CPU budget of the RuRL stage: 2 GRPO steps of 4 answers to one query each."""
 HELD_OUT = ROOT / "experiments" / "data" / "rurl_tiny.jsonl"
 """The CPU rubric set the models are compared on: 8 queries none of them trained on."""
@@ -52,26 +54,66 @@ class Chain:
 
     def synthesize(self, queries: Path, config: Path) -> Path:
         out = self.out / "synthesis"
-        self.step("synthesis", ["synth", "--input", str(queries), "--output-dir", str(out), "--config", str(config),
-                                *self.endpoint])  # fmt: skip
+        self.step(
+            "synthesis",
+            ["synth", "--input", str(queries), "--output-dir", str(out), "--config", str(config), *self.endpoint],
+        )
         return out / "final.parquet"
 
     def ruft(self, rubrics: Path, config: Path, base_model: str | None) -> Path:
         build, model = self.out / "ruft", self.out / "ruft-model"
         print("\n== RuFT: K answers per query, graded against the rubrics; the best at or above tau kept")
-        self.step("ruft build", ["ruft", "build", "--config", str(config), "--rubrics", str(rubrics),
-                                 "--output-dir", str(build), *self.endpoint])  # fmt: skip
+        self.step(
+            "ruft build",
+            [
+                "ruft",
+                "build",
+                "--config",
+                str(config),
+                "--rubrics",
+                str(rubrics),
+                "--output-dir",
+                str(build),
+                *self.endpoint,
+            ],
+        )
         print("\n== RuFT: supervised fine-tuning on the kept answers")
-        self.step("ruft train", ["ruft", "train", "--config", str(config), "--dataset", str(build),
-                                 "--output_dir", str(model), *(["--model_name_or_path", base_model] if base_model else [])])  # fmt: skip
+        self.step(
+            "ruft train",
+            [
+                "ruft",
+                "train",
+                "--config",
+                str(config),
+                "--dataset",
+                str(build),
+                "--output_dir",
+                str(model),
+                *(["--model_name_or_path", base_model] if base_model else []),
+            ],
+        )
         return model
 
     def rurl(self, rubrics: Path, config: Path, start: Path, extra: list[str]) -> Path:
         model = self.out / "rurl-model"
         print("\n== RuRL: GRPO from the RuFT model, rewarded by the rubrics")
-        self.step("rurl train", ["rurl", "train", "--config", str(config), "--rubrics", str(rubrics),
-                                 "--model_name_or_path", str(start), "--output_dir", str(model), *extra,
-                                 *self.endpoint])  # fmt: skip
+        self.step(
+            "rurl train",
+            [
+                "rurl",
+                "train",
+                "--config",
+                str(config),
+                "--rubrics",
+                str(rubrics),
+                "--model_name_or_path",
+                str(start),
+                "--output_dir",
+                str(model),
+                *extra,
+                *self.endpoint,
+            ],
+        )
         return model
 
     def evaluate(self, models: dict[str, str], held_out: Path, tokens: int) -> dict[str, dict]:
@@ -90,25 +132,48 @@ class Chain:
             responses = out / f"{name}.responses.jsonl"
             responses.write_text("".join(json.dumps({"id": i, "response": a}) + "\n" for i, a in zip(rows, answers)))
             self.times[f"answer ({name})"] = round(time.monotonic() - started, 1)
-            self.step(f"eval ({name})", ["eval", "--rubrics", str(held_out), "--responses", str(responses),
-                                         "--output-dir", str(out / name), *self.endpoint])  # fmt: skip
+            self.step(
+                f"eval ({name})",
+                [
+                    "eval",
+                    "--rubrics",
+                    str(held_out),
+                    "--responses",
+                    str(responses),
+                    "--output-dir",
+                    str(out / name),
+                    *self.endpoint,
+                ],
+            )
             reports[name] = json.loads((out / name / "report.json").read_text())
         return reports
-
 
     def report(self, labels: dict[str, Path]) -> Path:
         """One HTML page (and its markdown summary) comparing the given folders: `rubricrl report`."""
         page = self.out / "report.html"
-        self.step("report", ["report", *map(str, labels.values()), "--labels", *labels, "--output", str(page),
-                             "--title", "RubricHub chain: base vs RuFT vs RuFT+RuRL"])  # fmt: skip
+        self.step(
+            "report",
+            [
+                "report",
+                *map(str, labels.values()),
+                "--labels",
+                *labels,
+                "--output",
+                str(page),
+                "--title",
+                "RubricHub chain: base vs RuFT vs RuFT+RuRL",
+            ],
+        )
         return page
 
 
 def comparison_table(reports: dict[str, dict]) -> str:
     """Overall and per-axis HealthBench-style scores, one row per model, each ± its bootstrap std (markdown)."""
     axes = sorted({m for r in reports.values() for m in r["metrics"] if m.startswith("axis:") and m.count(":") == 1})
-    lines = ["| model | overall | " + " | ".join(a.removeprefix("axis:") for a in axes) + " |",
-             "|---|---|" + "---|" * len(axes)]  # fmt: skip
+    lines = [
+        "| model | overall | " + " | ".join(a.removeprefix("axis:") for a in axes) + " |",
+        "|---|---|" + "---|" * len(axes),
+    ]
     for name, report in reports.items():
         m = report["metrics"]
         cells = [f"{m[k]:.3f} ± {m[k + ':bootstrap_std']:.3f}" if k in m else "-" for k in ["overall_score", *axes]]
@@ -142,8 +207,12 @@ def chain_arguments(parser: argparse.ArgumentParser) -> None:
     data = ROOT / "experiments" / "data"
     parser.add_argument("--output-dir", type=Path, default=ROOT / "runs" / "chain")
     parser.add_argument("--queries", type=Path, default=data / "demo_queries.jsonl")
-    parser.add_argument("--held-out", type=Path, default=HELD_OUT,
-                        help="the rubric set the models are compared on (none of them trains on it)")
+    parser.add_argument(
+        "--held-out",
+        type=Path,
+        default=HELD_OUT,
+        help="the rubric set the models are compared on (none of them trains on it)",
+    )
     parser.add_argument("--synthesis-config", type=Path, default=ROOT / "configs" / "synthesis" / "tiny-cpu.yaml")
     parser.add_argument("--ruft-config", type=Path, default=ROOT / "configs" / "ruft" / "tiny-cpu.yaml")
     parser.add_argument("--rurl-config", type=Path, default=ROOT / "configs" / "rurl" / "tiny-cpu.yaml")

@@ -27,13 +27,36 @@ def main() -> int:
 
     from rubricrl.cli import main as rubricrl
 
-    code = rubricrl([
-        "rurl", "train", "--config", str(ROOT / "configs/rurl/tiny-cpu.yaml"),
-        "--rubrics", str(ROOT / "experiments/data/rurl_rules.jsonl"), "--output_dir", str(args.output_dir),
-        "--eval_size", "0", "--dynamic_sampling", "false", "--overlong_buffer", "0",
-        "--max_steps", str(args.steps), "--save_steps", str(args.steps), "--report_to", "none",
-        "--max_completion_length", "32", "--learning_rate", "2e-4", "--log_completions", "false",
-    ])  # fmt: skip
+    code = rubricrl(
+        [
+            "rurl",
+            "train",
+            "--config",
+            str(ROOT / "configs/rurl/tiny-cpu.yaml"),
+            "--rubrics",
+            str(ROOT / "experiments/data/rurl_rules.jsonl"),
+            "--output_dir",
+            str(args.output_dir),
+            "--eval_size",
+            "0",
+            "--dynamic_sampling",
+            "false",
+            "--overlong_buffer",
+            "0",
+            "--max_steps",
+            str(args.steps),
+            "--save_steps",
+            str(args.steps),
+            "--report_to",
+            "none",
+            "--max_completion_length",
+            "32",
+            "--learning_rate",
+            "2e-4",
+            "--log_completions",
+            "false",
+        ]
+    )
     if code:
         return code
     history = json.loads((args.output_dir / "log_history.json").read_text())
@@ -42,8 +65,10 @@ def main() -> int:
     fifth = max(1, len(rewards) // 5)
     first, last = statistics.fmean(rewards[:fifth]), statistics.fmean(rewards[-fifth:])
     write_plot(steps, fifth, args.plot)
-    print(f"learning check: mean reward, first {fifth} steps {first:.3f} -> last {fifth} steps {last:.3f} "
-          f"({last - first:+.3f}); curve: {args.plot}")  # fmt: skip
+    print(
+        f"learning check: mean reward, first {fifth} steps {first:.3f} -> last {fifth} steps {last:.3f} "
+        f"({last - first:+.3f}); curve: {args.plot}"
+    )
     return 0 if last > first else 1
 
 
@@ -54,7 +79,7 @@ def write_plot(steps: list[tuple[int, float]], window: int, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     x, y = zip(*steps)
-    smooth = [statistics.fmean(y[max(0, i - window + 1):i + 1]) for i in range(len(y))]
+    smooth = [statistics.fmean(y[max(0, i - window + 1) : i + 1]) for i in range(len(y))]
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.plot(x, y, ".", alpha=0.5, label="mean reward per step (8 completions)")
     ax.plot(x, smooth, label=f"running mean over {window} steps")

@@ -128,11 +128,20 @@ class CriterionAgreement:
         return self.undecided_a + self.undecided_b + self.undecided_both
 
     def to_dict(self) -> dict[str, Any]:
-        return {"pairs": self.pairs, "decided": self.decided, "undecided": self.undecided,
-                "undecided_a": self.undecided_a, "undecided_b": self.undecided_b,
-                "undecided_both": self.undecided_both, "confusion": self.confusion.to_dict(),
-                "agreement": self.agreement, "kappa": self.kappa, "macro_f1": self.macro_f1,
-                "per_class": self.per_class, "bootstrap_std": dict(self.bootstrap)}  # fmt: skip
+        return {
+            "pairs": self.pairs,
+            "decided": self.decided,
+            "undecided": self.undecided,
+            "undecided_a": self.undecided_a,
+            "undecided_b": self.undecided_b,
+            "undecided_both": self.undecided_both,
+            "confusion": self.confusion.to_dict(),
+            "agreement": self.agreement,
+            "kappa": self.kappa,
+            "macro_f1": self.macro_f1,
+            "per_class": self.per_class,
+            "bootstrap_std": dict(self.bootstrap),
+        }
 
 
 @dataclass
@@ -167,22 +176,31 @@ class AgreementResult:
     seed: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"criteria": self.criteria.to_dict() if self.criteria else None,
-                "by_tag": {tag: a.to_dict() for tag, a in self.by_tag.items()},
-                "scores": self.scores.to_dict(), "bootstrap": {"samples": self.samples, "seed": self.seed}}  # fmt: skip
+        return {
+            "criteria": self.criteria.to_dict() if self.criteria else None,
+            "by_tag": {tag: a.to_dict() for tag, a in self.by_tag.items()},
+            "scores": self.scores.to_dict(),
+            "bootstrap": {"samples": self.samples, "seed": self.seed},
+        }
 
 
 # --- per criterion --------------------------------------------------------------------------------------------------
 
 
 def criterion_agreement(
-    a: Sequence[Met], b: Sequence[Met], *, groups: Sequence[Any] | None = None, samples: int = DEFAULT_SAMPLES,
+    a: Sequence[Met],
+    b: Sequence[Met],
+    *,
+    groups: Sequence[Any] | None = None,
+    samples: int = DEFAULT_SAMPLES,
     seed: int = 0,
-) -> CriterionAgreement:  # fmt: skip
+) -> CriterionAgreement:
     """Agreement of two equally long verdict lists (see the module doc); `groups[i]` names the example of pair i."""
     if len(a) != len(b) or (groups is not None and len(groups) != len(a)):
-        raise ValueError(f"verdict lists of different lengths: {len(a)}, {len(b)}"
-                         + (f", groups {len(groups)}" if groups is not None else ""))  # fmt: skip
+        raise ValueError(
+            f"verdict lists of different lengths: {len(a)}, {len(b)}"
+            + (f", groups {len(groups)}" if groups is not None else "")
+        )
     confusion = Confusion.of(list(zip(a, b)))
     undecided = [0, 0, 0]  # A only, B only, both
     for x, y in zip(a, b):
@@ -193,10 +211,17 @@ def criterion_agreement(
         if x is not None and y is not None:
             counts[groups[i] if groups is not None else i][_cell(x, y)] += 1
     return CriterionAgreement(
-        pairs=len(a), undecided_a=undecided[0], undecided_b=undecided[1], undecided_both=undecided[2],
-        confusion=confusion, agreement=confusion.agreement, kappa=confusion.kappa, macro_f1=confusion.macro_f1,
-        per_class=confusion.per_class(), bootstrap=_bootstrap_confusion(list(counts.values()), samples, seed),
-    )  # fmt: skip
+        pairs=len(a),
+        undecided_a=undecided[0],
+        undecided_b=undecided[1],
+        undecided_both=undecided[2],
+        confusion=confusion,
+        agreement=confusion.agreement,
+        kappa=confusion.kappa,
+        macro_f1=confusion.macro_f1,
+        per_class=confusion.per_class(),
+        bootstrap=_bootstrap_confusion(list(counts.values()), samples, seed),
+    )
 
 
 def _bootstrap_confusion(cells: list[list[int]], samples: int, seed: int) -> dict[str, float | None]:
@@ -266,8 +291,12 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
 
 
 def score_agreement(
-    a: Sequence[float | None], b: Sequence[float | None], *, samples: int = DEFAULT_SAMPLES, seed: int = 0,
-) -> ScoreAgreement:  # fmt: skip
+    a: Sequence[float | None],
+    b: Sequence[float | None],
+    *,
+    samples: int = DEFAULT_SAMPLES,
+    seed: int = 0,
+) -> ScoreAgreement:
     """Per-example agreement of two equally long score lists, over the examples both scored."""
     if len(a) != len(b):
         raise ValueError(f"score lists of different lengths: {len(a)}, {len(b)}")
@@ -282,21 +311,29 @@ def score_agreement(
             if rho is not None:
                 rhos.append(rho)
     return ScoreAgreement(
-        examples=len(a), paired=len(paired), unscored_a=sum(x is None for x in a), unscored_b=sum(y is None for y in b),
-        spearman=spearman(xs, ys), pearson=pearson(xs, ys),
+        examples=len(a),
+        paired=len(paired),
+        unscored_a=sum(x is None for x in a),
+        unscored_b=sum(y is None for y in b),
+        spearman=spearman(xs, ys),
+        pearson=pearson(xs, ys),
         mean_abs_diff=math.fsum(abs(x - y) for x, y in paired) / len(paired) if paired else None,
-        mean_a=math.fsum(xs) / len(xs) if xs else None, mean_b=math.fsum(ys) / len(ys) if ys else None,
+        mean_a=math.fsum(xs) / len(xs) if xs else None,
+        mean_b=math.fsum(ys) / len(ys) if ys else None,
         bootstrap={"spearman": _std(rhos)},
-    )  # fmt: skip
+    )
 
 
 # --- both -----------------------------------------------------------------------------------------------------------
 
 
 def compare(
-    pairs: Sequence[Pair] | None, scores: Sequence[tuple[float | None, float | None]], *,
-    samples: int = DEFAULT_SAMPLES, seed: int = 0,
-) -> AgreementResult:  # fmt: skip
+    pairs: Sequence[Pair] | None,
+    scores: Sequence[tuple[float | None, float | None]],
+    *,
+    samples: int = DEFAULT_SAMPLES,
+    seed: int = 0,
+) -> AgreementResult:
     """Everything at once: per criterion overall and per tag (None without per-criterion verdicts), per example."""
     criteria, by_tag = None, {}
     if pairs is not None:
@@ -313,8 +350,9 @@ def compare(
 
 def _of_pairs(pairs: Sequence[Pair], **options) -> CriterionAgreement:
     grouped = all(p.group is not None for p in pairs)
-    return criterion_agreement([p.a for p in pairs], [p.b for p in pairs],
-                               groups=[p.group for p in pairs] if grouped else None, **options)  # fmt: skip
+    return criterion_agreement(
+        [p.a for p in pairs], [p.b for p in pairs], groups=[p.group for p in pairs] if grouped else None, **options
+    )
 
 
 def format_table(result: AgreementResult, names: tuple[str, str] = ("A", "B"), max_tags: int = 20) -> str:
@@ -325,22 +363,28 @@ def format_table(result: AgreementResult, names: tuple[str, str] = ("A", "B"), m
         lines.append(f"{'criteria':44}{'decided':>8}{'undec.':>7}{'agree':>7}{'kappa':>8}{'± std':>7}{'macro F1':>9}")
         tags = [t for t in result.by_tag if t.startswith("axis:")] or list(result.by_tag)[:max_tags]
         for name, stats in [("overall", result.criteria), *((t, result.by_tag[t]) for t in tags)]:
-            lines.append(f"{name[:44]:44}{stats.decided:8d}{stats.undecided:7d}{_f(stats.agreement, 7)}"
-                         f"{_f(stats.kappa, 8)}{_f(stats.bootstrap.get('kappa'), 7)}{_f(stats.macro_f1, 9)}")  # fmt: skip
+            lines.append(
+                f"{name[:44]:44}{stats.decided:8d}{stats.undecided:7d}{_f(stats.agreement, 7)}"
+                f"{_f(stats.kappa, 8)}{_f(stats.bootstrap.get('kappa'), 7)}{_f(stats.macro_f1, 9)}"
+            )
         left = len(result.by_tag) - len(tags)
         if left > 0:
             lines.append(f"({left} more tags in results.json)")
         c = result.criteria.confusion
-        lines.append(f"confusion ({names[0]} vs {names[1]}): both met {c.both_met}, {names[0]} only {c.a_only}, "
-                     f"{names[1]} only {c.b_only}, neither {c.neither}; undecided: {names[0]} only "
-                     f"{result.criteria.undecided_a}, {names[1]} only {result.criteria.undecided_b}, both "
-                     f"{result.criteria.undecided_both}")  # fmt: skip
+        lines.append(
+            f"confusion ({names[0]} vs {names[1]}): both met {c.both_met}, {names[0]} only {c.a_only}, "
+            f"{names[1]} only {c.b_only}, neither {c.neither}; undecided: {names[0]} only "
+            f"{result.criteria.undecided_a}, {names[1]} only {result.criteria.undecided_b}, both "
+            f"{result.criteria.undecided_both}"
+        )
     else:
         lines.append("criteria: not compared (a side gives one rating per example, no verdict per criterion)")
     s = result.scores
-    lines.append(f"examples: {s.paired} of {s.examples} scored by both; Spearman {_f(s.spearman)} ± "
-                 f"{_f(s.bootstrap.get('spearman'))}, Pearson {_f(s.pearson)}, mean |{names[0]} - {names[1]}| "
-                 f"{_f(s.mean_abs_diff)}, mean {names[0]} {_f(s.mean_a)}, mean {names[1]} {_f(s.mean_b)}")  # fmt: skip
+    lines.append(
+        f"examples: {s.paired} of {s.examples} scored by both; Spearman {_f(s.spearman)} ± "
+        f"{_f(s.bootstrap.get('spearman'))}, Pearson {_f(s.pearson)}, mean |{names[0]} - {names[1]}| "
+        f"{_f(s.mean_abs_diff)}, mean {names[0]} {_f(s.mean_a)}, mean {names[1]} {_f(s.mean_b)}"
+    )
     return "\n".join(lines)
 
 

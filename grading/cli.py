@@ -6,7 +6,7 @@ import json
 import os
 import sys
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
@@ -18,8 +18,8 @@ from grading.report import build_report, first_judge_error, format_report, prove
 from grading.rubric import RubricError
 from rubricrl.config import ConfigError, add_config_arguments, config_source, parse_settings, resolved, write_resolved
 from rubricrl.hub_datasets import describe_input
-from rubricrl.llm import LLMError, LLMSession, LLMSettings, open_llm
 from rubricrl.jsonl import write_jsonl
+from rubricrl.llm import LLMError, LLMSession, LLMSettings, open_llm
 from rubricrl.reasoning import as_written
 from rubricrl.records import iter_rows
 from rubricrl.shards import parse_shard
@@ -99,8 +99,10 @@ def run_grade(args: argparse.Namespace) -> int:
     check_references(config.mode, grade.rubrics, [rows[i] for i, _ in pairs])
     check_not_an_input(grade.output, "--output", {"--rubrics": grade.rubrics, "--responses": grade.responses})
     if grade.output.suffix.lower() != ".jsonl":
-        raise ConfigError(f"--output {grade.output}: graded records are JSONL; name the file *.jsonl "
-                          "(`eval --graded` and `rubricrl report` know a file by its extension)")  # fmt: skip
+        raise ConfigError(
+            f"--output {grade.output}: graded records are JSONL; name the file *.jsonl "
+            "(`eval --graded` and `rubricrl report` know a file by its extension)"
+        )
     make_folder(grade.output.parent, f"--output {grade.output}")
 
     async def grade_all(session: LLMSession):
@@ -129,9 +131,11 @@ def run_eval(args: argparse.Namespace) -> int:
     if evaluate.graded:
         here = evaluate.graded.resolve().parent == evaluate.output_dir.resolve()
         if here and (evaluate.output_dir / "config.yaml").exists():  # the settings of the run that graded: kept
-            raise ConfigError(f"--output-dir {evaluate.output_dir}: it holds the run that wrote --graded "
-                              f"{evaluate.graded}, whose config.yaml and report.json this would replace; "
-                              "choose another --output-dir")  # fmt: skip
+            raise ConfigError(
+                f"--output-dir {evaluate.output_dir}: it holds the run that wrote --graded "
+                f"{evaluate.graded}, whose config.yaml and report.json this would replace; "
+                "choose another --output-dir"
+            )
         records = read_graded(evaluate.graded)
     else:
         inputs = {"--rubrics": evaluate.rubrics, "--responses": evaluate.responses}
@@ -189,14 +193,24 @@ def generate_and_grade(evaluate: EvalArgs, config: GradingConfig, llm: LLMSettin
         grader = Grader(client, config)
         if given is not None:
             return await grade_pairs(grader, rows, given)
-        answers = await tqdm_asyncio.gather(*(answer(client, row_id) for row_id in rows), desc="generating",
-                                            file=sys.stderr)  # fmt: skip
+        answers = await tqdm_asyncio.gather(
+            *(answer(client, row_id) for row_id in rows), desc="generating", file=sys.stderr
+        )
         graded = await grade_pairs(grader, rows, [(i, r) for i, r, e in answers if e is None])
-        failed = [{"id": i, "response": None, "score": None, "verdicts": [], "policy_error": e,
-                   "example_tags": list(rows[i].rubric.example_tags)} for i, _, e in answers if e is not None]  # fmt: skip
+        failed = [
+            {
+                "id": i,
+                "response": None,
+                "score": None,
+                "verdicts": [],
+                "policy_error": e,
+                "example_tags": list(rows[i].rubric.example_tags),
+            }
+            for i, _, e in answers
+            if e is not None
+        ]
         if failed:
-            print(f"{len(failed)} policy calls failed; those examples are unscored (see policy_error)",
-                  file=sys.stderr)  # fmt: skip
+            print(f"{len(failed)} policy calls failed; those examples are unscored (see policy_error)", file=sys.stderr)
         return graded + failed
 
     with open_llm(llm, names, source=source, cpu_budgets=config.cpu_max_tokens()) as session:  # policy: the default
@@ -223,15 +237,19 @@ def make_folder(folder: Path, named: str) -> None:
         raise ConfigError(f"{named}: the folder {folder} is not writable")
 
 
-def with_provenance(records: list[dict], *, rubrics: Path, responses: Path | None = None,
-                    policy_model: str | None = None) -> list[dict]:  # fmt: skip
+def with_provenance(
+    records: list[dict], *, rubrics: Path, responses: Path | None = None, policy_model: str | None = None
+) -> list[dict]:
     """Each record with what graded it besides the judge (its `judge` block): the rubric and responses files
     (absolute: a report read elsewhere still names them) or the policy model, and when (see report.PROVENANCE_KEYS).
     In every record rather than in a file beside them, so that a graded file copied, concatenated or read by
     `eval --graded` keeps it."""
-    stamp = {"rubrics": describe_input(rubrics), "responses": describe_input(responses) if responses else None,
-             "policy_model": policy_model,
-             "graded_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}  # fmt: skip
+    stamp = {
+        "rubrics": describe_input(rubrics),
+        "responses": describe_input(responses) if responses else None,
+        "policy_model": policy_model,
+        "graded_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
     return [{**record, "provenance": stamp} for record in records]
 
 
@@ -247,8 +265,11 @@ def failure_status(report: dict, records: list[dict], config: GradingConfig) -> 
     else:
         return 0
     error = f"; first {what} error: {' '.join(first.split())}" if first else " (tied votes, no call failed)"
-    print(f"rubricrl: error: {what} failure rate {rate:.1%} is above max_failure_rate {limit:g} (set it with "
-          f"--max-failure-rate or grading.max_failure_rate in --config){error}", file=sys.stderr)  # fmt: skip
+    print(
+        f"rubricrl: error: {what} failure rate {rate:.1%} is above max_failure_rate {limit:g} (set it with "
+        f"--max-failure-rate or grading.max_failure_rate in --config){error}",
+        file=sys.stderr,
+    )
     return 1
 
 
@@ -256,8 +277,10 @@ async def grade_pairs(grader: Grader, rows: dict[str, RubricRow], pairs: list[tu
     """Graded records for (id, response) pairs, in input order (identical pairs graded once)."""
     items = [GradeItem(rows[i].conversation, response, rows[i].rubric, rows[i].reference) for i, response in pairs]
     graded = await grader.grade_many(items, progress="grading")
-    return [g.to_record(rows[row_id].rubric.example_tags, id=row_id, response=response, judge=grader.metadata)
-            for (row_id, response), g in zip(pairs, graded)]  # fmt: skip
+    return [
+        g.to_record(rows[row_id].rubric.example_tags, id=row_id, response=response, judge=grader.metadata)
+        for (row_id, response), g in zip(pairs, graded)
+    ]
 
 
 def read_graded(path: Path) -> list[dict]:
@@ -265,8 +288,9 @@ def read_graded(path: Path) -> list[dict]:
     records = []
     for where, record in iter_rows(path):
         verdicts = record.get("verdicts")
-        if not isinstance(verdicts, list) or not all(isinstance(v, dict) and isinstance(v.get("points"), int)
-                                                     and "met" in v for v in verdicts):  # fmt: skip
+        if not isinstance(verdicts, list) or not all(
+            isinstance(v, dict) and isinstance(v.get("points"), int) and "met" in v for v in verdicts
+        ):
             raise RubricError(f"{where}: not a graded record: needs 'verdicts', each with integer 'points' and 'met'")
         records.append(record)
     if not records:

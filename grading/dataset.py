@@ -54,7 +54,9 @@ def iter_rubric_rows(path: str | Path, rar_pitfalls: PitfallConvention = "auto")
         yield RubricRow(
             id=row_id,
             conversation=conversation,
-            rubric=rubric_from_items(_rubric_items(record, where, rar_pitfalls), where, record.get("example_tags") or ()),
+            rubric=rubric_from_items(
+                _rubric_items(record, where, rar_pitfalls), where, record.get("example_tags") or ()
+            ),
             reference=record.get("reference_answer"),
             ideal_completion=ideal.get("ideal_completion") if isinstance(ideal, dict) else None,
             where=where,
@@ -82,14 +84,17 @@ def check_references(mode: str, rubrics: str | Path, graded: list[RubricRow]) ->
     are refused before any call (the grader would fail on the first of them, mid-run)."""
     if mode != "reference_likert":
         return
-    missing = list({row.id: row for row in graded if not (isinstance(row.reference, str) and row.reference.strip())}
-                   .values())  # fmt: skip
+    missing = list(
+        {row.id: row for row in graded if not (isinstance(row.reference, str) and row.reference.strip())}.values()
+    )
     if missing:
         first = ", ".join(f"{row.where.rpartition(': ')[2]} (id {row.id!r})" for row in missing[:3])
         more = ", ..." if len(missing) > 3 else ""
-        raise RubricError(f"{rubrics}: --mode reference_likert needs a reference answer ('reference_answer') in "
-                          f"each row it grades; {len(missing)} of {len({r.id for r in graded})} have none: "
-                          f"{first}{more}")  # fmt: skip
+        raise RubricError(
+            f"{rubrics}: --mode reference_likert needs a reference answer ('reference_answer') in "
+            f"each row it grades; {len(missing)} of {len({r.id for r in graded})} have none: "
+            f"{first}{more}"
+        )
 
 
 def load_responses(
@@ -112,4 +117,3 @@ def load_responses(
     if not pairs:
         raise RubricError(f"{opened.source}: no responses")
     return pairs
-

@@ -13,12 +13,18 @@ from typing import Any, ClassVar, Literal
 
 from tqdm import tqdm
 
-from grading import judge
-from grading import integrity
+from grading import integrity, judge
 from grading.rubric import Rubric
 from grading.rules import check_rule
-from grading.scores import (DEFAULT_MIN_COVERAGE, UNDECIDED_CRITERION, UNDECIDED_PENALTY, UndecidedCriterion,
-                            UndecidedPenalty, explicit_score, training_reward)  # fmt: skip
+from grading.scores import (
+    DEFAULT_MIN_COVERAGE,
+    UNDECIDED_CRITERION,
+    UNDECIDED_PENALTY,
+    UndecidedCriterion,
+    UndecidedPenalty,
+    explicit_score,
+    training_reward,
+)
 from rubricrl.aio import gather_or_cancel
 from rubricrl.config import ConfigError
 from rubricrl.llm import LLMClient
@@ -94,17 +100,23 @@ class GradingConfig:
         if self.undecided_penalty not in UNDECIDED_PENALTY:
             raise ValueError(f"undecided_penalty {self.undecided_penalty!r} is not one of {list(UNDECIDED_PENALTY)}")
         if self.undecided_criterion not in UNDECIDED_CRITERION:
-            raise ValueError(f"undecided_criterion {self.undecided_criterion!r} is not one of "
-                             f"{list(UNDECIDED_CRITERION)}")  # fmt: skip
+            raise ValueError(
+                f"undecided_criterion {self.undecided_criterion!r} is not one of {list(UNDECIDED_CRITERION)}"
+            )
         if len(self.reasoning_delimiters) not in (0, 2) or any(not d for d in self.reasoning_delimiters):
-            raise ValueError(f"reasoning_delimiters must be two non-empty strings (open, close) or [], got "
-                             f"{self.reasoning_delimiters}")  # fmt: skip
+            raise ValueError(
+                f"reasoning_delimiters must be two non-empty strings (open, close) or [], got "
+                f"{self.reasoning_delimiters}"
+            )
         judge_prompt(self)  # a missing file or wrong placeholders: said now, before any server starts or call is paid
 
     def rule(self) -> dict[str, Any]:
         """The scoring rule (grading/scores.py): what turns verdicts into a score, and what reports recompute with."""
-        return {"min_coverage": self.min_coverage, "undecided_penalty": self.undecided_penalty,
-                "undecided_criterion": self.undecided_criterion}  # fmt: skip
+        return {
+            "min_coverage": self.min_coverage,
+            "undecided_penalty": self.undecided_penalty,
+            "undecided_criterion": self.undecided_criterion,
+        }
 
     def cpu_max_tokens(self) -> dict[str, int]:
         """max_tokens for a judge on the embedded model on a CPU that sets none: room for a 300-character
@@ -147,11 +159,19 @@ class Graded:
 
     def to_record(self, example_tags: tuple[str, ...] | list[str], **fields: Any) -> dict[str, Any]:
         """A graded record: `fields` (id, response, judge metadata, ...) plus all a report is recomputed from."""
-        return {**fields, "score": self.score, "reward": self.reward, "rating": self.rating,
-                "verdicts": [v.to_dict() for v in self.verdicts], "example_tags": list(example_tags),
-                "integrity_flag": self.integrity_flag, "integrity_note": self.integrity_note,
-                "explanation": self.explanation,
-                "judge_failures": self.judge_failures, "no_answer": self.no_answer}  # fmt: skip
+        return {
+            **fields,
+            "score": self.score,
+            "reward": self.reward,
+            "rating": self.rating,
+            "verdicts": [v.to_dict() for v in self.verdicts],
+            "example_tags": list(example_tags),
+            "integrity_flag": self.integrity_flag,
+            "integrity_note": self.integrity_note,
+            "explanation": self.explanation,
+            "judge_failures": self.judge_failures,
+            "no_answer": self.no_answer,
+        }
 
 
 class Grader:
@@ -166,9 +186,15 @@ class Grader:
         """What produced a grade: recorded with every graded record."""
         config = self.config
         role = self.client.roles[config.judge_role]
-        return {"judge_model": role.model, "mode": config.mode, "samples": config.samples,
-                "prompt": self.prompt.name, "prompt_sha256": self.prompt.sha256, "system_sha256": judge.SYSTEM.sha256,
-                **config.rule()}  # fmt: skip
+        return {
+            "judge_model": role.model,
+            "mode": config.mode,
+            "samples": config.samples,
+            "prompt": self.prompt.name,
+            "prompt_sha256": self.prompt.sha256,
+            "system_sha256": judge.SYSTEM.sha256,
+            **config.rule(),
+        }
 
     async def grade(
         self, conversation: list[dict[str, str]], response: str, rubric: Rubric | None, reference: str | None = None
@@ -178,8 +204,15 @@ class Grader:
         if split.answer is None:
             floor = self._lowest_score(rubric)
             reason = f"reasoning never closed ({len(split.reasoning)} characters, cut off while thinking)"
-            return Graded(floor, floor, [judge.Verdict.of(c, None, f"not graded: {reason}", "none")
-                                         for c in (rubric.criteria if rubric else ())], no_answer=reason)  # fmt: skip
+            return Graded(
+                floor,
+                floor,
+                [
+                    judge.Verdict.of(c, None, f"not graded: {reason}", "none")
+                    for c in (rubric.criteria if rubric else ())
+                ],
+                no_answer=reason,
+            )
         response = split.answer
         found = integrity.check(response, rubric) if config.integrity_check else integrity.Integrity()
         if found.note and config.integrity_judge:
@@ -190,8 +223,10 @@ class Grader:
                 answer = "no" if asked.met is False else "undecided"  # undecided: a judge failure vetoes nothing
                 found = integrity.Integrity(note=f"{found.note}; integrity judge: {answer}")
         if found.veto:
-            not_graded = [judge.Verdict.of(c, None, "not graded: integrity flag", "none")
-                          for c in (rubric.criteria if rubric else ())]  # fmt: skip
+            not_graded = [
+                judge.Verdict.of(c, None, "not graded: integrity flag", "none")
+                for c in (rubric.criteria if rubric else ())
+            ]
             floor = self._lowest_score(rubric)
             return Graded(floor, floor, not_graded, integrity_flag=found.veto, integrity_note=found.note)
         if config.mode in ("implicit", "likert", "reference_likert"):
@@ -222,12 +257,13 @@ class Grader:
             judged = await gather_or_cancel(
                 judge.judge_per_criterion(client, role, prompt, conversation, response, c, config.samples)
                 for _, c in by_judge
-            )  # fmt: skip
+            )
         else:
             chunks = [by_judge[k : k + config.chunk_size] for k in range(0, len(by_judge), config.chunk_size)]
-            results = await gather_or_cancel(judge.judge_batched(client, role, prompt, conversation, response,
-                                                                 [c for _, c in chunk], config.samples)
-                                             for chunk in chunks)  # fmt: skip
+            results = await gather_or_cancel(
+                judge.judge_batched(client, role, prompt, conversation, response, [c for _, c in chunk], config.samples)
+                for chunk in chunks
+            )
             judged = [v for chunk in results for v in chunk]
         verdicts.update({i: v for (i, _), v in zip(by_judge, judged)})
         ordered = [verdicts[i] for i in range(len(rubric.criteria))]
@@ -242,13 +278,19 @@ class Grader:
         if config.mode == "reference_likert" and not reference:
             raise ValueError("reference_likert grading needs a reference answer")
         rating = await judge.judge_rating(
-            self.client, config.judge_role, self.prompt, conversation, response,
+            self.client,
+            config.judge_role,
+            self.prompt,
+            conversation,
+            response,
             criteria=list(rubric.criteria) if config.mode == "implicit" else None,
-            reference=reference if config.mode == "reference_likert" else None, samples=config.samples,
-        )  # fmt: skip
+            reference=reference if config.mode == "reference_likert" else None,
+            samples=config.samples,
+        )
         score = rating.normalized
-        return Graded(score, score, rating=rating.value, explanation=rating.explanation,
-                      judge_failures=int(rating.value is None))  # fmt: skip
+        return Graded(
+            score, score, rating=rating.value, explanation=rating.explanation, judge_failures=int(rating.value is None)
+        )
 
     async def grade_many(self, items: list[GradeItem], *, progress: str | None = None) -> list[Graded]:
         """Grade items concurrently, identical items once (the same Graded object is returned for each), in the
@@ -261,8 +303,9 @@ class Grader:
         cancelled): a training step waits at most that long for its judge."""
         return await self._grade_unique(items, deadline=deadline)
 
-    async def _grade_unique(self, items: list[GradeItem], *, progress: str | None = None,
-                            deadline: float | None = None) -> list:  # fmt: skip
+    async def _grade_unique(
+        self, items: list[GradeItem], *, progress: str | None = None, deadline: float | None = None
+    ) -> list:
         unique: dict[Any, GradeItem] = {}
         keys = []
         for item in items:

@@ -42,8 +42,22 @@ from pathlib import Path
 
 from grading import judge
 from grading.integrity_patterns import (
-    AI_GRADER, BASE64_RUN, FENCED, FORGED, GRADE_THIS, GRADER, INVISIBLE, MARKER,
-    NOTES, OVERRIDE, RESULT, RESULT_WORDS, RUBRIC_WORDS, SELF, SENTENCE, VERB,
+    AI_GRADER,
+    BASE64_RUN,
+    FENCED,
+    FORGED,
+    GRADE_THIS,
+    GRADER,
+    INVISIBLE,
+    MARKER,
+    NOTES,
+    OVERRIDE,
+    RESULT,
+    RESULT_WORDS,
+    RUBRIC_WORDS,
+    SELF,
+    SENTENCE,
+    VERB,
 )
 from grading.rubric import Criterion, Rubric
 from rubricrl.llm import LLMClient

@@ -29,8 +29,13 @@ CRITERION = load_prompt(PROMPTS / "judge_criterion.txt")
 BATCHED = load_prompt(PROMPTS / "judge_batched.txt")
 IMPLICIT = load_prompt(PROMPTS / "judge_implicit.txt")
 LIKERT = load_prompt(PROMPTS / "judge_likert.txt")
-PROMPT_FOR_MODE = {"per_criterion": CRITERION, "batched": BATCHED, "implicit": IMPLICIT, "likert": LIKERT,
-                   "reference_likert": LIKERT}  # fmt: skip
+PROMPT_FOR_MODE = {
+    "per_criterion": CRITERION,
+    "batched": BATCHED,
+    "implicit": IMPLICIT,
+    "likert": LIKERT,
+    "reference_likert": LIKERT,
+}
 
 # Short enough that the JSON closes well within a judge's max_tokens even in scripts that take a token per
 # character: with 600 characters, a small judge repeating itself in Spanish ran out of tokens mid-string.
@@ -65,8 +70,14 @@ class Verdict:
         return cls(criterion.text, criterion.points, criterion.tags, met, explanation, source)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"criterion": self.criterion, "points": self.points, "tags": list(self.tags), "met": self.met,
-                "explanation": self.explanation, "source": self.source}  # fmt: skip
+        return {
+            "criterion": self.criterion,
+            "points": self.points,
+            "tags": list(self.tags),
+            "met": self.met,
+            "explanation": self.explanation,
+            "source": self.source,
+        }
 
 
 @dataclass
@@ -88,8 +99,9 @@ def response_code(response: str) -> str:
 def quoted(template: Prompt, conversation: list[dict[str, str]], response: str, **values: str) -> list[dict[str, str]]:
     """The judge's messages: fixed instructions, then conversation and response (a prefix shared by every
     criterion of the same response, which vLLM's prefix cache serves), then what varies."""
-    user = template.render(conversation=format_conversation(conversation), response=response,
-                           code=response_code(response), **values)  # fmt: skip
+    user = template.render(
+        conversation=format_conversation(conversation), response=response, code=response_code(response), **values
+    )
     return [{"role": "system", "content": SYSTEM.text}, {"role": "user", "content": user}]
 
 
@@ -106,9 +118,14 @@ def majority(votes: list[bool]) -> bool | None:
 
 
 async def judge_per_criterion(
-    client: LLMClient, role: str, prompt: Prompt, conversation: list[dict], response: str, criterion: Criterion,
+    client: LLMClient,
+    role: str,
+    prompt: Prompt,
+    conversation: list[dict],
+    response: str,
+    criterion: Criterion,
     samples: int = 1,
-) -> Verdict:  # fmt: skip
+) -> Verdict:
     """One judge call for one criterion (HealthBench style); `prompt`: CRITERION or one with its placeholders."""
     messages = quoted(prompt, conversation, response, points=f"{criterion.points:+d}", criterion=criterion.text)
     try:
@@ -124,13 +141,21 @@ async def judge_per_criterion(
 def batched_schema(ids: list[str]) -> dict[str, Any]:
     item = {
         "type": "object",
-        "properties": {"id": {"type": "string", "enum": ids}, "explanation": EXPLANATION,
-                       "criteria_met": {"type": "boolean"}},  # fmt: skip
+        "properties": {
+            "id": {"type": "string", "enum": ids},
+            "explanation": EXPLANATION,
+            "criteria_met": {"type": "boolean"},
+        },
         "required": ["id", "explanation", "criteria_met"],
         "additionalProperties": False,
     }
     verdicts = {"type": "array", "items": item, "minItems": len(ids), "maxItems": len(ids)}
-    return {"type": "object", "properties": {"verdicts": verdicts}, "required": ["verdicts"], "additionalProperties": False}
+    return {
+        "type": "object",
+        "properties": {"verdicts": verdicts},
+        "required": ["verdicts"],
+        "additionalProperties": False,
+    }
 
 
 def exactly_these_ids(ids: list[str]):
@@ -144,17 +169,23 @@ def exactly_these_ids(ids: list[str]):
 
 
 async def judge_batched(
-    client: LLMClient, role: str, prompt: Prompt, conversation: list[dict], response: str, criteria: list[Criterion],
+    client: LLMClient,
+    role: str,
+    prompt: Prompt,
+    conversation: list[dict],
+    response: str,
+    criteria: list[Criterion],
     samples: int = 1,
-) -> list[Verdict]:  # fmt: skip
+) -> list[Verdict]:
     """All given criteria in one call (`prompt`: BATCHED or one with its placeholders): one verdict per criterion
     id, or the call is sampled again (bounded); never padded or truncated. The caller chunks long rubrics."""
     ids = [f"c{i + 1}" for i in range(len(criteria))]
     listing = "\n".join(f"{i} ({c.points:+d}): {c.text}" for i, c in zip(ids, criteria))
     messages = quoted(prompt, conversation, response, criteria=listing)
     try:
-        result = await client.chat(role, messages, n=samples, schema=batched_schema(ids), schema_name="verdicts",
-                                   check=exactly_these_ids(ids))  # fmt: skip
+        result = await client.chat(
+            role, messages, n=samples, schema=batched_schema(ids), schema_name="verdicts", check=exactly_these_ids(ids)
+        )
     except EndpointUnreachable:  # the judge's server is down: the command stops, not one verdict
         raise
     except LLMError as error:
@@ -163,13 +194,20 @@ async def judge_batched(
     return [
         Verdict.of(c, majority([sample[i]["criteria_met"] for sample in by_id]), by_id[0][i]["explanation"], "judge")
         for i, c in zip(ids, criteria)
-    ]  # fmt: skip
+    ]
 
 
 async def judge_rating(
-    client: LLMClient, role: str, prompt: Prompt, conversation: list[dict], response: str, *,
-    criteria: list[Criterion] | None = None, reference: str | None = None, samples: int = 1,
-) -> Rating:  # fmt: skip
+    client: LLMClient,
+    role: str,
+    prompt: Prompt,
+    conversation: list[dict],
+    response: str,
+    *,
+    criteria: list[Criterion] | None = None,
+    reference: str | None = None,
+    samples: int = 1,
+) -> Rating:
     """One 1-10 rating: against the whole rubric (implicit, when `criteria` is given; `prompt` as IMPLICIT), or
     without a rubric (Simple-Likert), optionally against a reference answer (Reference-Likert; `prompt` as LIKERT)."""
     if criteria is not None:

@@ -128,9 +128,12 @@ def load_metaeval(path: str | Path, limit: int | None = None) -> list[MetaEvalUn
 def pairwise_pairs(units: Sequence[MetaEvalUnit], predictions: Sequence[Sequence[Met]]) -> list[Pair]:
     """The judge's verdict on each row against each physician label of that row (HealthBench's pairwise metrics),
     grouped by unit for the bootstrap; `predictions[i][j]` is the judge's verdict on row j of unit i."""
-    return [Pair(met, label, (row.category,) if row.category else (), unit.id)
-            for unit, verdicts in zip(units, predictions, strict=True)
-            for row, met in zip(unit.rows, verdicts, strict=True) for label in row.labels]  # fmt: skip
+    return [
+        Pair(met, label, (row.category,) if row.category else (), unit.id)
+        for unit, verdicts in zip(units, predictions, strict=True)
+        for row, met in zip(unit.rows, verdicts, strict=True)
+        for label in row.labels
+    ]
 
 
 def _content_id(row: MetaEvalRow) -> str:

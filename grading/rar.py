@@ -23,7 +23,9 @@ CATEGORY_PREFIX = re.compile(r"^\s*(Essential|Important|Optional|Pitfall)\s+Crit
 # confuse mass with weight"). "Does not" + a verb of omission ("Does not mention ...") names the mistake itself.
 AVOIDANCE = re.compile(
     r"^(?:avoids?|refrains?|steers? clear|never|(?:does not|doesn't|do not)\s+(?:make|commit|fall|confuse|conflate|"
-    r"mix|misstate|misinterpret|misidentify|misapply|misuse|overstate|exaggerate|contradict|introduce))\b", re.I)
+    r"mix|misstate|misinterpret|misidentify|misapply|misuse|overstate|exaggerate|contradict|introduce))\b",
+    re.I,
+)
 PitfallConvention = Literal["auto", "mistake", "avoidance"]
 
 

@@ -14,9 +14,12 @@ the policy answered), policy model (or null where responses were given), and whe
 
 
 def example_metrics(
-    record: dict[str, Any], *, min_coverage: float = DEFAULT_MIN_COVERAGE,
-    undecided_penalty: UndecidedPenalty = "unscored", undecided_criterion: UndecidedCriterion = "drop",
-) -> dict[str, float]:  # fmt: skip
+    record: dict[str, Any],
+    *,
+    min_coverage: float = DEFAULT_MIN_COVERAGE,
+    undecided_penalty: UndecidedPenalty = "unscored",
+    undecided_criterion: UndecidedCriterion = "drop",
+) -> dict[str, float]:
     """Per-example metrics of one graded record, recomputed from its verdicts (not its stored score, which may
     follow other settings). A flagged record, or one without an answer (its reasoning never closed), keeps the
     score it was given (0, or the lowest the rubric allows) overall and on its example tags."""
@@ -28,18 +31,31 @@ def example_metrics(
         score = record.get("score")
         return {} if score is None else {"overall_score": score, **{tag: score for tag in example_tags}}
     verdicts = record["verdicts"]
-    rubric = Rubric(tuple(Criterion(v["criterion"], v["points"], tuple(v.get("tags") or ())) for v in verdicts),
-                    example_tags)  # fmt: skip
-    return tag_scores(rubric, [v["met"] for v in verdicts], min_coverage=min_coverage,
-                      undecided_penalty=undecided_penalty, undecided_criterion=undecided_criterion)  # fmt: skip
+    rubric = Rubric(
+        tuple(Criterion(v["criterion"], v["points"], tuple(v.get("tags") or ())) for v in verdicts), example_tags
+    )
+    return tag_scores(
+        rubric,
+        [v["met"] for v in verdicts],
+        min_coverage=min_coverage,
+        undecided_penalty=undecided_penalty,
+        undecided_criterion=undecided_criterion,
+    )
 
 
 def build_report(
-    records: Sequence[dict[str, Any]], *, min_coverage: float = DEFAULT_MIN_COVERAGE,
-    undecided_penalty: UndecidedPenalty = "unscored", undecided_criterion: UndecidedCriterion = "drop", seed: int = 0,
-) -> dict:  # fmt: skip
-    rule = {"min_coverage": min_coverage, "undecided_penalty": undecided_penalty,
-            "undecided_criterion": undecided_criterion}  # fmt: skip
+    records: Sequence[dict[str, Any]],
+    *,
+    min_coverage: float = DEFAULT_MIN_COVERAGE,
+    undecided_penalty: UndecidedPenalty = "unscored",
+    undecided_criterion: UndecidedCriterion = "drop",
+    seed: int = 0,
+) -> dict:
+    rule = {
+        "min_coverage": min_coverage,
+        "undecided_penalty": undecided_penalty,
+        "undecided_criterion": undecided_criterion,
+    }
     per_example = [example_metrics(r, **rule) for r in records]
     metrics = {}
     for name, stats in aggregate(per_example, seed=seed).items():
@@ -91,12 +107,16 @@ def provenance(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     `eval --graded` states the same provenance as the run that graded them."""
 
     def values(block: str, key: str) -> Any:
-        found = sorted({str(r[block][key]) for r in records
-                        if isinstance(r.get(block), dict) and r[block].get(key) is not None})  # fmt: skip
+        found = sorted(
+            {str(r[block][key]) for r in records if isinstance(r.get(block), dict) and r[block].get(key) is not None}
+        )
         return None if not found else found[0] if len(found) == 1 else found
 
-    return {"judge_model": values("judge", "judge_model"), "mode": values("judge", "mode"),
-            **{key: values("provenance", key) for key in PROVENANCE_KEYS}}  # fmt: skip
+    return {
+        "judge_model": values("judge", "judge_model"),
+        "mode": values("judge", "mode"),
+        **{key: values("provenance", key) for key in PROVENANCE_KEYS},
+    }
 
 
 def format_report(report: dict) -> str:
@@ -108,12 +128,15 @@ def format_report(report: dict) -> str:
     width = max([42, *map(len, names)]) + 2
     lines = [f"{'metric':{width}}{'score':>8}{'n':>6}{'± std':>9}"]
     for name in order:
-        lines.append(f"{name:{width}}{metrics[name]:8.3f}{metrics[name + ':n_samples']:6d}"
-                     f"{metrics[name + ':bootstrap_std']:9.3f}")  # fmt: skip
+        lines.append(
+            f"{name:{width}}{metrics[name]:8.3f}{metrics[name + ':n_samples']:6d}"
+            f"{metrics[name + ':bootstrap_std']:9.3f}"
+        )
     policy = f" ({report['policy_failures']} policy calls failed)" if report.get("policy_failures") else ""
-    lines.append(f"{report['examples']} examples, {report['unscored_examples']} unscored{policy}, judge failure rate "
-                 f"{report['judge_failure_rate']:.1%}, {report['integrity_flagged']} flagged by the integrity check"
-                 + (f" ({report['integrity_noted']} more noted)" if report.get("integrity_noted") else "")
-                 + (f", {report['no_answer']} without an answer (reasoning never closed)" if report.get("no_answer")
-                    else ""))  # fmt: skip
+    lines.append(
+        f"{report['examples']} examples, {report['unscored_examples']} unscored{policy}, judge failure rate "
+        f"{report['judge_failure_rate']:.1%}, {report['integrity_flagged']} flagged by the integrity check"
+        + (f" ({report['integrity_noted']} more noted)" if report.get("integrity_noted") else "")
+        + (f", {report['no_answer']} without an answer (reasoning never closed)" if report.get("no_answer") else "")
+    )
     return "\n".join(lines)

@@ -86,13 +86,18 @@ async def rubric_reward(
         texts = decode(completion_ids)
     else:
         texts = [_text(completion, config.reasoning_delimiters) for completion in completions]
-    splits = [split_reasoning(text, config.reasoning_delimiters, starts_open=config.reasoning_starts_open)
-              for text in texts]  # fmt: skip
+    splits = [
+        split_reasoning(text, config.reasoning_delimiters, starts_open=config.reasoning_starts_open) for text in texts
+    ]
     count = count_tokens or len
-    parts = [(count(split.reasoning) if split.reasoning else 0, count(split.answer) if split.answer else 0)
-             for split in splits]  # fmt: skip
-    items = [GradeItem(_messages(prompt), text, rubric, reference_answer[i] if reference_answer else None)
-             for i, (prompt, text, rubric) in enumerate(zip(prompts, texts, parsed))]  # fmt: skip
+    parts = [
+        (count(split.reasoning) if split.reasoning else 0, count(split.answer) if split.answer else 0)
+        for split in splits
+    ]
+    items = [
+        GradeItem(_messages(prompt), text, rubric, reference_answer[i] if reference_answer else None)
+        for i, (prompt, text, rubric) in enumerate(zip(prompts, texts, parsed))
+    ]
     calls_before = _judge_calls(grader)
     started = time.monotonic()
     try:  # one per completion, in the items' order; None: not judged before the deadline
@@ -100,8 +105,17 @@ async def rubric_reward(
     except EndpointUnreachable:  # the judge's server is down: nothing scored (the batch's other calls cancelled)
         if on_batch is not None:
             asked = sum(sum(c.rule is None for c in rubric.criteria) or 1 for rubric in parsed)  # the judge's share
-            on_batch(BatchStats(completions=len(items), unscored=len(items), flagged=0, verdicts=asked,
-                                failed_verdicts=asked, seconds=time.monotonic() - started, judge_calls=0))
+            on_batch(
+                BatchStats(
+                    completions=len(items),
+                    unscored=len(items),
+                    flagged=0,
+                    verdicts=asked,
+                    failed_verdicts=asked,
+                    seconds=time.monotonic() - started,
+                    judge_calls=0,
+                )
+            )
         return [None] * len(items)
     seconds = time.monotonic() - started
     rewards = [None if g is None else g.reward for g in graded]
@@ -115,8 +129,15 @@ async def rubric_reward(
         for name, value in {**stats.metrics(), **endpoint_metrics(grader.client)}.items():
             log_metric(name, value)
     if log_extra is not None:
-        log_extra("rubric_verdicts", [json.dumps([[v.criterion[:60], v.points, v.met] for v in g.verdicts],
-                                                 ensure_ascii=False) if g else "timed out" for g in graded])  # fmt: skip
+        log_extra(
+            "rubric_verdicts",
+            [
+                json.dumps([[v.criterion[:60], v.points, v.met] for v in g.verdicts], ensure_ascii=False)
+                if g
+                else "timed out"
+                for g in graded
+            ],
+        )
         log_extra("rubric_flag", [(g.integrity_flag or "") if g else "" for g in graded])
     return rewards
 
@@ -132,8 +153,14 @@ def endpoint_metrics(client) -> dict[str, float]:
         parts = urlsplit(url)  # host, port and path only: credentials in a URL must not reach a metric name
         port = parts.port or (443 if parts.scheme == "https" else 80)
         name = f"rubric/endpoint/{parts.hostname}:{port}{parts.path.removesuffix('/v1')}"
-        metrics.update({f"{name}/requests": float(s.requests), f"{name}/failures": float(s.failures),
-                        f"{name}/latency_s": s.mean_latency, f"{name}/taken_out": float(s.ejected)})  # fmt: skip
+        metrics.update(
+            {
+                f"{name}/requests": float(s.requests),
+                f"{name}/failures": float(s.failures),
+                f"{name}/latency_s": s.mean_latency,
+                f"{name}/taken_out": float(s.ejected),
+            }
+        )
     return metrics
 
 
@@ -202,8 +229,15 @@ class BatchStats:
         return out
 
 
-def batch_stats(graded: list, rubrics: list[Rubric], rewards: list[float | None], lengths: list[int], seconds: float,
-                judge_calls: int, parts: list[tuple[int, int]] | None = None) -> BatchStats:  # fmt: skip
+def batch_stats(
+    graded: list,
+    rubrics: list[Rubric],
+    rewards: list[float | None],
+    lengths: list[int],
+    seconds: float,
+    judge_calls: int,
+    parts: list[tuple[int, int]] | None = None,
+) -> BatchStats:
     """Pure: the statistics of one graded batch (verdicts read against their rubric's criteria for categories);
     `graded` holds None for a completion not judged before the deadline; `parts`: each completion's (reasoning,
     answer) lengths."""
@@ -225,14 +259,22 @@ def batch_stats(graded: list, rubrics: list[Rubric], rewards: list[float | None]
             criteria[v.criterion][0] += v.met
             criteria[v.criterion][1] += 1
             category = by_text[v.criterion].category if v.criterion in by_text else None
-            for key in ("criteria_pass_rate", *(f"tag/{t}" for t in v.tags),
-                        *((f"category/{category}",) if category else ())):  # fmt: skip
+            for key in (
+                "criteria_pass_rate",
+                *(f"tag/{t}" for t in v.tags),
+                *((f"category/{category}",) if category else ()),
+            ):
                 decided[key].append(v.met)
     scored = [(r, n) for r, n in zip(rewards, lengths) if r is not None]
     return BatchStats(
-        completions=len(graded), unscored=sum(r is None for r in rewards),
-        flagged=sum(g is not None and g.integrity_flag is not None for g in graded), verdicts=verdicts,
-        failed_verdicts=failed, seconds=seconds, judge_calls=judge_calls, timed_out=sum(g is None for g in graded),
+        completions=len(graded),
+        unscored=sum(r is None for r in rewards),
+        flagged=sum(g is not None and g.integrity_flag is not None for g in graded),
+        verdicts=verdicts,
+        failed_verdicts=failed,
+        seconds=seconds,
+        judge_calls=judge_calls,
+        timed_out=sum(g is None for g in graded),
         criteria={text: (met, total) for text, (met, total) in criteria.items()},
         pass_rates={key: sum(values) / len(values) for key, values in decided.items()},
         mean_length=sum(lengths) / len(lengths) if lengths else 0.0,
@@ -241,7 +283,7 @@ def batch_stats(graded: list, rubrics: list[Rubric], rewards: list[float | None]
         reasoning_length=sum(r for r, _ in parts) / len(parts) if parts else 0.0,
         answer_length=sum(a for _, a in parts) / len(parts) if parts else 0.0,
         length_reward_corr=pearson([r for r, _ in scored], [n for _, n in scored]),
-    )  # fmt: skip
+    )
 
 
 def _judge_calls(grader: Grader) -> int:
@@ -263,5 +305,8 @@ def _text(completion: Any, delimiters: list[str]) -> str:
     policy wrote it. (An empty reasoning leaves no trace in TRL's parse: `rurl train` passes `decode` instead.)"""
     if isinstance(completion, str):
         return completion
-    return "".join(as_written(m.get("content"), m.get("reasoning_content") or m.get("thinking"), delimiters)
-                   for m in completion if m.get("role") == "assistant")  # fmt: skip
+    return "".join(
+        as_written(m.get("content"), m.get("reasoning_content") or m.get("thinking"), delimiters)
+        for m in completion
+        if m.get("role") == "assistant"
+    )

@@ -53,9 +53,13 @@ class ExampleScore:
 
 
 def explicit_score(
-    points: Sequence[int], met: Sequence[bool | None], *, min_coverage: float = DEFAULT_MIN_COVERAGE,
-    undecided_penalty: UndecidedPenalty = "unscored", undecided_criterion: UndecidedCriterion = "drop",
-) -> ExampleScore:  # fmt: skip
+    points: Sequence[int],
+    met: Sequence[bool | None],
+    *,
+    min_coverage: float = DEFAULT_MIN_COVERAGE,
+    undecided_penalty: UndecidedPenalty = "unscored",
+    undecided_criterion: UndecidedCriterion = "drop",
+) -> ExampleScore:
     """HealthBench's per-example score over the decided verdicts (undecided penalties and criteria: see the
     module doc).
 
@@ -78,20 +82,31 @@ def explicit_score(
         met = [False if p > 0 and m is None else m for p, m in zip(points, met)]
     counted = [(p, m) for p, m in zip(points, met) if m is not None]
     possible = sum(p for p, _ in counted if p > 0)
-    if (not points or decided / len(points) < min_coverage or possible == 0
-            or (open_penalty and undecided_penalty == "unscored")):  # fmt: skip
+    if (
+        not points
+        or decided / len(points) < min_coverage
+        or possible == 0
+        or (open_penalty and undecided_penalty == "unscored")
+    ):
         return ExampleScore(None, decided, len(points))
     return ExampleScore(sum(p for p, m in counted if m) / possible, decided, len(points))
 
 
 def tag_scores(
-    rubric: Rubric, met: Sequence[bool | None], *, min_coverage: float = DEFAULT_MIN_COVERAGE,
-    undecided_penalty: UndecidedPenalty = "unscored", undecided_criterion: UndecidedCriterion = "drop",
-) -> dict[str, float]:  # fmt: skip
+    rubric: Rubric,
+    met: Sequence[bool | None],
+    *,
+    min_coverage: float = DEFAULT_MIN_COVERAGE,
+    undecided_penalty: UndecidedPenalty = "unscored",
+    undecided_criterion: UndecidedCriterion = "drop",
+) -> dict[str, float]:
     """HealthBench's per-example metrics: `overall_score`, each example tag (theme:*) at the overall score, and
     each criterion tag (axis:*, cluster:*, ...) scored over that tag's criteria alone, only where it is defined."""
-    rule = {"min_coverage": min_coverage, "undecided_penalty": undecided_penalty,
-            "undecided_criterion": undecided_criterion}  # fmt: skip
+    rule = {
+        "min_coverage": min_coverage,
+        "undecided_penalty": undecided_penalty,
+        "undecided_criterion": undecided_criterion,
+    }
     overall = explicit_score([c.points for c in rubric.criteria], met, **rule).score
     if overall is None:
         return {}
@@ -127,9 +142,13 @@ def aggregate(per_example: Sequence[dict[str, float]], *, samples: int = 1000, s
         for name, value in metrics.items():
             values[name].append(value)
     return {
-        name: {"value": clipped_mean(vs), "n_samples": len(vs), "bootstrap_std": bootstrap_std(vs, samples=samples, seed=seed)}
+        name: {
+            "value": clipped_mean(vs),
+            "n_samples": len(vs),
+            "bootstrap_std": bootstrap_std(vs, samples=samples, seed=seed),
+        }
         for name, vs in sorted(values.items())
-    }  # fmt: skip
+    }
 
 
 def training_reward(score: float | None, *, clip: bool = True) -> float | None:

@@ -28,15 +28,22 @@ class Candidate:
 
 
 def eligible(candidate: Candidate, threshold: float, truncated_ok: bool = False) -> bool:
-    return (candidate.score is not None and not candidate.flagged and not candidate.no_answer
-            and (truncated_ok or not candidate.truncated)
-            and candidate.score >= threshold and bool(candidate.text.strip()))  # fmt: skip
+    return (
+        candidate.score is not None
+        and not candidate.flagged
+        and not candidate.no_answer
+        and (truncated_ok or not candidate.truncated)
+        and candidate.score >= threshold
+        and bool(candidate.text.strip())
+    )
 
 
-def select(candidates: Sequence[Candidate], *, threshold: float, keep: int = 1, truncated_ok: bool = False
-           ) -> list[Candidate]:  # fmt: skip
-    ranked = sorted((c for c in candidates if eligible(c, threshold, truncated_ok)),
-                    key=lambda c: (-c.score, len(c.text), c.index))  # fmt: skip
+def select(
+    candidates: Sequence[Candidate], *, threshold: float, keep: int = 1, truncated_ok: bool = False
+) -> list[Candidate]:
+    ranked = sorted(
+        (c for c in candidates if eligible(c, threshold, truncated_ok)), key=lambda c: (-c.score, len(c.text), c.index)
+    )
     kept, texts = [], set()
     for candidate in ranked:
         if len(kept) < keep and candidate.text.strip() not in texts:

@@ -50,8 +50,18 @@ MIN_TOKEN_LENGTH = 16
 DEFAULT_PORT = 8760
 # End-of-sequence tokens as a tokenizer decodes them with special tokens kept (ChatML/Qwen, Llama 3, Phi, gpt-oss,
 # Gemma, Mistral/Llama 2, DeepSeek): removed from the end of an OpenRLHF query's response.
-DEFAULT_EOS = ["<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<|end|>", "<|return|>",
-               "<end_of_turn>", "<eos>", "</s>", "<｜end▁of▁sentence｜>"]  # fmt: skip
+DEFAULT_EOS = [
+    "<|im_end|>",
+    "<|endoftext|>",
+    "<|eot_id|>",
+    "<|end_of_text|>",
+    "<|end|>",
+    "<|return|>",
+    "<end_of_turn>",
+    "<eos>",
+    "</s>",
+    "<｜end▁of▁sentence｜>",
+]
 
 
 class ServiceError(UserError):
@@ -71,13 +81,16 @@ def check_token(host: str, token: str | None) -> str | None:
     """The token the service requires (None: none), or a ServiceError: off loopback one is needed."""
     token = token or None
     if token is None and not is_loopback(host):
-        raise ServiceError(f"--host {host} listens beyond this machine: the service spends judge calls on request, "
-                           f"so it needs a bearer token; set {TOKEN_ENV} (at least {MIN_TOKEN_LENGTH} characters, "
-                           "e.g. `export RUBRICRL_REWARD_TOKEN=$(openssl rand -hex 24)`) and send it as "
-                           "`Authorization: Bearer ...`, or listen on 127.0.0.1")  # fmt: skip
+        raise ServiceError(
+            f"--host {host} listens beyond this machine: the service spends judge calls on request, "
+            f"so it needs a bearer token; set {TOKEN_ENV} (at least {MIN_TOKEN_LENGTH} characters, "
+            "e.g. `export RUBRICRL_REWARD_TOKEN=$(openssl rand -hex 24)`) and send it as "
+            "`Authorization: Bearer ...`, or listen on 127.0.0.1"
+        )
     if token is not None and len(token) < MIN_TOKEN_LENGTH:
-        raise ServiceError(f"{TOKEN_ENV} is {len(token)} characters; use at least {MIN_TOKEN_LENGTH} "
-                           "(e.g. `openssl rand -hex 24`)")  # fmt: skip
+        raise ServiceError(
+            f"{TOKEN_ENV} is {len(token)} characters; use at least {MIN_TOKEN_LENGTH} (e.g. `openssl rand -hex 24`)"
+        )
     return token
 
 
@@ -85,12 +98,12 @@ def split_response(query: str, prompt: str, eos: list[str]) -> str | None:
     """The response in an OpenRLHF query: what follows the prompt (None when the prompt is not in the query, e.g.
     a prompt truncated by the engine), without trailing end-of-sequence tokens."""
     if query.startswith(prompt):
-        response = query[len(prompt):]
+        response = query[len(prompt) :]
     else:
         at = query.find(prompt) if prompt else -1
         if at < 0:
             return None
-        response = query[at + len(prompt):]
+        response = query[at + len(prompt) :]
     stripped = True
     while stripped:
         stripped = False
@@ -125,22 +138,37 @@ class Totals:
     """4xx/5xx answers by status."""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"requests": self.requests, "completions": self.completions, "unscored": self.unscored,
-                "unscored_rate": self.unscored / self.completions if self.completions else 0.0,
-                "prompt_not_in_query": self.prompt_not_in_query, "judge_down": self.judge_down,
-                "judge_failure_rate": self.failed_verdicts / self.verdicts if self.verdicts else 0.0,
-                "grading_seconds": round(self.seconds, 3),
-                "rejected": {str(k): v for k, v in sorted(self.rejected.items())}}  # fmt: skip
+        return {
+            "requests": self.requests,
+            "completions": self.completions,
+            "unscored": self.unscored,
+            "unscored_rate": self.unscored / self.completions if self.completions else 0.0,
+            "prompt_not_in_query": self.prompt_not_in_query,
+            "judge_down": self.judge_down,
+            "judge_failure_rate": self.failed_verdicts / self.verdicts if self.verdicts else 0.0,
+            "grading_seconds": round(self.seconds, 3),
+            "rejected": {str(k): v for k, v in sorted(self.rejected.items())},
+        }
 
 
 class RewardService:
     """The rubric reward over HTTP for the rows of one rubric dataset, graded by `grader` (its client must be open
     for as long as the service runs)."""
 
-    def __init__(self, rows: dict[str, RubricRow], grader: Grader, *, token: str | None = None,
-                 unscored_reward: float = 0.0, max_batch: int = 8192, max_body: int = 256 << 20,
-                 deadline: float | None = None, eos: list[str] | None = None, source: str = "the rubric dataset",
-                 log: Callable[[str], None] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        rows: dict[str, RubricRow],
+        grader: Grader,
+        *,
+        token: str | None = None,
+        unscored_reward: float = 0.0,
+        max_batch: int = 8192,
+        max_body: int = 256 << 20,
+        deadline: float | None = None,
+        eos: list[str] | None = None,
+        source: str = "the rubric dataset",
+        log: Callable[[str], None] | None = None,
+    ):
         self.rows = rows
         self.grader = grader
         self.token = token
@@ -153,9 +181,13 @@ class RewardService:
         self.log = log or (lambda line: print(f"[reward serve] {line}", file=sys.stderr, flush=True))
         self.totals = Totals()
         # Each row's criteria in the shape rubric_reward reads (the `rubrics` column), made once.
-        self.items = {row_id: [{"criterion": c.text, "points": c.points, "tags": list(c.tags),
-                                "category": c.category, "rule": c.rule} for c in row.rubric.criteria]
-                      for row_id, row in rows.items()}  # fmt: skip
+        self.items = {
+            row_id: [
+                {"criterion": c.text, "points": c.points, "tags": list(c.tags), "category": c.category, "rule": c.rule}
+                for c in row.rubric.criteria
+            ]
+            for row_id, row in rows.items()
+        }
         self.has_references = any(row.reference for row in rows.values())
 
     def app(self) -> web.Application:
@@ -177,13 +209,21 @@ class RewardService:
         except BadRequest as bad:
             return self._refuse(request, bad.status, str(bad))
         except web.HTTPRequestEntityTooLarge:
-            return self._refuse(request, 413, f"request body over {self.max_body} bytes (the service's --max-body-mb "
-                                              f"{self.max_body / 2**20:g}): send fewer completions per request")  # fmt: skip
+            return self._refuse(
+                request,
+                413,
+                f"request body over {self.max_body} bytes (the service's --max-body-mb "
+                f"{self.max_body / 2**20:g}): send fewer completions per request",
+            )
         except web.HTTPException as http:  # aiohttp's own: 404, 405, ...
             if http.status < 400:
                 raise
-            return self._refuse(request, http.status, f"{http.reason}: {request.method} {request.path} (this service "
-                                                      "answers POST /get_reward, GET /health, GET /stats)")  # fmt: skip
+            return self._refuse(
+                request,
+                http.status,
+                f"{http.reason}: {request.method} {request.path} (this service "
+                "answers POST /get_reward, GET /health, GET /stats)",
+            )
         except asyncio.CancelledError:
             raise
         except UserError as error:  # curated one-line messages (a judge setting, an API key's env var by name)
@@ -212,10 +252,17 @@ class RewardService:
         return web.json_response({"status": "ok"})
 
     async def _stats(self, request: web.Request) -> web.Response:
-        return web.json_response({**self.totals.as_dict(), "judge_calls": self.judge_calls(), "rows": len(self.rows),
-                                  "max_batch": self.max_batch,
-                                  "max_body": self.max_body, "unscored_reward": self.unscored_reward,
-                                  "judge": self.grader.metadata})  # fmt: skip
+        return web.json_response(
+            {
+                **self.totals.as_dict(),
+                "judge_calls": self.judge_calls(),
+                "rows": len(self.rows),
+                "max_batch": self.max_batch,
+                "max_body": self.max_body,
+                "unscored_reward": self.unscored_reward,
+                "judge": self.grader.metadata,
+            }
+        )
 
     async def _get_reward(self, request: web.Request) -> web.Response:
         raw = await request.read()
@@ -231,13 +278,18 @@ class RewardService:
     def _parse(self, body: Any) -> tuple[list[str], list[str | None]]:
         """(labels, responses) of a request, checked; a response is None where its prompt is not in its query."""
         if not isinstance(body, dict):
-            raise BadRequest(400, f"the body must be a JSON object with 'labels' and 'query' + 'prompts' (or "
-                                  f"'responses'), got {type(body).__name__}")  # fmt: skip
+            raise BadRequest(
+                400,
+                f"the body must be a JSON object with 'labels' and 'query' + 'prompts' (or "
+                f"'responses'), got {type(body).__name__}",
+            )
         labels = self._strings(body, "labels", ints=True)
         n = len(labels)
         if n > self.max_batch:
-            raise BadRequest(400, f"{n} completions in one request, above the service's --max-batch {self.max_batch}: "
-                                  "split the batch")  # fmt: skip
+            raise BadRequest(
+                400,
+                f"{n} completions in one request, above the service's --max-batch {self.max_batch}: split the batch",
+            )
         if "responses" in body:
             if "query" in body:
                 raise BadRequest(400, "give 'responses' or 'query' + 'prompts', not both")
@@ -255,8 +307,11 @@ class RewardService:
         if unknown:
             listed = ", ".join(repr(label[:80]) for label in unknown[:3]) + (", ..." if len(unknown) > 3 else "")
             like = ", ".join(repr(i) for i in list(self.rows)[:2])
-            raise BadRequest(400, f"unknown label(s) {listed} ({len(unknown)} distinct): a label is the id of a row of "
-                                  f"{self.source} (its ids are like {like})")  # fmt: skip
+            raise BadRequest(
+                400,
+                f"unknown label(s) {listed} ({len(unknown)} distinct): a label is the id of a row of "
+                f"{self.source} (its ids are like {like})",
+            )
         return labels, responses
 
     def _as_written(self, response: str | None, prompt: str) -> str | None:
@@ -274,8 +329,10 @@ class RewardService:
         if not isinstance(values, list):
             raise BadRequest(400, f"'{key}' must be a list, got {type(values).__name__ if key in body else 'nothing'}")
         if len(values) > self.max_batch:
-            raise BadRequest(400, f"{len(values)} items in '{key}', above the service's --max-batch "
-                                  f"{self.max_batch}: split the batch")  # fmt: skip
+            raise BadRequest(
+                400,
+                f"{len(values)} items in '{key}', above the service's --max-batch {self.max_batch}: split the batch",
+            )
         out = []
         for i, value in enumerate(values):
             if ints and isinstance(value, int) and not isinstance(value, bool):
@@ -298,12 +355,19 @@ class RewardService:
         rows = [self.rows[labels[i]] for i in todo]
         found: list[BatchStats] = []
         started = time.monotonic()
-        graded = await rubric_reward(
-            prompts=[row.conversation for row in rows], completions=[responses[i] for i in todo],
-            rubrics=[self.items[row.id] for row in rows],
-            reference_answer=[row.reference for row in rows] if self.has_references else None,
-            grader=self.grader, deadline=self.deadline, on_batch=found.append,
-        ) if todo else []  # fmt: skip
+        graded = (
+            await rubric_reward(
+                prompts=[row.conversation for row in rows],
+                completions=[responses[i] for i in todo],
+                rubrics=[self.items[row.id] for row in rows],
+                reference_answer=[row.reference for row in rows] if self.has_references else None,
+                grader=self.grader,
+                deadline=self.deadline,
+                on_batch=found.append,
+            )
+            if todo
+            else []
+        )
         stats = found[0] if found else None
         totals = self.totals
         totals.seconds += time.monotonic() - started
@@ -311,11 +375,18 @@ class RewardService:
             totals.verdicts += stats.verdicts
             totals.failed_verdicts += stats.failed_verdicts
             # rubric_reward's sign of an unreachable judge: nothing asked got a verdict, and no call was answered
-            if stats.judge_calls == 0 and stats.verdicts and stats.failed_verdicts == stats.verdicts \
-                    and stats.unscored == stats.completions:  # fmt: skip
+            if (
+                stats.judge_calls == 0
+                and stats.verdicts
+                and stats.failed_verdicts == stats.verdicts
+                and stats.unscored == stats.completions
+            ):
                 totals.judge_down += 1
-                raise BadRequest(503, f"the judge ({self.grader.metadata['judge_model']}) does not answer: no "
-                                      "completion could be graded; check its server (the service keeps running)")  # fmt: skip
+                raise BadRequest(
+                    503,
+                    f"the judge ({self.grader.metadata['judge_model']}) does not answer: no "
+                    "completion could be graded; check its server (the service keeps running)",
+                )
         rewards: list[float] = [self.unscored_reward] * len(responses)
         scored = [False] * len(responses)
         for i, reward in zip(todo, graded):
@@ -327,17 +398,27 @@ class RewardService:
         totals.prompt_not_in_query += len(responses) - len(todo)
         n = len(responses) or 1
         # Fixed keys, one number each: OpenRLHF turns every extra_logs value into a tensor and stacks them.
-        logs = {"rubric/unscored": float(unscored), "rubric/unscored_rate": unscored / n,
-                "rubric/prompt_not_in_query": float(len(responses) - len(todo)),
-                "rubric/judge_failure_rate": stats.failed_verdicts / stats.verdicts if stats and stats.verdicts else 0.0,
-                "rubric/timed_out_rate": stats.timed_out / n if stats else 0.0,
-                "rubric/integrity_flag_rate": stats.flagged / n if stats else 0.0,
-                "rubric/judge_latency_s": stats.seconds if stats else 0.0}  # fmt: skip
+        logs = {
+            "rubric/unscored": float(unscored),
+            "rubric/unscored_rate": unscored / n,
+            "rubric/prompt_not_in_query": float(len(responses) - len(todo)),
+            "rubric/judge_failure_rate": stats.failed_verdicts / stats.verdicts if stats and stats.verdicts else 0.0,
+            "rubric/timed_out_rate": stats.timed_out / n if stats else 0.0,
+            "rubric/integrity_flag_rate": stats.flagged / n if stats else 0.0,
+            "rubric/judge_latency_s": stats.seconds if stats else 0.0,
+        }
         return rewards, scored, logs
 
 
-async def serve(service: RewardService, host: str, port: int, *, stop: asyncio.Event,
-                ready: Callable[[str], None] | None = None, shutdown_timeout: float = 60.0) -> None:  # fmt: skip
+async def serve(
+    service: RewardService,
+    host: str,
+    port: int,
+    *,
+    stop: asyncio.Event,
+    ready: Callable[[str], None] | None = None,
+    shutdown_timeout: float = 60.0,
+) -> None:
     """Run `service` on host:port until `stop` is set; `ready(url)` once it listens (port 0: a free port). Requests
     in flight get `shutdown_timeout` seconds to finish."""
     runner = web.AppRunner(service.app(), access_log=None, handle_signals=False, shutdown_timeout=shutdown_timeout)

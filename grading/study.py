@@ -22,7 +22,7 @@ from typing import Any
 
 from grading.agreement import DEFAULT_SAMPLES, AgreementResult, Met, Pair, compare
 from grading.dataset import load_responses, load_rubric_rows
-from grading.grader import GradeItem, Graded, Grader, GradingConfig
+from grading.grader import Graded, GradeItem, Grader, GradingConfig
 from grading.metaeval import MetaEvalUnit
 from grading.rubric import RubricError
 from rubricrl.config import ConfigError, dataclass_from_dict, load_yaml
@@ -57,20 +57,34 @@ class JudgeSpec:
         role = self.role
         where = f" at {role['base_url']}" if role.get("base_url") else ""
         temperature = role.get("temperature")
-        return (f"{role.get('model') or 'embedded model'}{where}, {self.grading.mode}"
-                + (f", temperature {temperature:g}" if temperature is not None else "")
-                + (f", {self.grading.samples} samples" if self.grading.samples > 1 else "")
-                + (f", prompt {self.grading.judge_prompt}" if self.grading.judge_prompt else ""))  # fmt: skip
+        return (
+            f"{role.get('model') or 'embedded model'}{where}, {self.grading.mode}"
+            + (f", temperature {temperature:g}" if temperature is not None else "")
+            + (f", {self.grading.samples} samples" if self.grading.samples > 1 else "")
+            + (f", prompt {self.grading.judge_prompt}" if self.grading.judge_prompt else "")
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "source": self.source, "description": self.describe(), "role": dict(self.role),
-                "grading": asdict(self.grading)}  # fmt: skip
+        return {
+            "name": self.name,
+            "source": self.source,
+            "description": self.describe(),
+            "role": dict(self.role),
+            "grading": asdict(self.grading),
+        }
 
 
 def judge_spec(
-    name: str, config: str | Path | None = None, *, base_url: str | None = None, model: str | None = None,
-    mode: str | None = None, temperature: float | None = None, samples: int | None = None, prompt: str | None = None,
-) -> JudgeSpec:  # fmt: skip
+    name: str,
+    config: str | Path | None = None,
+    *,
+    base_url: str | None = None,
+    model: str | None = None,
+    mode: str | None = None,
+    temperature: float | None = None,
+    samples: int | None = None,
+    prompt: str | None = None,
+) -> JudgeSpec:
     """A judge from a config file (its `llm:` and `grading:` sections; other keys belong to other commands and are
     skipped) and overrides, which win. Raises ConfigError naming the file and key."""
     file = load_yaml(config) if config else {}
@@ -98,7 +112,7 @@ def session_settings(judges: Sequence[JudgeSpec], *, concurrency: int | None = N
         concurrency=concurrency or min(judge.llm.concurrency for judge in judges),
         timeout=max(judge.llm.timeout for judge in judges),
         cache=cache and all(judge.llm.cache for judge in judges),
-    )  # fmt: skip
+    )
 
 
 def cpu_budgets(judges: Sequence[JudgeSpec]) -> dict[str, int]:
@@ -118,8 +132,10 @@ class Example:
 
 
 def rubric_examples(
-    rubrics: str | Path, responses: str | Path | None = None, limit: int | None = None,
-) -> list[Example]:  # fmt: skip
+    rubrics: str | Path,
+    responses: str | Path | None = None,
+    limit: int | None = None,
+) -> list[Example]:
     """The rubric file's rows with the responses to grade: `responses` ({id, response} rows), else each row's
     ideal completion (HealthBench's physician-written one; rows without one are left out); the first `limit`."""
     rows = load_rubric_rows(rubrics)
@@ -134,15 +150,33 @@ def rubric_examples(
         seen[row_id] = seen.get(row_id, 0) + 1
         row = rows[row_id]
         example_id = row_id if seen[row_id] == 1 else f"{row_id}#{seen[row_id]}"
-        examples.append(Example(example_id, GradeItem(row.conversation, response, row.rubric, row.reference),
-                                row.rubric.example_tags))  # fmt: skip
+        examples.append(
+            Example(
+                example_id, GradeItem(row.conversation, response, row.rubric, row.reference), row.rubric.example_tags
+            )
+        )
     return examples
 
 
 def metaeval_examples(units: Sequence[MetaEvalUnit], points: int = 1) -> list[Example]:
-    return [Example(unit.id, unit.item(points), (), tuple(
-        {"labels": list(r.labels), "category": r.category, "prompt_id": r.prompt_id, "completion_id": r.completion_id,
-         "row": r.where} for r in unit.rows)) for unit in units]  # fmt: skip
+    return [
+        Example(
+            unit.id,
+            unit.item(points),
+            (),
+            tuple(
+                {
+                    "labels": list(r.labels),
+                    "category": r.category,
+                    "prompt_id": r.prompt_id,
+                    "completion_id": r.completion_id,
+                    "row": r.where,
+                }
+                for r in unit.rows
+            ),
+        )
+        for unit in units
+    ]
 
 
 @dataclass
@@ -161,13 +195,18 @@ def judge_side(graded: Graded, judge: JudgeSpec) -> Side:
     if not judge.explicit:
         return Side(graded.score, None)
     verdicts = graded.verdicts
-    return Side(graded.score, [v.met for v in verdicts], [v.explanation for v in verdicts],
-                [v.source for v in verdicts])  # fmt: skip
+    return Side(
+        graded.score, [v.met for v in verdicts], [v.explanation for v in verdicts], [v.source for v in verdicts]
+    )
 
 
 def human_side(unit: MetaEvalUnit, points: int = 1, min_coverage: float = 0.8) -> Side:
-    return Side(unit.human_score(points, min_coverage), unit.human_verdicts,
-                [f"physicians: {list(r.labels)}" for r in unit.rows], ["human"] * len(unit.rows))  # fmt: skip
+    return Side(
+        unit.human_score(points, min_coverage),
+        unit.human_verdicts,
+        [f"physicians: {list(r.labels)}" for r in unit.rows],
+        ["human"] * len(unit.rows),
+    )
 
 
 async def grade_with_judges(session: LLMSession, judges: Sequence[JudgeSpec], items: list[GradeItem]) -> dict[str, Any]:
@@ -175,11 +214,14 @@ async def grade_with_judges(session: LLMSession, judges: Sequence[JudgeSpec], it
     {name: calls and tokens}, "metadata": {name: Grader.metadata}}."""
     async with session.client() as client:
         graders = [Grader(client, judge.grading) for judge in judges]
-        results = await asyncio.gather(*(grader.grade_many(items, progress=f"judge {judge.name}")
-                                         for grader, judge in zip(graders, judges)))  # fmt: skip
-        return {"graded": {judge.name: graded for judge, graded in zip(judges, results)},
-                "usage": {judge.name: asdict(client.usage[judge.role_name]) for judge in judges},
-                "metadata": {judge.name: grader.metadata for grader, judge in zip(graders, judges)}}  # fmt: skip
+        results = await asyncio.gather(
+            *(grader.grade_many(items, progress=f"judge {judge.name}") for grader, judge in zip(graders, judges))
+        )
+        return {
+            "graded": {judge.name: graded for judge, graded in zip(judges, results)},
+            "usage": {judge.name: asdict(client.usage[judge.role_name]) for judge in judges},
+            "metadata": {judge.name: grader.metadata for grader, judge in zip(graders, judges)},
+        }
 
 
 @dataclass
@@ -194,26 +236,45 @@ class Comparison:
 
 
 def compare_sides(
-    examples: Sequence[Example], a: Sequence[Side], b: Sequence[Side], *, samples: int = DEFAULT_SAMPLES, seed: int = 0,
-) -> Comparison:  # fmt: skip
+    examples: Sequence[Example],
+    a: Sequence[Side],
+    b: Sequence[Side],
+    *,
+    samples: int = DEFAULT_SAMPLES,
+    seed: int = 0,
+) -> Comparison:
     if not len(examples) == len(a) == len(b):
         raise ValueError(f"{len(examples)} examples but {len(a)} and {len(b)} sides")
-    per_example = [{"id": e.id, "score_a": x.score, "score_b": y.score,
-                    "criteria": len(e.item.rubric.criteria) if e.item.rubric else 0}
-                   for e, x, y in zip(examples, a, b)]  # fmt: skip
+    per_example = [
+        {
+            "id": e.id,
+            "score_a": x.score,
+            "score_b": y.score,
+            "criteria": len(e.item.rubric.criteria) if e.item.rubric else 0,
+        }
+        for e, x, y in zip(examples, a, b)
+    ]
     scores = [(x.score, y.score) for x, y in zip(a, b)]
     if any(x.met is None for x in a) or any(y.met is None for y in b):
         return Comparison(None, per_example, compare(None, scores, samples=samples, seed=seed), 0)
     records, pairs, rule_decided = [], [], 0
     for example, x, y in zip(examples, a, b):
         for j, criterion in enumerate(example.item.rubric.criteria):
-            record = {"id": example.id, "criterion": criterion.text, "points": criterion.points,
-                      "tags": list(criterion.tags), "example_tags": list(example.example_tags),
-                      "a": x.met[j], "b": y.met[j],
-                      "agree": None if x.met[j] is None or y.met[j] is None else x.met[j] == y.met[j],
-                      "a_source": x.sources[j], "b_source": y.sources[j],
-                      "a_explanation": x.explanations[j], "b_explanation": y.explanations[j],
-                      **(example.extras[j] if example.extras else {})}  # fmt: skip
+            record = {
+                "id": example.id,
+                "criterion": criterion.text,
+                "points": criterion.points,
+                "tags": list(criterion.tags),
+                "example_tags": list(example.example_tags),
+                "a": x.met[j],
+                "b": y.met[j],
+                "agree": None if x.met[j] is None or y.met[j] is None else x.met[j] == y.met[j],
+                "a_source": x.sources[j],
+                "b_source": y.sources[j],
+                "a_explanation": x.explanations[j],
+                "b_explanation": y.explanations[j],
+                **(example.extras[j] if example.extras else {}),
+            }
             records.append(record)
             if x.sources[j] == y.sources[j] == "rule":
                 rule_decided += 1
@@ -227,11 +288,26 @@ def summary_metrics(result: AgreementResult) -> dict[str, float | int]:
     out: dict[str, Any] = {}
     if result.criteria is not None:
         for scope, stats in [("criteria", result.criteria), *((f"tag/{t}", s) for t, s in result.by_tag.items())]:
-            out.update({f"{scope}/agreement": stats.agreement, f"{scope}/kappa": stats.kappa,
-                        f"{scope}/kappa_bootstrap_std": stats.bootstrap.get("kappa"), f"{scope}/macro_f1": stats.macro_f1,
-                        f"{scope}/decided": stats.decided, f"{scope}/undecided": stats.undecided})  # fmt: skip
+            out.update(
+                {
+                    f"{scope}/agreement": stats.agreement,
+                    f"{scope}/kappa": stats.kappa,
+                    f"{scope}/kappa_bootstrap_std": stats.bootstrap.get("kappa"),
+                    f"{scope}/macro_f1": stats.macro_f1,
+                    f"{scope}/decided": stats.decided,
+                    f"{scope}/undecided": stats.undecided,
+                }
+            )
     s = result.scores
-    out.update({"scores/spearman": s.spearman, "scores/spearman_bootstrap_std": s.bootstrap.get("spearman"),
-                "scores/pearson": s.pearson, "scores/mean_abs_diff": s.mean_abs_diff, "scores/paired": s.paired,
-                "scores/mean_a": s.mean_a, "scores/mean_b": s.mean_b})  # fmt: skip
+    out.update(
+        {
+            "scores/spearman": s.spearman,
+            "scores/spearman_bootstrap_std": s.bootstrap.get("spearman"),
+            "scores/pearson": s.pearson,
+            "scores/mean_abs_diff": s.mean_abs_diff,
+            "scores/paired": s.paired,
+            "scores/mean_a": s.mean_a,
+            "scores/mean_b": s.mean_b,
+        }
+    )
     return {key: value for key, value in out.items() if value is not None}

@@ -16,9 +16,15 @@ from reports.tables import group_of, metric, metric_names
 
 MAX_BARS = 40
 """Metric groups with more entries than this (HealthBench's dozens of clusters) are left to the table."""
-RATES = ("rubric/criteria_pass_rate", "rubric/judge_failure_rate", "rubric/unscored_rate",
-         "rubric/integrity_flag_rate", "rubric/no_answer_rate", "completions/clipped_ratio",
-         "frac_reward_zero_std")  # fmt: skip
+RATES = (
+    "rubric/criteria_pass_rate",
+    "rubric/judge_failure_rate",
+    "rubric/unscored_rate",
+    "rubric/integrity_flag_rate",
+    "rubric/no_answer_rate",
+    "completions/clipped_ratio",
+    "frac_reward_zero_std",
+)
 
 
 @dataclass(frozen=True)
@@ -53,31 +59,52 @@ def folder_charts(folder: Folder) -> list[Chart]:
         if 0 < len(names) <= MAX_BARS:
             charts.append(metric_bars(folder.reports, names, f"{group}: score ± bootstrap std"))
     if folder.scores and not folder.build:
-        charts.append(histogram({folder.scores_label: folder.scores}, f"{folder.scores_label} (n {len(folder.scores)})",
-                                "score"))  # fmt: skip
+        charts.append(
+            histogram({folder.scores_label: folder.scores}, f"{folder.scores_label} (n {len(folder.scores)})", "score")
+        )
     return [c for c in charts if c is not None]
 
 
 def training_curves(folder: Folder) -> list[Chart | None]:
     reward = {key: folder.series(key) for key in ("reward", "eval/overall_score")}
-    errors = {"reward": [v for _, v in folder.series("reward_std")],
-              "eval/overall_score": [v for _, v in folder.series("eval/overall_score:bootstrap_std")]}
+    errors = {
+        "reward": [v for _, v in folder.series("reward_std")],
+        "eval/overall_score": [v for _, v in folder.series("eval/overall_score:bootstrap_std")],
+    }
     evals = [k for k in folder.history_keys("eval/axis:") if not k.endswith((":n_samples", ":bootstrap_std"))]
     tags = folder.history_keys("rubric/tag/") + folder.history_keys("rubric/category/")
     return [
-        curves(reward, "reward (± std over the batch)" + (" and eval overall score (± bootstrap std)"
-                                                          if reward["eval/overall_score"] else ""), "score", errors),
+        curves(
+            reward,
+            "reward (± std over the batch)"
+            + (" and eval overall score (± bootstrap std)" if reward["eval/overall_score"] else ""),
+            "score",
+            errors,
+        ),
         curves({k: folder.series(k) for k in evals}, "eval score per axis", "score"),
         curves({k: folder.series(k) for k in RATES}, "rubric rates per step", "rate"),
         curves({k: folder.series(k) for k in tags}, "criteria pass rate per tag / category", "pass rate"),
-        curves({k: folder.series(k) for k in ("rubric/completion_length", "completions/mean_length",
-                                              "rubric/reasoning_length", "rubric/answer_length")},
-               "mean completion length (tokens)", "tokens"),
-        curves({"rubric/length_reward_corr": folder.series("rubric/length_reward_corr")},
-               "correlation of reward with completion length", "Pearson r"),
+        curves(
+            {
+                k: folder.series(k)
+                for k in (
+                    "rubric/completion_length",
+                    "completions/mean_length",
+                    "rubric/reasoning_length",
+                    "rubric/answer_length",
+                )
+            },
+            "mean completion length (tokens)",
+            "tokens",
+        ),
+        curves(
+            {"rubric/length_reward_corr": folder.series("rubric/length_reward_corr")},
+            "correlation of reward with completion length",
+            "Pearson r",
+        ),
         curves({k: folder.series(k) for k in ("loss", "entropy", "mean_token_accuracy")}, "loss", "value"),
         curves({k: folder.series(k) for k in ("learning_rate",)}, "learning rate", "learning rate"),
-    ]  # fmt: skip
+    ]
 
 
 def comparison_charts(folders: Sequence[Folder]) -> list[Chart]:
@@ -110,8 +137,15 @@ def metric_bars(reports: dict[str, dict[str, Any]], names: list[str], title: str
         offset = (i - (len(reports) - 1) / 2) * height
         # a metric the report does not define gets no bar (not a bar at 0)
         found = [(j + offset, metric(report, n)) for j, n in enumerate(names) if metric(report, n)]
-        axis.barh([p for p, _ in found], [f[0] for _, f in found], height=height * 0.95,
-                  xerr=[f[1] or 0.0 for _, f in found], capsize=2, label=label, alpha=0.85)  # fmt: skip
+        axis.barh(
+            [p for p, _ in found],
+            [f[0] for _, f in found],
+            height=height * 0.95,
+            xerr=[f[1] or 0.0 for _, f in found],
+            capsize=2,
+            label=label,
+            alpha=0.85,
+        )
     axis.set_yticks(range(len(names)), [_short(n) for n in names])
     axis.invert_yaxis()
     axis.set_xlim(0, 1.05)
@@ -122,8 +156,9 @@ def metric_bars(reports: dict[str, dict[str, Any]], names: list[str], title: str
     return _chart(figure, title)
 
 
-def histogram(values: dict[str, Sequence[float]], title: str, xlabel: str, threshold: float | None = None
-              ) -> Chart | None:  # fmt: skip
+def histogram(
+    values: dict[str, Sequence[float]], title: str, xlabel: str, threshold: float | None = None
+) -> Chart | None:
     values = {label: v for label, v in values.items() if v}
     if not values:
         return None
@@ -144,8 +179,9 @@ def histogram(values: dict[str, Sequence[float]], title: str, xlabel: str, thres
 
 def build_histogram(build: BuildPoints) -> Chart | None:
     kept = [s for s, k in zip(build.scores, build.kept) if k]
-    return histogram({"all candidates": build.scores, "kept": kept}, "candidate scores: all vs kept", "rubric score",
-                     build.threshold)  # fmt: skip
+    return histogram(
+        {"all candidates": build.scores, "kept": kept}, "candidate scores: all vs kept", "rubric score", build.threshold
+    )
 
 
 def length_scatter(build: BuildPoints) -> Chart | None:
@@ -178,8 +214,9 @@ def retention_bars(retention: dict[str, int]) -> Chart | None:
     return _chart(figure, f"retention: {counts[0]} of {retention['finished']} queries kept")
 
 
-def curves(lines: dict[str, list[tuple[float, float]]], title: str, ylabel: str,
-           errors: dict[str, list[float]] | None = None) -> Chart | None:  # fmt: skip
+def curves(
+    lines: dict[str, list[tuple[float, float]]], title: str, ylabel: str, errors: dict[str, list[float]] | None = None
+) -> Chart | None:
     """One line per series over steps; a band of ± error where `errors` has one value per point."""
     lines = {label: points for label, points in lines.items() if points}
     if not lines:
@@ -191,8 +228,13 @@ def curves(lines: dict[str, list[tuple[float, float]]], title: str, ylabel: str,
         (line,) = axis.plot(xs, ys, marker=marker, markersize=3, label=_short(label))
         spread = (errors or {}).get(label) or []
         if len(spread) == len(ys) and len(ys) > 1:
-            axis.fill_between(xs, [y - e for y, e in zip(ys, spread)], [y + e for y, e in zip(ys, spread)],
-                              color=line.get_color(), alpha=0.15)  # fmt: skip
+            axis.fill_between(
+                xs,
+                [y - e for y, e in zip(ys, spread)],
+                [y + e for y, e in zip(ys, spread)],
+                color=line.get_color(),
+                alpha=0.15,
+            )
         elif len(spread) == len(ys):
             axis.errorbar(xs, ys, yerr=spread, color=line.get_color(), capsize=3, linestyle="none")
     from matplotlib.ticker import MaxNLocator

@@ -35,10 +35,19 @@ class ReportArgs:
 
 
 def add_commands(commands) -> None:
-    report = commands.add_parser("report", help="an HTML page (and markdown summary) for eval, RuRL, RuFT or SFT "
-                                                "output folders, or a comparison of several")  # fmt: skip
-    report.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="an eval folder, a RuRL run, a RuFT "
-                        "build or an SFT run folder; several: a comparison (put --labels after them)")  # fmt: skip
+    report = commands.add_parser(
+        "report",
+        help="an HTML page (and markdown summary) for eval, RuRL, RuFT or SFT "
+        "output folders, or a comparison of several",
+    )
+    report.add_argument(
+        "dirs",
+        nargs="+",
+        type=Path,
+        metavar="DIR",
+        help="an eval folder, a RuRL run, a RuFT "
+        "build or an SFT run folder; several: a comparison (put --labels after them)",
+    )
     add_config_arguments(report, [ReportArgs])
     report.set_defaults(run=run_report)
 
@@ -60,8 +69,9 @@ def run_report(args: argparse.Namespace) -> int:
     output = settings.output or (dirs[0] / "report.html" if len(dirs) == 1 else Path("report.html"))
     summary = output.with_suffix(".md")
     title = settings.title or f"rubricrl report: {' vs '.join(labels)}"
-    subtitle = (f"{datetime.now():%Y-%m-%d %H:%M} · rubricrl {__version__} · "
-                f"rubricrl report {' '.join(str(d) for d in dirs)}")  # fmt: skip
+    subtitle = (
+        f"{datetime.now():%Y-%m-%d %H:%M} · rubricrl {__version__} · rubricrl report {' '.join(str(d) for d in dirs)}"
+    )
     write_whole(output, render_page(folders, title, subtitle))
     write_whole(summary, render_markdown(folders, title, subtitle, output.name))
     for folder in folders:

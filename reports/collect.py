@@ -18,12 +18,23 @@ from grading.report import build_report, example_metrics
 from grading.scores import aggregate
 from reports import facts
 from reports.folder import BuildPoints, Example, Folder, Kind, Verdict
-from reports.read import (ReportError, find_file, iter_jsonl, log_history, read_json, read_manifest, read_yaml,
-                          rubric_rows, scoring_rule)  # fmt: skip
+from reports.read import (
+    ReportError,
+    find_file,
+    iter_jsonl,
+    log_history,
+    read_json,
+    read_manifest,
+    read_yaml,
+    rubric_rows,
+    scoring_rule,
+)
 
-LOOKED_FOR = ("report.json (eval), candidates.jsonl or queries.jsonl (ruft build), manifest.json, log_history.json, "
-              "eval.jsonl or a config.yaml with a rurl: section (rurl train), a config.yaml with dataset: "
-              "(ruft train)")  # fmt: skip
+LOOKED_FOR = (
+    "report.json (eval), candidates.jsonl or queries.jsonl (ruft build), manifest.json, log_history.json, "
+    "eval.jsonl or a config.yaml with a rurl: section (rurl train), a config.yaml with dataset: "
+    "(ruft train)"
+)
 EVAL_ANSWERS = "eval_answers.jsonl"
 """A RuRL run's graded eval answers (rurl/evaluate.py writes them)."""
 COMMANDS: dict[str, Kind] = {"rurl train": "rurl", "ruft build": "ruft_build"}
@@ -86,16 +97,18 @@ def read_eval(folder: Folder, max_examples: int) -> None:
     folder.examples = [graded_example(r, m.get("overall_score"), rows.get(r.get("id"))) for r, m in shown]
     folder.examples_total, folder.examples_source = len(records), graded.name if graded else ""
     recorded = next((r["judge"] for r in records if isinstance(r.get("judge"), dict)), {})
-    folder.facts = facts.present({
-        "policy": made_by.get("policy_model") or facts.policy(config),
-        "rubrics": rubrics,
-        "judge": facts.judge(config, recorded),
-        "examples": f"{report.get('examples')} ({report.get('unscored_examples')} unscored, "
-                    f"{report.get('integrity_flagged', 0)} flagged by the integrity check)",
-        "judge failure rate": facts.pct(report.get("judge_failure_rate")),
-        "scoring": f"min_coverage {rule['min_coverage']}, undecided penalty: {rule['undecided_penalty']}, "
-                   f"undecided criterion: {rule['undecided_criterion']}",
-    })  # fmt: skip
+    folder.facts = facts.present(
+        {
+            "policy": made_by.get("policy_model") or facts.policy(config),
+            "rubrics": rubrics,
+            "judge": facts.judge(config, recorded),
+            "examples": f"{report.get('examples')} ({report.get('unscored_examples')} unscored, "
+            f"{report.get('integrity_flagged', 0)} flagged by the integrity check)",
+            "judge failure rate": facts.pct(report.get("judge_failure_rate")),
+            "scoring": f"min_coverage {rule['min_coverage']}, undecided penalty: {rule['undecided_penalty']}, "
+            f"undecided criterion: {rule['undecided_criterion']}",
+        }
+    )
 
 
 def graded_example(record: dict[str, Any], score: float | None, row: Any = None, notes: Iterable[str] = ()) -> Example:
@@ -113,13 +126,27 @@ def graded_example(record: dict[str, Any], score: float | None, row: Any = None,
         notes.append(f"{record['judge_failures']} judge failure(s)")
     if record.get("rating") is not None:
         notes.append(f"rating {record['rating']:.1f} / 10")
-    verdicts = [Verdict(v.get("criterion", ""), v.get("points", 0), v.get("met"), v.get("explanation") or "",
-                        list(v.get("tags") or ()), v.get("source") or "")
-                for v in record.get("verdicts") or ()]  # fmt: skip
-    return Example(id=str(record.get("id", "")), prompt=row.conversation if row else None,
-                   response=record.get("response"), score=score, verdicts=verdicts, notes=notes,
-                   explanation=record.get("explanation") or "",
-                   reference=(row.reference or row.ideal_completion) if row else None)  # fmt: skip
+    verdicts = [
+        Verdict(
+            v.get("criterion", ""),
+            v.get("points", 0),
+            v.get("met"),
+            v.get("explanation") or "",
+            list(v.get("tags") or ()),
+            v.get("source") or "",
+        )
+        for v in record.get("verdicts") or ()
+    ]
+    return Example(
+        id=str(record.get("id", "")),
+        prompt=row.conversation if row else None,
+        response=record.get("response"),
+        score=score,
+        verdicts=verdicts,
+        notes=notes,
+        explanation=record.get("explanation") or "",
+        reference=(row.reference or row.ideal_completion) if row else None,
+    )
 
 
 # --- RuRL run -------------------------------------------------------------------------------------------------------
@@ -151,34 +178,44 @@ def read_rurl(folder: Folder, max_examples: int) -> None:
         folder.examples_source = f"{source}; then {folder.examples_source}" if folder.examples_source else source
     summary, data = manifest.get("summary") or {}, manifest.get("data") or {}
     dynamic = summary.get("dynamic_sampling_logged") or {}
-    folder.facts = facts.present({
-        "status": "finished (manifest.json)" if manifest else "no manifest.json: still running, stopped or killed",
-        "model": facts.model(config),
-        "method": facts.method(config),
-        "data": facts.training_data(data, config),
-        "judge": facts.judge(config, data.get("judge") or {}),
-        "steps": summary and f"{summary.get('steps')} in {summary.get('seconds')} s",
-        "reward": summary and f"first {facts.num(summary.get('reward_first'))}, "
-                              f"last {facts.num(summary.get('reward_last'))}",
-        "judge totals": facts.judge_totals(summary.get("judge") or {}),
-        "dynamic sampling": (config.get("rurl") or {}).get("dynamic_sampling")
-                            and (", ".join(f"{k} {v:g}" for k, v in dynamic.items()) or "on"),
-        "stopped": summary.get("stopped"),
-        "log history": folder.history_source,
-    })  # fmt: skip
+    folder.facts = facts.present(
+        {
+            "status": "finished (manifest.json)" if manifest else "no manifest.json: still running, stopped or killed",
+            "model": facts.model(config),
+            "method": facts.method(config),
+            "data": facts.training_data(data, config),
+            "judge": facts.judge(config, data.get("judge") or {}),
+            "steps": summary and f"{summary.get('steps')} in {summary.get('seconds')} s",
+            "reward": summary
+            and f"first {facts.num(summary.get('reward_first'))}, last {facts.num(summary.get('reward_last'))}",
+            "judge totals": facts.judge_totals(summary.get("judge") or {}),
+            "dynamic sampling": (config.get("rurl") or {}).get("dynamic_sampling")
+            and (", ".join(f"{k} {v:g}" for k, v in dynamic.items()) or "on"),
+            "stopped": summary.get("stopped"),
+            "log history": folder.history_source,
+        }
+    )
 
 
 def _history_evals(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Eval reports rebuilt from the `eval/...` keys of a log history (when eval.jsonl is gone)."""
     evals = []
     for entry in history:
-        metrics = {k[5:]: v for k, v in entry.items() if k.startswith("eval/")
-                   and k not in ("eval/judge_failure_rate", "eval/unscored_examples")}  # fmt: skip
+        metrics = {
+            k[5:]: v
+            for k, v in entry.items()
+            if k.startswith("eval/") and k not in ("eval/judge_failure_rate", "eval/unscored_examples")
+        }
         if "overall_score" in metrics:
-            evals.append({"step": entry.get("step"), "metrics": metrics,
-                          "examples": metrics.get("overall_score:n_samples"),
-                          "unscored_examples": entry.get("eval/unscored_examples"),
-                          "judge_failure_rate": entry.get("eval/judge_failure_rate")})  # fmt: skip
+            evals.append(
+                {
+                    "step": entry.get("step"),
+                    "metrics": metrics,
+                    "examples": metrics.get("overall_score:n_samples"),
+                    "unscored_examples": entry.get("eval/unscored_examples"),
+                    "judge_failure_rate": entry.get("eval/judge_failure_rate"),
+                }
+            )
     return evals
 
 
@@ -202,8 +239,10 @@ def _eval_answers(folder: Folder, config: dict[str, Any], max_examples: int) -> 
     examples, scores = [], []
     for row_id, steps in by_row.items():
         ordered = sorted(steps.items(), key=lambda item: (item[0] is None, item[0]))
-        graded = [graded_example(r, example_metrics(r, **rule).get("overall_score"), rows.get(row_id),
-                                 [f"eval step {step}"]) for step, r in ordered]  # fmt: skip
+        graded = [
+            graded_example(r, example_metrics(r, **rule).get("overall_score"), rows.get(row_id), [f"eval step {step}"])
+            for step, r in ordered
+        ]
         latest = graded[-1]
         if ordered[-1][0] == last_step and latest.score is not None:
             scores.append(latest.score)
@@ -232,12 +271,15 @@ def _completions(folder: Folder, max_examples: int, keep_scores: bool = False) -
     examples = [_completion_example(number, row) for number, row in enumerate(rows, 1)]
     if not keep_scores:
         folder.scores = [e.score for e in examples if e.score is not None]
-        folder.scores_label = (f"reward per completion, step {rows[0]['step']}" if rows and "step" in rows[0]
-                               else "reward")  # fmt: skip
+        folder.scores_label = (
+            f"reward per completion, step {rows[0]['step']}" if rows and "step" in rows[0] else "reward"
+        )
     folder.examples, folder.examples_total = examples[:max_examples], len(examples)
-    folder.examples_source = (f"completions/{files[-1].name}, TRL's completion log: the score is the training "
-                              "reward (after any overlong penalty), criteria are cut at 60 characters, no judge "
-                              "explanations")  # fmt: skip
+    folder.examples_source = (
+        f"completions/{files[-1].name}, TRL's completion log: the score is the training "
+        "reward (after any overlong penalty), criteria are cut at 60 characters, no judge "
+        "explanations"
+    )
 
 
 def _completion_example(number: int, row: dict[str, Any]) -> Example:
@@ -251,10 +293,14 @@ def _completion_example(number: int, row: dict[str, Any]) -> Example:
     if isinstance(row.get("advantage"), float):
         notes.append(f"advantage {row['advantage']:+.3f}")
     prompt, reward = row.get("prompt"), row.get("rubric_reward")
-    return Example(id=f"step {row.get('step', '?')}, completion {number}",
-                   prompt=prompt if isinstance(prompt, list) else [{"role": "user", "content": str(prompt)}],
-                   response=_text(row.get("completion")), score=reward if isinstance(reward, float) else None,
-                   verdicts=verdicts, notes=notes)  # fmt: skip
+    return Example(
+        id=f"step {row.get('step', '?')}, completion {number}",
+        prompt=prompt if isinstance(prompt, list) else [{"role": "user", "content": str(prompt)}],
+        response=_text(row.get("completion")),
+        score=reward if isinstance(reward, float) else None,
+        verdicts=verdicts,
+        notes=notes,
+    )
 
 
 def _text(completion: Any) -> str:
@@ -275,18 +321,28 @@ def read_ruft_train(folder: Folder, max_examples: int) -> None:
     losses = folder.series("loss")
     dataset = find_file(config.get("dataset"), path)
     if dataset is not None and (dataset / "candidates.jsonl").is_file():
-        folder.notes.append(f"the training data is a RuFT build ({config['dataset']}): add it to the command line "
-                            "to see its candidates and what was kept")  # fmt: skip
-    settings = ("learning_rate", "num_train_epochs", "max_steps", "per_device_train_batch_size",
-                "gradient_accumulation_steps", "max_length")  # fmt: skip
-    folder.facts = facts.present({
-        "model": facts.model(config),
-        "dataset": config.get("dataset"),
-        "training": ", ".join(f"{k} {config[k]}" for k in settings if config.get(k) is not None),
-        "steps logged": losses and f"{int(losses[-1][0])}, loss first {losses[0][1]:.4f}, last {losses[-1][1]:.4f}",
-        "model card": "README.md" if (path / "README.md").is_file() else None,
-        "log history": folder.history_source,
-    })  # fmt: skip
+        folder.notes.append(
+            f"the training data is a RuFT build ({config['dataset']}): add it to the command line "
+            "to see its candidates and what was kept"
+        )
+    settings = (
+        "learning_rate",
+        "num_train_epochs",
+        "max_steps",
+        "per_device_train_batch_size",
+        "gradient_accumulation_steps",
+        "max_length",
+    )
+    folder.facts = facts.present(
+        {
+            "model": facts.model(config),
+            "dataset": config.get("dataset"),
+            "training": ", ".join(f"{k} {config[k]}" for k in settings if config.get(k) is not None),
+            "steps logged": losses and f"{int(losses[-1][0])}, loss first {losses[0][1]:.4f}, last {losses[-1][1]:.4f}",
+            "model card": "README.md" if (path / "README.md").is_file() else None,
+            "log history": folder.history_source,
+        }
+    )
 
 
 # --- RuFT build -----------------------------------------------------------------------------------------------------
@@ -314,12 +370,17 @@ def read_ruft_build(folder: Folder, max_examples: int) -> None:
         if c.get("id") in shown or len(shown) < max_examples:
             shown.setdefault(c.get("id"), []).append(c)
     folder.build, folder.scores_label = points, "candidate score"
-    folder.reports = {name: candidates_report(records, rule)
-                      for name, records in (("all candidates", everything), ("kept", kept)) if records}  # fmt: skip
+    folder.reports = {
+        name: candidates_report(records, rule)
+        for name, records in (("all candidates", everything), ("kept", kept))
+        if records
+    }
     folder.headline = "all candidates" if everything else None
     if len(everything) > FULL_BOOTSTRAP:
-        folder.notes.append(f"bootstrap std over {LARGE_BOOTSTRAP} resamples ({len(everything)} candidates; "
-                            f"up to {FULL_BOOTSTRAP}: 1000, as rubricrl eval)")  # fmt: skip
+        folder.notes.append(
+            f"bootstrap std over {LARGE_BOOTSTRAP} resamples ({len(everything)} candidates; "
+            f"up to {FULL_BOOTSTRAP}: 1000, as rubricrl eval)"
+        )
     rows = rubric_rows(config.get("rubrics"), path, set(shown) - {None}, folder.notes)
     folder.examples = [_query_example(query_id, found, rows.get(query_id), rule) for query_id, found in shown.items()]
     folder.examples_total = len({q.get("id") for q in queries}) or len(shown)
@@ -327,31 +388,36 @@ def read_ruft_build(folder: Folder, max_examples: int) -> None:
     folder.facts = _build_facts(manifest, config, queries, everything, kept)
 
 
-def _build_facts(manifest: dict, config: dict, queries: list[dict], everything: list[dict], kept: list[dict]
-                 ) -> dict[str, str]:  # fmt: skip
+def _build_facts(
+    manifest: dict, config: dict, queries: list[dict], everything: list[dict], kept: list[dict]
+) -> dict[str, str]:
     ruft, counts, roles = config.get("ruft") or {}, manifest.get("counts") or {}, manifest.get("roles") or {}
     per_role = ruft.get("candidates") or {}
     kept_queries = sum(bool(q.get("kept")) for q in queries)
     truncated = ", truncated answers allowed" if ruft.get("keep_truncated") else ""
-    return facts.present({
-        "status": "finished (manifest.json)" if manifest else "no manifest.json: still running, stopped or killed",
-        "rubrics": config.get("rubrics"),
-        "candidates": ", ".join(f"{role} x{n}" + (f" ({roles[role]['model']})" if role in roles else "")
-                                for role, n in per_role.items()),
-        "selection": f"K = {sum(per_role.values())}, tau = {ruft.get('threshold')}, keep {ruft.get('keep', 1)} per "
-                     f"query{truncated}",
-        "judge": facts.judge(config, manifest.get("judge") or {}),
-        "queries": f"{len(queries)} finished, {kept_queries} kept "
-                   f"({facts.pct(kept_queries / len(queries)) if queries else 'n/a'}), "
-                   f"{len(queries) - kept_queries} below tau",
-        "candidate counts": f"{len(everything)} candidates, {sum(s['score'] is None for s in everything)} unscored, "
-                            f"{sum(bool(s['integrity_flag']) for s in everything)} flagged by the integrity check, "
-                            f"{sum(s['finish_reason'] == 'length' for s in everything)} cut off at max_tokens, "
-                            f"{len(kept)} SFT rows",
-        "judge failure rate": counts.get("judge_failure_rate") is not None and facts.pct(counts["judge_failure_rate"]),
-        "failed queries": counts.get("failed") and str(counts["failed"]),
-        "wall time": manifest.get("seconds") is not None and f"{manifest['seconds']} s",
-    })  # fmt: skip
+    return facts.present(
+        {
+            "status": "finished (manifest.json)" if manifest else "no manifest.json: still running, stopped or killed",
+            "rubrics": config.get("rubrics"),
+            "candidates": ", ".join(
+                f"{role} x{n}" + (f" ({roles[role]['model']})" if role in roles else "") for role, n in per_role.items()
+            ),
+            "selection": f"K = {sum(per_role.values())}, tau = {ruft.get('threshold')}, keep {ruft.get('keep', 1)} per "
+            f"query{truncated}",
+            "judge": facts.judge(config, manifest.get("judge") or {}),
+            "queries": f"{len(queries)} finished, {kept_queries} kept "
+            f"({facts.pct(kept_queries / len(queries)) if queries else 'n/a'}), "
+            f"{len(queries) - kept_queries} below tau",
+            "candidate counts": f"{len(everything)} candidates, {sum(s['score'] is None for s in everything)} unscored, "
+            f"{sum(bool(s['integrity_flag']) for s in everything)} flagged by the integrity check, "
+            f"{sum(s['finish_reason'] == 'length' for s in everything)} cut off at max_tokens, "
+            f"{len(kept)} SFT rows",
+            "judge failure rate": counts.get("judge_failure_rate") is not None
+            and facts.pct(counts["judge_failure_rate"]),
+            "failed queries": counts.get("failed") and str(counts["failed"]),
+            "wall time": manifest.get("seconds") is not None and f"{manifest['seconds']} s",
+        }
+    )
 
 
 def candidates_report(records: list[dict[str, Any]], rule: dict[str, Any]) -> dict[str, Any]:
@@ -362,37 +428,69 @@ def candidates_report(records: list[dict[str, Any]], rule: dict[str, Any]) -> di
     per_example = [example_metrics(r, **rule) for r in records]
     metrics = {}
     for name, stats in aggregate(per_example, samples=LARGE_BOOTSTRAP, seed=0).items():
-        metrics.update({name: stats["value"], f"{name}:n_samples": stats["n_samples"],
-                        f"{name}:bootstrap_std": stats["bootstrap_std"]})  # fmt: skip
+        metrics.update(
+            {
+                name: stats["value"],
+                f"{name}:n_samples": stats["n_samples"],
+                f"{name}:bootstrap_std": stats["bootstrap_std"],
+            }
+        )
     verdicts = [v for r in records for v in r["verdicts"] if v.get("source") != "none"]
-    return {"metrics": metrics, "examples": len(records),
-            "unscored_examples": sum("overall_score" not in m for m in per_example),
-            "judge_failure_rate": sum(v["met"] is None for v in verdicts) / len(verdicts) if verdicts else 0.0,
-            "integrity_flagged": sum(bool(r.get("integrity_flag")) for r in records), **rule}  # fmt: skip
+    return {
+        "metrics": metrics,
+        "examples": len(records),
+        "unscored_examples": sum("overall_score" not in m for m in per_example),
+        "judge_failure_rate": sum(v["met"] is None for v in verdicts) / len(verdicts) if verdicts else 0.0,
+        "integrity_flagged": sum(bool(r.get("integrity_flag")) for r in records),
+        **rule,
+    }
 
 
 def _slim(candidate: dict[str, Any]) -> dict[str, Any]:
     """What a report is recomputed from, without the texts (a build may hold many thousands of candidates)."""
-    verdicts = [{"criterion": v["criterion"], "points": v["points"], "tags": v.get("tags") or [], "met": v["met"],
-                 "source": v.get("source")} for v in candidate.get("verdicts") or ()]  # fmt: skip
-    return {"score": candidate.get("score"), "rating": candidate.get("rating"), "verdicts": verdicts,
-            "integrity_flag": candidate.get("integrity_flag"), "example_tags": candidate.get("example_tags") or [],
-            "finish_reason": candidate.get("finish_reason")}  # fmt: skip
+    verdicts = [
+        {
+            "criterion": v["criterion"],
+            "points": v["points"],
+            "tags": v.get("tags") or [],
+            "met": v["met"],
+            "source": v.get("source"),
+        }
+        for v in candidate.get("verdicts") or ()
+    ]
+    return {
+        "score": candidate.get("score"),
+        "rating": candidate.get("rating"),
+        "verdicts": verdicts,
+        "integrity_flag": candidate.get("integrity_flag"),
+        "example_tags": candidate.get("example_tags") or [],
+        "finish_reason": candidate.get("finish_reason"),
+    }
 
 
 def _query_example(query_id: str, candidates: list[dict[str, Any]], row: Any, rule: dict[str, Any]) -> Example:
     """One query of a build: its prompt, and each candidate with its score, verdicts and whether it was kept."""
     children = []
     for c in candidates:
-        notes = ["kept" if c.get("kept") else "not kept", f"candidate {c.get('candidate')}",
-                 f"{c.get('role')} ({c.get('model')})", f"{c.get('length')} chars", f"finish: {c.get('finish_reason')}"]
+        notes = [
+            "kept" if c.get("kept") else "not kept",
+            f"candidate {c.get('candidate')}",
+            f"{c.get('role')} ({c.get('model')})",
+            f"{c.get('length')} chars",
+            f"finish: {c.get('finish_reason')}",
+        ]
         children.append(graded_example(c, example_metrics(c, **rule).get("overall_score"), None, notes))
     scores = [c.score for c in children if c.score is not None]
     kept = sum(bool(c.get("kept")) for c in candidates)
-    return Example(id=query_id, prompt=row.conversation if row else None, response=None,
-                   score=max(scores) if scores else None, candidates=children,
-                   notes=[f"{len(candidates)} candidates, {kept} kept", "best score"],
-                   reference=(row.reference or row.ideal_completion) if row else None)  # fmt: skip
+    return Example(
+        id=query_id,
+        prompt=row.conversation if row else None,
+        response=None,
+        score=max(scores) if scores else None,
+        candidates=children,
+        notes=[f"{len(candidates)} candidates, {kept} kept", "best score"],
+        reference=(row.reference or row.ideal_completion) if row else None,
+    )
 
 
 READERS = {"eval": read_eval, "rurl": read_rurl, "ruft_build": read_ruft_build, "ruft_train": read_ruft_train}

@@ -47,11 +47,13 @@ def model(config: dict[str, Any]) -> str | None:
 
 def method(config: dict[str, Any]) -> str:
     """A RuRL run's GRPO settings that matter most when comparing runs."""
-    parts = [f"loss {config['loss_type']}" if config.get("loss_type") else "",
-             f"{config['num_generations']} generations per prompt" if config.get("num_generations") else "",
-             f"learning rate {config['learning_rate']}" if config.get("learning_rate") is not None else "",
-             f"beta {config['beta']}" if config.get("beta") is not None else "",
-             f"max_steps {config['max_steps']}" if (config.get("max_steps") or -1) > 0 else ""]  # fmt: skip
+    parts = [
+        f"loss {config['loss_type']}" if config.get("loss_type") else "",
+        f"{config['num_generations']} generations per prompt" if config.get("num_generations") else "",
+        f"learning rate {config['learning_rate']}" if config.get("learning_rate") is not None else "",
+        f"beta {config['beta']}" if config.get("beta") is not None else "",
+        f"max_steps {config['max_steps']}" if (config.get("max_steps") or -1) > 0 else "",
+    ]
     return ", ".join(p for p in parts if p)
 
 
@@ -67,9 +69,11 @@ def judge_totals(totals: dict[str, Any]) -> str | None:
     """A RuRL run summary's judge counts."""
     if not totals:
         return None
-    return (f"{totals.get('completions')} completions graded, {totals.get('unscored')} unscored, "
-            f"{totals.get('failed_verdicts')} of {totals.get('verdicts')} verdicts failed, "
-            f"{totals.get('judge_calls')} judge calls")  # fmt: skip
+    return (
+        f"{totals.get('completions')} completions graded, {totals.get('unscored')} unscored, "
+        f"{totals.get('failed_verdicts')} of {totals.get('verdicts')} verdicts failed, "
+        f"{totals.get('judge_calls')} judge calls"
+    )
 
 
 def pct(value: float | None) -> str | None:

@@ -7,8 +7,12 @@ from typing import Any, Literal
 
 Kind = Literal["eval", "rurl", "ruft_build", "ruft_train"]
 KIND_NAMES: dict[str, str] = {"eval": "eval", "rurl": "RuRL run", "ruft_build": "RuFT build", "ruft_train": "SFT run"}
-COMMANDS: dict[str, str] = {"eval": "rubricrl eval", "rurl": "rubricrl rurl train", "ruft_build": "rubricrl ruft build",
-                            "ruft_train": "rubricrl ruft train"}  # fmt: skip
+COMMANDS: dict[str, str] = {
+    "eval": "rubricrl eval",
+    "rurl": "rubricrl rurl train",
+    "ruft_build": "rubricrl ruft build",
+    "ruft_train": "rubricrl ruft train",
+}
 """The command that writes each kind of folder."""
 
 
@@ -95,9 +99,14 @@ class Folder:
 
     def series(self, key: str) -> list[tuple[float, float]]:
         """(step, value) for each logged step with a finite number under `key`."""
-        return [(entry["step"], float(entry[key])) for entry in self.history
-                if isinstance(entry.get(key), int | float) and not isinstance(entry.get(key), bool)
-                and math.isfinite(entry[key]) and "step" in entry]  # fmt: skip
+        return [
+            (entry["step"], float(entry[key]))
+            for entry in self.history
+            if isinstance(entry.get(key), int | float)
+            and not isinstance(entry.get(key), bool)
+            and math.isfinite(entry[key])
+            and "step" in entry
+        ]
 
     def history_keys(self, prefix: str = "") -> list[str]:
         """The numeric keys of the log history that start with `prefix`, in first-seen order."""

@@ -9,8 +9,15 @@ from pathlib import Path
 
 from reports import charts
 from reports.folder import Example, Folder, Verdict
-from reports.tables import (comparison_table, eval_table, group_of, metric_table, report_line, retention_table,
-                            training_table)  # fmt: skip
+from reports.tables import (
+    comparison_table,
+    eval_table,
+    group_of,
+    metric_table,
+    report_line,
+    retention_table,
+    training_table,
+)
 from rubricrl.prompts import load_prompt
 
 TEMPLATE = load_prompt(Path(__file__).parent / "templates" / "report.html")
@@ -30,13 +37,15 @@ def render_page(folders: Sequence[Folder], title: str, subtitle: str) -> str:
         body.append(comparison_section(folders, draw))
     for i, folder in enumerate(folders):
         anchor = f"dir-{i + 1}"
-        contents.append(f'<li><a href="#{anchor}">{esc(folder.label)}</a> <span class="meta">{esc(folder.kind_name)}'
-                        "</span></li>")  # fmt: skip
+        contents.append(
+            f'<li><a href="#{anchor}">{esc(folder.label)}</a> <span class="meta">{esc(folder.kind_name)}</span></li>'
+        )
         body.append(folder_section(folder, anchor, draw))
     if not draw:
         subtitle += " · no charts: matplotlib is not installed (pip install 'rubricrl[train]')"
-    return TEMPLATE.render(title=esc(title), subtitle=esc(subtitle), contents=f"<ul>{''.join(contents)}</ul>",
-                           body="\n".join(body))  # fmt: skip
+    return TEMPLATE.render(
+        title=esc(title), subtitle=esc(subtitle), contents=f"<ul>{''.join(contents)}</ul>", body="\n".join(body)
+    )
 
 
 # --- sections -------------------------------------------------------------------------------------------------------
@@ -44,10 +53,13 @@ def render_page(folders: Sequence[Folder], title: str, subtitle: str) -> str:
 
 def comparison_section(folders: Sequence[Folder], draw: bool) -> str:
     header, rows = comparison_table(folders)
-    parts = ['<section id="comparison">', f"<h2>Comparison of {len(folders)} folders</h2>",
-             '<p class="line">Each column is one folder\'s headline report (an eval folder: its report; a RuRL run: '
-             "its last eval; a RuFT build: all its candidates): score ± bootstrap std (n examples).</p>",
-             table(header, rows, numeric_from=1)]  # fmt: skip
+    parts = [
+        '<section id="comparison">',
+        f"<h2>Comparison of {len(folders)} folders</h2>",
+        '<p class="line">Each column is one folder\'s headline report (an eval folder: its report; a RuRL run: '
+        "its last eval; a RuFT build: all its candidates): score ± bootstrap std (n examples).</p>",
+        table(header, rows, numeric_from=1),
+    ]
     if draw:
         parts.append(figures(charts.comparison_charts(folders)))
     parts.append("</section>")
@@ -55,10 +67,12 @@ def comparison_section(folders: Sequence[Folder], draw: bool) -> str:
 
 
 def folder_section(folder: Folder, anchor: str, draw: bool) -> str:
-    parts = [f'<section class="folder" id="{anchor}">',
-             f'<h2>{esc(folder.label)}<span class="kind">{esc(folder.kind_name)} · {esc(folder.command)}</span></h2>',
-             f'<p class="path"><code>{esc(folder.path)}</code></p>',
-             table(["", ""], [[k, v] for k, v in folder.facts.items()], show_header=False, css="facts")]  # fmt: skip
+    parts = [
+        f'<section class="folder" id="{anchor}">',
+        f'<h2>{esc(folder.label)}<span class="kind">{esc(folder.kind_name)} · {esc(folder.command)}</span></h2>',
+        f'<p class="path"><code>{esc(folder.path)}</code></p>',
+        table(["", ""], [[k, v] for k, v in folder.facts.items()], show_header=False, css="facts"),
+    ]
     if folder.notes:
         parts.append('<ul class="notes">' + "".join(f"<li>{esc(n)}</li>" for n in folder.notes) + "</ul>")
     if folder.reports:
@@ -66,15 +80,19 @@ def folder_section(folder: Folder, anchor: str, draw: bool) -> str:
         parts += ["<h3>Metrics</h3>", table(header, rows, numeric_from=1, grouped=True)]
         parts += [f'<p class="line">{esc(name)}: {esc(report_line(r))}</p>' for name, r in folder.reports.items()]
     if folder.evals:
-        parts += ["<h3>Evals <span class=\"meta\">(one row per in-training eval)</span></h3>",
-                  table(*eval_table(folder), numeric_from=1)]
+        parts += [
+            '<h3>Evals <span class="meta">(one row per in-training eval)</span></h3>',
+            table(*eval_table(folder), numeric_from=1),
+        ]
     if folder.retention:
         parts += ["<h3>Retention</h3>", table(*retention_table(folder), numeric_from=1)]
     if folder.history:
         header, rows = training_table(folder)
         if rows:
-            parts += [f"<h3>Training <span class=\"meta\">({esc(folder.history_source)})</span></h3>",
-                      table(header, rows, numeric_from=1)]  # fmt: skip
+            parts += [
+                f'<h3>Training <span class="meta">({esc(folder.history_source)})</span></h3>',
+                table(header, rows, numeric_from=1),
+            ]
     if draw:
         parts.append(figures(charts.folder_charts(folder)))
     parts.append(examples_section(folder, anchor))
@@ -85,8 +103,10 @@ def folder_section(folder: Folder, anchor: str, draw: bool) -> str:
 def figures(found: list[charts.Chart]) -> str:
     if not found:
         return ""
-    items = "".join(f'<figure><figcaption>{esc(c.title)}</figcaption><img src="{c.uri}" alt="{esc(c.title)}"></figure>'
-                    for c in found)  # fmt: skip
+    items = "".join(
+        f'<figure><figcaption>{esc(c.title)}</figcaption><img src="{c.uri}" alt="{esc(c.title)}"></figure>'
+        for c in found
+    )
     return f'<h3>Charts</h3>\n<div class="charts">{items}</div>'
 
 
@@ -98,19 +118,23 @@ def examples_section(folder: Folder, anchor: str) -> str:
     count = f"{shown} of {total} {what}" if total > shown else f"{shown} {what}"
     target = f"{anchor}-examples"
     more = "; --max_examples shows more" if total > shown else ""
-    return "\n".join([
-        f'<h3>Examples <span class="meta">({esc(count)}, from {esc(folder.examples_source)}{more})</span></h3>',
-        # hidden until the page's script shows it: without JavaScript these controls would do nothing
-        f'<div class="tools" data-target="{target}" hidden><input type="search" placeholder="filter: any text">'
-        '<select><option value="file">as in the file</option><option value="low">lowest score first</option>'
-        '<option value="high">highest score first</option></select>'
-        '<button type="button" value="open">open all</button>'
-        '<button type="button" value="close">close all</button><span class="shown" aria-live="polite"></span></div>',
-        '<p class="legend">Verdicts: met / not met / undecided (no verdict: a judge failure or a tie, never counted as '
-        "not met). For a criterion with negative points, met means the fault is present: green marks the good "
-        "outcome, red the bad one.</p>",
-        f'<div id="{target}">', *(example_block(e) for e in folder.examples), "</div>",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            f'<h3>Examples <span class="meta">({esc(count)}, from {esc(folder.examples_source)}{more})</span></h3>',
+            # hidden until the page's script shows it: without JavaScript these controls would do nothing
+            f'<div class="tools" data-target="{target}" hidden><input type="search" placeholder="filter: any text">'
+            '<select><option value="file">as in the file</option><option value="low">lowest score first</option>'
+            '<option value="high">highest score first</option></select>'
+            '<button type="button" value="open">open all</button>'
+            '<button type="button" value="close">close all</button><span class="shown" aria-live="polite"></span></div>',
+            '<p class="legend">Verdicts: met / not met / undecided (no verdict: a judge failure or a tie, never counted as '
+            "not met). For a criterion with negative points, met means the fault is present: green marks the good "
+            "outcome, red the bad one.</p>",
+            f'<div id="{target}">',
+            *(example_block(e) for e in folder.examples),
+            "</div>",
+        ]
+    )
 
 
 def example_block(example: Example, css: str = "example") -> str:
@@ -124,8 +148,10 @@ def example_block(example: Example, css: str = "example") -> str:
     body = []
     if example.prompt:
         body.append("<h4>Prompt</h4>")
-        body += [f'<div class="role">{esc(m.get("role", ""))}</div><pre>{esc(m.get("content", ""))}</pre>'
-                 for m in example.prompt]  # fmt: skip
+        body += [
+            f'<div class="role">{esc(m.get("role", ""))}</div><pre>{esc(m.get("content", ""))}</pre>'
+            for m in example.prompt
+        ]
     if example.response is not None:
         body += ["<h4>Response</h4>", f"<pre>{esc(example.response)}</pre>"]
     if example.reference:
@@ -137,8 +163,10 @@ def example_block(example: Example, css: str = "example") -> str:
     if example.candidates:
         body.append(f"<h4>{esc(example.candidates_title)} ({len(example.candidates)})</h4>")
         body += [example_block(c, "example candidate") for c in example.candidates]
-    return (f'<details class="{css}" data-score="{score}"><summary>{" ".join(summary)}</summary>'
-            f'<div class="body">{"".join(body)}</div></details>')  # fmt: skip
+    return (
+        f'<details class="{css}" data-score="{score}"><summary>{" ".join(summary)}</summary>'
+        f'<div class="body">{"".join(body)}</div></details>'
+    )
 
 
 def verdict_table(verdicts: list[Verdict]) -> str:
@@ -149,11 +177,15 @@ def verdict_table(verdicts: list[Verdict]) -> str:
         css = "open" if good is None else "good" if good else "bad"
         tags = "".join(f'<span class="tag">{esc(t)}</span>' for t in v.tags)
         source = f'<span class="tag">{esc(v.source)}</span>' if v.source and v.source != "judge" else ""
-        rows.append(f'<tr class="{css}"><td class="num">{v.points:+d}</td><td class="verdict">{status}</td>'
-                    f'<td class="criterion">{esc(v.criterion)} {tags}{source}</td>'
-                    f'<td class="why">{esc(v.explanation)}</td></tr>')  # fmt: skip
-    return ('<table class="verdicts"><thead><tr><th>points</th><th>verdict</th><th>criterion</th>'
-            f"<th>judge's explanation</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")  # fmt: skip
+        rows.append(
+            f'<tr class="{css}"><td class="num">{v.points:+d}</td><td class="verdict">{status}</td>'
+            f'<td class="criterion">{esc(v.criterion)} {tags}{source}</td>'
+            f'<td class="why">{esc(v.explanation)}</td></tr>'
+        )
+    return (
+        '<table class="verdicts"><thead><tr><th>points</th><th>verdict</th><th>criterion</th>'
+        f"<th>judge's explanation</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
 
 
 def score_badge(score: float | None) -> str:
@@ -164,8 +196,15 @@ def score_badge(score: float | None) -> str:
     return f'<span class="score" style="background: hsl({hue}, 55%, 38%)">{score:.3f}</span>'
 
 
-def table(header: list[str], rows: list[list[str]], *, numeric_from: int | None = None, show_header: bool = True,
-          css: str = "", grouped: bool = False) -> str:
+def table(
+    header: list[str],
+    rows: list[list[str]],
+    *,
+    numeric_from: int | None = None,
+    show_header: bool = True,
+    css: str = "",
+    grouped: bool = False,
+) -> str:
     """A table of text cells (escaped here). `numeric_from`: the columns from there on are numbers (right-aligned);
     `grouped`: the first column holds metric names, with a header row where the group (axes, themes, ...) changes."""
     # in a box that scrolls sideways when the table is wider than the page (many folders, a phone): the page does not

@@ -10,8 +10,14 @@ from reports.tables import comparison_table, eval_table, metric_table, report_li
 def render_markdown(folders: Sequence[Folder], title: str, subtitle: str, page_name: str) -> str:
     lines = [f"# {title}", "", subtitle, "", f"Charts and examples: {page_name}", ""]
     if len(folders) > 1:
-        lines += ["## Comparison", "", "Each column is one folder's headline report: score ± bootstrap std "
-                  "(n examples).", "", *md_table(*comparison_table(folders)), ""]  # fmt: skip
+        lines += [
+            "## Comparison",
+            "",
+            "Each column is one folder's headline report: score ± bootstrap std (n examples).",
+            "",
+            *md_table(*comparison_table(folders)),
+            "",
+        ]
     for folder in folders:
         lines += folder_summary(folder)
     return "\n".join(lines).rstrip() + "\n"
@@ -34,15 +40,21 @@ def folder_summary(folder: Folder) -> list[str]:
     if rows:
         lines += [f"### Training ({folder.history_source})", "", *md_table(header, rows), ""]
     if folder.examples:
-        lines += [f"{len(folder.examples)} of {folder.examples_total} examples are listed on the page "
-                  f"(from {folder.examples_source}).", ""]  # fmt: skip
+        lines += [
+            f"{len(folder.examples)} of {folder.examples_total} examples are listed on the page "
+            f"(from {folder.examples_source}).",
+            "",
+        ]
     return lines
 
 
 def md_table(header: list[str], rows: list[list[str]]) -> list[str]:
     numeric = ["---:" if i else "---" for i in range(len(header))]
-    return ["| " + " | ".join(_cell(h) for h in header) + " |", "| " + " | ".join(numeric) + " |",
-            *("| " + " | ".join(_cell(c) for c in row) + " |" for row in rows)]  # fmt: skip
+    return [
+        "| " + " | ".join(_cell(h) for h in header) + " |",
+        "| " + " | ".join(numeric) + " |",
+        *("| " + " | ".join(_cell(c) for c in row) + " |" for row in rows),
+    ]
 
 
 def _cell(text: str) -> str:

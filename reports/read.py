@@ -9,11 +9,9 @@ from typing import Any
 
 import yaml
 
-from rubricrl.training import latest_checkpoint
-
 from grading.scores import DEFAULT_MIN_COVERAGE
-
 from rubricrl.errors import UserError
+from rubricrl.training import latest_checkpoint
 
 
 class ReportError(UserError):
@@ -90,8 +88,11 @@ def rubric_rows(name: str | None, folder: Path, ids: set[str], notes: list[str])
         return {}
     path = find_file(name, folder)
     if path is None:
-        notes.append(f"prompts not shown: the rubric file {name!r} named in the config was not found"
-                     if name else "prompts not shown: the config names no rubric file")  # fmt: skip
+        notes.append(
+            f"prompts not shown: the rubric file {name!r} named in the config was not found"
+            if name
+            else "prompts not shown: the config names no rubric file"
+        )
         return {}
     from grading.dataset import iter_rubric_rows
 
@@ -118,6 +119,8 @@ def read_manifest(path: Path) -> dict[str, Any]:
 
 def scoring_rule(settings: dict[str, Any]) -> dict[str, Any]:
     """The scoring rule a report or a `grading:` section states (grading.scores' defaults where it says none)."""
-    return {"min_coverage": settings.get("min_coverage", DEFAULT_MIN_COVERAGE),
-            "undecided_penalty": settings.get("undecided_penalty", "unscored"),
-            "undecided_criterion": settings.get("undecided_criterion", "drop")}  # fmt: skip
+    return {
+        "min_coverage": settings.get("min_coverage", DEFAULT_MIN_COVERAGE),
+        "undecided_penalty": settings.get("undecided_penalty", "unscored"),
+        "undecided_criterion": settings.get("undecided_criterion", "drop"),
+    }

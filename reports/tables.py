@@ -8,11 +8,27 @@ from reports.folder import Folder
 
 GROUPS = ("overall", "axes", "themes", "other tags")
 TRAINING_KEYS = (
-    "reward", "reward_std", "eval/overall_score", "rubric/criteria_pass_rate", "rubric/judge_failure_rate",
-    "rubric/unscored_rate", "rubric/integrity_flag_rate", "rubric/no_answer_rate", "rubric/completion_length",
-    "rubric/reasoning_length", "rubric/answer_length", "rubric/length_reward_corr", "completions/mean_length", "completions/clipped_ratio", "frac_reward_zero_std", "entropy", "loss", "grad_norm",
-    "learning_rate", "mean_token_accuracy",
-)  # fmt: skip
+    "reward",
+    "reward_std",
+    "eval/overall_score",
+    "rubric/criteria_pass_rate",
+    "rubric/judge_failure_rate",
+    "rubric/unscored_rate",
+    "rubric/integrity_flag_rate",
+    "rubric/no_answer_rate",
+    "rubric/completion_length",
+    "rubric/reasoning_length",
+    "rubric/answer_length",
+    "rubric/length_reward_corr",
+    "completions/mean_length",
+    "completions/clipped_ratio",
+    "frac_reward_zero_std",
+    "entropy",
+    "loss",
+    "grad_norm",
+    "learning_rate",
+    "mean_token_accuracy",
+)
 """The log-history series the training summary lists, where a run logged them."""
 
 
@@ -90,8 +106,15 @@ def comparison_table(folders: Sequence[Folder]) -> tuple[list[str], list[list[st
     for key in ("reward", "loss"):  # training runs: where the curve started and ended
         if any(f.series(key) for f in folders):
             rows.append([f"{key} (first → last step)", *(_first_last(f.series(key)) for f in folders)])
-    rows.append(["judge failure rate", *("–" if r is None or r.get("judge_failure_rate") is None
-                                         else f"{r['judge_failure_rate']:.1%}" for r in headline)])  # fmt: skip
+    rows.append(
+        [
+            "judge failure rate",
+            *(
+                "–" if r is None or r.get("judge_failure_rate") is None else f"{r['judge_failure_rate']:.1%}"
+                for r in headline
+            ),
+        ]
+    )
     return ["", *(f.label for f in folders)], rows
 
 
@@ -112,9 +135,16 @@ def eval_table(folder: Folder) -> tuple[list[str], list[list[str]]]:
     for report in folder.evals:
         value, std, _ = metric(report, "overall_score") or (None, None, None)
         failures = report.get("judge_failure_rate")
-        rows.append([str(report.get("step")), num(value), num(std), str(report.get("examples")),
-                     str(report.get("unscored_examples")),
-                     "n/a" if failures is None else f"{failures:.1%}"])  # fmt: skip
+        rows.append(
+            [
+                str(report.get("step")),
+                num(value),
+                num(std),
+                str(report.get("examples")),
+                str(report.get("unscored_examples")),
+                "n/a" if failures is None else f"{failures:.1%}",
+            ]
+        )
     return ["step", "overall_score", "± bootstrap std", "examples", "unscored", "judge failure rate"], rows
 
 
@@ -122,10 +152,11 @@ def retention_table(folder: Folder) -> tuple[list[str], list[list[str]]]:
     r = folder.retention or {}
     finished = r.get("finished", 0)
     share = lambda n: f"{n / finished:.1%}" if finished else "n/a"  # noqa: E731
-    return ["queries", "count", "share"], [["finished", str(finished), share(finished)],
-                                            ["kept (an answer >= tau)", str(r.get("kept", 0)), share(r.get("kept", 0))],
-                                            ["below tau", str(r.get("below threshold", 0)),
-                                             share(r.get("below threshold", 0))]]  # fmt: skip
+    return ["queries", "count", "share"], [
+        ["finished", str(finished), share(finished)],
+        ["kept (an answer >= tau)", str(r.get("kept", 0)), share(r.get("kept", 0))],
+        ["below tau", str(r.get("below threshold", 0)), share(r.get("below threshold", 0))],
+    ]
 
 
 def _first_last(points: list[tuple[float, float]]) -> str:

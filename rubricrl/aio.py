@@ -7,8 +7,9 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 
-async def gather_or_cancel(aws: Iterable[Awaitable], *, timeout: float | None = None,
-                           on_done: Callable[[], None] | None = None) -> list[Any]:  # fmt: skip
+async def gather_or_cancel(
+    aws: Iterable[Awaitable], *, timeout: float | None = None, on_done: Callable[[], None] | None = None
+) -> list[Any]:
     """The results of `aws` in order, run concurrently. The first exception cancels the others, waits for them to
     end and is raised (as gather raises it); our own cancellation cancels them too. With `timeout` (seconds), what
     has not finished by then is cancelled and comes back as None. `on_done` is called as each one ends."""

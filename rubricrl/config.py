@@ -67,8 +67,9 @@ def dataclass_from_dict(cls: type, data: dict[str, Any], where: str, flags: froz
     known = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - set(known))
     if unknown:
-        raise ConfigError(f"{where.rstrip(':')}: unknown key(s) {unknown}{did_you_mean(unknown, known)}; "
-                          f"known: {sorted(known)}")  # fmt: skip
+        raise ConfigError(
+            f"{where.rstrip(':')}: unknown key(s) {unknown}{did_you_mean(unknown, known)}; known: {sorted(known)}"
+        )
     hints = typing.get_type_hints(cls)
     values = {}
     for key, value in data.items():
@@ -90,7 +91,7 @@ def dataclass_from_dict(cls: type, data: dict[str, Any], where: str, flags: froz
         # ("command line: ruft:" would say no more); any other message keeps its place and its words.
         subject = re.match(r"(\w+) (must|needs)\b", message)
         if subject and subject.group(1) in flags:
-            raise ConfigError(flag_name(subject.group(1)) + message[len(subject.group(1)):]) from error
+            raise ConfigError(flag_name(subject.group(1)) + message[len(subject.group(1)) :]) from error
         if where == "command line:":
             raise ConfigError(message) from error
         raise ConfigError(f"{where.rstrip(':')}: {message}") from error
@@ -113,7 +114,7 @@ def flag_name(field_name: str) -> str:
 def check_paths(settings: Any, where: str, flags: frozenset[str] = frozenset()) -> None:
     """Output paths that cannot work, before any model call: an `output_dir` (or `*_dir` output) that is a file,
     an `output` file that is a folder or sits under a file."""
-    for f, hint in _fields(type(settings)):
+    for f, _hint in _fields(type(settings)):
         value = getattr(settings, f.name)
         if not isinstance(value, Path):
             continue
@@ -132,18 +133,28 @@ def check_paths(settings: Any, where: str, flags: frozenset[str] = frozenset()) 
 
 
 def add_config_arguments(
-    parser: argparse.ArgumentParser, groups: list[type], trl_types: list[str] = (), shares_file_with: list[str] = (),
-) -> None:  # fmt: skip
+    parser: argparse.ArgumentParser,
+    groups: list[type],
+    trl_types: list[str] = (),
+    shares_file_with: list[str] = (),
+) -> None:
     """`--config` and one flag per field of each dataclass in `groups` (help from the fields' docstrings). Flags
     default to "not given" (argparse.SUPPRESS), so that `parse_settings` knows what the command line set.
     `trl_types` (e.g. "trl.SFTConfig", imported only when the command runs) are TRL's own dataclasses: their fields
     come as top-level keys and the flags this parser does not know, read by `parse_trl`. `shares_file_with` names
     TRL dataclasses whose top-level keys this command skips (a preset that serves `ruft build` and `ruft train`)."""
-    parser.add_argument("--config", type=Path, metavar="FILE", help="YAML file of settings (flags win over it; default: none, the built-in defaults)")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="YAML file of settings (flags win over it; default: none, the built-in defaults)",
+    )
     parser.set_defaults(config_groups=groups, trl_types=list(trl_types), shares_file_with=list(shares_file_with))
     if trl_types:
-        parser.epilog = (f"TRL's {' and '.join(trl_types)} fields are accepted too, as top-level keys of --config "
-                         "and as flags (--learning_rate 1e-5), exactly as `trl sft --config` takes them.")  # fmt: skip
+        parser.epilog = (
+            f"TRL's {' and '.join(trl_types)} fields are accepted too, as top-level keys of --config "
+            "and as flags (--learning_rate 1e-5), exactly as `trl sft --config` takes them."
+        )
     for cls in groups:
         section = getattr(cls, "config_section", None)
         group = parser.add_argument_group(f"{section}: (config section)" if section else "arguments")
@@ -167,9 +178,11 @@ def parse_settings(args: argparse.Namespace, *, command: str, trl_defaults: dict
         skipped = {f.name for name in args.shares_file_with for f in dataclasses.fields(_import(name))}
         unknown = [key for key in unknown if key not in skipped]
     if unknown and not trl_types:
-        raise ConfigError(f"{source}: unknown key(s) {unknown} for `rubricrl {command}`"
-                          f"{did_you_mean(unknown, [*flat_keys, *SECTIONS])}; it takes {sorted(flat_keys)} and the "
-                          f"sections {list(SECTIONS)}")  # fmt: skip
+        raise ConfigError(
+            f"{source}: unknown key(s) {unknown} for `rubricrl {command}`"
+            f"{did_you_mean(unknown, [*flat_keys, *SECTIONS])}; it takes {sorted(flat_keys)} and the "
+            f"sections {list(SECTIONS)}"
+        )
     settings = []
     for cls in groups:
         section = getattr(cls, "config_section", None)
@@ -182,7 +195,7 @@ def parse_settings(args: argparse.Namespace, *, command: str, trl_defaults: dict
             raise ConfigError(f"{where}: expected a mapping, got {type(from_file).__name__}")
         values = dict(from_file)
         flags = frozenset(f.name for f, _ in _fields(cls) if hasattr(args, f.name))
-        for f, hint in _fields(cls):
+        for f, _hint in _fields(cls):
             if not hasattr(args, f.name):
                 continue
             given = getattr(args, f.name)
@@ -222,8 +235,9 @@ def parse_trl(trl_types: list[type], file: dict[str, Any], argv: list[str], sour
     parser = TrlParser(trl_types)
     leftover = parser.set_defaults_with_config(**{k: v for k, v in file.items() if k not in SECTIONS})
     if leftover:
-        raise ConfigError(f"{source}: key(s) {leftover[::2]} are neither rubricrl's nor fields of "
-                          f"{[t.__name__ for t in trl_types]}")  # fmt: skip
+        raise ConfigError(
+            f"{source}: key(s) {leftover[::2]} are neither rubricrl's nor fields of {[t.__name__ for t in trl_types]}"
+        )
     try:
         return list(parser.parse_args_into_dataclasses(args=argv))
     except (ValueError, SystemExit) as error:  # argparse exits on an unknown or malformed flag
@@ -255,8 +269,11 @@ def resolved(settings: list[Any], **extra: Any) -> dict[str, Any]:
 
 def write_resolved(path: Path, config: dict[str, Any]) -> Path:
     """`config.yaml` (or the given name) beside an output: what produced it, loadable with --config."""
-    return write_whole(path, "# resolved settings (defaults < --config file < flags); rerun with --config this file\n"
-                       + yaml.safe_dump(config, sort_keys=False, allow_unicode=True))  # fmt: skip
+    return write_whole(
+        path,
+        "# resolved settings (defaults < --config file < flags); rerun with --config this file\n"
+        + yaml.safe_dump(config, sort_keys=False, allow_unicode=True),
+    )
 
 
 def _at(where: str, key: str) -> str:

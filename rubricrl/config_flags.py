@@ -26,9 +26,13 @@ def field_docs(cls: type) -> dict[str, str]:
             continue
         body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
         for statement, following in zip(body, body[1:]):
-            if (isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name)
-                    and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
-                    and isinstance(following.value.value, str)):  # fmt: skip
+            if (
+                isinstance(statement, ast.AnnAssign)
+                and isinstance(statement.target, ast.Name)
+                and isinstance(following, ast.Expr)
+                and isinstance(following.value, ast.Constant)
+                and isinstance(following.value.value, str)
+            ):
                 docs[statement.target.id] = " ".join(following.value.value.split())
     return docs
 
@@ -47,8 +51,15 @@ def add_field(group, f: dataclasses.Field, hint: Any, doc: str) -> None:
     if inner is bool:
         group.add_argument(*names, type=_to_bool, nargs="?", const=True, metavar="BOOL", **kwargs)
         if default is True:
-            group.add_argument(f"--no-{f.name.replace('_', '-')}", f"--no_{f.name}", action="store_const",
-                               const=False, dest=f.name, default=argparse.SUPPRESS, help=f"set {f.name} to false")  # fmt: skip
+            group.add_argument(
+                f"--no-{f.name.replace('_', '-')}",
+                f"--no_{f.name}",
+                action="store_const",
+                const=False,
+                dest=f.name,
+                default=argparse.SUPPRESS,
+                help=f"set {f.name} to false",
+            )
     elif origin is typing.Literal:
         group.add_argument(*names, choices=typing.get_args(inner), **kwargs)
     elif origin is list:

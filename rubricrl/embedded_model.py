@@ -110,9 +110,14 @@ def _convert(gguf: Path, out: Path) -> None:
     from rubricrl.serve import die_with_parent  # here: serve imports this module
 
     env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
-    result = subprocess.run([sys.executable, "-m", "rubricrl.embedded_model", str(gguf), str(out)], env=env,
-                            stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                            preexec_fn=die_with_parent)  # a killed preparation takes its conversion with it
+    result = subprocess.run(
+        [sys.executable, "-m", "rubricrl.embedded_model", str(gguf), str(out)],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        preexec_fn=die_with_parent,
+    )  # a killed preparation takes its conversion with it
     if result.returncode != 0:
         raise RuntimeError(f"conversion of {gguf} failed (exit {result.returncode}):\n{result.stderr.strip()[-3000:]}")
     if not (out / "config.json").is_file() or not list(out.glob("*.safetensors")):

@@ -83,8 +83,9 @@ def dataset_source(value: str | Path) -> DatasetSource | None:
         local = Path(repo).expanduser()
         if local.is_dir() and (selector or revision):
             if revision:
-                raise RecordFileError(f"{text}: a revision (@...) selects a version of a Hub dataset; the folder "
-                                      f"{repo} is read as it is")  # fmt: skip
+                raise RecordFileError(
+                    f"{text}: a revision (@...) selects a version of a Hub dataset; the folder {repo} is read as it is"
+                )
             return DatasetSource(str(local), hub=False, **named)
         if local.exists():
             raise RecordFileError(f"{text}: {repo} is a file; ':SPLIT' selects within a dataset folder or a Hub id")
@@ -111,8 +112,10 @@ def _datasets(where: str):
     try:
         import datasets  # only here: `datasets` is an optional dependency (the `train` extra)
     except ImportError:
-        raise RecordFileError(f"{where}: reading a dataset folder or a Hub dataset needs the `datasets` package "
-                              "(pip install 'rubricrl[train]')") from None  # fmt: skip
+        raise RecordFileError(
+            f"{where}: reading a dataset folder or a Hub dataset needs the `datasets` package "
+            "(pip install 'rubricrl[train]')"
+        ) from None
     return datasets
 
 
@@ -134,8 +137,10 @@ def folder_rows(path: Path, named: DatasetSource | None) -> tuple[str, list[str]
     if _is_saved(path):
         return _dataset_rows(path, named)
     if any((path / name).is_file() for name in OUTPUT_MARKERS):
-        raise RecordFileError(f"{path}: not a saved Hugging Face dataset or a dataset repository folder but the "
-                              f"output folder of a run{_file_hint(path)}")  # fmt: skip
+        raise RecordFileError(
+            f"{path}: not a saved Hugging Face dataset or a dataset repository folder but the "
+            f"output folder of a run{_file_hint(path)}"
+        )
     return named_rows(named or DatasetSource(str(path), hub=False, text=str(path)))
 
 
@@ -144,8 +149,10 @@ def _dataset_rows(path: Path, named: DatasetSource | None = None) -> tuple[str, 
     try:
         loaded = datasets.load_from_disk(str(path))
     except FileNotFoundError as error:
-        raise RecordFileError(f"{path}: not a saved Hugging Face dataset (no dataset_info.json/state.json or "
-                              f"dataset_dict.json){_file_hint(path)}") from error  # fmt: skip
+        raise RecordFileError(
+            f"{path}: not a saved Hugging Face dataset (no dataset_info.json/state.json or "
+            f"dataset_dict.json){_file_hint(path)}"
+        ) from error
     if named is not None and named.subset:
         raise RecordFileError(f"{named.text}: a saved dataset has no subsets; name a split (FOLDER:SPLIT)")
     source = str(path)
@@ -169,8 +176,9 @@ def _pick_split(where: Any, splits: list[str], wanted: str | None = None, how: s
         return "train"
     if len(splits) == 1:
         return splits[0]
-    raise RecordFileError(f"{where}: a dataset with splits {splits} and no 'train'; "
-                          + (how or "save the split to use on its own"))  # fmt: skip
+    raise RecordFileError(
+        f"{where}: a dataset with splits {splits} and no 'train'; " + (how or "save the split to use on its own")
+    )
 
 
 def named_rows(named: DatasetSource) -> tuple[str, list[str] | None, Iterator[Record]]:
@@ -190,8 +198,11 @@ def named_rows(named: DatasetSource) -> tuple[str, list[str] | None, Iterator[Re
     except Exception as error:  # the boundary to `datasets` and the Hub: one line, never a traceback
         raise RecordFileError(_load_problem(named, error)) from None
     sha = builder.hash if named.hub and re.fullmatch(r"[0-9a-f]{40}", str(builder.hash)) else None
-    _LOADED[named.text] = named.spec(revision=sha or named.revision) if named.hub else \
-        replace(named, path=str(Path(named.path).resolve())).spec()  # fmt: skip
+    _LOADED[named.text] = (
+        named.spec(revision=sha or named.revision)
+        if named.hub
+        else replace(named, path=str(Path(named.path).resolve())).spec()
+    )
     source = named.label()
     batches = loaded.with_format("arrow").iter(batch_size=BATCH_ROWS)
     return source, loaded.column_names, _guarded(table_rows(batches), source)
@@ -249,25 +260,35 @@ def _load_problem(named: DatasetSource, error: Exception) -> str:
     text = " ".join(str(error).split())
     if not named.hub:
         if isinstance(error, FileNotFoundError) and ("data file" in text or "doesn't contain" in text):
-            return (f"{where}: not a saved Hugging Face dataset (no dataset_info.json/state.json or "
-                    "dataset_dict.json) nor a dataset repository folder (no README.md with configs:, no data/ "
-                    "folder, no .parquet/.jsonl files at the top)")  # fmt: skip
+            return (
+                f"{where}: not a saved Hugging Face dataset (no dataset_info.json/state.json or "
+                "dataset_dict.json) nor a dataset repository folder (no README.md with configs:, no data/ "
+                "folder, no .parquet/.jsonl files at the top)"
+            )
         return f"{where}: cannot read as a dataset folder: {type(error).__name__}: {text[:400]}"
     if isinstance(error, ConnectionError) or "Couldn't reach" in text:
-        offline = " (HF_HUB_OFFLINE is set)" if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "on",
-                                                                                                  "yes") else ""  # fmt: skip
-        return (f"{where}: cannot reach the Hugging Face Hub{offline}, and this dataset is not in the local cache; "
-                f"run once with network (later runs read the cache, also with HF_HUB_OFFLINE=1), or download it "
-                f"where there is network (hf download {named.path} --repo-type dataset --local-dir DIR) and pass "
-                f"the folder DIR")  # fmt: skip
+        offline = (
+            " (HF_HUB_OFFLINE is set)"
+            if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "on", "yes")
+            else ""
+        )
+        return (
+            f"{where}: cannot reach the Hugging Face Hub{offline}, and this dataset is not in the local cache; "
+            f"run once with network (later runs read the cache, also with HF_HUB_OFFLINE=1), or download it "
+            f"where there is network (hf download {named.path} --repo-type dataset --local-dir DIR) and pass "
+            f"the folder DIR"
+        )
     if "Couldn't find cache" in text:  # offline, and this subset was never loaded
         return f"{where}: {text}; run once with network to cache it"
     if type(error).__name__ == "DatasetNotFoundError":
         return f"{where}: no such file or folder here, and on the Hugging Face Hub: {text}"
     if "Config name is missing" in text or "BuilderConfig" in text:
         return f"{where}: {text.split(' Example of usage')[0]}; name the subset: {named.path}:SUBSET/SPLIT"
-    hint = "; a repository with files of several schemas: name one file, hf://datasets/ORG/NAME/FILE" \
-        if "Cast" in type(error).__name__ else ""  # fmt: skip
+    hint = (
+        "; a repository with files of several schemas: name one file, hf://datasets/ORG/NAME/FILE"
+        if "Cast" in type(error).__name__
+        else ""
+    )
     return f"{where}: cannot load from the Hugging Face Hub: {type(error).__name__}: {text[:400]}{hint}"
 
 

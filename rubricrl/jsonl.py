@@ -41,8 +41,10 @@ def complete_rows(path: Path) -> Iterator[tuple[bytes, dict[str, Any]]]:
             row = _row(line)
             if row is None:
                 if f.read(1):
-                    raise OutputFolderError(f"{path}: line {number}: not a row this harness wrote (JSON with an id); "
-                                            "fix or remove that line, or use another --output-dir")  # fmt: skip
+                    raise OutputFolderError(
+                        f"{path}: line {number}: not a row this harness wrote (JSON with an id); "
+                        "fix or remove that line, or use another --output-dir"
+                    )
                 break
             good_bytes += len(line)
             yield line, row
@@ -81,8 +83,14 @@ class ParquetTable:
     with `arrow`, the same batches also go to that Arrow stream file (what `datasets` memory-maps), so that a
     dataset folder needs neither a second pass over the rows nor a copy."""
 
-    def __init__(self, path: Path, schema: Callable[[], "pa.Schema"], batch_rows: int = BATCH_ROWS,
-                 batch_bytes: int = BATCH_BYTES, arrow: tuple[Path, "pa.Schema"] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        path: Path,
+        schema: Callable[[], "pa.Schema"],
+        batch_rows: int = BATCH_ROWS,
+        batch_bytes: int = BATCH_BYTES,
+        arrow: tuple[Path, "pa.Schema"] | None = None,
+    ):
         self.path = path
         self.tmp = path.with_name(path.name + ".tmp")
         self.schema = schema

@@ -31,8 +31,9 @@ from rubricrl.manifest import write_manifest
 from rubricrl.provenance import FINGERPRINT_FILE, RUNS_FILE, describe_change
 from rubricrl.shards import parse_shard
 
-Merger = Callable[[list[Path], list[dict[str, Any]], Path, list[dict[str, Any]], dict[str, Any]],
-                  tuple[dict[str, Any], str]]
+Merger = Callable[
+    [list[Path], list[dict[str, Any]], Path, list[dict[str, Any]], dict[str, Any]], tuple[dict[str, Any], str]
+]
 """How a command's shard folders become one: (folders, their manifests, the output folder, the settings used, the
 merged config) -> (its manifest, the summary to print). Each stage merges its own (synthesis/merge.py,
 ruft/merge.py); the entry point hands them in, so that the core imports no stage."""
@@ -49,8 +50,15 @@ def add_command(commands, kinds: dict[str, MergeKind]) -> None:
     """The `merge` command for the folders of the commands `kinds` names (a manifest's "command")."""
     merge = commands.add_parser("merge", help="join the output folders of shards (`synth`/`ruft build` --shard i/n)")
     merge.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="finished shard output folders, in order")
-    merge.add_argument("--output-dir", "--output_dir", "--output", dest="output_dir", type=Path, required=True,
-                       help="the merged folder (new or empty; a merge that fails leaves it as it was)")  # fmt: skip
+    merge.add_argument(
+        "--output-dir",
+        "--output_dir",
+        "--output",
+        dest="output_dir",
+        type=Path,
+        required=True,
+        help="the merged folder (new or empty; a merge that fails leaves it as it was)",
+    )
     merge.set_defaults(run=functools.partial(run_merge, kinds=kinds))
 
 
@@ -60,8 +68,9 @@ def run_merge(args: argparse.Namespace, kinds: dict[str, MergeKind]) -> int:
     kind = manifests[0]["command"]
     for folder, manifest in zip(folders, manifests):
         if manifest["command"] != kind:
-            raise UserError(f"{folder}: a `{manifest['command']}` folder, {folders[0]} a `{kind}` one; merge folders of "
-                            "one command")  # fmt: skip
+            raise UserError(
+                f"{folder}: a `{manifest['command']}` folder, {folders[0]} a `{kind}` one; merge folders of one command"
+            )
     check_output(out, folders)
     check_same_input(folders, manifests)
     check_shards(folders, manifests)
@@ -95,15 +104,21 @@ def run_merge(args: argparse.Namespace, kinds: dict[str, MergeKind]) -> int:
 def finished_manifest(folder: Path, kinds: dict[str, MergeKind]) -> dict[str, Any]:
     path = folder / "manifest.json"
     if not path.is_file():
-        raise UserError(f"{folder}: no manifest.json: not a finished `synth` or `ruft build` output folder (rerun its "
-                        "command there to finish it, then merge)")  # fmt: skip
+        raise UserError(
+            f"{folder}: no manifest.json: not a finished `synth` or `ruft build` output folder (rerun its "
+            "command there to finish it, then merge)"
+        )
     manifest = json.loads(path.read_text())
     if manifest.get("command") not in kinds:
-        raise UserError(f"{folder}: a `{manifest.get('command')}` folder; merge joins {' and '.join(kinds)} folders "
-                        "(graded files: concatenate them, then `rubricrl eval --graded`)")  # fmt: skip
+        raise UserError(
+            f"{folder}: a `{manifest.get('command')}` folder; merge joins {' and '.join(kinds)} folders "
+            "(graded files: concatenate them, then `rubricrl eval --graded`)"
+        )
     if not (folder / FINGERPRINT_FILE).is_file():
-        raise UserError(f"{folder}: no {FINGERPRINT_FILE} (written by an older rubricrl): its settings cannot be "
-                        "compared with the other folders'")  # fmt: skip
+        raise UserError(
+            f"{folder}: no {FINGERPRINT_FILE} (written by an older rubricrl): its settings cannot be "
+            "compared with the other folders'"
+        )
     return manifest
 
 
@@ -124,11 +139,15 @@ def check_same_input(folders: list[Path], manifests: list[dict[str, Any]]) -> No
     for folder, manifest in zip(folders[1:], manifests[1:]):
         for key in ("input", "rubrics"):
             if manifest.get(key) != manifests[0].get(key):
-                raise UserError(f"{folder}: made from {key} {manifest.get(key)}, {folders[0]} from "
-                                f"{manifests[0].get(key)}; merge the shards of one input")  # fmt: skip
+                raise UserError(
+                    f"{folder}: made from {key} {manifest.get(key)}, {folders[0]} from "
+                    f"{manifests[0].get(key)}; merge the shards of one input"
+                )
         if manifest["config"].get("limit") != manifests[0]["config"].get("limit"):
-            raise UserError(f"{folder}: --limit {manifest['config'].get('limit')}, {folders[0]}: "
-                            f"--limit {manifests[0]['config'].get('limit')}; merge the shards of one run")  # fmt: skip
+            raise UserError(
+                f"{folder}: --limit {manifest['config'].get('limit')}, {folders[0]}: "
+                f"--limit {manifests[0]['config'].get('limit')}; merge the shards of one run"
+            )
 
 
 def check_shards(folders: list[Path], manifests: list[dict[str, Any]]) -> None:
@@ -146,8 +165,10 @@ def check_shards(folders: list[Path], manifests: list[dict[str, Any]]) -> None:
         seen[shard.index] = folder
     missing = sorted(set(range(shards[0].count)) - set(seen))
     if missing:
-        raise UserError(f"shard(s) {', '.join(f'{i}/{shards[0].count}' for i in missing)} missing: merge every shard "
-                        "of the split, so that the merged folder holds every id")  # fmt: skip
+        raise UserError(
+            f"shard(s) {', '.join(f'{i}/{shards[0].count}' for i in missing)} missing: merge every shard "
+            "of the split, so that the merged folder holds every id"
+        )
 
 
 def same_settings(folders: list[Path]) -> list[dict[str, Any]]:
@@ -155,8 +176,10 @@ def same_settings(folders: list[Path]) -> list[dict[str, Any]]:
     used = [json.loads((f / FINGERPRINT_FILE).read_text())["fingerprints"] for f in folders]
     for folder, other in zip(folders[1:], used[1:]):
         if [f["id"] for f in other] != [f["id"] for f in used[0]]:
-            raise UserError(f"{folder}: made with other settings than {folders[0]} "
-                            f"({describe_change(used[0][-1], other[-1])}); merge only shards of one run")  # fmt: skip
+            raise UserError(
+                f"{folder}: made with other settings than {folders[0]} "
+                f"({describe_change(used[0][-1], other[-1])}); merge only shards of one run"
+            )
     return used[0]
 
 
@@ -165,10 +188,12 @@ def check_unique_ids(folders: list[Path], done_file: str) -> None:
     for folder in folders:
         for _, row in complete_rows(folder / done_file):
             if seen.setdefault(row["id"], folder) != folder:
-                raise UserError(f"id {row['id']!r} is in {seen[row['id']]} and in {folder}; every id must be in one "
-                                "folder only")  # fmt: skip
+                raise UserError(
+                    f"id {row['id']!r} is in {seen[row['id']]} and in {folder}; every id must be in one folder only"
+                )
 
 
 def merged_from(folders: list[Path], manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{"folder": str(f), "shard": m["config"].get("shard"), "counts": m["counts"]}
-            for f, m in zip(folders, manifests)]  # fmt: skip
+    return [
+        {"folder": str(f), "shard": m["config"].get("shard"), "counts": m["counts"]} for f, m in zip(folders, manifests)
+    ]

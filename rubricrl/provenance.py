@@ -36,8 +36,10 @@ def role_settings(roles: dict[str, Any]) -> dict[str, Any]:
     """What of each role shapes its answers: model and sampling settings as resolved (CPU budgets included). Not
     the endpoint or the key: the same model gives the same answers wherever it is served (the response cache
     agrees), and a local server's port changes from run to run."""
-    return {name: {"model": role.model, "structured_outputs": role.structured_outputs, **role.sampling_params()}
-            for name, role in sorted(roles.items())}  # fmt: skip
+    return {
+        name: {"model": role.model, "structured_outputs": role.structured_outputs, **role.sampling_params()}
+        for name, role in sorted(roles.items())
+    }
 
 
 def fingerprint(settings: dict[str, Any]) -> dict[str, Any]:
@@ -60,7 +62,8 @@ def check_settings(folder: Path, current: dict[str, Any], *, rows: int, allow_ch
         raise ChangedSettingsError(
             f"{folder}: holds {rows} finished rows made with other settings than this run's ({change}; see {path}): "
             f"use a new --output-dir, or pass {ALLOW_FLAG} to add rows made with these settings (the manifest and the "
-            "dataset card then name both)")  # fmt: skip
+            "dataset card then name both)"
+        )
     used = [f for f in used if f["id"] != current["id"]] + [current]
     write_whole(path, json.dumps({"fingerprints": used}, indent=2, ensure_ascii=False))
     return used
@@ -84,8 +87,10 @@ def describe_change(old: dict[str, Any], new: dict[str, Any], most: int = 4) -> 
             in_role = parts[0] == "roles" and len(parts) == 3
             role, pattern = (parts[1], f"roles.{{}}.{parts[2]}") if in_role else (key, "{}")
             groups.setdefault((pattern, _short(before.get(key)), _short(after.get(key))), []).append(role)
-    changed = [pattern.format(names[0] if len(names) == 1 else "{" + ",".join(names) + "}") + f" {was} -> {now}"
-               for (pattern, was, now), names in groups.items()]  # fmt: skip
+    changed = [
+        pattern.format(names[0] if len(names) == 1 else "{" + ",".join(names) + "}") + f" {was} -> {now}"
+        for (pattern, was, now), names in groups.items()
+    ]
     more = f" and {len(changed) - most} more" if len(changed) > most else ""
     return ", ".join(changed[:most]) + more
 
@@ -111,8 +116,9 @@ def _read_fingerprints(path: Path) -> list[dict[str, Any]]:
     try:
         used = json.loads(path.read_text())["fingerprints"]
     except (OSError, ValueError, KeyError, TypeError) as error:
-        raise UserError(f"{path}: not a fingerprint file this harness wrote ({error}); restore it, or use a new "
-                         "--output-dir")  # fmt: skip
+        raise UserError(
+            f"{path}: not a fingerprint file this harness wrote ({error}); restore it, or use a new --output-dir"
+        ) from None
     return used
 
 
@@ -128,13 +134,15 @@ class RunRecord:
         self.client = None
         self.started = time.monotonic()
         self.entry: dict[str, Any] = {
-            "id": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds"),
-            "fingerprint": fingerprint_id}  # fmt: skip
+            "id": datetime.datetime.now(datetime.UTC).isoformat(timespec="microseconds"),
+            "fingerprint": fingerprint_id,
+        }
 
     def write(self, *, finished: bool, counts: dict[str, Any] | None = None) -> None:
         usage = {name: asdict(u) for name, u in self.client.usage.items()} if self.client else {}
-        self.entry.update(finished=finished, seconds=round(time.monotonic() - self.started, 1), usage=usage,
-                          counts=counts or {})  # fmt: skip
+        self.entry.update(
+            finished=finished, seconds=round(time.monotonic() - self.started, 1), usage=usage, counts=counts or {}
+        )
         with open(self.folder / RUNS_FILE, "ab") as f:
             f.write(json_line(self.entry))
 
@@ -151,9 +159,13 @@ def totals(folder: Path, used: list[dict[str, Any]], rows: Counter) -> dict[str,
     # settings that made no row are left out, except this run's (the manifest's roles are its)
     listed = [{"id": i, "settings": None} for i in rows if i not in {f["id"] for f in used}] + used
     listed = [{**f, "rows": rows.get(f["id"], 0)} for f in listed if rows.get(f["id"]) or f is used[-1]]
-    return {"fingerprint": used[-1]["id"], "fingerprints": listed,
-            "runs": runs, "usage": {role: dict(counts) for role, counts in usage.items()},
-            "seconds": round(sum(run["seconds"] for run in runs), 1)}  # fmt: skip
+    return {
+        "fingerprint": used[-1]["id"],
+        "fingerprints": listed,
+        "runs": runs,
+        "usage": {role: dict(counts) for role, counts in usage.items()},
+        "seconds": round(sum(run["seconds"] for run in runs), 1),
+    }
 
 
 def card_note(manifest: dict[str, Any], unit: str, where: str) -> str:
@@ -162,15 +174,20 @@ def card_note(manifest: dict[str, Any], unit: str, where: str) -> str:
     used = manifest.get("fingerprints") or []
     if len(used) < 2:
         return ""
-    lines = [f"- **mixed settings**: this folder was resumed with changed settings ({ALLOW_FLAG}), so its {unit} come "
-             f"from {len(used)} different settings, oldest first ({where} names each row's):"]  # fmt: skip
+    lines = [
+        f"- **mixed settings**: this folder was resumed with changed settings ({ALLOW_FLAG}), so its {unit} come "
+        f"from {len(used)} different settings, oldest first ({where} names each row's):"
+    ]
     previous = None
     for f in used:
         if f["settings"] is None:
             text = "settings not recorded (written by an older rubricrl)"
         elif previous is None:
-            models = [f"{k.split('.')[1]} `{v}`" for k, v in f["settings"].items()
-                      if k.startswith("roles.") and k.endswith(".model")]  # fmt: skip
+            models = [
+                f"{k.split('.')[1]} `{v}`"
+                for k, v in f["settings"].items()
+                if k.startswith("roles.") and k.endswith(".model")
+            ]
             text = "models: " + ", ".join(models)
         else:
             text = "changed: " + describe_change(previous, f, most=8)

@@ -19,9 +19,15 @@ def add_command(commands, builders: dict[str, CardBuilder]) -> None:
     publish = commands.add_parser("publish", help="publish a synthesis or RuFT output folder as a Hugging Face dataset")
     publish.add_argument("dir", type=Path, help="a finished `rubricrl synth` or `rubricrl ruft build` output folder")
     publish.add_argument("--repo-id", required=True, help="ORG/NAME on the Hub")
-    publish.add_argument("--private", action="store_true", help="create the Hub repository as private (default: public)")
-    publish.add_argument("--dry-run", type=Path, metavar="OUT",
-                         help="only write the Hub-ready folder (files and card) to OUT (default: upload)")
+    publish.add_argument(
+        "--private", action="store_true", help="create the Hub repository as private (default: public)"
+    )
+    publish.add_argument(
+        "--dry-run",
+        type=Path,
+        metavar="OUT",
+        help="only write the Hub-ready folder (files and card) to OUT (default: upload)",
+    )
     publish.set_defaults(run=functools.partial(run_publish, builders=builders))
 
 
@@ -31,8 +37,10 @@ def build_folder(source: Path, out: Path, repo_id: str, builders: dict[str, Card
         if (source / data_file).is_file() and (source / "manifest.json").is_file():
             return build(source, out, repo_id)
     *others, last = builders
-    raise FileNotFoundError(f"{source}: no {last} (or {', '.join(others)}) and manifest.json; is this a finished "
-                            "`rubricrl synth` or `rubricrl ruft build` output?")  # fmt: skip
+    raise FileNotFoundError(
+        f"{source}: no {last} (or {', '.join(others)}) and manifest.json; is this a finished "
+        "`rubricrl synth` or `rubricrl ruft build` output?"
+    )
 
 
 def run_publish(args: argparse.Namespace, builders: dict[str, CardBuilder]) -> int:
@@ -54,12 +62,15 @@ def run_publish(args: argparse.Namespace, builders: dict[str, CardBuilder]) -> i
         folder = build_folder(args.dir, Path(tmp), args.repo_id, builders)
         try:
             api.create_repo(args.repo_id, repo_type="dataset", private=args.private, exist_ok=True)
-            api.upload_folder(repo_id=args.repo_id, repo_type="dataset", folder_path=folder,
-                              commit_message="Upload with rubricrl")  # fmt: skip
+            api.upload_folder(
+                repo_id=args.repo_id, repo_type="dataset", folder_path=folder, commit_message="Upload with rubricrl"
+            )
         except hub_errors as error:
             first = (str(error).strip().splitlines() or [type(error).__name__])[0]
-            raise UserError(f"publish {args.repo_id}: the Hub at {constants.ENDPOINT} did not take it ({first}); "
-                            "check the network, HF_TOKEN (write access) and the repo id, or write the folder "
-                            "with --dry-run OUT and upload it later") from None  # fmt: skip
+            raise UserError(
+                f"publish {args.repo_id}: the Hub at {constants.ENDPOINT} did not take it ({first}); "
+                "check the network, HF_TOKEN (write access) and the repo id, or write the folder "
+                "with --dry-run OUT and upload it later"
+            ) from None
     print(f"published https://huggingface.co/datasets/{args.repo_id}", file=sys.stderr)
     return 0

@@ -24,8 +24,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rubricrl.records import InvalidRecord, RecordFileError, conversation, generated_id, id_column_of, open_records
-from rubricrl.records import record_id
+from rubricrl.records import (
+    InvalidRecord,
+    RecordFileError,
+    conversation,
+    generated_id,
+    id_column_of,
+    open_records,
+    record_id,
+)
 from rubricrl.records import query_column as default_query_column
 
 QueryFileError = RecordFileError  # the one reader's error, under the name query callers know
@@ -119,8 +126,12 @@ def _to_query(row: dict[str, Any], query_key: str, id_column: str | None) -> Que
     messages = conversation(row[query_key], query_key)
     id_key = id_column or id_column_of(row)
     extra = {key: value for key, value in row.items() if key not in (query_key, id_key)}
-    return Query(id=record_id(row.get(id_key), id_key, messages), messages=messages,
-                 question=messages[-1]["content"], extra=extra)  # fmt: skip
+    return Query(
+        id=record_id(row.get(id_key), id_key, messages),
+        messages=messages,
+        question=messages[-1]["content"],
+        extra=extra,
+    )
 
 
 def _check_new_id(query: Query, location: str, seen: dict[str, str]) -> None:

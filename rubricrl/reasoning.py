@@ -38,8 +38,9 @@ class ReasoningNeverClosed(ValueError):
     """A completion was cut off while reasoning: it holds no answer."""
 
 
-def split_reasoning(text: str, delimiters: tuple[str, str] | list[str] | None = DEFAULT_DELIMITERS, *,
-                    starts_open: bool = False) -> Split:  # fmt: skip
+def split_reasoning(
+    text: str, delimiters: tuple[str, str] | list[str] | None = DEFAULT_DELIMITERS, *, starts_open: bool = False
+) -> Split:
     """The reasoning and the answer of `text`; no delimiters (None or empty): all answer.
 
     >>> split_reasoning("<think>2+2 is 4</think>\\n\\nFour.")
@@ -62,8 +63,9 @@ def split_reasoning(text: str, delimiters: tuple[str, str] | list[str] | None = 
     return Split("", text)
 
 
-def as_written(content: str | None, reasoning: str | None,
-               delimiters: tuple[str, str] | list[str] | None = DEFAULT_DELIMITERS) -> str:  # fmt: skip
+def as_written(
+    content: str | None, reasoning: str | None, delimiters: tuple[str, str] | list[str] | None = DEFAULT_DELIMITERS
+) -> str:
     """A policy's completion as it wrote it, from an endpoint (or TRL's response parsing) that returned its
     reasoning apart: the reasoning between the delimiters, then the answer. Reasoning without an answer never
     closed (vLLM's parsers return no content when the closing delimiter never came, however the reply ended).
@@ -79,12 +81,19 @@ def as_written(content: str | None, reasoning: str | None,
     return f"{delimiters[0]}{reasoning}{delimiters[1]}\n\n{content}"
 
 
-def answer_of(text: str, delimiters: tuple[str, str] | list[str] | None = DEFAULT_DELIMITERS, *,
-              starts_open: bool = False, what: str = "the completion") -> str:  # fmt: skip
+def answer_of(
+    text: str,
+    delimiters: tuple[str, str] | list[str] | None = DEFAULT_DELIMITERS,
+    *,
+    starts_open: bool = False,
+    what: str = "the completion",
+) -> str:
     """The answer of `text`; ReasoningNeverClosed when it has none (for callers that need a text, e.g. a rubric
     writer's contrast responses)."""
     split = split_reasoning(text, delimiters, starts_open=starts_open)
     if split.answer is None:
-        raise ReasoningNeverClosed(f"{what} was cut off while reasoning ({len(split.reasoning)} characters, no "
-                                   f"{delimiters[1]!r}): raise its max_tokens or lower its reasoning effort")  # fmt: skip
+        raise ReasoningNeverClosed(
+            f"{what} was cut off while reasoning ({len(split.reasoning)} characters, no "
+            f"{delimiters[1]!r}): raise its max_tokens or lower its reasoning effort"
+        )
     return split.answer

@@ -141,11 +141,14 @@ def _with_prompts(records: Iterator[Record], details: Path) -> Iterator[Record]:
         row = record.row
         if row is not None and "prompt" not in row and isinstance(row.get("id"), str):
             if row["id"] not in ids:
-                raise RecordFileError(f"{details}: no messages for id {row['id']!r} of {record.location} beside it; "
-                                      "was the folder changed by hand?")  # fmt: skip
+                raise RecordFileError(
+                    f"{details}: no messages for id {row['id']!r} of {record.location} beside it; "
+                    "was the folder changed by hand?"
+                )
             question = row.get("question")
-            prompt = chats.get(row["id"]) or ([{"role": "user", "content": question}] if isinstance(question, str)
-                                              else question)  # fmt: skip
+            prompt = chats.get(row["id"]) or (
+                [{"role": "user", "content": question}] if isinstance(question, str) else question
+            )
             row = {**row, "prompt": prompt}
             if row.get("reference_answer") is None and references.get(row["id"]):
                 row["reference_answer"] = references[row["id"]]
@@ -278,7 +281,9 @@ def _messages(value: list, key: str) -> list[dict[str, str]]:
     messages = [_message(message, f"{key}[{i}]") for i, message in enumerate(value)]
     last = len(messages) - 1
     if messages[last]["role"] != "user":
-        raise InvalidRecord(f"{key}[{last}]: the last message is from {messages[last]['role']!r}; a query ends with 'user'")
+        raise InvalidRecord(
+            f"{key}[{last}]: the last message is from {messages[last]['role']!r}; a query ends with 'user'"
+        )
     if not messages[last]["content"].strip():
         raise InvalidRecord(f"{key}[{last}]: the last user message is empty")
     return messages
@@ -286,7 +291,9 @@ def _messages(value: list, key: str) -> list[dict[str, str]]:
 
 def _message(message: Any, where: str) -> dict[str, str]:
     if not isinstance(message, dict):
-        raise InvalidRecord(f"{where}: a message must be an object with 'role' and 'content', got {type(message).__name__}")
+        raise InvalidRecord(
+            f"{where}: a message must be an object with 'role' and 'content', got {type(message).__name__}"
+        )
     # Arrow fills struct fields a message lacks with None, so only non-null unknown keys are errors.
     unknown = sorted(key for key, value in message.items() if key not in ("role", "content") and value is not None)
     if unknown:

@@ -112,9 +112,21 @@ class LocalServer:
 
     def command(self) -> list[str]:
         model = str(prepare_embedded_model(log=_stderr)) if self.embedded else self.model
-        command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
-                   "--served-model-name", self.served_name, "--host", HOST, "--port", str(self.port),
-                   "--max-model-len", str(self.max_model_len)]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            model,
+            "--served-model-name",
+            self.served_name,
+            "--host",
+            HOST,
+            "--port",
+            str(self.port),
+            "--max-model-len",
+            str(self.max_model_len),
+        ]
         if vllm_on_cpu():
             # Eager mode: ready in ~40 s instead of 2-3 min (the CPU build recompiles at every start).
             command += ["--dtype", cpu_dtype(), "--enforce-eager"]
@@ -145,9 +157,15 @@ class LocalServer:
         command = self.command()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            env=self.environment(), start_new_session=True,
-                                            preexec_fn=die_with_parent)  # fmt: skip
+            self.process = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.environment(),
+                start_new_session=True,
+                preexec_fn=die_with_parent,
+            )
 
     def wait_ready(self, deadline: float, timeout: float) -> Endpoint:
         while time.monotonic() < deadline:
@@ -197,8 +215,9 @@ class Replicas:
     def __init__(self, count: int, model: str | None = None, *, port: int, **options):
         if count < 1:
             raise UserError(f"--replicas must be at least 1, got {count}")
-        self.servers = [LocalServer(model, port=port + i, devices=share, **options)
-                        for i, share in enumerate(gpu_shares(count))]  # fmt: skip
+        self.servers = [
+            LocalServer(model, port=port + i, devices=share, **options) for i, share in enumerate(gpu_shares(count))
+        ]
 
     @property
     def ports(self) -> list[int]:
@@ -261,8 +280,10 @@ def gpu_shares(count: int) -> list[str | None]:
             return [None] * count
         devices = [str(i) for i, line in enumerate(listed.splitlines()) if line.startswith("GPU ")]
     if len(devices) < count:
-        raise UserError(f"--replicas {count} needs a GPU per replica at least, and {len(devices)} are visible "
-                        "(CUDA_VISIBLE_DEVICES or nvidia-smi)")
+        raise UserError(
+            f"--replicas {count} needs a GPU per replica at least, and {len(devices)} are visible "
+            "(CUDA_VISIBLE_DEVICES or nvidia-smi)"
+        )
     share = len(devices) // count
     return [",".join(devices[i * share : (i + 1) * share]) for i in range(count)]
 
@@ -288,10 +309,12 @@ def local_endpoint(model: str | None = None) -> Iterator[Endpoint]:
     launch = launch_key()
     if launch is not None:
         if not vllm_on_cpu():  # the server would inherit the launch's GPUs and take GPU 0 beside rank 0's policy
-            raise UserError(f"no local server for {wanted} is running, and inside a multi-process GPU launch none is "
-                            "started (it would take GPU 0 beside the policy of process 0): start one on a GPU of its "
-                            "own first (e.g. CUDA_VISIBLE_DEVICES=7 rubricrl serve --model MODEL; this launch then "
-                            "finds it), or give the role an endpoint (--base-url)")  # fmt: skip
+            raise UserError(
+                f"no local server for {wanted} is running, and inside a multi-process GPU launch none is "
+                "started (it would take GPU 0 beside the policy of process 0): start one on a GPU of its "
+                "own first (e.g. CUDA_VISIBLE_DEVICES=7 rubricrl serve --model MODEL; this launch then "
+                "finds it), or give the role an endpoint (--base-url)"
+            )
         with _launch_server(model, wanted, launch) as endpoint:
             yield endpoint
         return
@@ -314,8 +337,9 @@ def launch_key() -> str | None:
             return None
     except ValueError:
         return None
-    shared = os.environ.get("TORCHELASTIC_RUN_ID") or ":".join(filter(None, (os.environ.get("MASTER_ADDR"),
-                                                                             os.environ.get("MASTER_PORT"))))  # fmt: skip
+    shared = os.environ.get("TORCHELASTIC_RUN_ID") or ":".join(
+        filter(None, (os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")))
+    )
     return "launch-" + (hashlib.sha256(shared.encode()).hexdigest()[:16] if shared else str(os.getppid()))
 
 
@@ -341,8 +365,10 @@ def _launch_server(model: str | None, wanted: str, launch: str) -> Iterator[Endp
                 server = LocalServer(model)
                 endpoint = server.start()
                 write_whole(record, json.dumps(asdict(endpoint)))
-                _stderr(f"local server (pid {endpoint.pid}) ready at {endpoint.base_url} in "
-                        f"{time.monotonic() - started:.0f} s")  # fmt: skip
+                _stderr(
+                    f"local server (pid {endpoint.pid}) ready at {endpoint.base_url} in "
+                    f"{time.monotonic() - started:.0f} s"
+                )
             else:
                 _stderr(f"using the local server another process of this launch started: {endpoint.base_url}")
             fcntl.flock(users, fcntl.LOCK_SH)

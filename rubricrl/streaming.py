@@ -9,9 +9,14 @@ from tqdm import tqdm
 
 
 async def for_each(
-    items: Iterable[Any], work: Callable[[Any], Awaitable[None]], *, done: set[str], in_flight: int,
-    total: int | None, desc: str,
-) -> int:  # fmt: skip
+    items: Iterable[Any],
+    work: Callable[[Any], Awaitable[None]],
+    *,
+    done: set[str],
+    in_flight: int,
+    total: int | None,
+    desc: str,
+) -> int:
     """`work(item)` for each item whose `id` is not in `done`, at most `in_flight` at once, each on its own (no
     barrier between items), with a progress bar; the items are read only as slots free up, so memory holds those in
     flight. Returns how many were skipped as done. `work` handles its own failures: an exception stops the run."""

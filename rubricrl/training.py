@@ -36,8 +36,10 @@ def trl_defaults() -> dict[str, Any]:
 
 def require_output_dir(trl_config: "TrainingArguments", command: str) -> Path:
     if trl_config.output_dir == NO_OUTPUT_DIR:
-        raise ConfigError(f"`rubricrl {command}` needs --output_dir (or the key output_dir in --config): where the "
-                          "checkpoints and the trained model go")  # fmt: skip
+        raise ConfigError(
+            f"`rubricrl {command}` needs --output_dir (or the key output_dir in --config): where the "
+            "checkpoints and the trained model go"
+        )
     return Path(trl_config.output_dir)
 
 
@@ -47,8 +49,12 @@ def check_base_model(name: str) -> None:
     if path.exists():
         if not (path / "config.json").is_file():
             raise ConfigError(f"model_name_or_path {name}: not a model folder (no config.json)")
-    elif (path.is_absolute() or name.startswith((".", "~")) or not HUB_ID.fullmatch(name)
-          or (len(path.parts) > 1 and Path(path.parts[0]).is_dir())):  # fmt: skip
+    elif (
+        path.is_absolute()
+        or name.startswith((".", "~"))
+        or not HUB_ID.fullmatch(name)
+        or (len(path.parts) > 1 and Path(path.parts[0]).is_dir())
+    ):
         # `runs/missing` reads as a Hub id, but `runs/` is a folder here: a local path that does not exist
         raise ConfigError(f"model_name_or_path {name}: no such folder")
 
@@ -84,8 +90,11 @@ def resume_target(trl_config: "TrainingArguments") -> str | None:
 def latest_checkpoint(output_dir: Path) -> Path | None:
     """The latest checkpoint-N folder with trainer_state.json, which the Trainer writes last: a kill while saving
     leaves a half-written folder that transformers' get_last_checkpoint would pick. None when there is none."""
-    found = [p for p in output_dir.glob("checkpoint-*")
-             if p.name.split("-")[-1].isdigit() and (p / "trainer_state.json").is_file()]  # fmt: skip
+    found = [
+        p
+        for p in output_dir.glob("checkpoint-*")
+        if p.name.split("-")[-1].isdigit() and (p / "trainer_state.json").is_file()
+    ]
     return max(found, key=lambda p: int(p.name.split("-")[-1])) if found else None
 
 
@@ -111,8 +120,12 @@ def trl_settings(trl_config: "TrainingArguments") -> dict[str, Any]:
 
 def model_init_kwargs(trl_config: "TrainingArguments", model_config) -> dict[str, Any]:
     """The model's load settings from ModelConfig, the user's model_init_kwargs on top (as `trl sft|grpo` do)."""
-    kwargs = {"revision": model_config.model_revision, "trust_remote_code": trl_config.trust_remote_code,
-              "attn_implementation": model_config.attn_implementation, "dtype": model_config.dtype}  # fmt: skip
+    kwargs = {
+        "revision": model_config.model_revision,
+        "trust_remote_code": trl_config.trust_remote_code,
+        "attn_implementation": model_config.attn_implementation,
+        "dtype": model_config.dtype,
+    }
     kwargs.update(trl_config.model_init_kwargs or {})
     return kwargs
 
@@ -134,10 +147,17 @@ def wandb_init(command: str, output_dir: str | Path, **init: Any):
     mode = None
     if not os.environ.get("WANDB_MODE") and not os.environ.get("WANDB_API_KEY"):
         mode = "offline"
-        print(f"{command}: no WANDB_API_KEY: wandb runs offline (`wandb sync` uploads it later; WANDB_MODE=online "
-              "uses the key of `wandb login`)", file=sys.stderr)  # fmt: skip
-    return wandb.init(project=os.environ.get("WANDB_PROJECT", "rubricrl"), mode=mode,
-                      dir=os.environ.get("WANDB_DIR") or str(output_dir), **init)  # fmt: skip
+        print(
+            f"{command}: no WANDB_API_KEY: wandb runs offline (`wandb sync` uploads it later; WANDB_MODE=online "
+            "uses the key of `wandb login`)",
+            file=sys.stderr,
+        )
+    return wandb.init(
+        project=os.environ.get("WANDB_PROJECT", "rubricrl"),
+        mode=mode,
+        dir=os.environ.get("WANDB_DIR") or str(output_dir),
+        **init,
+    )
 
 
 def keep_run_config(wandb_run, settings: dict[str, Any]):
@@ -181,8 +201,13 @@ def merge_saved_adapter(trained, adapter: Path, output_dir: Path) -> None:
     # collective the others never join), so its DeepSpeed config is out of sight meanwhile.
     zero3, deepspeed._hf_deepspeed_config_weak_ref = deepspeed._hf_deepspeed_config_weak_ref, None
     try:
-        base = type(trained).from_pretrained(source.base_model_name_or_path, config=copy.deepcopy(trained.config),
-                                             dtype=trained.dtype, device_map="cpu", **revision)  # fmt: skip
+        base = type(trained).from_pretrained(
+            source.base_model_name_or_path,
+            config=copy.deepcopy(trained.config),
+            dtype=trained.dtype,
+            device_map="cpu",
+            **revision,
+        )
         merged = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
     finally:
         deepspeed._hf_deepspeed_config_weak_ref = zero3

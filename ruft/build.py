@@ -29,25 +29,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-
 from grading.dataset import RubricRow, iter_rubric_rows
 from grading.grader import Grader, GradingConfig, judge_prompt
 from grading.judge import SYSTEM as JUDGE_SYSTEM
 from grading.rubric import RubricError
+from grading.sampling import candidates, sample_and_grade
+from grading.select import eligible, select
 from rubricrl.config import config_source, parse_settings, resolved, write_resolved
 from rubricrl.hub_datasets import describe_input
 from rubricrl.jsonl import complete_rows, json_line
 from rubricrl.llm import EndpointUnreachable, LLMClient, LLMError, open_llm
 from rubricrl.manifest import endpoint_counts, package_versions, write_manifest
-from rubricrl.shards import parse_shard
-from rubricrl.provenance import RunRecord, check_settings, finished_rows, fingerprint, role_settings, totals
+from rubricrl.provenance import RunRecord, check_settings, fingerprint, finished_rows, role_settings, totals
 from rubricrl.queries import Rejected, write_rejected
 from rubricrl.reasoning import split_reasoning
+from rubricrl.shards import parse_shard
 from rubricrl.streaming import for_each
 from ruft.build_output import finish, summary_text
 from ruft.config import RuftConfig
-from grading.sampling import candidates, sample_and_grade
-from grading.select import eligible, select
 
 EXPLICIT_MODES = ("per_criterion", "batched")
 
@@ -98,9 +97,15 @@ def run_build(args: argparse.Namespace) -> int:
     build, config, grading, llm = settings
     out = build.output_dir
     shard = parse_shard(build.shard)
+
     # --limit before --shard: the shards of a limited run hold the ids of that run, and merge into it
-    selected = lambda: (row for row in itertools.islice(iter_rubric_rows(build.rubrics, build.rar_pitfalls),
-                                                        build.limit) if shard is None or row.id in shard)  # noqa: E731
+    def selected():
+        return (
+            row
+            for row in itertools.islice(iter_rubric_rows(build.rubrics, build.rar_pitfalls), build.limit)
+            if shard is None or row.id in shard
+        )  # noqa: E731
+
     rejected, total = bad_rows(selected(), grading, build.rubrics, build.skip_bad_rows)  # every row, before any call
     left_out = {r.row["id"] for r in rejected}
     rows = lambda: (row for row in selected() if row.id not in left_out)  # noqa: E731
@@ -111,8 +116,14 @@ def run_build(args: argparse.Namespace) -> int:
         slots = llm.concurrency * max(len(role.endpoints) for role in session.roles.values())
         async with session.client() as client:
             run_record.client = client
-            builder = Builder(out, config, Grader(client, grading), client, fingerprint=run_record.entry["fingerprint"],
-                              in_flight=max(8, 2 * slots // config.k))  # fmt: skip
+            builder = Builder(
+                out,
+                config,
+                Grader(client, grading),
+                client,
+                fingerprint=run_record.entry["fingerprint"],
+                in_flight=max(8, 2 * slots // config.k),
+            )
             return await builder.run(rows(), total), builder.grader.metadata
 
     roles = list(dict.fromkeys([*config.candidates, grading.judge_role]))
@@ -125,8 +136,10 @@ def run_build(args: argparse.Namespace) -> int:
         if build.skip_bad_rows:
             write_rejected(rejected, out / "rejected.jsonl")
             if rejected:
-                print(f"left out {len(rejected)} rows no candidate could be scored on: {out / 'rejected.jsonl'}",
-                      file=sys.stderr)  # fmt: skip
+                print(
+                    f"left out {len(rejected)} rows no candidate could be scored on: {out / 'rejected.jsonl'}",
+                    file=sys.stderr,
+                )
         for stale in ("manifest.json", "sft.parquet"):  # what says "finished": only true again at the end
             (out / stale).unlink(missing_ok=True)
         shutil.rmtree(out / "sft", ignore_errors=True)
@@ -140,18 +153,29 @@ def run_build(args: argparse.Namespace) -> int:
             run_record.write(finished=False)
             raise
     stats = finish(out, config, judge)
-    run_counts = {"queries": total, "rejected_rows": len(rejected), "done_this_run": counts.done,
-                  "done_before": counts.skipped, "failed": dict(counts.failed)}  # fmt: skip
+    run_counts = {
+        "queries": total,
+        "rejected_rows": len(rejected),
+        "done_this_run": counts.done,
+        "done_before": counts.skipped,
+        "failed": dict(counts.failed),
+    }
     run_record.write(finished=True, counts=run_counts)
     manifest = {
-        "command": "ruft build", "rubrics": describe_input(build.rubrics), "output_dir": str(out),
+        "command": "ruft build",
+        "rubrics": describe_input(build.rubrics),
+        "output_dir": str(out),
         "config": config_written,
-        "roles": {name: role.public() for name, role in session.roles.items()}, "judge": judge,
-        "budgets": session.budget_note(), "packages": package_versions(),
-        "counts": {**run_counts, **stats["counts"]}, "first_error": counts.first_error, "scores": stats["scores"],
+        "roles": {name: role.public() for name, role in session.roles.items()},
+        "judge": judge,
+        "budgets": session.budget_note(),
+        "packages": package_versions(),
+        "counts": {**run_counts, **stats["counts"]},
+        "first_error": counts.first_error,
+        "scores": stats["scores"],
         "endpoints": endpoint_counts(run_record.client),
         **totals(out, used, stats["queries_by_fingerprint"]),
-    }  # fmt: skip
+    }
     write_manifest(out, manifest)
     print(summary_text(manifest, out))
     return 0 if not counts.failed else 1
@@ -162,15 +186,20 @@ def build_settings(build: BuildArgs, config: RuftConfig, grading: GradingConfig,
     read, each role as resolved, the judge's prompts (by hash: a copied prompt file is the same prompt). Not
     concurrency, timeouts, the limit or paths."""
     # not the judge prompt's path (its hash is below), nor max_failure_rate (grade and eval's exit code, not rows)
-    grading_values = {k: v for k, v in resolved([grading])["grading"].items()
-                      if k not in ("judge_prompt", "max_failure_rate")}  # fmt: skip
-    return {"command": "ruft build", "ruft": resolved([config])["ruft"], "grading": grading_values,
-            "rar_pitfalls": build.rar_pitfalls, "roles": role_settings(roles),
-            "prompts": {"judge": judge_prompt(grading).sha256, "judge_system": JUDGE_SYSTEM.sha256}}  # fmt: skip
+    grading_values = {
+        k: v for k, v in resolved([grading])["grading"].items() if k not in ("judge_prompt", "max_failure_rate")
+    }
+    return {
+        "command": "ruft build",
+        "ruft": resolved([config])["ruft"],
+        "grading": grading_values,
+        "rar_pitfalls": build.rar_pitfalls,
+        "roles": role_settings(roles),
+        "prompts": {"judge": judge_prompt(grading).sha256, "judge_system": JUDGE_SYSTEM.sha256},
+    }
 
 
-def bad_rows(rows: Iterable[RubricRow], grading: GradingConfig, path: Path, skip: bool
-             ) -> tuple[list[Rejected], int]:  # fmt: skip
+def bad_rows(rows: Iterable[RubricRow], grading: GradingConfig, path: Path, skip: bool) -> tuple[list[Rejected], int]:
     """The rows no candidate could be scored on (`_problem`), in one pass before any call: refused in one line
     (the first of them and how many), or with `skip` returned to be left out and listed in rejected.jsonl; and
     the number of rows to build."""
@@ -186,8 +215,9 @@ def bad_rows(rows: Iterable[RubricRow], grading: GradingConfig, path: Path, skip
             rejected.append(Rejected(row.where or str(path), problem, {"id": row.id}))
     if bad and not skip:  # all of them counted: the user learns how many, not only the first
         more = f" ({bad} of {seen} rows cannot be scored)" if bad > 1 else ""
-        raise RubricError(f"{first}{more}; fix or remove them, or --skip-bad-rows to leave them out (listed in "
-                          "rejected.jsonl)")  # fmt: skip
+        raise RubricError(
+            f"{first}{more}; fix or remove them, or --skip-bad-rows to leave them out (listed in rejected.jsonl)"
+        )
     return rejected, seen - bad
 
 
@@ -195,8 +225,7 @@ def _problem(row: RubricRow, grading: GradingConfig) -> str | None:
     """Why no candidate could be scored on a row, or None: explicit modes need a criterion with positive points
     (a score divides by them: every candidate would be unscored), reference_likert a reference answer."""
     if grading.mode in EXPLICIT_MODES and row.rubric.positive_points == 0:
-        return (f"no criterion with positive points (all penalties), so no score can be computed in {grading.mode} "
-                "mode")  # fmt: skip
+        return f"no criterion with positive points (all penalties), so no score can be computed in {grading.mode} mode"
     if grading.mode == "reference_likert" and not row.reference:
         return "reference_likert grading needs a reference_answer in every row"
     return None
@@ -209,8 +238,15 @@ def rubric_sha256(row: RubricRow) -> str:
 
 
 class Builder:
-    def __init__(self, out: Path, config: RuftConfig, grader: Grader, client: LLMClient, in_flight: int,
-                 fingerprint: str | None = None):  # fmt: skip
+    def __init__(
+        self,
+        out: Path,
+        config: RuftConfig,
+        grader: Grader,
+        client: LLMClient,
+        in_flight: int,
+        fingerprint: str | None = None,
+    ):
         self.out, self.config, self.grader, self.client, self.in_flight = out, config, grader, client, in_flight
         self.fingerprint = fingerprint
         """The id of the settings this run makes rows with (rubricrl/provenance.py), in each queries.jsonl line."""
@@ -223,8 +259,9 @@ class Builder:
 
     async def run(self, rows, total: int) -> BuildCounts:
         try:
-            self.counts.skipped = await for_each(rows, self._one, done=self.done, in_flight=self.in_flight,
-                                                 total=total, desc="ruft build")  # fmt: skip
+            self.counts.skipped = await for_each(
+                rows, self._one, done=self.done, in_flight=self.in_flight, total=total, desc="ruft build"
+            )
         finally:
             for f in self.files.values():
                 f.close()
@@ -233,8 +270,9 @@ class Builder:
     async def _one(self, row: RubricRow) -> None:
         roles = [role for role, count in self.config.candidates.items() for _ in range(count)]
         try:
-            answers, graded = await sample_and_grade(self.client, self.grader, roles, row.conversation, row.rubric,
-                                                     row.reference)  # fmt: skip
+            answers, graded = await sample_and_grade(
+                self.client, self.grader, roles, row.conversation, row.rubric, row.reference
+            )
         except EndpointUnreachable:  # the server is down: every other query would fail alike; one error ends the run
             raise
         except Exception as error:  # noqa: BLE001 - recorded, retried next run; never stops the other queries
@@ -243,35 +281,78 @@ class Builder:
             return
         if all(g.score is None for g in graded) and any(g.judge_failures for g in graded):
             # nothing was scored because the judge failed: not a finished query (a rerun grades it again)
-            first = next((v.explanation for g in graded for v in g.verdicts if v.met is None),
-                         graded[0].explanation or "no verdict")  # rating modes: the rating's explanation
+            first = next(
+                (v.explanation for g in graded for v in g.verdicts if v.met is None),
+                graded[0].explanation or "no verdict",
+            )  # rating modes: the rating's explanation
             self._failed(row.id, f"the judge failed on every candidate (first: {first})")
             return
         texts = [self._sft_text(answer.text) for answer in answers]
         ranked = candidates(answers, graded)
-        best = [c.index for c in select(ranked, threshold=self.config.threshold, keep=self.config.keep,
-                                        truncated_ok=self.config.keep_truncated)]  # fmt: skip
+        best = [
+            c.index
+            for c in select(
+                ranked, threshold=self.config.threshold, keep=self.config.keep, truncated_ok=self.config.keep_truncated
+            )
+        ]
         kept = set(best)
-        self._write("candidates", [
-            g.to_record(row.rubric.example_tags, id=row.id, candidate=i, role=a.role, model=a.model, response=a.text,
-                        finish_reason=a.finish_reasons[0], length=len(a.text), kept=i in kept)
-            for i, (a, g) in enumerate(zip(answers, graded))
-        ])  # fmt: skip
+        self._write(
+            "candidates",
+            [
+                g.to_record(
+                    row.rubric.example_tags,
+                    id=row.id,
+                    candidate=i,
+                    role=a.role,
+                    model=a.model,
+                    response=a.text,
+                    finish_reason=a.finish_reasons[0],
+                    length=len(a.text),
+                    kept=i in kept,
+                )
+                for i, (a, g) in enumerate(zip(answers, graded))
+            ],
+        )
         judge, digest = self.grader.metadata, rubric_sha256(row)
-        self._write("sft", [
-            {"prompt": row.conversation, "completion": [{"role": "assistant", "content": texts[i]}], "id": row.id,
-             "candidate": i, "model": answers[i].model, "score": graded[i].score, "k": self.config.k,
-             "threshold": self.config.threshold, "judge_model": judge["judge_model"], "grading_mode": judge["mode"],
-             "rubric_sha256": digest, "sft_completion": self.config.sft_completion}
-            for i in best
-        ])  # fmt: skip
+        self._write(
+            "sft",
+            [
+                {
+                    "prompt": row.conversation,
+                    "completion": [{"role": "assistant", "content": texts[i]}],
+                    "id": row.id,
+                    "candidate": i,
+                    "model": answers[i].model,
+                    "score": graded[i].score,
+                    "k": self.config.k,
+                    "threshold": self.config.threshold,
+                    "judge_model": judge["judge_model"],
+                    "grading_mode": judge["mode"],
+                    "rubric_sha256": digest,
+                    "sft_completion": self.config.sft_completion,
+                }
+                for i in best
+            ],
+        )
         scores = [g.score for g in graded if g.score is not None]
-        self._write("queries", [{"id": row.id, "fingerprint": self.fingerprint, "k": len(texts), "scored": len(scores),
-                                 "flagged": sum(c.flagged for c in ranked),
-                                 "truncated": sum(c.truncated for c in ranked), "kept": sorted(kept),
-                                 "best_score": max(scores) if scores else None,
-                                 "best_eligible_score": max((c.score for c in ranked if eligible(
-                                     c, -math.inf, self.config.keep_truncated)), default=None)}])  # fmt: skip
+        self._write(
+            "queries",
+            [
+                {
+                    "id": row.id,
+                    "fingerprint": self.fingerprint,
+                    "k": len(texts),
+                    "scored": len(scores),
+                    "flagged": sum(c.flagged for c in ranked),
+                    "truncated": sum(c.truncated for c in ranked),
+                    "kept": sorted(kept),
+                    "best_score": max(scores) if scores else None,
+                    "best_eligible_score": max(
+                        (c.score for c in ranked if eligible(c, -math.inf, self.config.keep_truncated)), default=None
+                    ),
+                }
+            ],
+        )
         self.counts.done += 1
 
     def _sft_text(self, text: str) -> str:

@@ -35,8 +35,15 @@ def finish(out: Path, config: RuftConfig, judge: dict[str, Any]) -> dict[str, An
             if not q["kept"]:
                 below += 1
                 # best_eligible_score: of the answers that could be kept but for tau (not cut off, flagged or blank)
-                f.write(json_line({"id": q["id"], "best_score": q["best_score"],
-                                   "best_eligible_score": q.get("best_eligible_score")}))  # fmt: skip
+                f.write(
+                    json_line(
+                        {
+                            "id": q["id"],
+                            "best_score": q["best_score"],
+                            "best_eligible_score": q.get("best_eligible_score"),
+                        }
+                    )
+                )
     scores, lengths, kept = array("d"), array("l"), array("b")
     counts = Counter()
     for _, c in complete_rows(out / "candidates.jsonl"):
@@ -56,18 +63,28 @@ def finish(out: Path, config: RuftConfig, judge: dict[str, Any]) -> dict[str, An
         scores.append(c["score"]), lengths.append(c["length"]), kept.append(c["kept"])
     chosen = [i for i, k in enumerate(kept) if k]
     return {
-        "counts": {"finished_queries": finished, "queries_kept": finished - below, "queries_below_threshold": below,
-                   "candidates": counts["candidates"], "unscored_candidates": counts["unscored_candidates"],
-                   "flagged_candidates": counts["flagged_candidates"],
-                   "no_answer_candidates": counts["no_answer_candidates"],
-                   "truncated_candidates": counts["truncated_candidates"], "sft_rows": sum(kept),
-                   "judge_failure_rate": counts["failed_verdicts"] / max(1, counts["verdicts"])},
-        "scores": {"best_per_query": _describe(best), "all": _describe(scores),
-                   "kept": _describe([scores[i] for i in chosen]), "length_all": _describe(lengths),
-                   "length_kept": _describe([lengths[i] for i in chosen]),
-                   "plots": write_plots(out, scores, lengths, kept, config.threshold)},
+        "counts": {
+            "finished_queries": finished,
+            "queries_kept": finished - below,
+            "queries_below_threshold": below,
+            "candidates": counts["candidates"],
+            "unscored_candidates": counts["unscored_candidates"],
+            "flagged_candidates": counts["flagged_candidates"],
+            "no_answer_candidates": counts["no_answer_candidates"],
+            "truncated_candidates": counts["truncated_candidates"],
+            "sft_rows": sum(kept),
+            "judge_failure_rate": counts["failed_verdicts"] / max(1, counts["verdicts"]),
+        },
+        "scores": {
+            "best_per_query": _describe(best),
+            "all": _describe(scores),
+            "kept": _describe([scores[i] for i in chosen]),
+            "length_all": _describe(lengths),
+            "length_kept": _describe([lengths[i] for i in chosen]),
+            "plots": write_plots(out, scores, lengths, kept, config.threshold),
+        },
         "queries_by_fingerprint": by_fingerprint,
-    }  # fmt: skip
+    }
 
 
 def sft_schema() -> "pa.Schema":
@@ -75,10 +92,22 @@ def sft_schema() -> "pa.Schema":
     import pyarrow as pa
 
     messages = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
-    return pa.schema([("prompt", messages), ("completion", messages), ("id", pa.string()), ("candidate", pa.int32()),
-                      ("model", pa.string()), ("score", pa.float64()), ("k", pa.int32()), ("threshold", pa.float64()),
-                      ("judge_model", pa.string()), ("grading_mode", pa.string()), ("rubric_sha256", pa.string()),
-                      ("sft_completion", pa.string())])  # fmt: skip
+    return pa.schema(
+        [
+            ("prompt", messages),
+            ("completion", messages),
+            ("id", pa.string()),
+            ("candidate", pa.int32()),
+            ("model", pa.string()),
+            ("score", pa.float64()),
+            ("k", pa.int32()),
+            ("threshold", pa.float64()),
+            ("judge_model", pa.string()),
+            ("grading_mode", pa.string()),
+            ("rubric_sha256", pa.string()),
+            ("sft_completion", pa.string()),
+        ]
+    )
 
 
 def write_sft(out: Path, rows: Iterable[dict[str, Any]]) -> None:
@@ -112,8 +141,9 @@ SCATTER_POINTS = 10_000
 grows with them (+50 MB at 160,000 candidates)."""
 
 
-def write_plots(out: Path, scores: Sequence[float], lengths: Sequence[int], kept: Sequence[int], threshold: float
-                ) -> list[str]:  # fmt: skip
+def write_plots(
+    out: Path, scores: Sequence[float], lengths: Sequence[int], kept: Sequence[int], threshold: float
+) -> list[str]:
     """Score histograms (all vs kept candidates) and length against score: where a verbosity bias would show. The
     histograms are counted with numpy and the scatter is an even sample, so memory does not grow with the build."""
     try:
@@ -143,8 +173,13 @@ def write_plots(out: Path, scores: Sequence[float], lengths: Sequence[int], kept
     for points, size, label in ((np.arange(len(scores)), 8, "all candidates"), (chosen, 12, "kept")):
         step = -(-len(points) // SCATTER_POINTS) or 1
         points = points[::step]
-        axis.scatter(lengths[points], scores[points], s=size, alpha=0.5 if size == 8 else 1.0,
-                     label=label if step == 1 else f"{label} (1 in {step})")  # fmt: skip
+        axis.scatter(
+            lengths[points],
+            scores[points],
+            s=size,
+            alpha=0.5 if size == 8 else 1.0,
+            label=label if step == 1 else f"{label} (1 in {step})",
+        )
     axis.set(xlabel="answer length (characters)", ylabel="rubric score", title="Length vs score")
     axis.legend()
     figure.tight_layout()
@@ -156,8 +191,13 @@ def write_plots(out: Path, scores: Sequence[float], lengths: Sequence[int], kept
 def _describe(values: Sequence[float]) -> dict[str, float] | None:
     if not values:
         return None
-    return {"n": len(values), "min": min(values), "median": statistics.median(values),
-            "mean": statistics.fmean(values), "max": max(values)}  # fmt: skip
+    return {
+        "n": len(values),
+        "min": min(values),
+        "median": statistics.median(values),
+        "mean": statistics.fmean(values),
+        "max": max(values),
+    }
 
 
 def summary_text(manifest: dict[str, Any], out: Path) -> str:
@@ -166,30 +206,44 @@ def summary_text(manifest: dict[str, Any], out: Path) -> str:
     lines = [
         f"queries: {counts['queries']}; {counts['done_this_run']} done now, {counts['done_before']} before, failed "
         f"{counts['failed'] or 'none'}"
-        + (f"; {counts['rejected_rows']} bad rows left out ({out / 'rejected.jsonl'})"
-           if counts.get("rejected_rows") else ""),
+        + (
+            f"; {counts['rejected_rows']} bad rows left out ({out / 'rejected.jsonl'})"
+            if counts.get("rejected_rows")
+            else ""
+        ),
         f"kept: {counts['queries_kept']} of {finished} queries ({counts['queries_kept'] / max(1, finished):.0%} "
         f"retained), {counts['sft_rows']} SFT rows; below tau: {counts['queries_below_threshold']} "
         f"({out / 'below_threshold.jsonl'})",
         f"candidates: {counts['candidates']}, unscored (judge failed) {counts['unscored_candidates']}, "
         f"flagged {counts['flagged_candidates']}, cut off at max_tokens {counts['truncated_candidates']}; judge failure "
         f"rate {counts['judge_failure_rate']:.1%} of verdicts",
-    ]  # fmt: skip
+    ]
     if counts["failed"]:
-        lines.append(f"first error: {(manifest['first_error'] or '')[:300]}; every error: {out / 'errors.jsonl'} "
-                     "(failed queries are retried by the next run)")  # fmt: skip
-    for name, label in (("best_per_query", "best score per query"), ("all", "score, all candidates"),
-                        ("kept", "score, kept"), ("length_all", "length, all"), ("length_kept", "length, kept")):  # fmt: skip
+        lines.append(
+            f"first error: {(manifest['first_error'] or '')[:300]}; every error: {out / 'errors.jsonl'} "
+            "(failed queries are retried by the next run)"
+        )
+    for name, label in (
+        ("best_per_query", "best score per query"),
+        ("all", "score, all candidates"),
+        ("kept", "score, kept"),
+        ("length_all", "length, all"),
+        ("length_kept", "length, kept"),
+    ):
         d = scores[name]
         if d:
-            lines.append(f"{label:22} n {d['n']:6d}  min {d['min']:8.3f}  median {d['median']:8.3f}  "
-                         f"mean {d['mean']:8.3f}  max {d['max']:8.3f}")  # fmt: skip
+            lines.append(
+                f"{label:22} n {d['n']:6d}  min {d['min']:8.3f}  median {d['median']:8.3f}  "
+                f"mean {d['mean']:8.3f}  max {d['max']:8.3f}"
+            )
     if scores["plots"]:
         lines.append("plots: " + ", ".join(str(out / p) for p in scores["plots"]))
     mixed = [f"{f['id']} ({f['rows']} queries)" for f in manifest["fingerprints"]]
     if len(mixed) > 1:
-        lines.append(f"settings: the queries come from {len(mixed)} different settings: {', '.join(mixed)} "
-                     f"({out / 'fingerprint.json'}; each queries.jsonl line names its own)")  # fmt: skip
+        lines.append(
+            f"settings: the queries come from {len(mixed)} different settings: {', '.join(mixed)} "
+            f"({out / 'fingerprint.json'}; each queries.jsonl line names its own)"
+        )
     lines += usage_lines(manifest)
     lines.append(f"output: {out} (sft/ for load_from_disk, sft.parquet, candidates.jsonl, manifest.json)")
     return "\n".join(lines)

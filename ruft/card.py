@@ -63,16 +63,26 @@ def build_folder(source: Path, out: Path, repo_id: str) -> Path:
     # a folder resumed with changed settings: each set of settings, with its queries (older manifests have none)
     mixed = card_note(manifest, "queries", "the `fingerprint` of each line of queries.jsonl in the build folder")
     card = CARD.format(
-        name=repo_id.split("/")[-1], repo_id=repo_id, k=sum(config["candidates"].values()),
-        candidates=", ".join(f"{role}: {n}" for role, n in config["candidates"].items()), threshold=config["threshold"],
-        keep=config["keep"], judge_model=manifest["judge"]["judge_model"], mode=manifest["judge"]["mode"],
-        queries=counts["finished_queries"], kept=counts["queries_kept"], below=counts["queries_below_threshold"],
-        retention=f"{counts['queries_kept'] / max(1, counts['finished_queries']):.0%}", rows=counts["sft_rows"],
+        name=repo_id.split("/")[-1],
+        repo_id=repo_id,
+        k=sum(config["candidates"].values()),
+        candidates=", ".join(f"{role}: {n}" for role, n in config["candidates"].items()),
+        threshold=config["threshold"],
+        keep=config["keep"],
+        judge_model=manifest["judge"]["judge_model"],
+        mode=manifest["judge"]["mode"],
+        queries=counts["finished_queries"],
+        kept=counts["queries_kept"],
+        below=counts["queries_below_threshold"],
+        retention=f"{counts['queries_kept'] / max(1, counts['finished_queries']):.0%}",
+        rows=counts["sft_rows"],
         kept_scores=f"mean {kept['mean']:.3f}, min {kept['min']:.3f}" if kept else "none kept",
         models=", ".join(f"{role} `{roles[role]['model']}`" for role in config["candidates"] if role in roles),
         packages=", ".join(f"{name} {version}" for name, version in manifest["packages"].items() if version),
-        mixed=mixed and f"{mixed}\nThe table gives the latest settings; each row's `model`, `judge_model`, "
-        "`grading_mode`, `k` and `threshold` columns give its own.\n\n", latest=" (latest settings)" if mixed else "",
-    )  # fmt: skip
+        mixed=mixed
+        and f"{mixed}\nThe table gives the latest settings; each row's `model`, `judge_model`, "
+        "`grading_mode`, `k` and `threshold` columns give its own.\n\n",
+        latest=" (latest settings)" if mixed else "",
+    )
     (out / "README.md").write_text(card)
     return out

@@ -15,8 +15,11 @@ def add_commands(commands) -> None:
     actions = ruft.add_subparsers(title="ruft commands", metavar="<action>", required=True)
     build = actions.add_parser("build", help="sample K candidates per query, grade them, keep the best >= tau")
     # one preset serves both commands: build skips the SFTConfig/ModelConfig keys that train reads
-    add_config_arguments(build, [BuildArgs, RuftConfig, GradingConfig, LLMSettings],
-                         shares_file_with=["trl.SFTConfig", "trl.ModelConfig"])  # fmt: skip
+    add_config_arguments(
+        build,
+        [BuildArgs, RuftConfig, GradingConfig, LLMSettings],
+        shares_file_with=["trl.SFTConfig", "trl.ModelConfig"],
+    )
     build.set_defaults(run=run_build)
     train = actions.add_parser("train", help="fine-tune on a built dataset with TRL's SFTTrainer", allow_abbrev=False)
     add_config_arguments(train, [TrainArgs], trl_types=["trl.SFTConfig", "trl.ModelConfig"])

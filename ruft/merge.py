@@ -16,7 +16,9 @@ def merge_ruft(folders, manifests, out: Path, used, config) -> tuple[dict[str, A
     from ruft.build_output import finish, summary_text
     from ruft.config import RuftConfig
 
-    files = {name: open(out / name, "wb") for name in ("queries.jsonl", "candidates.jsonl", "sft.jsonl", "errors.jsonl")}
+    files = {
+        name: open(out / name, "wb") for name in ("queries.jsonl", "candidates.jsonl", "sft.jsonl", "errors.jsonl")
+    }
     try:
         for folder in folders:
             done = set()
@@ -36,11 +38,21 @@ def merge_ruft(folders, manifests, out: Path, used, config) -> tuple[dict[str, A
     failed = sum((Counter(c["failed"]) for c in counts), Counter())
     finished = stats["counts"]["finished_queries"]
     manifest = {
-        **manifests[0], "output_dir": str(out), "config": config, "packages": package_versions(), "endpoints": {},
-        "counts": {"queries": sum(c["queries"] for c in counts), "done_this_run": 0, "done_before": finished,
-                   "failed": dict(failed), **stats["counts"]},
+        **manifests[0],
+        "output_dir": str(out),
+        "config": config,
+        "packages": package_versions(),
+        "endpoints": {},
+        "counts": {
+            "queries": sum(c["queries"] for c in counts),
+            "done_this_run": 0,
+            "done_before": finished,
+            "failed": dict(failed),
+            **stats["counts"],
+        },
         "first_error": next((m["first_error"] for m in manifests if m.get("first_error")), None),
-        "scores": stats["scores"], "merged_from": merged_from(folders, manifests),
+        "scores": stats["scores"],
+        "merged_from": merged_from(folders, manifests),
         **totals(out, used, stats["queries_by_fingerprint"]),
-    }  # fmt: skip
+    }
     return manifest, f"merged {len(folders)} folders\n" + summary_text(manifest, out)

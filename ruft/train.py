@@ -32,15 +32,30 @@ import yaml
 
 from rubricrl.config import ConfigError, parse_settings, resolved, write_resolved
 from rubricrl.records import InvalidRecord, RecordFileError, conversation, open_records
-from rubricrl.training import (base_model, keep_run_config, model_init_kwargs, require_output_dir,
-                               resume_target, save_model, start_wandb, step_of, trl_defaults, trl_settings)  # fmt: skip
+from rubricrl.training import (
+    base_model,
+    keep_run_config,
+    model_init_kwargs,
+    require_output_dir,
+    resume_target,
+    save_model,
+    start_wandb,
+    step_of,
+    trl_defaults,
+    trl_settings,
+)
 
 if TYPE_CHECKING:
     from datasets import Dataset
     from trl import ModelConfig, SFTConfig, SFTTrainer
 
-PROVENANCE = {"threshold": "threshold tau", "k": "K candidates per query", "model": "candidate models",
-              "judge_model": "judge", "grading_mode": "grading mode"}  # fmt: skip
+PROVENANCE = {
+    "threshold": "threshold tau",
+    "k": "K candidates per query",
+    "model": "candidate models",
+    "judge_model": "judge",
+    "grading_mode": "grading mode",
+}
 """Provenance columns of a `ruft build` dataset whose distinct values the model card lists, with their names."""
 BUILD_FILES = ("manifest.json", "sft", "sft.jsonl", "queries.jsonl", "candidates.jsonl")
 """What marks a `ruft build` output folder (finished when manifest.json, written last, is there)."""
@@ -83,8 +98,11 @@ def run_train(args) -> int:
     wandb_run = None
     if main_process:
         write_resolved(output_dir / "config.yaml", config)
-        print(f"ruft train: {model_config.model_name_or_path} on {len(data.dataset)} examples from {data.source}"
-              f"{' (LoRA)' if model_config.use_peft else ''} -> {output_dir}", file=sys.stderr)  # fmt: skip
+        print(
+            f"ruft train: {model_config.model_name_or_path} on {len(data.dataset)} examples from {data.source}"
+            f"{' (LoRA)' if model_config.use_peft else ''} -> {output_dir}",
+            file=sys.stderr,
+        )
         wandb_run = start_wandb(sft_config, run_settings, "ruft train")
     try:
         trainer = build_trainer(sft_config, model_config, data)
@@ -107,8 +125,10 @@ def run_train(args) -> int:
     if main_process:
         steps = trainer.state.global_step
         run_steps, resumed = steps - first_step, f", resumed from {Path(resume).name}" if resume else ""
-        print(f"ruft train: {steps} steps ({run_steps} this run{resumed}) in {seconds:.1f} s "
-              f"({run_steps / seconds:.2f} steps/s), final loss {final_loss:.4f}; model: {output_dir}")  # fmt: skip
+        print(
+            f"ruft train: {steps} steps ({run_steps} this run{resumed}) in {seconds:.1f} s "
+            f"({run_steps / seconds:.2f} steps/s), final loss {final_loss:.4f}; model: {output_dir}"
+        )
     return 0
 
 
@@ -124,8 +144,10 @@ def load_sft_data(path: Path) -> SFTData:
     manifest_path = _manifest_path(path)
     if path.is_dir() and any((path / name).exists() for name in BUILD_FILES):  # a `ruft build` output folder
         if manifest_path is None or not (path / "sft").is_dir():
-            raise RecordFileError(f"{path}: a `ruft build` folder without manifest.json and sft/, which the build "
-                                  "writes when it ends: rerun the same `rubricrl ruft build` to finish it")  # fmt: skip
+            raise RecordFileError(
+                f"{path}: a `ruft build` folder without manifest.json and sft/, which the build "
+                "writes when it ends: rerun the same `rubricrl ruft build` to finish it"
+            )
         path = path / "sft"
     manifest = _read_manifest(manifest_path)
     opened = open_records(path)
@@ -135,9 +157,11 @@ def load_sft_data(path: Path) -> SFTData:
         raise RecordFileError(f"{opened.source}: the dataset is empty (0 rows): {_empty_hint(manifest)}")
     missing = [c for c in ("prompt", "completion") if opened.columns is not None and c not in opened.columns]
     if missing:
-        raise RecordFileError(f"{opened.source}: no {' or '.join(map(repr, missing))} column (it has "
-                              f"{opened.columns}); `ruft train` takes TRL's conversational prompt-completion format: "
-                              "prompt = chat messages, completion = [{role: assistant, content}]")  # fmt: skip
+        raise RecordFileError(
+            f"{opened.source}: no {' or '.join(map(repr, missing))} column (it has "
+            f"{opened.columns}); `ruft train` takes TRL's conversational prompt-completion format: "
+            "prompt = chat messages, completion = [{role: assistant, content}]"
+        )
     rows = []
     for record in itertools.chain([first], records):
         where = f"{opened.source}: {record.location}"
@@ -174,9 +198,11 @@ def _empty_hint(manifest: dict[str, Any] | None) -> str:
     counts = manifest.get("counts") or {}
     tau = ((manifest.get("config") or {}).get("ruft") or {}).get("threshold")
     below = counts.get("queries_below_threshold")
-    return (f"no candidate reached the threshold tau = {tau} in the build ({below} of {counts.get('finished_queries')} "
-            "queries below it, listed in below_threshold.jsonl): lower ruft.threshold or sample more candidates "
-            "(ruft.candidates)")  # fmt: skip
+    return (
+        f"no candidate reached the threshold tau = {tau} in the build ({below} of {counts.get('finished_queries')} "
+        "queries below it, listed in below_threshold.jsonl): lower ruft.threshold or sample more candidates "
+        "(ruft.candidates)"
+    )
 
 
 def _sft_row(row: dict[str, Any]) -> dict[str, Any]:
@@ -184,8 +210,9 @@ def _sft_row(row: dict[str, Any]) -> dict[str, Any]:
     (a text is read as one message); the other columns unchanged. Raises InvalidRecord."""
     for key in ("prompt", "completion"):
         if key not in row:
-            raise InvalidRecord(f"no {key!r} key; a row holds prompt (chat messages) and completion "
-                                "([{role: assistant, content}])")  # fmt: skip
+            raise InvalidRecord(
+                f"no {key!r} key; a row holds prompt (chat messages) and completion ([{{role: assistant, content}}])"
+            )
     return {**row, "prompt": conversation(row["prompt"], "prompt"), "completion": _completion(row["completion"])}
 
 
@@ -198,7 +225,9 @@ def _completion(value: Any) -> list[dict[str, str]]:
         if not isinstance(message, dict) or message.get("role") != "assistant":
             raise InvalidRecord(f"completion[{i}]: expected {{role: assistant, content}}, got {message!r:.80}")
         if not isinstance(message.get("content"), str) or not message["content"].strip():
-            raise InvalidRecord(f"completion[{i}]: 'content' must be a non-empty text, got {message.get('content')!r:.80}")
+            raise InvalidRecord(
+                f"completion[{i}]: 'content' must be a non-empty text, got {message.get('content')!r:.80}"
+            )
     return [{"role": "assistant", "content": m["content"]} for m in value]
 
 
@@ -220,14 +249,20 @@ def build_trainer(sft_config: "SFTConfig", model_config: "ModelConfig", data: SF
 
     sft_config.model_init_kwargs = model_init_kwargs(sft_config, model_config)
     try:
-        trainer = SFTTrainer(model=model_config.model_name_or_path, args=sft_config, train_dataset=data.dataset,
-                             peft_config=get_peft_config(model_config),
-                             quantization_config=get_quantization_config(model_config))  # fmt: skip
+        trainer = SFTTrainer(
+            model=model_config.model_name_or_path,
+            args=sft_config,
+            train_dataset=data.dataset,
+            peft_config=get_peft_config(model_config),
+            quantization_config=get_quantization_config(model_config),
+        )
     except OSError as error:  # transformers: not on the Hub, offline, no weights in the folder
         raise ConfigError(f"model_name_or_path {model_config.model_name_or_path}: cannot load: {error}") from None
     if len(trainer.train_dataset) == 0:  # TRL drops the rows truncation left without a completion token
-        raise ConfigError(f"{data.source}: no example keeps a completion token within max_length "
-                          f"{sft_config.max_length}: raise --max_length")  # fmt: skip
+        raise ConfigError(
+            f"{data.source}: no example keeps a completion token within max_length "
+            f"{sft_config.max_length}: raise --max_length"
+        )
     note = truncation_note(trainer.train_dataset, len(data.dataset), sft_config)
     if note:
         print(f"ruft train: {note}", file=sys.stderr)
@@ -246,42 +281,74 @@ def truncation_note(prepared: "Dataset", total: int, sft_config: "SFTConfig") ->
     dropped = total - len(prepared)
     if not cut and not dropped:
         return None
-    return (f"max_length {sft_config.max_length}: {dropped} of {total} examples dropped (the prompt fills it), "
-            f"{cut} cut short (their answers lose the end); raise --max_length to keep them whole")  # fmt: skip
+    return (
+        f"max_length {sft_config.max_length}: {dropped} of {total} examples dropped (the prompt fills it), "
+        f"{cut} cut short (their answers lose the end); raise --max_length to keep them whole"
+    )
 
 
-def write_model_card(trainer: "SFTTrainer", output_dir: Path, data: SFTData, base_model: str, config: dict[str, Any],
-                     final_loss: float, merged: bool) -> None:  # fmt: skip
+def write_model_card(
+    trainer: "SFTTrainer",
+    output_dir: Path,
+    data: SFTData,
+    base_model: str,
+    config: dict[str, Any],
+    final_loss: float,
+    merged: bool,
+) -> None:
     """README.md in output_dir: what the model was trained from, on what, how, and how to load it. (TRL's own card
     names a local base model `None`, and its Quick start points at the Hub; each checkpoint rewrites it.)"""
     from rubricrl.manifest import package_versions
 
     hub_base = not Path(base_model).expanduser().exists()
     kind = "full fine-tuning" if not config.get("use_peft") else "LoRA, merged" if merged else "LoRA adapter"
-    front = {**({"base_model": base_model} if hub_base else {}), "library_name": "peft" if kind == "LoRA adapter"
-             else "transformers", "tags": ["rubricrl", "ruft", "sft", "trl"]}  # fmt: skip
-    provenance = {c: sorted({v for v in data.dataset[c] if v is not None}) for c in PROVENANCE
-                  if c in data.dataset.column_names}  # fmt: skip
+    front = {
+        **({"base_model": base_model} if hub_base else {}),
+        "library_name": "peft" if kind == "LoRA adapter" else "transformers",
+        "tags": ["rubricrl", "ruft", "sft", "trl"],
+    }
+    provenance = {
+        c: sorted({v for v in data.dataset[c] if v is not None}) for c in PROVENANCE if c in data.dataset.column_names
+    }
     versions = ", ".join(f"{name} {v}" for name, v in package_versions().items() if v)
     lines = [
-        "---", yaml.safe_dump(front, sort_keys=False).rstrip(), "---", "", f"# {output_dir.name}", "",
+        "---",
+        yaml.safe_dump(front, sort_keys=False).rstrip(),
+        "---",
+        "",
+        f"# {output_dir.name}",
+        "",
         f"`{base_model}` fine-tuned with RuFT (rubricrl): supervised fine-tuning (TRL's SFTTrainer, loss on the "
         "answers only) on the rubric-graded answers a `rubricrl ruft build` kept, the best of K candidates per query "
-        "at or above the threshold tau.", "",
+        "at or above the threshold tau.",
+        "",
         f"- base model: `{base_model}`",
         f"- dataset: `{data.source}` ({len(data.dataset)} examples)"
         + (f"; build manifest `{data.manifest_path}`" if data.manifest_path else ""),
         *[f"- {PROVENANCE[column]}: {', '.join(map(str, values))}" for column, values in provenance.items()],
         f"- training: {kind}, {trainer.state.global_step} steps, final loss {final_loss:.4f}",
-        f"- packages: {versions}", "",
-        "## Use", "", "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer", "",
+        f"- packages: {versions}",
+        "",
+        "## Use",
+        "",
+        "```python",
+        "from transformers import AutoModelForCausalLM, AutoTokenizer",
+        "",
         f"model = AutoModelForCausalLM.from_pretrained({str(output_dir)!r})",
         f"tokenizer = AutoTokenizer.from_pretrained({str(output_dir)!r})",
         'inputs = tokenizer.apply_chat_template([{"role": "user", "content": "Hello"}], add_generation_prompt=True,',
         '                                       return_tensors="pt", return_dict=True)',
-        "print(tokenizer.decode(model.generate(**inputs, max_new_tokens=64)[0]))", "```", "",
-        "## Settings", "", "Resolved (defaults < --config file < flags), as `config.yaml` beside this file: "
-        "`rubricrl ruft train --config config.yaml` reruns it.", "",
-        "```yaml", yaml.safe_dump(config, sort_keys=False, allow_unicode=True).rstrip(), "```", "",
-    ]  # fmt: skip
+        "print(tokenizer.decode(model.generate(**inputs, max_new_tokens=64)[0]))",
+        "```",
+        "",
+        "## Settings",
+        "",
+        "Resolved (defaults < --config file < flags), as `config.yaml` beside this file: "
+        "`rubricrl ruft train --config config.yaml` reruns it.",
+        "",
+        "```yaml",
+        yaml.safe_dump(config, sort_keys=False, allow_unicode=True).rstrip(),
+        "```",
+        "",
+    ]
     (output_dir / "README.md").write_text("\n".join(lines))

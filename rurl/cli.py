@@ -11,10 +11,12 @@ def add_commands(commands) -> None:
 
     rurl = commands.add_parser("rurl", help="RuRL: reinforcement learning (GRPO / DAPO) with the rubric reward")
     actions = rurl.add_subparsers(title="rurl commands", metavar="<action>", required=True)
-    train = actions.add_parser("train", help="train a policy with GRPO/DAPO on TRL, rewarded by the rubric judge",
-                               allow_abbrev=False)  # fmt: skip
-    add_config_arguments(train, [TrainArgs, RurlConfig, GradingConfig, LLMSettings],
-                         trl_types=["trl.GRPOConfig", "trl.ModelConfig"])  # fmt: skip
+    train = actions.add_parser(
+        "train", help="train a policy with GRPO/DAPO on TRL, rewarded by the rubric judge", allow_abbrev=False
+    )
+    add_config_arguments(
+        train, [TrainArgs, RurlConfig, GradingConfig, LLMSettings], trl_types=["trl.GRPOConfig", "trl.ModelConfig"]
+    )
     train.set_defaults(run=run_train)
     from rurl.export_verl import add_command as add_export_command  # `export verl`: the data for verl's trainer
     from rurl.service_cli import add_commands as add_reward_commands  # `reward serve`: the reward for other engines

@@ -124,9 +124,13 @@ def check_with_trl(rurl: RurlConfig, grpo: "GRPOConfig", reward_funcs: list[str]
     """The rurl settings that depend on GRPOConfig's, checked once both are parsed (before the dry run prints)."""
     functions = 1 + len(reward_funcs)
     if grpo.reward_weights is not None and len(grpo.reward_weights) != functions:
-        raise ConfigError(f"reward_weights {grpo.reward_weights}: {len(grpo.reward_weights)} weight(s) for {functions} "
-                          f"reward function(s) (the rubric reward, then reward_funcs {list(reward_funcs)})")  # fmt: skip
+        raise ConfigError(
+            f"reward_weights {grpo.reward_weights}: {len(grpo.reward_weights)} weight(s) for {functions} "
+            f"reward function(s) (the rubric reward, then reward_funcs {list(reward_funcs)})"
+        )
     if rurl.overlong_buffer > grpo.max_completion_length:
-        raise ConfigError(f"rurl.overlong_buffer {rurl.overlong_buffer} is longer than max_completion_length "
-                          f"{grpo.max_completion_length}: the overlong penalty would start before the first token; "
-                          "keep the buffer a part of the limit (DAPO: 4096 of 20480)")  # fmt: skip
+        raise ConfigError(
+            f"rurl.overlong_buffer {rurl.overlong_buffer} is longer than max_completion_length "
+            f"{grpo.max_completion_length}: the overlong penalty would start before the first token; "
+            "keep the buffer a part of the limit (DAPO: 4096 of 20480)"
+        )

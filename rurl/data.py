@@ -48,15 +48,22 @@ class RurlData:
 
 
 def trainer_row(row: RubricRow) -> dict[str, Any]:
-    return {"id": row.id, "prompt": row.conversation, "rubrics": rubric_items(row.rubric),
-            "reference_answer": row.reference, "example_tags": list(row.rubric.example_tags)}  # fmt: skip
+    return {
+        "id": row.id,
+        "prompt": row.conversation,
+        "rubrics": rubric_items(row.rubric),
+        "reference_answer": row.reference,
+        "example_tags": list(row.rubric.example_tags),
+    }
 
 
 def rubric_items(rubric: Rubric) -> list[dict[str, Any]]:
     """The rubric as the `rubrics` column holds it (grading.rubric.rubric_from_items reads it back). Rules are kept
     as given; Arrow fills the keys one rule lacks with None, which the reader drops."""
-    return [{"criterion": c.text, "points": c.points, "tags": list(c.tags), "category": c.category, "rule": c.rule}
-            for c in rubric.criteria]  # fmt: skip
+    return [
+        {"criterion": c.text, "points": c.points, "tags": list(c.tags), "category": c.category, "rule": c.rule}
+        for c in rubric.criteria
+    ]
 
 
 EXPLICIT_MODES = ("per_criterion", "batched")
@@ -76,8 +83,9 @@ class PromptBudget:
     def lengths(self, conversations: list[list[dict[str, str]]], batch: int = 512) -> list[int]:
         lengths = []
         for start in range(0, len(conversations), batch):  # batched: the fast tokenizer counts a batch at once
-            texts = self.tokenizer.apply_chat_template(conversations[start:start + batch], tokenize=False,
-                                                       add_generation_prompt=True, **self.template_kwargs)  # fmt: skip
+            texts = self.tokenizer.apply_chat_template(
+                conversations[start : start + batch], tokenize=False, add_generation_prompt=True, **self.template_kwargs
+            )
             # the rendered template holds its special tokens already (apply_chat_template adds none either)
             lengths += [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
         return lengths
@@ -108,15 +116,25 @@ def prompt_budget(grpo, model) -> PromptBudget | None:
         raise ConfigError(f"model_name_or_path {path}: cannot load its config or tokenizer: {error}") from None
     tokens = context - grpo.max_completion_length
     if tokens < 1:
-        raise ConfigError(f"max_completion_length {grpo.max_completion_length} leaves no room for a prompt within "
-                          f"{source} {context}")  # fmt: skip
+        raise ConfigError(
+            f"max_completion_length {grpo.max_completion_length} leaves no room for a prompt within {source} {context}"
+        )
     kwargs = grpo.chat_template_kwargs if isinstance(grpo.chat_template_kwargs, dict) else {}
-    return PromptBudget(tokens, f"{source} {context} - max_completion_length {grpo.max_completion_length}",
-                        tokenizer, kwargs)  # fmt: skip
+    return PromptBudget(
+        tokens, f"{source} {context} - max_completion_length {grpo.max_completion_length}", tokenizer, kwargs
+    )
 
 
-def load_rurl_data(path: Path, config: RurlConfig, seed: int, *, mode: str = "per_criterion",
-                   budget: PromptBudget | None = None, grpo=None, model=None) -> RurlData:  # fmt: skip
+def load_rurl_data(
+    path: Path,
+    config: RurlConfig,
+    seed: int,
+    *,
+    mode: str = "per_criterion",
+    budget: PromptBudget | None = None,
+    grpo=None,
+    model=None,
+) -> RurlData:
     """Every row checked (RubricError names the file and row), the rows that can never train refused or left out
     (`config.bad_rows`; `mode`: the grading mode; the prompt budget given, or found from GRPOConfig `grpo` and
     ModelConfig `model` once the rows have read well, else not checked), split, prefiltered. Raises ConfigError
@@ -140,14 +158,18 @@ def load_rurl_data(path: Path, config: RurlConfig, seed: int, *, mode: str = "pe
     if config.prefilter is not None:
         train, counts, role = prefilter(train, config)
     if not train:
-        raise ConfigError(f"{path}: no row left to train on ({len(rows)} rows, {held} held out"
-                          + (f", {sum(bad_counts.values())} left out as bad rows" if bad_counts else "")
-                          + (f", prefilter: {counts}" if counts else "") + ")")  # fmt: skip
+        raise ConfigError(
+            f"{path}: no row left to train on ({len(rows)} rows, {held} held out"
+            + (f", {sum(bad_counts.values())} left out as bad rows" if bad_counts else "")
+            + (f", prefilter: {counts}" if counts else "")
+            + ")"
+        )
     return RurlData(train, evaluation, describe_input(path), counts, role, bad_counts, rejected)
 
 
-def untrainable(rows: list[RubricRow], mode: str, budget: PromptBudget | None, action: str, path: Path, *,
-                announce: bool = True) -> tuple[list[RubricRow], list[Rejected], dict[str, int]]:  # fmt: skip
+def untrainable(
+    rows: list[RubricRow], mode: str, budget: PromptBudget | None, action: str, path: Path, *, announce: bool = True
+) -> tuple[list[RubricRow], list[Rejected], dict[str, int]]:
     """The rows that can never train: in an explicit mode, a rubric without positive points (its score is always
     None: grading/scores.py); a prompt over the budget (it would fail inside generation, mid-run, as verl's
     filter_overlong_prompts guards against). action "refuse" raises one line naming them; "skip" leaves them out,
@@ -157,11 +179,19 @@ def untrainable(rows: list[RubricRow], mode: str, budget: PromptBudget | None, a
     for row, length in zip(rows, lengths):
         reasons = []
         if mode in EXPLICIT_MODES and row.rubric.positive_points == 0:
-            reasons.append(("no_positive_points", "no criterion with positive points (all penalties): its reward is "
-                                                  "always None, nothing to earn"))  # fmt: skip
+            reasons.append(
+                (
+                    "no_positive_points",
+                    "no criterion with positive points (all penalties): its reward is always None, nothing to earn",
+                )
+            )
         if budget is not None and length > budget.tokens:
-            reasons.append(("prompt_too_long", f"prompt of {length} tokens over the prompt budget of {budget.tokens} "
-                                               f"({budget.source})"))  # fmt: skip
+            reasons.append(
+                (
+                    "prompt_too_long",
+                    f"prompt of {length} tokens over the prompt budget of {budget.tokens} ({budget.source})",
+                )
+            )
         if not reasons:
             kept.append(row)
             continue
@@ -172,11 +202,16 @@ def untrainable(rows: list[RubricRow], mode: str, budget: PromptBudget | None, a
         listed = "; ".join(f"{r.location} (id {r.row['id']!r}): {r.reason}" for r in rejected[:3])
         more = f"; and {len(rejected) - 3} more" if len(rejected) > 3 else ""
         if action == "refuse":
-            raise ConfigError(f"{len(rejected)} of {len(rows)} rows can never train: {listed}{more}. Fix or remove "
-                              "them, or set rurl.bad_rows: skip to leave them out")  # fmt: skip
+            raise ConfigError(
+                f"{len(rejected)} of {len(rows)} rows can never train: {listed}{more}. Fix or remove "
+                "them, or set rurl.bad_rows: skip to leave them out"
+            )
         if announce:
-            print(f"rurl train: left out {len(rejected)} of {len(rows)} rows that can never train ({counts}): "
-                  f"{listed}{more}", file=sys.stderr)  # fmt: skip
+            print(
+                f"rurl train: left out {len(rejected)} of {len(rows)} rows that can never train ({counts}): "
+                f"{listed}{more}",
+                file=sys.stderr,
+            )
     return kept, rejected, counts
 
 
@@ -225,14 +260,18 @@ def _prefilter_role(config: RurlConfig, per_role: dict[str | None, int], path: P
     named = sorted(str(role) for role in per_role if role is not None)
     if config.prefilter_role is not None:
         if config.prefilter_role not in per_role:
-            raise ConfigError(f"rurl.prefilter_role {config.prefilter_role!r}: no candidate of that role in {path} "
-                              f"(its roles: {', '.join(named) or 'none named'})")  # fmt: skip
+            raise ConfigError(
+                f"rurl.prefilter_role {config.prefilter_role!r}: no candidate of that role in {path} "
+                f"(its roles: {', '.join(named) or 'none named'})"
+            )
         return config.prefilter_role
     if "policy" in per_role or not per_role:
         return "policy" if per_role else None
     most = max(per_role.values())
     top = [role for role, count in per_role.items() if count == most]
     if len(top) > 1:
-        raise ConfigError(f"rurl.prefilter: {path} has {most} candidates from each of the roles "
-                          f"{', '.join(sorted(map(str, top)))}: set rurl.prefilter_role to one")  # fmt: skip
+        raise ConfigError(
+            f"rurl.prefilter: {path} has {most} candidates from each of the roles "
+            f"{', '.join(sorted(map(str, top)))}: set rurl.prefilter_role to one"
+        )
     return top[0]

@@ -21,7 +21,7 @@ import torch
 from transformers import TrainerCallback
 
 from grading.dataset import RubricRow
-from grading.grader import GradeItem, Graded, Grader
+from grading.grader import Graded, GradeItem, Grader
 from grading.report import build_report
 
 ANSWERS_FILE = "eval_answers.jsonl"
@@ -31,8 +31,15 @@ is greedy; top_k 0 is no limit, TRL's default)."""
 
 
 class PolicyEvaluation(TrainerCallback):
-    def __init__(self, trainer, grader: Grader, rows: list[RubricRow], every: int, output_dir: Path,
-                 deadline: float | None = None):  # fmt: skip
+    def __init__(
+        self,
+        trainer,
+        grader: Grader,
+        rows: list[RubricRow],
+        every: int,
+        output_dir: Path,
+        deadline: float | None = None,
+    ):
         self.trainer, self.grader, self.rows, self.every = trainer, grader, rows, every
         self.deadline = deadline
         """Seconds the grading may take: the other processes wait for the main one at the next collective."""
@@ -60,18 +67,25 @@ class PolicyEvaluation(TrainerCallback):
         if not self.trainer.accelerator.is_main_process:
             self.trainer.log({})
             return
-        items = [GradeItem(row.conversation, answer, row.rubric, row.reference) for row, answer in zip(self.rows, answers)]
-        grading = self.grader.grade_many(items) if self.deadline is None else self.grader.grade_within(items, self.deadline)
+        items = [
+            GradeItem(row.conversation, answer, row.rubric, row.reference) for row, answer in zip(self.rows, answers)
+        ]
+        grading = (
+            self.grader.grade_many(items) if self.deadline is None else self.grader.grade_within(items, self.deadline)
+        )
         try:
             graded = asyncio.run_coroutine_threadsafe(grading, self.trainer.async_loop).result()
         except Exception as error:  # the judge went away: the run goes on (the guard judges the training reward)
             print(f"rurl eval: step {step}: not graded: {error}", file=sys.stderr)
             self.trainer.log({"eval/failed": 1.0})  # every process logs at an eval, the others an empty dict
             return
-        graded = [g or Graded(score=None, reward=None, explanation="not judged within rurl.judge_deadline")
-                  for g in graded]  # fmt: skip
-        records = [g.to_record(row.rubric.example_tags, id=row.id, response=answer)
-                   for row, answer, g in zip(self.rows, answers, graded)]  # fmt: skip
+        graded = [
+            g or Graded(score=None, reward=None, explanation="not judged within rurl.judge_deadline") for g in graded
+        ]
+        records = [
+            g.to_record(row.rubric.example_tags, id=row.id, response=answer)
+            for row, answer, g in zip(self.rows, answers, graded)
+        ]
         report = build_report(records, **self.grader.config.rule())
         metrics = {f"eval/{name}": value for name, value in report["metrics"].items()}
         metrics["eval/judge_failure_rate"] = report["judge_failure_rate"]
@@ -114,10 +128,15 @@ class PolicyEvaluation(TrainerCallback):
         trainer.model.eval()
         try:
             gather = trainer.args.ds3_gather_for_generation
-            with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
-                                             gather_deepspeed3_params=gather) as model, _summon_full_params(trainer):
-                return greedy_answers(model, trainer.processing_class, conversations,
-                                      trainer.args.max_completion_length)  # fmt: skip
+            with (
+                unwrap_model_for_generation(
+                    trainer.model_wrapped, trainer.accelerator, gather_deepspeed3_params=gather
+                ) as model,
+                _summon_full_params(trainer),
+            ):
+                return greedy_answers(
+                    model, trainer.processing_class, conversations, trainer.args.max_completion_length
+                )
         finally:
             trainer.model.train(was_training)
 
@@ -147,8 +166,12 @@ def vllm_greedy_answers(trainer, conversations: list[list[dict[str, str]]], max_
     step: `_last_loaded_step`). Every process calls this with as many conversations as the others (server mode
     gathers them to the main process and hands each its slice back)."""
     tokenizer = trainer.processing_class
-    prompt_ids = [tokenizer(tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True),
-                            add_special_tokens=False)["input_ids"] for c in conversations]  # fmt: skip
+    prompt_ids = [
+        tokenizer(
+            tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True), add_special_tokens=False
+        )["input_ids"]
+        for c in conversations
+    ]
     generation = trainer.vllm_generation
     if trainer.state.global_step != trainer._last_loaded_step:
         generation.sync_weights()
@@ -168,8 +191,11 @@ def greedy_sampling(generation: Any, max_tokens: int):
         for name, value in GREEDY.items():
             setattr(generation, name, value)
         generation.max_completion_length = max_tokens
-        generation.generation_kwargs = {k: v for k, v in (saved["generation_kwargs"] or {}).items()
-                                        if k not in GREEDY and k not in ("seed", "n", "best_of")}  # fmt: skip
+        generation.generation_kwargs = {
+            k: v
+            for k, v in (saved["generation_kwargs"] or {}).items()
+            if k not in GREEDY and k not in ("seed", "n", "best_of")
+        }
         yield generation
     finally:
         for name, value in saved.items():
@@ -177,26 +203,34 @@ def greedy_sampling(generation: Any, max_tokens: int):
 
 
 @torch.no_grad()
-def greedy_answers(model, tokenizer, conversations: list[list[dict[str, str]]], max_new_tokens: int,
-                   batch_size: int = 8) -> list[str]:  # fmt: skip
+def greedy_answers(
+    model, tokenizer, conversations: list[list[dict[str, str]]], max_new_tokens: int, batch_size: int = 8
+) -> list[str]:
     """The model's greedy answer to each conversation (chat template, left padding), a few at a time."""
     answers = []
     side, tokenizer.padding_side = tokenizer.padding_side, "left"
     try:
         for start in range(0, len(conversations), batch_size):
-            texts = [tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True)
-                     for c in conversations[start:start + batch_size]]  # fmt: skip
+            texts = [
+                tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True)
+                for c in conversations[start : start + batch_size]
+            ]
             batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
-            out = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,
-                                 pad_token_id=tokenizer.pad_token_id)  # fmt: skip
-            answers += tokenizer.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+            out = model.generate(
+                **batch, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id
+            )
+            answers += tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
     finally:
         tokenizer.padding_side = side
     return answers
 
 
-def answer_with(model_path: str | Path, conversations: list[list[dict[str, str]]], max_new_tokens: int,
-                base_model: str | None = None) -> list[str]:  # fmt: skip
+def answer_with(
+    model_path: str | Path,
+    conversations: list[list[dict[str, str]]],
+    max_new_tokens: int,
+    base_model: str | None = None,
+) -> list[str]:
     """Greedy answers of a saved model folder (or Hub id), e.g. a `ruft train` or `rurl train` output. A folder that
     holds only a LoRA adapter (a checkpoint) is merged into `base_model` (default: the base its adapter_config
     names) first."""
@@ -208,7 +242,9 @@ def answer_with(model_path: str | Path, conversations: list[list[dict[str, str]]
         from peft import PeftModel
 
         base = base_model or json.loads((path / "adapter_config.json").read_text())["base_model_name_or_path"]
-        model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base, dtype=dtype), path).merge_and_unload()
+        model = PeftModel.from_pretrained(
+            AutoModelForCausalLM.from_pretrained(base, dtype=dtype), path
+        ).merge_and_unload()
         tokenizer = AutoTokenizer.from_pretrained(path if (path / "tokenizer_config.json").is_file() else base)
     else:
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)

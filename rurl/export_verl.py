@@ -35,18 +35,33 @@ class ExportVerlArgs:
     rar_pitfalls: PitfallConvention = "auto"
     """RaR rubrics: whether pitfall texts name the mistake or what to avoid (grading/rar.py)."""
 
-def verl_rows(rubrics: str | Path, *, data_source: str = "rubricrl", ability: str = "rubric", split: str = "train",
-              system_prompt: str | None = None, rar_pitfalls: str = "auto") -> list[dict]:  # fmt: skip
+
+def verl_rows(
+    rubrics: str | Path,
+    *,
+    data_source: str = "rubricrl",
+    ability: str = "rubric",
+    split: str = "train",
+    system_prompt: str | None = None,
+    rar_pitfalls: str = "auto",
+) -> list[dict]:
     """verl's rows for each rubric row, in the dataset's order (rubrics read and checked as `grade` reads them)."""
     rows = []
     for index, row in enumerate(iter_rubric_rows(rubrics, rar_pitfalls)):
         prompt = [{"role": m["role"], "content": m["content"]} for m in row.conversation]
         if system_prompt and not any(m["role"] == "system" for m in prompt):
             prompt.insert(0, {"role": "system", "content": system_prompt})
-        rows.append({"data_source": data_source, "prompt": prompt, "ability": ability,
-                     "reward_model": {"style": "model", "ground_truth": row.id},
-                     "extra_info": {"split": split, "index": index, "id": row.id}})  # fmt: skip
+        rows.append(
+            {
+                "data_source": data_source,
+                "prompt": prompt,
+                "ability": ability,
+                "reward_model": {"style": "model", "ground_truth": row.id},
+                "extra_info": {"split": split, "index": index, "id": row.id},
+            }
+        )
     return rows
+
 
 def export_verl(rubrics: str | Path, output: Path, **options) -> int:
     """Write verl's parquet for `rubrics` to `output`; the number of rows."""
@@ -68,6 +83,7 @@ def export_verl(rubrics: str | Path, output: Path, **options) -> int:
     temporary.replace(output)
     return len(rows)
 
+
 def add_command(commands) -> None:
     export = commands.add_parser("export", help="write a rubric dataset in another engine's format")
     formats = export.add_subparsers(title="formats", metavar="<format>", required=True)
@@ -76,9 +92,17 @@ def add_command(commands) -> None:
     verl.set_defaults(run=run_export_verl)
     verl.epilog = "examples:\n  rubricrl export verl --rubrics rubrics/final.parquet --output data/train.parquet"
 
+
 def run_export_verl(args: argparse.Namespace) -> int:
     (export,) = parse_settings(args, command="export verl")
-    count = export_verl(export.rubrics, export.output, data_source=export.data_source, ability=export.ability,
-                        split=export.split, system_prompt=export.system_prompt, rar_pitfalls=export.rar_pitfalls)  # fmt: skip
+    count = export_verl(
+        export.rubrics,
+        export.output,
+        data_source=export.data_source,
+        ability=export.ability,
+        split=export.split,
+        system_prompt=export.system_prompt,
+        rar_pitfalls=export.rar_pitfalls,
+    )
     print(f"wrote {count} rows to {export.output}", file=sys.stderr)
     return 0

@@ -9,9 +9,15 @@ from typing import Any
 import torch
 
 LEFT_PADDED = {"prompt_ids": "pad", "prompt_mask": 0}
-RIGHT_PADDED = {"completion_ids": "pad", "completion_mask": 0, "old_per_token_logps": 0.0,
-                "ref_per_token_logps": 0.0, "sampling_per_token_logps": 0.0, "importance_sampling_ratio": 1.0,
-                "tool_mask": 1}  # fmt: skip
+RIGHT_PADDED = {
+    "completion_ids": "pad",
+    "completion_mask": 0,
+    "old_per_token_logps": 0.0,
+    "ref_per_token_logps": 0.0,
+    "sampling_per_token_logps": 0.0,
+    "importance_sampling_ratio": 1.0,
+    "tool_mask": 1,
+}
 PER_ROW = {"advantages"}
 """The keys of `_generate_and_score_completions`' output that dynamic sampling knows how to cut and join."""
 
@@ -41,7 +47,7 @@ def trimmed(group: dict[str, Any]) -> dict[str, Any]:
     out = {}
     for key, value in group.items():
         if torch.is_tensor(value) and value.dim() == 2 and key in LEFT_PADDED:
-            value = value[:, value.shape[1] - prompt:]
+            value = value[:, value.shape[1] - prompt :]
         elif torch.is_tensor(value) and value.dim() == 2 and key in RIGHT_PADDED:
             value = value[:, :completion]
         out[key] = value.cpu() if torch.is_tensor(value) else value
@@ -51,7 +57,7 @@ def trimmed(group: dict[str, Any]) -> dict[str, Any]:
 def by_process(values: list, processes: int) -> list[list]:
     """A list gathered over the processes (equal parts, in process order) cut back into its parts."""
     per = len(values) // processes
-    return [values[p * per:(p + 1) * per] for p in range(processes)]
+    return [values[p * per : (p + 1) * per] for p in range(processes)]
 
 
 def group_rows(output: dict[str, Any], rows: slice) -> dict[str, Any]:

@@ -79,11 +79,13 @@ class StopOnJudgeFailures(TrainerCallback):
         unscored, failed = monitor.rate, monitor.verdict_rate
         if unscored > self.max_rate or failed > self.max_rate:
             batches = len(monitor.batches)
-            self.reason = (f"judge-failure guard: over the last {batches} generation batch(es) of all processes, "
-                           f"{unscored:.0%} of the completions got no score and {failed:.0%} of the judge's verdicts "
-                           f"failed (limit grading.max_failure_rate = {self.max_rate:.0%}): is the judge up and "
-                           "answering the verdict format? (rubric/judge_failure_rate, rubric/unscored_rate and "
-                           "rubric/timed_out_rate in the logs)")  # fmt: skip
+            self.reason = (
+                f"judge-failure guard: over the last {batches} generation batch(es) of all processes, "
+                f"{unscored:.0%} of the completions got no score and {failed:.0%} of the judge's verdicts "
+                f"failed (limit grading.max_failure_rate = {self.max_rate:.0%}): is the judge up and "
+                "answering the verdict format? (rubric/judge_failure_rate, rubric/unscored_rate and "
+                "rubric/timed_out_rate in the logs)"
+            )
             control.should_save = True
             control.should_training_stop = True
         return control

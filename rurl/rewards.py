@@ -18,12 +18,19 @@ from rubricrl.config import ConfigError
 
 def trl_registry() -> dict[str, Callable]:
     """`trl grpo`'s reward names, with the values its script uses."""
-    from trl.rewards import accuracy_reward, get_soft_overlong_punishment, reasoning_accuracy_reward, think_format_reward
+    from trl.rewards import (
+        accuracy_reward,
+        get_soft_overlong_punishment,
+        reasoning_accuracy_reward,
+        think_format_reward,
+    )
 
-    return {"accuracy_reward": accuracy_reward, "reasoning_accuracy_reward": reasoning_accuracy_reward,
-            "think_format_reward": think_format_reward,
-            "get_soft_overlong_punishment": get_soft_overlong_punishment(max_completion_len=1280,
-                                                                         soft_punish_cache=256)}  # fmt: skip
+    return {
+        "accuracy_reward": accuracy_reward,
+        "reasoning_accuracy_reward": reasoning_accuracy_reward,
+        "think_format_reward": think_format_reward,
+        "get_soft_overlong_punishment": get_soft_overlong_punishment(max_completion_len=1280, soft_punish_cache=256),
+    }
 
 
 def extra_reward_funcs(names: list[str]) -> list[Callable]:
@@ -35,8 +42,10 @@ def extra_reward_funcs(names: list[str]) -> list[Callable]:
             functions.append(registry[name])
             continue
         if "." not in name:
-            raise ConfigError(f"reward_funcs: unknown reward function {name!r}: one of {sorted(registry)} or a dotted "
-                              "import path (my_lib.rewards.my_reward)")  # fmt: skip
+            raise ConfigError(
+                f"reward_funcs: unknown reward function {name!r}: one of {sorted(registry)} or a dotted "
+                "import path (my_lib.rewards.my_reward)"
+            )
         module_path, attribute = name.rsplit(".", 1)
         sys.path.insert(0, os.getcwd())  # as trl grpo does: a module beside the run
         try:

@@ -40,6 +40,7 @@ class RewardServeArgs:
     rar_pitfalls: PitfallConvention = "auto"
     """RaR rubrics: whether pitfall texts name the mistake or what to avoid (grading/rar.py)."""
 
+
 def add_commands(commands) -> None:
     from grading.grader import GradingConfig
     from rubricrl.llm import LLMSettings
@@ -47,16 +48,24 @@ def add_commands(commands) -> None:
     reward = commands.add_parser("reward", help="the rubric reward as a service for other RL engines (verl, OpenRLHF)")
     actions = reward.add_subparsers(title="reward commands", metavar="<action>", required=True)
     serve = actions.add_parser(
-        "serve", help="serve the rubric reward over HTTP (OpenRLHF's POST /get_reward) until Ctrl-C / SIGTERM",
+        "serve",
+        help="serve the rubric reward over HTTP (OpenRLHF's POST /get_reward) until Ctrl-C / SIGTERM",
         description="Grades completions for the rows of --rubrics with the `grading:` and `llm:` settings. "
-                    "Listens on 127.0.0.1; another --host needs a bearer token in $RUBRICRL_REWARD_TOKEN.")  # fmt: skip
+        "Listens on 127.0.0.1; another --host needs a bearer token in $RUBRICRL_REWARD_TOKEN.",
+    )
     # A `rurl train` preset serves as it is (its judge settings are the run's): its training keys are skipped.
-    add_config_arguments(serve, [RewardServeArgs, GradingConfig, LLMSettings],
-                         shares_file_with=["rurl.config.TrainArgs", "trl.GRPOConfig", "trl.ModelConfig"])  # fmt: skip
+    add_config_arguments(
+        serve,
+        [RewardServeArgs, GradingConfig, LLMSettings],
+        shares_file_with=["rurl.config.TrainArgs", "trl.GRPOConfig", "trl.ModelConfig"],
+    )
     serve.set_defaults(run=run_reward_serve)
-    serve.epilog = ("examples:\n  rubricrl reward serve --rubrics rubrics/final.parquet --base-url http://judge:8000/v1\n"
-                    "  RUBRICRL_REWARD_TOKEN=$(openssl rand -hex 24) rubricrl reward serve --rubrics r.parquet "
-                    "--host 0.0.0.0")  # fmt: skip
+    serve.epilog = (
+        "examples:\n  rubricrl reward serve --rubrics rubrics/final.parquet --base-url http://judge:8000/v1\n"
+        "  RUBRICRL_REWARD_TOKEN=$(openssl rand -hex 24) rubricrl reward serve --rubrics r.parquet "
+        "--host 0.0.0.0"
+    )
+
 
 def run_reward_serve(args: argparse.Namespace) -> int:
     from grading.dataset import check_references, load_rubric_rows
@@ -75,30 +84,46 @@ def run_reward_serve(args: argparse.Namespace) -> int:
 
     async def run(session) -> None:
         stop = asyncio.Event()
+
+        def stopping(name: str) -> None:
+            log(f"{name}: stopping (requests in flight finish first) ...")
+            stop.set()
+
         loop = asyncio.get_running_loop()
         if threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(signum, lambda name=signal.Signals(signum).name: (
-                    log(f"{name}: stopping (requests in flight finish first) ..."), stop.set()))  # fmt: skip
+                loop.add_signal_handler(signum, stopping, signal.Signals(signum).name)
         async with session.client() as client:  # closing it flushes the response cache
-            service = RewardService(rows, Grader(client, config), token=token, unscored_reward=options.unscored_reward,
-                                    max_batch=options.max_batch, max_body=int(options.max_body_mb * 2**20),
-                                    deadline=options.deadline, eos=DEFAULT_EOS if options.eos is None else options.eos,
-                                    source=str(options.rubrics), log=log)  # fmt: skip
+            service = RewardService(
+                rows,
+                Grader(client, config),
+                token=token,
+                unscored_reward=options.unscored_reward,
+                max_batch=options.max_batch,
+                max_body=int(options.max_body_mb * 2**20),
+                deadline=options.deadline,
+                eos=DEFAULT_EOS if options.eos is None else options.eos,
+                source=str(options.rubrics),
+                log=log,
+            )
 
             def ready(url: str) -> None:
                 judge = service.grader.metadata
-                log(f"{len(rows)} rubric rows from {options.rubrics}; judge {judge['judge_model']} ({judge['mode']}); "
-                    f"token {'required' if token else 'not required (loopback)'}; Ctrl-C or SIGTERM stops it")  # fmt: skip
+                log(
+                    f"{len(rows)} rubric rows from {options.rubrics}; judge {judge['judge_model']} ({judge['mode']}); "
+                    f"token {'required' if token else 'not required (loopback)'}; Ctrl-C or SIGTERM stops it"
+                )
                 print(f"listening on {url} (POST {url}/get_reward)", flush=True)
 
             try:
                 await serve(service, options.host, options.port, stop=stop, ready=ready)
             finally:
                 totals = service.totals.as_dict()
-                log(f"stopped; served {totals['requests']} requests, {totals['completions']} completions "
+                log(
+                    f"stopped; served {totals['requests']} requests, {totals['completions']} completions "
                     f"({totals['unscored']} unscored), {service.judge_calls()} judge calls; rejected "
-                    f"{totals['rejected'] or 'none'}")  # fmt: skip
+                    f"{totals['rejected'] or 'none'}"
+                )
 
     with open_llm(llm, [config.judge_role], source=config_source(args), cpu_budgets=config.cpu_max_tokens()) as session:
         asyncio.run(run(session))

@@ -48,8 +48,18 @@ from rubricrl.jsonl import write_whole
 from rubricrl.llm import LLMClient, Role, open_llm
 from rubricrl.manifest import package_versions, write_manifest
 from rubricrl.queries import write_rejected
-from rubricrl.training import (base_model, keep_run_config, model_init_kwargs, require_output_dir, resume_target,
-                               save_model, start_wandb, step_of, trl_defaults, trl_settings)  # fmt: skip
+from rubricrl.training import (
+    base_model,
+    keep_run_config,
+    model_init_kwargs,
+    require_output_dir,
+    resume_target,
+    save_model,
+    start_wandb,
+    step_of,
+    trl_defaults,
+    trl_settings,
+)
 from rurl.config import RurlConfig, TrainArgs, check_with_trl
 from rurl.data import RurlData, load_rurl_data
 from rurl.rewards import extra_reward_funcs
@@ -78,9 +88,13 @@ def run_train(args) -> int:
     config = run_config(settings)
     if train_args.reward_funcs:
         weights = grpo.reward_weights or [1.0] * (1 + len(extra_rewards))
-        print(f"{COMMAND}: rewards: " + ", ".join(f"{name} x {weight:g}" for name, weight in
-                                                  zip(["rubric_reward", *train_args.reward_funcs], weights)),
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"{COMMAND}: rewards: "
+            + ", ".join(
+                f"{name} x {weight:g}" for name, weight in zip(["rubric_reward", *train_args.reward_funcs], weights)
+            ),
+            file=sys.stderr,
+        )
     if train_args.dry_run:
         print(yaml.safe_dump(config, sort_keys=False, allow_unicode=True), end="")
         return 0
@@ -94,15 +108,30 @@ def run_train(args) -> int:
     if judged is None:  # rule checks decide every criterion: no judge to start or ask
         print(f"{COMMAND}: every criterion is a rule check: no judge, no server, no preflight", file=sys.stderr)
         client = LLMClient({grading.judge_role: NO_JUDGE}, cache=None)
-        return train(train_args, rurl, grading, grpo, model, data, client, config, output_dir, resume, tokenizer,
-                     extra_rewards)  # fmt: skip
-    with open_llm(llm, [grading.judge_role], source=config_source(args), cpu_budgets=grading.cpu_max_tokens()) as llm_session:
+        return train(
+            train_args, rurl, grading, grpo, model, data, client, config, output_dir, resume, tokenizer, extra_rewards
+        )
+    with open_llm(
+        llm, [grading.judge_role], source=config_source(args), cpu_budgets=grading.cpu_max_tokens()
+    ) as llm_session:
         if rurl.preflight:
             preflight(llm_session.roles, grading, judged)
         client = llm_session.client()
         try:
-            return train(train_args, rurl, grading, grpo, model, data, client, config, output_dir, resume,
-                         tokenizer, extra_rewards)  # fmt: skip
+            return train(
+                train_args,
+                rurl,
+                grading,
+                grpo,
+                model,
+                data,
+                client,
+                config,
+                output_dir,
+                resume,
+                tokenizer,
+                extra_rewards,
+            )
         finally:
             if client.cache is not None:
                 client.cache.flush()
@@ -120,8 +149,9 @@ def run_config(settings: list[Any]) -> dict[str, Any]:
     return config
 
 
-def read_policy_template(grading: GradingConfig, grpo: "GRPOConfig", model: "ModelConfig",
-                         config: dict[str, Any]) -> Any:  # fmt: skip
+def read_policy_template(
+    grading: GradingConfig, grpo: "GRPOConfig", model: "ModelConfig", config: dict[str, Any]
+) -> Any:
     """What the policy's tokenizer tells the reward: whether its chat template opens the reasoning in the prompt
     (DeepSeek-R1 distills, Qwen3 thinking-2507 end the generation prompt with `<think>`; a completion without the
     closing delimiter then never closed its reasoning), set in `grading` and in the written `config`. Returns the
@@ -132,20 +162,28 @@ def read_policy_template(grading: GradingConfig, grpo: "GRPOConfig", model: "Mod
     try:
         tokenizer = AutoTokenizer.from_pretrained(model.model_name_or_path, **load)
     except OSError as error:  # transformers: not on the Hub, offline, no tokenizer files
-        raise ConfigError(f"model_name_or_path {model.model_name_or_path}: cannot load its tokenizer: {error}") from None
+        raise ConfigError(
+            f"model_name_or_path {model.model_name_or_path}: cannot load its tokenizer: {error}"
+        ) from None
     if grading.reasoning_delimiters and not grading.reasoning_starts_open and tokenizer.chat_template:
         kwargs = grpo.chat_template_kwargs if isinstance(grpo.chat_template_kwargs, dict) else {}
         try:
-            prompt = tokenizer.apply_chat_template([{"role": "user", "content": "?"}], tokenize=False,
-                                                   add_generation_prompt=True, **kwargs)  # fmt: skip
+            prompt = tokenizer.apply_chat_template(
+                [{"role": "user", "content": "?"}], tokenize=False, add_generation_prompt=True, **kwargs
+            )
         except Exception as error:  # noqa: BLE001 - a template's own check (a system turn required, a jinja error)
-            raise ConfigError(f"model_name_or_path {model.model_name_or_path}: its chat template cannot render one user "
-                              f"turn: {error}; set grading.reasoning_starts_open yourself") from None  # fmt: skip
+            raise ConfigError(
+                f"model_name_or_path {model.model_name_or_path}: its chat template cannot render one user "
+                f"turn: {error}; set grading.reasoning_starts_open yourself"
+            ) from None
         if prompt.rstrip().endswith(grading.reasoning_delimiters[0]):
             grading.reasoning_starts_open = True
             config.setdefault("grading", {})["reasoning_starts_open"] = True
-            print(f"{COMMAND}: {model.model_name_or_path}'s chat template opens the reasoning in the prompt: a "
-                  f"completion without {grading.reasoning_delimiters[1]!r} has no answer (reward 0)", file=sys.stderr)  # fmt: skip
+            print(
+                f"{COMMAND}: {model.model_name_or_path}'s chat template opens the reasoning in the prompt: a "
+                f"completion without {grading.reasoning_delimiters[1]!r} has no answer (reward 0)",
+                file=sys.stderr,
+            )
     return tokenizer
 
 
@@ -172,16 +210,29 @@ def preflight(roles, grading: GradingConfig, row: RubricRow) -> None:
     except UserError as error:
         raise ConfigError(f"judge preflight: {error}") from None
     if graded.reward is None or graded.judge_failures:
-        raise ConfigError(f"judge preflight: role '{grading.judge_role}' ({judge.model} at {judge.base_url}) did not "
-                          f"answer the {grading.mode} verdict format for row {row.id!r} ({graded.judge_failures} "
-                          f"verdict(s) failed; explanation: {graded.explanation[:200]!r}): check the model, its "
-                          "max_tokens and structured_outputs")  # fmt: skip
+        raise ConfigError(
+            f"judge preflight: role '{grading.judge_role}' ({judge.model} at {judge.base_url}) did not "
+            f"answer the {grading.mode} verdict format for row {row.id!r} ({graded.judge_failures} "
+            f"verdict(s) failed; explanation: {graded.explanation[:200]!r}): check the model, its "
+            "max_tokens and structured_outputs"
+        )
     print(f"{COMMAND}: judge preflight: {judge.model} answered in {time.monotonic() - started:.1f} s", file=sys.stderr)
 
 
-def train(train_args: TrainArgs, rurl: RurlConfig, grading: GradingConfig, grpo: "GRPOConfig", model: "ModelConfig",
-          data: RurlData, client: LLMClient, config: dict[str, Any], output_dir: Path, resume: str | None,
-          tokenizer=None, extra_rewards=()) -> int:  # fmt: skip
+def train(
+    train_args: TrainArgs,
+    rurl: RurlConfig,
+    grading: GradingConfig,
+    grpo: "GRPOConfig",
+    model: "ModelConfig",
+    data: RurlData,
+    client: LLMClient,
+    config: dict[str, Any],
+    output_dir: Path,
+    resume: str | None,
+    tokenizer=None,
+    extra_rewards=(),
+) -> int:
     from trl import get_peft_config, get_quantization_config
 
     from rurl.evaluate import PolicyEvaluation
@@ -191,17 +242,36 @@ def train(train_args: TrainArgs, rurl: RurlConfig, grading: GradingConfig, grpo:
     main_process = grpo.process_index == 0
     grader = Grader(client, grading)
     monitor = FailureMonitor(rurl.failure_window)
-    overlong = Overlong(grpo.max_completion_length, rurl.overlong_buffer, rurl.overlong_penalty) if rurl.overlong_buffer else None
-    reading = {} if tokenizer is None else {  # completions read as TRL decodes them, lengths in policy tokens
-        "count_tokens": lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"]),
-        "decode": lambda ids: tokenizer.batch_decode(ids, skip_special_tokens=True)}
-    reward = make_rubric_reward(grader, overlong=overlong, on_batch=monitor.record, deadline=rurl.judge_deadline,
-                                **reading)  # fmt: skip
-    dynamic = (DynamicSampling(rurl.dynamic_std_threshold, rurl.max_extra_rounds, rurl.on_exhausted)
-               if rurl.dynamic_sampling else None)  # fmt: skip
-    data_info = {"source": data.source, "train_rows": len(data.train), "eval_rows": len(data.evaluation),
-                 "prefilter": data.prefiltered or None, "prefilter_role": data.prefilter_role,
-                 "bad_rows": data.bad_rows or None, "judge": grader.metadata}  # fmt: skip
+    overlong = (
+        Overlong(grpo.max_completion_length, rurl.overlong_buffer, rurl.overlong_penalty)
+        if rurl.overlong_buffer
+        else None
+    )
+    reading = (
+        {}
+        if tokenizer is None
+        else {  # completions read as TRL decodes them, lengths in policy tokens
+            "count_tokens": lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"]),
+            "decode": lambda ids: tokenizer.batch_decode(ids, skip_special_tokens=True),
+        }
+    )
+    reward = make_rubric_reward(
+        grader, overlong=overlong, on_batch=monitor.record, deadline=rurl.judge_deadline, **reading
+    )
+    dynamic = (
+        DynamicSampling(rurl.dynamic_std_threshold, rurl.max_extra_rounds, rurl.on_exhausted)
+        if rurl.dynamic_sampling
+        else None
+    )
+    data_info = {
+        "source": data.source,
+        "train_rows": len(data.train),
+        "eval_rows": len(data.evaluation),
+        "prefilter": data.prefiltered or None,
+        "prefilter_role": data.prefilter_role,
+        "bad_rows": data.bad_rows or None,
+        "judge": grader.metadata,
+    }
     run_settings = {**config, "data": data_info}
     wandb_run = None
     if main_process:
@@ -210,9 +280,12 @@ def train(train_args: TrainArgs, rurl: RurlConfig, grading: GradingConfig, grpo:
             write_rejected(data.rejected, output_dir / "rejected.jsonl")
         if data.evaluation:
             (output_dir / "eval_ids.txt").write_text("".join(f"{row.id}\n" for row in data.evaluation))
-        print(f"{COMMAND}: {model.model_name_or_path}{' (LoRA)' if model.use_peft else ''} on {len(data.train)} "
-              f"queries of {data.source} ({len(data.evaluation)} held out), {grpo.num_generations} completions "
-              f"each, judge {grader.metadata['judge_model']} ({grading.mode}) -> {output_dir}", file=sys.stderr)  # fmt: skip
+        print(
+            f"{COMMAND}: {model.model_name_or_path}{' (LoRA)' if model.use_peft else ''} on {len(data.train)} "
+            f"queries of {data.source} ({len(data.evaluation)} held out), {grpo.num_generations} completions "
+            f"each, judge {grader.metadata['judge_model']} ({grading.mode}) -> {output_dir}",
+            file=sys.stderr,
+        )
         wandb_run = start_wandb(grpo, run_settings, COMMAND)
     grpo.model_init_kwargs = model_init_kwargs(grpo, model)
     if get_quantization_config(model) is not None:
@@ -221,10 +294,14 @@ def train(train_args: TrainArgs, rurl: RurlConfig, grading: GradingConfig, grpo:
     try:
         try:
             trainer = RubricGRPOTrainer(
-                model=model.model_name_or_path, reward_funcs=[reward, *extra_rewards], args=grpo,
+                model=model.model_name_or_path,
+                reward_funcs=[reward, *extra_rewards],
+                args=grpo,
                 train_dataset=data.train_dataset(),
-                peft_config=get_peft_config(model), dynamic=dynamic, failure_monitor=monitor,
-            )  # fmt: skip
+                peft_config=get_peft_config(model),
+                dynamic=dynamic,
+                failure_monitor=monitor,
+            )
         except OSError as error:  # transformers: not on the Hub, offline, no weights in the folder
             raise ConfigError(f"model_name_or_path {model.model_name_or_path}: cannot load: {error}") from None
         guard, requested = StopOnJudgeFailures(monitor, grading.max_failure_rate), StopOnRequest(trainer)
@@ -232,8 +309,14 @@ def train(train_args: TrainArgs, rurl: RurlConfig, grading: GradingConfig, grpo:
             trainer.add_callback(callback)
         evaluation = None
         if data.evaluation:
-            evaluation = PolicyEvaluation(trainer, grader, data.evaluation[:rurl.eval_max_examples], rurl.eval_every,
-                                          output_dir, deadline=rurl.judge_deadline)  # fmt: skip
+            evaluation = PolicyEvaluation(
+                trainer,
+                grader,
+                data.evaluation[: rurl.eval_max_examples],
+                rurl.eval_every,
+                output_dir,
+                deadline=rurl.judge_deadline,
+            )
             trainer.add_callback(evaluation)
         if wandb_run is not None:
             trainer.add_callback(keep_run_config(wandb_run, run_settings))
@@ -252,8 +335,16 @@ def train(train_args: TrainArgs, rurl: RurlConfig, grading: GradingConfig, grpo:
             summary = run_summary(trainer, monitor, evaluation, first_step, seconds, stopped, criteria)
             write_whole(output_dir / "log_history.json", json.dumps(trainer.state.log_history, indent=1))
             write_reward_plot(trainer.state.log_history, output_dir / "reward.png")
-            write_manifest(output_dir, {"command": COMMAND, "config": config, "data": data_info,
-                                        "versions": package_versions(), "summary": summary})  # fmt: skip
+            write_manifest(
+                output_dir,
+                {
+                    "command": COMMAND,
+                    "config": config,
+                    "data": data_info,
+                    "versions": package_versions(),
+                    "summary": summary,
+                },
+            )
             print(summary_text(summary, output_dir), file=sys.stderr)
         if hasattr(trainer, "end"):  # transformers >= 5.18: ends accelerate's trackers and the process group
             close_colocated_engine(trainer)  # first: a colocated vLLM engine tears down its groups while they exist
@@ -265,8 +356,10 @@ def train(train_args: TrainArgs, rurl: RurlConfig, grading: GradingConfig, grpo:
             asyncio.run_coroutine_threadsafe(client.aclose(), trainer.async_loop).result(timeout=60)
     if stopped:
         checkpoint = output_dir / f"checkpoint-{trainer.state.global_step}"
-        raise TrainingStopped(f"{stopped}. Stopped at step {trainer.state.global_step}, checkpoint {checkpoint}; "
-                              "fix the cause and rerun with --resume_from_checkpoint true")  # fmt: skip
+        raise TrainingStopped(
+            f"{stopped}. Stopped at step {trainer.state.global_step}, checkpoint {checkpoint}; "
+            "fix the cause and rerun with --resume_from_checkpoint true"
+        )
     return 0
 
 
@@ -275,10 +368,12 @@ def check_judge_wait(rurl: RurlConfig, grpo: "GRPOConfig") -> None:
     process group's timeout: the other processes wait at the next collective, and reaching ddp_timeout kills the
     whole job without a checkpoint. Half of it is left for generation and the rest of the step."""
     if rurl.judge_deadline > grpo.ddp_timeout / 2:
-        raise ConfigError(f"rurl.judge_deadline {rurl.judge_deadline:g} s is more than half of ddp_timeout "
-                          f"{grpo.ddp_timeout} s: a step waiting that long for its judge, plus its generation, could "
-                          "reach the process group's timeout, which kills the run without a checkpoint; lower "
-                          "--judge_deadline or raise --ddp_timeout")  # fmt: skip
+        raise ConfigError(
+            f"rurl.judge_deadline {rurl.judge_deadline:g} s is more than half of ddp_timeout "
+            f"{grpo.ddp_timeout} s: a step waiting that long for its judge, plus its generation, could "
+            "reach the process group's timeout, which kills the run without a checkpoint; lower "
+            "--judge_deadline or raise --ddp_timeout"
+        )
 
 
 def log_criteria(wandb_run, criteria: list[dict[str, Any]], shown: int = 10) -> None:
@@ -287,28 +382,41 @@ def log_criteria(wandb_run, criteria: list[dict[str, Any]], shown: int = 10) -> 
 
     ends = criteria if len(criteria) <= 2 * shown else criteria[:shown] + criteria[-shown:]
     columns = ["criterion", "pass_rate", "met", "decided"]
-    wandb_run.log({"criteria_pass_rates": wandb.Table(columns=columns, data=[[row[c] for c in columns] for row in ends])})
+    wandb_run.log(
+        {"criteria_pass_rates": wandb.Table(columns=columns, data=[[row[c] for c in columns] for row in ends])}
+    )
 
 
-def run_summary(trainer, monitor, evaluation, first_step: int, seconds: float, stopped: str | None,
-                criteria: list[dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
+def run_summary(
+    trainer, monitor, evaluation, first_step: int, seconds: float, stopped: str | None, criteria: list[dict[str, Any]]
+) -> dict[str, Any]:
     history = [entry for entry in trainer.state.log_history if "reward" in entry]
     rewards = [entry["reward"] for entry in history if entry["reward"] is not None]
-    dynamic = {key.split("/")[-1]: sum(entry.get(key) or 0 for entry in history)
-               for key in ("dynamic_sampling/groups_generated", "dynamic_sampling/groups_kept",
-                           "dynamic_sampling/extra_rounds", "dynamic_sampling/repeated_groups")
-               if any(key in entry for entry in history)}  # fmt: skip
+    dynamic = {
+        key.split("/")[-1]: sum(entry.get(key) or 0 for entry in history)
+        for key in (
+            "dynamic_sampling/groups_generated",
+            "dynamic_sampling/groups_kept",
+            "dynamic_sampling/extra_rounds",
+            "dynamic_sampling/repeated_groups",
+        )
+        if any(key in entry for entry in history)
+    }
     steps = trainer.state.global_step
     return {
-        "steps": steps, "steps_this_run": steps - first_step, "seconds": round(seconds, 1),
-        "reward_first": rewards[0] if rewards else None, "reward_last": rewards[-1] if rewards else None,
+        "steps": steps,
+        "steps_this_run": steps - first_step,
+        "seconds": round(seconds, 1),
+        "reward_first": rewards[0] if rewards else None,
+        "reward_last": rewards[-1] if rewards else None,
         "judge": dict(monitor.totals, seconds=round(monitor.seconds, 1)),
         "dynamic_sampling_logged": dynamic or None,
         "eval": _headline((evaluation.last or {}).get("metrics", {})) if evaluation else None,
-        "hardest_criteria": criteria[:3], "easiest_criteria": criteria[-3:][::-1],
+        "hardest_criteria": criteria[:3],
+        "easiest_criteria": criteria[-3:][::-1],
         "no_update_steps": trainer.no_update_steps,
         "stopped": stopped,
-    }  # fmt: skip
+    }
 
 
 def summary_text(summary: dict[str, Any], output_dir: Path) -> str:
@@ -321,7 +429,7 @@ def summary_text(summary: dict[str, Any], output_dir: Path) -> str:
         f"  judge: {judge['judge_calls']} calls in {judge['seconds']} s of reward time, {judge['completions']} "
         f"completions graded, {rate:.1%} unscored ({judge['timed_out']} past the deadline), "
         f"{judge['failed_verdicts']} of {judge['verdicts']} verdicts failed",
-    ]  # fmt: skip
+    ]
     if summary["hardest_criteria"]:
         lines.append("  hardest criteria: " + "; ".join(_criterion(row) for row in summary["hardest_criteria"]))
         lines.append("  easiest criteria: " + "; ".join(_criterion(row) for row in summary["easiest_criteria"]))
@@ -331,15 +439,19 @@ def summary_text(summary: dict[str, Any], output_dir: Path) -> str:
         lines.append(f"  dynamic sampling (logged steps): {summary['dynamic_sampling_logged']}")
     if summary["eval"]:
         lines.append("  eval (last): " + ", ".join(f"{k} {v:.3f}" for k, v in summary["eval"].items() if v is not None))
-    lines.append(f"  output: {output_dir} (config.yaml, manifest.json, reward.png"
-                 f"{'' if summary['stopped'] else ', the model'})")  # fmt: skip
+    lines.append(
+        f"  output: {output_dir} (config.yaml, manifest.json, reward.png{'' if summary['stopped'] else ', the model'})"
+    )
     return "\n".join(lines)
 
 
 def _headline(metrics: dict[str, float]) -> dict[str, float]:
     """The overall score and the per-axis scores of an eval report (not their n_samples and bootstrap_std)."""
-    return {name: value for name, value in metrics.items() if name == "overall_score"
-            or (name.startswith("axis:") and name.count(":") == 1)}  # fmt: skip
+    return {
+        name: value
+        for name, value in metrics.items()
+        if name == "overall_score" or (name.startswith("axis:") and name.count(":") == 1)
+    }
 
 
 def _criterion(row: dict[str, Any]) -> str:

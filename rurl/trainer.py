@@ -69,8 +69,10 @@ def check_trl_version() -> None:
     version = tuple(int(part) for part in trl.__version__.split(".")[:2])
     if not TRL_RANGE[0] <= version < TRL_RANGE[1]:
         low, high = (".".join(map(str, v)) for v in TRL_RANGE)
-        raise RuntimeError(f"rurl's trainer overrides private GRPOTrainer methods, checked on TRL >={low},<{high}; "
-                           f"this is TRL {trl.__version__}: install a TRL in that range")  # fmt: skip
+        raise RuntimeError(
+            f"rurl's trainer overrides private GRPOTrainer methods, checked on TRL >={low},<{high}; "
+            f"this is TRL {trl.__version__}: install a TRL in that range"
+        )
 
 
 class RubricGRPOTrainer(GRPOTrainer):
@@ -96,9 +98,11 @@ class RubricGRPOTrainer(GRPOTrainer):
         if dynamic is not None:
             local = self.args.per_device_train_batch_size * self.args.steps_per_generation
             if local % self.num_generations:
-                raise ValueError(f"dynamic sampling needs whole groups on each process: per_device_train_batch_size "
-                                 f"x steps_per_generation = {local} is not a multiple of num_generations = "
-                                 f"{self.num_generations}")  # fmt: skip
+                raise ValueError(
+                    f"dynamic sampling needs whole groups on each process: per_device_train_batch_size "
+                    f"x steps_per_generation = {local} is not a multiple of num_generations = "
+                    f"{self.num_generations}"
+                )
 
     # --- the seams -------------------------------------------------------------------------------------------
 
@@ -164,8 +168,11 @@ class RubricGRPOTrainer(GRPOTrainer):
             generated += spread.numel()
             for process in range(processes):
                 order += [(rounds, process, g) for g in range(groups) if spread[process, g]]
-            kept |= {(rounds, rank, g): group_rows(output, slice(g * size, (g + 1) * size))
-                     for g in range(groups) if spread[rank, g]}  # fmt: skip
+            kept |= {
+                (rounds, rank, g): group_rows(output, slice(g * size, (g + 1) * size))
+                for g in range(groups)
+                if spread[rank, g]
+            }
             scored = self._group_scored().view(processes, groups)  # an unscored group says nothing of its prompt
             local_keys = [self._key(batch[g * size]) for g in range(groups)]
             for process, keys in enumerate(by_process(gather_object(local_keys), processes)):
@@ -185,7 +192,9 @@ class RubricGRPOTrainer(GRPOTrainer):
         short = len(order) < needed
         if not order or (short and self.dynamic.on_exhausted == "stop"):
             self.stop_reason = self._exhausted_reason(len(order), needed, rounds)
-            first["advantages"] = torch.zeros_like(first["advantages"])  # no update from this step (see _prepare_inputs)
+            first["advantages"] = torch.zeros_like(
+                first["advantages"]
+            )  # no update from this step (see _prepare_inputs)
             metrics["dynamic_sampling/repeated_groups"].append(0)
             metrics["dynamic_sampling/moved_groups"].append(0)
             return first
@@ -209,8 +218,14 @@ class RubricGRPOTrainer(GRPOTrainer):
         for part in parts:
             received |= part
         mine = set(assignment[rank])
-        return {**kept, **{s: {k: v.to(device) if torch.is_tensor(v) else v for k, v in group.items()}
-                           for s, group in received.items() if s in mine and s not in kept}}  # fmt: skip
+        return {
+            **kept,
+            **{
+                s: {k: v.to(device) if torch.is_tensor(v) else v for k, v in group.items()}
+                for s, group in received.items()
+                if s in mine and s not in kept
+            },
+        }
 
     def _cpu_group(self):
         """A gloo group over all processes for the exchange: pickled groups travel through host memory, not as
@@ -222,11 +237,13 @@ class RubricGRPOTrainer(GRPOTrainer):
         return self._gloo
 
     def _exhausted_reason(self, kept: int, needed: int, rounds: int) -> str:
-        what = ("no group" if not kept else f"only {kept} of the {needed} groups needed (rurl.on_exhausted: stop)")
-        return (f"dynamic sampling: after {rounds} extra generation rounds {what} of step {self.state.global_step + 1} "
-                f"had a reward std above {self.dynamic.std_threshold} (the data is too easy or too hard for the "
-                "policy, or the judge gives everything the same score): lower rurl.dynamic_std_threshold, raise "
-                "rurl.max_extra_rounds, or check the rewards")  # fmt: skip
+        what = "no group" if not kept else f"only {kept} of the {needed} groups needed (rurl.on_exhausted: stop)"
+        return (
+            f"dynamic sampling: after {rounds} extra generation rounds {what} of step {self.state.global_step + 1} "
+            f"had a reward std above {self.dynamic.std_threshold} (the data is too easy or too hard for the "
+            "policy, or the judge gives everything the same score): lower rurl.dynamic_std_threshold, raise "
+            "rurl.max_extra_rounds, or check the rewards"
+        )
 
     def _group_spread(self) -> torch.Tensor:
         """Per group of the last scored batch (all processes): True when its reward std is above the threshold.
@@ -255,7 +272,11 @@ class RubricGRPOTrainer(GRPOTrainer):
         draw = rng.sample(pool, min(total, len(pool)))
         draw = (draw * total)[:total]  # fewer prompts than the round needs: they repeat
         rank = self.accelerator.process_index
-        return [self.train_dataset[i] for i in draw[rank * groups:(rank + 1) * groups] for _ in range(self.num_generations)]
+        return [
+            self.train_dataset[i]
+            for i in draw[rank * groups : (rank + 1) * groups]
+            for _ in range(self.num_generations)
+        ]
 
     def _dataset_keys(self) -> list[str]:
         if self._keys is None:
@@ -278,8 +299,11 @@ class RubricGRPOTrainer(GRPOTrainer):
 
     def _load_state(self, path: Path) -> None:
         if not path.is_file():  # a checkpoint of another trainer, or of a version before this file
-            print(f"rurl: {path} is missing: the extra rounds may draw prompts found flat before the resume, and the "
-                  "criteria table starts anew", file=sys.stderr)  # fmt: skip
+            print(
+                f"rurl: {path} is missing: the extra rounds may draw prompts found flat before the resume, and the "
+                "criteria table starts anew",
+                file=sys.stderr,
+            )
             return
         state = json.loads(path.read_text())
         self._flat, self._flat_epoch = set(state["flat"]), state["epoch"]
@@ -296,15 +320,20 @@ class RubricGRPOTrainer(GRPOTrainer):
             for text, (met, decided) in part.items():
                 counts = totals.setdefault(text, [0, 0])
                 counts[0], counts[1] = counts[0] + met, counts[1] + decided
-        rows = [{"criterion": text, "pass_rate": met / decided, "met": met, "decided": decided}
-                for text, (met, decided) in totals.items() if decided]  # fmt: skip
+        rows = [
+            {"criterion": text, "pass_rate": met / decided, "met": met, "decided": decided}
+            for text, (met, decided) in totals.items()
+            if decided
+        ]
         return sorted(rows, key=lambda row: (row["pass_rate"], -row["decided"], row["criterion"]))
 
     def _check_keys(self, output: dict[str, Any]) -> None:
         unknown = set(output) - set(LEFT_PADDED) - set(RIGHT_PADDED) - PER_ROW - {"num_items_in_batch"}
         if unknown:
-            raise RuntimeError(f"dynamic sampling cannot cut batches holding {sorted(unknown)} (multimodal or a TRL "
-                               "change): turn rurl.dynamic_sampling off")  # fmt: skip
+            raise RuntimeError(
+                f"dynamic sampling cannot cut batches holding {sorted(unknown)} (multimodal or a TRL "
+                "change): turn rurl.dynamic_sampling off"
+            )
 
     def _joined(self, parts: list[dict[str, Any]]) -> dict[str, Any]:
         """Row slices of several outputs as one output: 2-D tensors re-padded (prompts on the left, completions on
@@ -318,9 +347,12 @@ class RubricGRPOTrainer(GRPOTrainer):
                 continue
             value = (LEFT_PADDED | RIGHT_PADDED)[key]
             rows = [row for tensor in values for row in tensor]
-            joined[key] = pad(rows, padding_value=pad_id if value == "pad" else value,
-                              padding_side="left" if key in LEFT_PADDED else "right",
-                              pad_to_multiple_of=self.pad_to_multiple_of)  # fmt: skip
+            joined[key] = pad(
+                rows,
+                padding_value=pad_id if value == "pad" else value,
+                padding_side="left" if key in LEFT_PADDED else "right",
+                pad_to_multiple_of=self.pad_to_multiple_of,
+            )
         mask = joined["completion_mask"] * joined.get("tool_mask", 1)
         joined["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
         return joined

@@ -50,7 +50,7 @@ def check_versions(trl_version: str, vllm_version: str) -> None:
                 f"rurl/vllm_cpu.py: colocated vLLM rollouts on CPU need a weight-sync patch checked on TRL "
                 f"{'.'.join(map(str, TRL_RANGE[0]))}.x and vLLM {'.'.join(map(str, VLLM_RANGE[0]))}.x; this is {name} "
                 f"{version}: install those versions, or generate with vllm_mode: server or use_vllm: false"
-            )  # fmt: skip
+            )
 
 
 def sync_weights_by_reload(generation) -> None:

@@ -61,20 +61,34 @@ def build_folder(source: Path, out: Path, repo_id: str) -> Path:
         "  - name: rubrics\n    list:\n    - name: criterion\n      dtype: string\n    - name: points\n      dtype: int32\n"
         f"  splits:\n  - name: train\n    num_examples: {table.num_rows}\n"
     )
-    stages = "" if config["method"] == "rar" else (
-        f" (candidate rubrics: {len(config['rubric_roles'])}, contrast: {config['contrast']}, "
-        f"aggregate: {config['aggregate']}, evolve: {config['evolve']}, weights: {config['weights']})")  # fmt: skip
+    stages = (
+        ""
+        if config["method"] == "rar"
+        else (
+            f" (candidate rubrics: {len(config['rubric_roles'])}, contrast: {config['contrast']}, "
+            f"aggregate: {config['aggregate']}, evolve: {config['evolve']}, weights: {config['weights']})"
+        )
+    )
     roles = "\n".join(f"  - {name}: `{role['model']}`" for name, role in manifest["roles"].items())
     # a folder resumed with changed settings: each set of settings, with its rows (older manifests have none)
     mixed = card_note(manifest, "rows", "the `fingerprint` column of final_details.parquet")
     card = CARD.format(
-        metadata=metadata, name=repo_id.split("/")[-1], repo_id=repo_id, rows=table.num_rows, criteria=len(points),
+        metadata=metadata,
+        name=repo_id.split("/")[-1],
+        repo_id=repo_id,
+        rows=table.num_rows,
+        criteria=len(points),
         per_query=f"per query: min {min(counts)}, median {statistics.median(counts):g}, max {max(counts)}",
-        penalties=sum(p < 0 for p in points), points_min=min(points), points_max=max(points),
-        method=config["method"], stages=stages, roles=roles, mixed=mixed,
+        penalties=sum(p < 0 for p in points),
+        points_min=min(points),
+        points_max=max(points),
+        method=config["method"],
+        stages=stages,
+        roles=roles,
+        mixed=mixed,
         latest=" (latest settings)" if mixed else "",
         prompts=", ".join(f"`{name}` {digest[:12]}" for name, digest in manifest["prompts"].items()),
         packages=", ".join(f"{name} {version}" for name, version in manifest["packages"].items() if version),
-    )  # fmt: skip
+    )
     (out / "README.md").write_text(card)
     return out

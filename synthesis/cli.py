@@ -45,7 +45,6 @@ class SynthArgs:
     the manifest and the dataset card then name each set of settings, and each details line its own. Never saved
     in config.yaml."""
 
-
     def __post_init__(self) -> None:
         parse_shard(self.shard)
 
@@ -65,11 +64,20 @@ def run_synth(args: argparse.Namespace) -> int:
     rejected = []
     reject = rejected.append if synth.skip_bad_rows else None
     shard = parse_shard(synth.shard)
+
     # --limit before --shard: the shards of a limited run hold the ids of that run, and merge into it
-    read = lambda on_reject: (q for q in itertools.islice(iter_queries(synth.input, query_column=synth.query_column,
-                                                                       id_column=synth.id_column, on_reject=on_reject),
-                                                          synth.limit)
-                              if shard is None or q.id in shard)  # fmt: skip
+    def read(on_reject):
+        return (
+            q
+            for q in itertools.islice(
+                iter_queries(
+                    synth.input, query_column=synth.query_column, id_column=synth.id_column, on_reject=on_reject
+                ),
+                synth.limit,
+            )
+            if shard is None or q.id in shard
+        )
+
     total = sum(1 for _ in read(reject))
     finished_before = finished_rows(out / "final.jsonl")  # also: a bad line in the folder is said now
 
@@ -77,8 +85,9 @@ def run_synth(args: argparse.Namespace) -> int:
         async with session.client(invalid_answer_retries=config.attempts - 1) as client:
             run_record.client = client
             slots = llm.concurrency * max(len(role.endpoints) for role in session.roles.values())
-            run = SynthesisRun(out, config, client, in_flight=max(16, 2 * slots),
-                               fingerprint=run_record.entry["fingerprint"])  # fmt: skip
+            run = SynthesisRun(
+                out, config, client, in_flight=max(16, 2 * slots), fingerprint=run_record.entry["fingerprint"]
+            )
             # Pass 2: the same rows again, streamed into the pipeline (rejected ones were recorded in pass 1).
             return await run.run(read(lambda _: None), total)
 
@@ -101,12 +110,20 @@ def run_synth(args: argparse.Namespace) -> int:
         except BaseException:  # interrupted: what it spent still counts in the folder's totals
             run_record.write(finished=False)
             raise
-    counts = {"valid_queries": total, "rejected_rows": len(rejected), "done_this_run": summary.done,
-              "already_done": summary.skipped, "failed": dict(summary.failed),
-              "rows_in_final": summary.rows_in_final}  # fmt: skip
+    counts = {
+        "valid_queries": total,
+        "rejected_rows": len(rejected),
+        "done_this_run": summary.done,
+        "already_done": summary.skipped,
+        "failed": dict(summary.failed),
+        "rows_in_final": summary.rows_in_final,
+    }
     run_record.write(finished=True, counts=counts)
     manifest = {
-        "command": "synth", "input": describe_input(synth.input), "output_dir": str(out), "config": config_written,
+        "command": "synth",
+        "input": describe_input(synth.input),
+        "output_dir": str(out),
+        "config": config_written,
         "roles": {name: role.public() for name, role in session.roles.items()},
         "budgets": session.budget_note(),
         "prompts": {p.name: p.sha256 for p in stages.ALL_PROMPTS},
@@ -115,7 +132,7 @@ def run_synth(args: argparse.Namespace) -> int:
         "first_error": summary.first_error,
         "endpoints": endpoint_counts(run_record.client),
         **totals(out, used, summary.rows_by_fingerprint),
-    }  # fmt: skip
+    }
     write_manifest(out, manifest)
     print(summary_text(manifest, summary.criteria))
     return 0 if not summary.failed else 1
@@ -127,28 +144,42 @@ def synthesis_settings(synth: SynthArgs, config: SynthesisConfig, roles: dict) -
     concurrency, timeouts, the limit or paths."""
     method = {key: value for key, value in resolved([config])["synthesis"].items() if key != "attempts"}
     prompts = [*stages.ALL_PROMPTS, *((judge_prompt(GradingConfig()), judge.SYSTEM) if config.contrast_pool else ())]
-    return {"command": "synth", "synthesis": method, "query_column": synth.query_column, "id_column": synth.id_column,
-            "roles": role_settings(roles), "prompts": {p.name: p.sha256 for p in prompts}}  # fmt: skip
+    return {
+        "command": "synth",
+        "synthesis": method,
+        "query_column": synth.query_column,
+        "id_column": synth.id_column,
+        "roles": role_settings(roles),
+        "prompts": {p.name: p.sha256 for p in prompts},
+    }
 
 
 def summary_text(manifest: dict, criteria: list[int]) -> str:
     counts = manifest["counts"]
     out = Path(manifest["output_dir"])
     failed = sum(counts["failed"].values())
-    lines = [f"queries: {counts['valid_queries']} valid, {counts['rejected_rows']} rejected; "
-             f"{counts['done_this_run']} done now, {counts['already_done']} done before, {failed} failed; "
-             f"{counts['rows_in_final']} rows in final.parquet"]  # fmt: skip
+    lines = [
+        f"queries: {counts['valid_queries']} valid, {counts['rejected_rows']} rejected; "
+        f"{counts['done_this_run']} done now, {counts['already_done']} done before, {failed} failed; "
+        f"{counts['rows_in_final']} rows in final.parquet"
+    ]
     if failed:
         first = manifest["first_error"] or ""
-        lines.append(f"failed by stage: {counts['failed']}; first error: {first[:300]}; every error: "
-                     f"{out / 'errors.jsonl'} (failed queries are retried by the next run)")  # fmt: skip
+        lines.append(
+            f"failed by stage: {counts['failed']}; first error: {first[:300]}; every error: "
+            f"{out / 'errors.jsonl'} (failed queries are retried by the next run)"
+        )
     if criteria:
-        lines.append(f"criteria per query (this run): min {min(criteria)}, median {statistics.median(criteria):g}, "
-                     f"mean {statistics.mean(criteria):.1f}, max {max(criteria)}")  # fmt: skip
+        lines.append(
+            f"criteria per query (this run): min {min(criteria)}, median {statistics.median(criteria):g}, "
+            f"mean {statistics.mean(criteria):.1f}, max {max(criteria)}"
+        )
     mixed = [f"{f['id']} ({f['rows']} rows)" for f in manifest["fingerprints"]]
     if len(mixed) > 1:
-        lines.append(f"settings: the rows come from {len(mixed)} different settings: {', '.join(mixed)} "
-                     f"({out / 'fingerprint.json'}; each details line names its own)")  # fmt: skip
+        lines.append(
+            f"settings: the rows come from {len(mixed)} different settings: {', '.join(mixed)} "
+            f"({out / 'fingerprint.json'}; each details line names its own)"
+        )
     lines += usage_lines(manifest)
     lines.append(f"output: {out} (final.parquet, final.jsonl, final_details.parquet, details.jsonl, manifest.json)")
     return "\n".join(lines)

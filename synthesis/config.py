@@ -68,8 +68,14 @@ class SynthesisConfig:
         """max_tokens for roles on the embedded model on a CPU that set none: free text short (the model rambles
         otherwise), rubric answers long enough to close their JSON at the criteria asked for."""
         rubric = min(1200, 150 + 90 * self.max_criteria)
-        budgets = {"reference": 192, "response_a": 160, "response_b": 160, "judge": 400, "aggregator": rubric,
-                   "evolver": min(600, 150 + 90 * self.max_new_criteria)}  # fmt: skip
+        budgets = {
+            "reference": 192,
+            "response_a": 160,
+            "response_b": 160,
+            "judge": 400,
+            "aggregator": rubric,
+            "evolver": min(600, 150 + 90 * self.max_new_criteria),
+        }
         return {**budgets, **{role: rubric for role in self.rubric_roles}}
 
     @property

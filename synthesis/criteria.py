@@ -8,9 +8,11 @@ from synthesis.config import SynthesisConfig
 
 CATEGORIES = ["Essential", "Important", "Optional", "Pitfall"]
 # RaR's category weights: Essential 5, Important 3-4, Optional 1-2, Pitfall -1 or -2.
-RAR_WEIGHT_RULES = ("Give each criterion a category and a weight: Essential (weight 5), Important (3 or 4), "
-                    "Optional (1 or 2), Pitfall (-1 or -2). A Pitfall criterion names a mistake a response could "
-                    "make (\"Recommends ...\", \"Omits ...\"), so that it holds when the response makes it.\n")  # fmt: skip
+RAR_WEIGHT_RULES = (
+    "Give each criterion a category and a weight: Essential (weight 5), Important (3 or 4), "
+    "Optional (1 or 2), Pitfall (-1 or -2). A Pitfall criterion names a mistake a response could "
+    'make ("Recommends ...", "Omits ..."), so that it holds when the response makes it.\n'
+)
 
 
 def weight_rules(config: SynthesisConfig) -> str:
@@ -18,9 +20,11 @@ def weight_rules(config: SynthesisConfig) -> str:
         return RAR_WEIGHT_RULES
     if config.weights == "0-10":
         return "Weights are integers from 1 (minor) to 10 (critical).\n"
-    return ("Weights are integers from 1 (minor) to 10 (critical) for desirable behaviour, and from -1 to -10 for "
-            "undesirable behaviour a response might show (a criterion with a negative weight names the mistake, "
-            "so that it holds when the response makes it). Never use 0.\n")  # fmt: skip
+    return (
+        "Weights are integers from 1 (minor) to 10 (critical) for desirable behaviour, and from -1 to -10 for "
+        "undesirable behaviour a response might show (a criterion with a negative weight names the mistake, "
+        "so that it holds when the response makes it). Never use 0.\n"
+    )
 
 
 def criteria_schema(config: SynthesisConfig, max_items: int, min_items: int = 1) -> dict[str, Any]:
@@ -34,7 +38,12 @@ def criteria_schema(config: SynthesisConfig, max_items: int, min_items: int = 1)
         properties["category"] = {"type": "string", "enum": CATEGORIES}
     item = {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}
     criteria = {"type": "array", "items": item, "minItems": min_items, "maxItems": max_items}
-    return {"type": "object", "properties": {"criteria": criteria}, "required": ["criteria"], "additionalProperties": False}
+    return {
+        "type": "object",
+        "properties": {"criteria": criteria},
+        "required": ["criteria"],
+        "additionalProperties": False,
+    }
 
 
 # A description that is all one `<words>`: the prompt's answer template copied back (small models do), not a criterion.
@@ -73,8 +82,14 @@ def export(criteria: list[dict[str, Any]], cap: int | None = None) -> list[dict[
     for c in criteria:
         key = normalized_text(c["description"])
         if key not in kept or abs(c["weight"]) > abs(kept[key]["points"]):
-            kept[key] = {"criterion": c["description"].strip(), "points": c["weight"], "title": c["title"],
-                         "category": c.get("category"), "stage": c["stage"], "source": c["source"]}  # fmt: skip
+            kept[key] = {
+                "criterion": c["description"].strip(),
+                "points": c["weight"],
+                "title": c["title"],
+                "category": c.get("category"),
+                "stage": c["stage"],
+                "source": c["source"],
+            }
     rows = list(kept.values())
     if cap is not None and len(rows) > cap:
         rows = sorted(rows, key=lambda r: -abs(r["points"]))[:cap]

@@ -28,8 +28,10 @@ def merge_synthesis(folders, manifests, out: Path, used, config) -> tuple[dict[s
                 details[row["id"]] = row
         for query_id, row in done.items():
             if query_id not in details:
-                raise UserError(f"{folder / 'details.jsonl'}: no line for id {query_id!r} of final.jsonl; was the "
-                                "folder changed by hand?")  # fmt: skip
+                raise UserError(
+                    f"{folder / 'details.jsonl'}: no line for id {query_id!r} of final.jsonl; was the "
+                    "folder changed by hand?"
+                )
             merged.add(details[query_id], row)
         order += pq.read_table(folder / "final.parquet", columns=["id"]).column("id").to_pylist()
         for _, error in complete_rows(folder / "errors.jsonl"):
@@ -38,12 +40,21 @@ def merge_synthesis(folders, manifests, out: Path, used, config) -> tuple[dict[s
     counts = [m["counts"] for m in manifests]
     failed = sum((Counter(c["failed"]) for c in counts), Counter())
     manifest = {
-        **manifests[0], "output_dir": str(out), "config": config, "packages": package_versions(), "endpoints": {},
-        "counts": {"valid_queries": sum(c["valid_queries"] for c in counts),
-                   "rejected_rows": max(c["rejected_rows"] for c in counts),  # every shard reads, and rejects, all rows
-                   "done_this_run": 0, "already_done": rows, "failed": dict(failed), "rows_in_final": rows},
+        **manifests[0],
+        "output_dir": str(out),
+        "config": config,
+        "packages": package_versions(),
+        "endpoints": {},
+        "counts": {
+            "valid_queries": sum(c["valid_queries"] for c in counts),
+            "rejected_rows": max(c["rejected_rows"] for c in counts),  # every shard reads, and rejects, all rows
+            "done_this_run": 0,
+            "already_done": rows,
+            "failed": dict(failed),
+            "rows_in_final": rows,
+        },
         "first_error": next((m["first_error"] for m in manifests if m.get("first_error")), None),
         "merged_from": merged_from(folders, manifests),
         **totals(out, used, merged.rows_by_fingerprint),
-    }  # fmt: skip
+    }
     return manifest, f"merged {len(folders)} folders\n" + summary_text(manifest, [])

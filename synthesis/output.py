@@ -45,10 +45,25 @@ def details_schema() -> "pa.Schema":
     import pyarrow as pa
 
     message = pa.struct([("role", pa.string()), ("content", pa.string())])
-    criterion = pa.struct([("criterion", pa.string()), ("points", pa.int32()), ("title", pa.string()),
-                           ("category", pa.string()), ("stage", pa.string()), ("source", pa.string())])  # fmt: skip
-    return pa.schema([("id", pa.string()), ("prompt", pa.list_(message)), ("reference_answer", pa.string()),
-                      ("criteria", pa.list_(criterion)), ("fingerprint", pa.string())])  # fmt: skip
+    criterion = pa.struct(
+        [
+            ("criterion", pa.string()),
+            ("points", pa.int32()),
+            ("title", pa.string()),
+            ("category", pa.string()),
+            ("stage", pa.string()),
+            ("source", pa.string()),
+        ]
+    )
+    return pa.schema(
+        [
+            ("id", pa.string()),
+            ("prompt", pa.list_(message)),
+            ("reference_answer", pa.string()),
+            ("criteria", pa.list_(criterion)),
+            ("fingerprint", pa.string()),
+        ]
+    )
 
 
 class OutputFolder:
@@ -111,8 +126,10 @@ class OutputFolder:
         listed = [i for i in dict.fromkeys(order) if i in self.done]
         listed_set = set(listed)
         ids = listed + [i for i in self.done if i not in listed_set]  # self.done is in final.jsonl's order
-        tables = (ParquetTable(self.path / "final.parquet", final_schema, self.batch_rows),
-                  ParquetTable(self.path / "final_details.parquet", details_schema, self.batch_rows))  # fmt: skip
+        tables = (
+            ParquetTable(self.path / "final.parquet", final_schema, self.batch_rows),
+            ParquetTable(self.path / "final_details.parquet", details_schema, self.batch_rows),
+        )
         self.rows_by_fingerprint.clear()
         try:
             with open(self.path / "final.jsonl", "rb") as final, open(self.path / "details.jsonl", "rb") as details:
@@ -141,6 +158,10 @@ def _line_at(f: BinaryIO, offset: int) -> bytes:
 def detail_row(record: dict[str, Any]) -> dict[str, Any]:
     """A details line as a row of final_details.parquet (lines written before `reference_answer` was the key name
     hold it as `reference`; those written before fingerprints were recorded have none)."""
-    return {"id": record["id"], "prompt": record["prompt"],
-            "reference_answer": record.get("reference_answer", record.get("reference")),
-            "criteria": record["criteria"], "fingerprint": record.get("fingerprint")}  # fmt: skip
+    return {
+        "id": record["id"],
+        "prompt": record["prompt"],
+        "reference_answer": record.get("reference_answer", record.get("reference")),
+        "criteria": record["criteria"],
+        "fingerprint": record.get("fingerprint"),
+    }

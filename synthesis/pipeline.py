@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
 from grading.grader import Grader, GradingConfig
 from rubricrl.llm import EndpointUnreachable, LLMClient, LLMError
 from rubricrl.prompts import format_conversation
@@ -48,8 +47,14 @@ def question_text(messages: list[dict[str, str]]) -> str:
 
 
 class SynthesisRun:
-    def __init__(self, output_dir: Path, config: SynthesisConfig, client: LLMClient, in_flight: int = 64,
-                 fingerprint: str | None = None):  # fmt: skip
+    def __init__(
+        self,
+        output_dir: Path,
+        config: SynthesisConfig,
+        client: LLMClient,
+        in_flight: int = 64,
+        fingerprint: str | None = None,
+    ):
         self.config = config
         self.fingerprint = fingerprint
         """The id of the settings this run makes rows with (rubricrl/provenance.py), written in each details line."""
@@ -71,8 +76,14 @@ class SynthesisRun:
                 yield query
 
         try:
-            self.summary.skipped = await for_each(noted(queries), self._one, done=self.output.done,
-                                                  in_flight=self.in_flight, total=total, desc="synthesis")  # fmt: skip
+            self.summary.skipped = await for_each(
+                noted(queries),
+                self._one,
+                done=self.output.done,
+                in_flight=self.in_flight,
+                total=total,
+                desc="synthesis",
+            )
         except BaseException:
             self.summary.first_error = self.output.first_error
             self.output.close(finished=False)
@@ -92,22 +103,24 @@ class SynthesisRun:
             if self.config.contrast and not self.config.contrast_pool:
                 first.append(stages.contrast(self.client, query.messages))
             results = await asyncio.gather(*first, return_exceptions=True)
-            for stage, result in zip(("reference", "contrast"), results):
+            for stage, result in zip(("reference", "contrast"), results):  # noqa: B007 (the except names the stage)
                 if isinstance(result, BaseException):
                     raise result
             record["reference_answer"] = results[0]
             if len(results) > 1:
                 record["responses"] = results[1]
             stage = "candidates"
-            record["candidates"] = await stages.rubric_candidates(self.client, self.config, query.messages,
-                                                                  record["reference_answer"])  # fmt: skip
+            record["candidates"] = await stages.rubric_candidates(
+                self.client, self.config, query.messages, record["reference_answer"]
+            )
             stage = "aggregate"
             merged = await stages.aggregate(self.client, self.config, query.messages, record["candidates"])
             record["merged"] = merged
             if self.config.contrast_pool:  # A and B by consensus: the two best of a pool graded against `merged`
                 stage = "contrast"
                 record["responses"], record["response_scores"] = await stages.contrast_pool(
-                    self.client, self.grader, self.config, query.messages, merged)  # fmt: skip
+                    self.client, self.grader, self.config, query.messages, merged
+                )
             evolved = []
             if self.config.evolve:
                 stage = "evolve"

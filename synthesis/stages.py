@@ -44,17 +44,21 @@ async def reference(client: LLMClient, messages: list[dict]) -> str:
 
 async def contrast(client: LLMClient, messages: list[dict]) -> list[str]:
     prompt = RESPONSE.render(conversation=format_conversation(messages))
-    return [answer_of(answer.text, what=f"contrast response {answer.role} ({answer.model})")
-            for answer in await client.chat_each(["response_a", "response_b"], prompt)]  # fmt: skip
+    return [
+        answer_of(answer.text, what=f"contrast response {answer.role} ({answer.model})")
+        for answer in await client.chat_each(["response_a", "response_b"], prompt)
+    ]
 
 
-async def contrast_pool(client: LLMClient, grader: Grader, config: SynthesisConfig, messages: list[dict],
-                        merged: Criteria) -> tuple[list[str], list[float | None]]:  # fmt: skip
+async def contrast_pool(
+    client: LLMClient, grader: Grader, config: SynthesisConfig, messages: list[dict], merged: Criteria
+) -> tuple[list[str], list[float | None]]:
     """A and B by consensus: a pool of responses graded against the merged rubric, the two best first (ties: the
     shorter), two different texts where the pool has them. Where fewer than two could be scored, unscored responses
     fill in, in sampling order, and flagged ones or ones without an answer last."""
-    rubric = rubric_from_items([{"criterion": c["criterion"], "points": c["points"]} for c in export(merged)],
-                               "merged rubric")  # fmt: skip
+    rubric = rubric_from_items(
+        [{"criterion": c["criterion"], "points": c["points"]} for c in export(merged)], "merged rubric"
+    )
     answers, graded = await sample_and_grade(client, grader, ["response_a"] * config.contrast_pool, messages, rubric)
     pool = candidates(answers, graded)
     # By score (answers cut off at max_tokens count too: on a CPU budget most are); then unscored, then flagged or
@@ -64,39 +68,56 @@ async def contrast_pool(client: LLMClient, grader: Grader, config: SynthesisConf
     ranked += [c for c in pool if c not in ranked and c not in last] + last
     chosen = [c for i, c in enumerate(ranked) if c.text not in {r.text for r in ranked[:i]}][:2]
     chosen += [c for c in ranked if c not in chosen][: 2 - len(chosen)]
-    return [answer_of(c.text, what=f"contrast response {c.index} of the pool") for c in chosen], [c.score for c in chosen]
+    return [answer_of(c.text, what=f"contrast response {c.index} of the pool") for c in chosen], [
+        c.score for c in chosen
+    ]
 
 
-async def rubric_candidates(client: LLMClient, config: SynthesisConfig, messages: list[dict], ref: str) -> list[Criteria]:
+async def rubric_candidates(
+    client: LLMClient, config: SynthesisConfig, messages: list[dict], ref: str
+) -> list[Criteria]:
     prompt = RUBRIC.render(
-        conversation=format_conversation(messages), reference=ref, min_criteria=str(config.min_criteria),
-        max_criteria=str(config.max_criteria), weight_rules=weight_rules(config),
+        conversation=format_conversation(messages),
+        reference=ref,
+        min_criteria=str(config.min_criteria),
+        max_criteria=str(config.max_criteria),
+        weight_rules=weight_rules(config),
         category_field=', "category": "Essential|Important|Optional|Pitfall"' if config.method == "rar" else "",
-    )  # fmt: skip
+    )
     schema = criteria_schema(config, config.max_criteria)
-    results = await client.chat_each(config.rubric_roles, prompt, schema=schema, schema_name="rubric",
-                                     check=require_usable)  # fmt: skip
+    results = await client.chat_each(
+        config.rubric_roles, prompt, schema=schema, schema_name="rubric", check=require_usable
+    )
     return [[{**c, "stage": "candidate", "source": r.model} for c in usable(r.value["criteria"])] for r in results]
 
 
-async def aggregate(client: LLMClient, config: SynthesisConfig, messages: list[dict], found: list[Criteria]) -> Criteria:
+async def aggregate(
+    client: LLMClient, config: SynthesisConfig, messages: list[dict], found: list[Criteria]
+) -> Criteria:
     if len(found) == 1 or not config.aggregate:  # nothing to merge, or merging off: export deduplicates
         return [c for criteria in found for c in criteria]
     lines = "\n".join(listing(c, label=f"candidate {i + 1}") for i, c in enumerate(found) if c)
-    prompt = AGGREGATE.render(conversation=format_conversation(messages), candidates=lines,
-                              weight_rules=weight_rules(config))  # fmt: skip
+    prompt = AGGREGATE.render(
+        conversation=format_conversation(messages), candidates=lines, weight_rules=weight_rules(config)
+    )
     limit = min(50, sum(len(c) for c in found))
-    result = await client.chat("aggregator", prompt, schema=criteria_schema(config, limit), schema_name="rubric",
-                               check=require_usable)  # fmt: skip
+    result = await client.chat(
+        "aggregator", prompt, schema=criteria_schema(config, limit), schema_name="rubric", check=require_usable
+    )
     return [{**c, "stage": "aggregate", "source": result.model} for c in usable(result.value["criteria"])]
 
 
 async def evolve(
     client: LLMClient, config: SynthesisConfig, messages: list[dict], merged: Criteria, responses: list[str]
 ) -> Criteria:
-    prompt = EVOLVE.render(conversation=format_conversation(messages), rubric=listing(merged), response_a=responses[0],
-                           response_b=responses[1], max_new=str(config.max_new_criteria),
-                           weight_rules=weight_rules(config))  # fmt: skip
+    prompt = EVOLVE.render(
+        conversation=format_conversation(messages),
+        rubric=listing(merged),
+        response_a=responses[0],
+        response_b=responses[1],
+        max_new=str(config.max_new_criteria),
+        weight_rules=weight_rules(config),
+    )
     schema = criteria_schema(config, config.max_new_criteria, min_items=0)
     result = await client.chat("evolver", prompt, schema=schema, schema_name="new_criteria")
     return [{**c, "stage": "evolve", "source": result.model} for c in usable(result.value["criteria"])]

@@ -31,7 +31,6 @@ def fault_server():
         yield server
 
 
-
 @pytest.fixture
 def quiet_env(monkeypatch, tmp_path):
     """For training runs: no telemetry or Hub calls, wandb offline in tmp_path, and a secret in the environment

@@ -89,13 +89,19 @@ class FaultServer:
         usage = {"prompt_tokens": 10, "completion_tokens": 5 * n, "total_tokens": 10 + 5 * n}
         if any(t is not None for t in reasoning_tokens):
             usage["completion_tokens_details"] = {"reasoning_tokens": sum(t or 0 for t in reasoning_tokens)}
-        return json.dumps({
-            "id": f"cmpl-{self.count}", "object": "chat.completion", "created": int(time.time()),
-            "model": body.get("model", "fake"),
-            "choices": [{"index": i, "message": {"role": "assistant", **f}, "finish_reason": finish[i]}
-                        for i, f in enumerate(fields)],
-            "usage": usage,
-        }).encode()  # fmt: skip
+        return json.dumps(
+            {
+                "id": f"cmpl-{self.count}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body.get("model", "fake"),
+                "choices": [
+                    {"index": i, "message": {"role": "assistant", **f}, "finish_reason": finish[i]}
+                    for i, f in enumerate(fields)
+                ],
+                "usage": usage,
+            }
+        ).encode()
 
     def _handler(self):
         server = self

@@ -29,8 +29,11 @@ def read_queries(path, *, query_column=None, id_column=None, skip_bad_rows: bool
     """All queries of a file at once (the harness streams them with iter_queries); with `skip_bad_rows`, bad rows
     are collected in `rejected` instead of raising."""
     rejected: list[Rejected] = []
-    queries = list(iter_queries(path, query_column=query_column, id_column=id_column,
-                                on_reject=rejected.append if skip_bad_rows else None))  # fmt: skip
+    queries = list(
+        iter_queries(
+            path, query_column=query_column, id_column=id_column, on_reject=rejected.append if skip_bad_rows else None
+        )
+    )
     return QueryFile(queries, rejected)
 
 
@@ -40,8 +43,9 @@ def run(coroutine):
 
 async def ask(roles: dict[str, Role], role: str, messages, *, cache=None, **kwargs) -> tuple:
     """One call through a fresh client; returns (result, usage of the role)."""
-    options = {k: kwargs.pop(k) for k in ("timeout", "max_retries", "concurrency", "invalid_answer_retries")
-               if k in kwargs}  # fmt: skip
+    options = {
+        k: kwargs.pop(k) for k in ("timeout", "max_retries", "concurrency", "invalid_answer_retries") if k in kwargs
+    }
     async with LLMClient(roles, cache=cache, **options) as client:
         result = await client.chat(role, messages, **kwargs)
         return result, client.usage[role]

@@ -9,8 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from grading.agreement import (Confusion, Pair, average_ranks, compare, criterion_agreement, crosstab, pearson,
-                               score_agreement, spearman)  # fmt: skip
+from grading.agreement import (
+    Confusion,
+    Pair,
+    average_ranks,
+    compare,
+    criterion_agreement,
+    crosstab,
+    pearson,
+    score_agreement,
+    spearman,
+)
 from grading.metaeval import human_label, iter_metaeval_rows, load_metaeval, pairwise_pairs
 from rubricrl.records import RecordFileError
 from tests.fault_server import FaultServer
@@ -100,7 +109,9 @@ def test_bootstrap_is_seeded_and_resamples_whole_groups():
     # fewer than 2 resamples that define the statistic: None, not 0
     assert criterion_agreement(A, B, samples=1).bootstrap["kappa"] is None
     scores = score_agreement([0.1, 0.5, 0.3, 0.9, 0.7], [0.2, 0.4, 0.1, 0.8, 0.9], samples=200, seed=3).bootstrap
-    assert scores == score_agreement([0.1, 0.5, 0.3, 0.9, 0.7], [0.2, 0.4, 0.1, 0.8, 0.9], samples=200, seed=3).bootstrap
+    assert (
+        scores == score_agreement([0.1, 0.5, 0.3, 0.9, 0.7], [0.2, 0.4, 0.1, 0.8, 0.9], samples=200, seed=3).bootstrap
+    )
     assert 0 < scores["spearman"] < 1
 
 
@@ -135,8 +146,11 @@ def test_score_agreement_uses_examples_both_scored():
 
 
 def test_compare_counts_a_pair_under_each_of_its_tags_and_serialises():
-    pairs = [Pair(T, T, ("axis:accuracy", "theme:x"), "e1"), Pair(T, F, ("axis:accuracy",), "e1"),
-             Pair(F, F, ("axis:completeness", "theme:x"), "e2")]  # fmt: skip
+    pairs = [
+        Pair(T, T, ("axis:accuracy", "theme:x"), "e1"),
+        Pair(T, F, ("axis:accuracy",), "e1"),
+        Pair(F, F, ("axis:completeness", "theme:x"), "e2"),
+    ]
     result = compare(pairs, [(0.5, 0.25), (1.0, 0.75)], samples=20)
     assert result.criteria.decided == 3 and set(result.by_tag) == {"axis:accuracy", "axis:completeness", "theme:x"}
     assert result.by_tag["axis:accuracy"].confusion == Confusion(1, 1, 0, 0)
@@ -179,15 +193,18 @@ def test_a_criterion_seen_twice_for_one_completion_starts_a_second_unit(tmp_path
     assert [u.id for u in units] == ["demo-c1", "demo-c1#2"] and units[1].human_verdicts == [F]
 
 
-@pytest.mark.parametrize("change, problem", [
-    ({"binary_labels": "yes"}, "'binary_labels' must be a non-empty list of true/false"),
-    ({"binary_labels": []}, "'binary_labels' must be a non-empty list"),
-    ({"binary_labels": [True, 1]}, "'binary_labels' must be a non-empty list"),
-    ({"rubric": " "}, "'rubric' (the criterion) must be a non-empty string"),
-    ({"completion": None}, "'completion' must be a non-empty string"),
-    ({"prompt": [{"role": "assistant", "content": "hi"}]}, "the last message is from 'assistant'"),
-    ({"completion_id": ["c"]}, "'completion_id' must be a non-empty string or an integer"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "change, problem",
+    [
+        ({"binary_labels": "yes"}, "'binary_labels' must be a non-empty list of true/false"),
+        ({"binary_labels": []}, "'binary_labels' must be a non-empty list"),
+        ({"binary_labels": [True, 1]}, "'binary_labels' must be a non-empty list"),
+        ({"rubric": " "}, "'rubric' (the criterion) must be a non-empty string"),
+        ({"completion": None}, "'completion' must be a non-empty string"),
+        ({"prompt": [{"role": "assistant", "content": "hi"}]}, "the last message is from 'assistant'"),
+        ({"completion_id": ["c"]}, "'completion_id' must be a non-empty string or an integer"),
+    ],
+)
 def test_a_bad_row_names_the_file_and_the_line(tmp_path, change, problem):
     good = METAEVAL_SAMPLE.read_text().splitlines()[:2]
     path = tmp_path / "bad.jsonl"
@@ -233,20 +250,38 @@ def scripted_judge(verdicts: dict[str, bool]):
 
 # Three examples, ten criteria: (text, points, tag, judge A's verdict, judge B's verdict).
 CRITERIA = {
-    "ex1": [("c1 advises rest", 5, "axis:accuracy", T, T), ("c2 names a painkiller", 3, "axis:accuracy", T, F),
-            ("c3 asks the duration", 2, "axis:completeness", F, F), ("c4 gives an unsafe dose", -4, "axis:completeness", F, F)],
-    "ex2": [("c5 explains the cause", 4, "axis:accuracy", T, T), ("c6 states the risk", 4, "axis:accuracy", F, T),
-            ("c7 suggests a follow-up", 2, "axis:completeness", T, T), ("c8 is condescending", -2, "axis:completeness", F, F)],
+    "ex1": [
+        ("c1 advises rest", 5, "axis:accuracy", T, T),
+        ("c2 names a painkiller", 3, "axis:accuracy", T, F),
+        ("c3 asks the duration", 2, "axis:completeness", F, F),
+        ("c4 gives an unsafe dose", -4, "axis:completeness", F, F),
+    ],
+    "ex2": [
+        ("c5 explains the cause", 4, "axis:accuracy", T, T),
+        ("c6 states the risk", 4, "axis:accuracy", F, T),
+        ("c7 suggests a follow-up", 2, "axis:completeness", T, T),
+        ("c8 is condescending", -2, "axis:completeness", F, F),
+    ],
     "ex3": [("c9 is correct", 5, "axis:accuracy", T, T), ("c10 is complete", 5, "axis:completeness", F, T)],
-}  # fmt: skip
+}
 
 
 def write_study_inputs(tmp_path: Path) -> tuple[Path, Path]:
     rubrics, responses = tmp_path / "rubrics.jsonl", tmp_path / "responses.jsonl"
-    rubrics.write_text("".join(json.dumps({
-        "prompt_id": ex, "prompt": [{"role": "user", "content": f"question {ex}"}], "example_tags": ["theme:test"],
-        "rubrics": [{"criterion": t, "points": p, "tags": [tag]} for t, p, tag, _, _ in rows]}) + "\n"
-        for ex, rows in CRITERIA.items()))  # fmt: skip
+    rubrics.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "prompt_id": ex,
+                    "prompt": [{"role": "user", "content": f"question {ex}"}],
+                    "example_tags": ["theme:test"],
+                    "rubrics": [{"criterion": t, "points": p, "tags": [tag]} for t, p, tag, _, _ in rows],
+                }
+            )
+            + "\n"
+            for ex, rows in CRITERIA.items()
+        )
+    )
     responses.write_text("".join(json.dumps({"id": ex, "response": f"An answer to {ex}."}) + "\n" for ex in CRITERIA))
     return rubrics, responses
 
@@ -256,13 +291,31 @@ def test_script_two_scripted_judges_exact_agreement(tmp_path, monkeypatch, capsy
     rubrics, responses = write_study_inputs(tmp_path)
     verdicts = [row for rows in CRITERIA.values() for row in rows]
     out = tmp_path / "out"
-    with (FaultServer(scripted_judge({t: a for t, _, _, a, _ in verdicts})) as judge_a,
-          FaultServer(scripted_judge({t: b for t, _, _, _, b in verdicts})) as judge_b):  # fmt: skip
-        code = load_script().main([
-            "--rubrics", str(rubrics), "--responses", str(responses), "--output-dir", str(out),
-            "--a-base-url", judge_a.base_url, "--a-model", "judge-a", "--b-base-url", judge_b.base_url,
-            "--b-model", "judge-b", "--bootstrap", "200", "--no-wandb",
-        ])  # fmt: skip
+    with (
+        FaultServer(scripted_judge({t: a for t, _, _, a, _ in verdicts})) as judge_a,
+        FaultServer(scripted_judge({t: b for t, _, _, _, b in verdicts})) as judge_b,
+    ):
+        code = load_script().main(
+            [
+                "--rubrics",
+                str(rubrics),
+                "--responses",
+                str(responses),
+                "--output-dir",
+                str(out),
+                "--a-base-url",
+                judge_a.base_url,
+                "--a-model",
+                "judge-a",
+                "--b-base-url",
+                judge_b.base_url,
+                "--b-model",
+                "judge-b",
+                "--bootstrap",
+                "200",
+                "--no-wandb",
+            ]
+        )
         assert code == 0 and judge_a.count == 10 and judge_b.count == 10
     results = json.loads((out / "results.json").read_text())
     criteria = results["agreement"]["criteria"]
@@ -288,9 +341,16 @@ def test_script_two_scripted_judges_exact_agreement(tmp_path, monkeypatch, capsy
     rows = [json.loads(line) for line in (out / "per_criterion.jsonl").read_text().splitlines()]
     assert [(r["criterion"], r["a"], r["b"]) for r in rows] == [(t, a, b) for t, _, _, a, b in verdicts]
     assert rows[1]["agree"] is False and rows[1]["a_explanation"] == "scripted"
-    assert [json.loads(line)["score_b"] for line in (out / "per_example.jsonl").read_text().splitlines()] == [0.5, 1.0, 1.0]
+    assert [json.loads(line)["score_b"] for line in (out / "per_example.jsonl").read_text().splitlines()] == [
+        0.5,
+        1.0,
+        1.0,
+    ]
     assert (out / "confusion.png").stat().st_size > 0 and (out / "config.yaml").is_file()
-    assert results["judges"]["a"]["role"]["model"] == "judge-a" and results["judges"]["b"]["grading"]["mode"] == "per_criterion"
+    assert (
+        results["judges"]["a"]["role"]["model"] == "judge-a"
+        and results["judges"]["b"]["grading"]["mode"] == "per_criterion"
+    )
     assert results["crosstab"]["not_met"]["met"] == 2
     table = capsys.readouterr().out
     assert "axis:accuracy" in table and "overall" in table and "Spearman -0.866" in table
@@ -303,8 +363,21 @@ def test_script_judge_against_the_metaeval_labels(tmp_path, monkeypatch, capsys)
     canned = {row.criterion: met for unit, verdicts in zip(units, judge) for row, met in zip(unit.rows, verdicts)}
     out = tmp_path / "out"
     with FaultServer(scripted_judge(canned)) as server:
-        code = load_script().main(["--metaeval", str(METAEVAL_SAMPLE), "--output-dir", str(out), "--a-base-url",
-                                   server.base_url, "--a-model", "judge", "--no-wandb", "--bootstrap", "100"])  # fmt: skip
+        code = load_script().main(
+            [
+                "--metaeval",
+                str(METAEVAL_SAMPLE),
+                "--output-dir",
+                str(out),
+                "--a-base-url",
+                server.base_url,
+                "--a-model",
+                "judge",
+                "--no-wandb",
+                "--bootstrap",
+                "100",
+            ]
+        )
         assert code == 0 and server.count == 12
     results = json.loads((out / "results.json").read_text())
     criteria = results["agreement"]["criteria"]
@@ -318,8 +391,15 @@ def test_script_judge_against_the_metaeval_labels(tmp_path, monkeypatch, capsys)
     pairwise = results["healthbench_pairwise"]
     assert pairwise["confusion"] == {"both_met": 11, "a_only": 6, "b_only": 6, "neither": 9}
     assert pairwise["macro_f1"] == pytest.approx(53 / 85)
-    assert pairwise == json.loads(json.dumps(criterion_agreement(*zip(*[(p.a, p.b) for p in pairwise_pairs(
-        units, judge)]), groups=[p.group for p in pairwise_pairs(units, judge)], samples=100).to_dict()))  # fmt: skip
+    assert pairwise == json.loads(
+        json.dumps(
+            criterion_agreement(
+                *zip(*[(p.a, p.b) for p in pairwise_pairs(units, judge)]),
+                groups=[p.group for p in pairwise_pairs(units, judge)],
+                samples=100,
+            ).to_dict()
+        )
+    )
     # per unit: judge 1/3, 2/3, 1/3, 2/3; physicians 2/3, None (a tie: 2 of 3 decided < 0.8), None, 1
     scores = results["agreement"]["scores"]
     assert scores["paired"] == 2 and scores["spearman"] == pytest.approx(1.0)
@@ -356,11 +436,29 @@ def test_script_a_rating_judge_is_compared_per_example_only(tmp_path, monkeypatc
 
     out = tmp_path / "out"
     with FaultServer(scripted_judge(verdicts)) as judge_a, FaultServer(likert) as judge_b:
-        code = load_script().main([
-            "--rubrics", str(rubrics), "--responses", str(responses), "--output-dir", str(out), "--no-wandb",
-            "--a-base-url", judge_a.base_url, "--a-model", "judge-a", "--b-base-url", judge_b.base_url,
-            "--b-model", "judge-b", "--b-mode", "likert", "--bootstrap", "0",
-        ])  # fmt: skip
+        code = load_script().main(
+            [
+                "--rubrics",
+                str(rubrics),
+                "--responses",
+                str(responses),
+                "--output-dir",
+                str(out),
+                "--no-wandb",
+                "--a-base-url",
+                judge_a.base_url,
+                "--a-model",
+                "judge-a",
+                "--b-base-url",
+                judge_b.base_url,
+                "--b-model",
+                "judge-b",
+                "--b-mode",
+                "likert",
+                "--bootstrap",
+                "0",
+            ]
+        )
         assert code == 0 and judge_b.count == 3
     results = json.loads((out / "results.json").read_text())
     assert results["agreement"]["criteria"] is None and results["crosstab"] is None

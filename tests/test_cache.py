@@ -91,8 +91,12 @@ WRITER = textwrap.dedent("""
 
 
 def start_writer(base_url, cache_path, tag, count):
-    return subprocess.Popen([sys.executable, "-c", WRITER, base_url, str(cache_path), tag, str(count)],
-                            stdout=subprocess.PIPE, text=True, cwd=ROOT)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-c", WRITER, base_url, str(cache_path), tag, str(count)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
 
 
 def cached_questions(cache_path, questions):
@@ -228,8 +232,13 @@ def test_records_written_before_the_preset_dictionary_are_still_read(tmp_path, m
 
     path = tmp_path / "c"
     keys = [cache_key("m", [], {}, i) for i in range(10)]
-    verdict = lambda i: {"text": json.dumps({"explanation": f"The response mentions fact {i}.", "criteria_met": True}),
-                         "finish_reason": "stop"}  # noqa: E731  # fmt: skip
+
+    def verdict(i):
+        return {
+            "text": json.dumps({"explanation": f"The response mentions fact {i}.", "criteria_met": True}),
+            "finish_reason": "stop",
+        }  # noqa: E731
+
     old_format = lambda value: zlib.compress(json.dumps(value, ensure_ascii=False).encode())  # noqa: E731
     with monkeypatch.context() as patch:  # a cache written by the previous version: plain zlib records
         patch.setattr(cache_module, "_compress", old_format)

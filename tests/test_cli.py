@@ -27,11 +27,14 @@ def test_every_flag_has_help_and_every_command_an_example():
                 flag = f"`rubricrl {name}` {action.option_strings[0]}"
                 assert action.help and action.help.strip(), f"{flag}: no help"
                 if action.nargs != 0 and not action.required:  # a flag that takes a value says what it is unset
-                    assert "default" in action.help or "required" in action.help, f"{flag}: the help does not state the default"
+                    assert "default" in action.help or "required" in action.help, (
+                        f"{flag}: the help does not state the default"
+                    )
                 said = re.sub(r"\((default|at least|at most|required)[^)]*\)", "", action.help)
                 assert len(said.strip(" .")) > 10, f"{flag}: the help says nothing but its default ({action.help!r})"
-        assert "examples:\n  " in command.format_help() and f"rubricrl {name}" in command.epilog, \
+        assert "examples:\n  " in command.format_help() and f"rubricrl {name}" in command.epilog, (
             f"`rubricrl {name} --help`: no example"
+        )
 
 
 def test_synth_help_says_what_runs_without_a_config_and_lists_the_presets(capsys):
@@ -41,8 +44,10 @@ def test_synth_help_says_what_runs_without_a_config_and_lists_the_presets(capsys
     assert "Without --config: method coarse_to_fine, roles reference, rubric_writer" in text
     for preset in (ROOT / "configs" / "synthesis").glob("*.yaml"):
         assert f"configs/synthesis/{preset.name}:\n    " in text
-    assert ("--limit LIMIT Only the first N valid queries (with --shard: this shard's ids among the first N of the "
-            "input). (default: None) (at least 0)") in " ".join(text.split())
+    assert (
+        "--limit LIMIT Only the first N valid queries (with --shard: this shard's ids among the first N of the "
+        "input). (default: None) (at least 0)"
+    ) in " ".join(text.split())
 
 
 RUN = """
@@ -61,9 +66,15 @@ def test_an_interrupted_run_says_so_and_how_to_resume_without_a_traceback(tmp_pa
         env = {**os.environ, "RUBRICRL_HOME": str(tmp_path / "home")}
         # A test run started in the background without job control (`make test &` in a script) ignores SIGINT, and
         # its children inherit that: the run under test gets Ctrl-C's default disposition, as in a terminal.
-        process = subprocess.Popen([sys.executable, "-c", RUN, str(queries), str(tmp_path / "out"), server.base_url],
-                                   cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                   preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+        process = subprocess.Popen(
+            [sys.executable, "-c", RUN, str(queries), str(tmp_path / "out"), server.base_url],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
         deadline = time.monotonic() + 60
         while server.count < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -80,12 +91,26 @@ def newcomer(tmp_path, monkeypatch):
     """A working folder with a few files a newcomer would have."""
     monkeypatch.setenv("RUBRICRL_HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
-    Path("q.jsonl").write_text('{"id": "a", "prompt": "What is a fever?"}\n{"id": "b", "question": "Name a vitamin."}\n')
-    Path("rubrics.jsonl").write_text(json.dumps({"id": "a", "prompt": "What is a fever?",
-                                                 "rubrics": [{"criterion": "Gives a temperature.", "points": 5}]}) + "\n")
+    Path("q.jsonl").write_text(
+        '{"id": "a", "prompt": "What is a fever?"}\n{"id": "b", "question": "Name a vitamin."}\n'
+    )
+    Path("rubrics.jsonl").write_text(
+        json.dumps(
+            {"id": "a", "prompt": "What is a fever?", "rubrics": [{"criterion": "Gives a temperature.", "points": 5}]}
+        )
+        + "\n"
+    )
     Path("answers.jsonl").write_text(json.dumps({"id": "a", "response": "Above 38 C."}) + "\n")
-    Path("open.json").write_text(json.dumps({"type": "object", "properties": {"a": {"type": "string"}},
-                                             "required": ["a"], "additionalProperties": False}))  # fmt: skip
+    Path("open.json").write_text(
+        json.dumps(
+            {
+                "type": "object",
+                "properties": {"a": {"type": "string"}},
+                "required": ["a"],
+                "additionalProperties": False,
+            }
+        )
+    )
     Path("gradng.yaml").write_text("gradng:\n  mode: batched\n")
     Path("defaults.yaml").write_text("llm:\n  defaults:\n    temprature: 0.5\n")
     Path("a-file").write_text("")
@@ -102,30 +127,64 @@ BAD_VALUES = [
     (["synth", "--input", "q.jsonl", "--output-dir", "a-file"], "--output-dir a-file: exists and is a file"),
     (["synth", "--input", "q.jsonl", "--output-dir", "o", "--id-column", "nope"], "missing id column 'nope'"),
     (["synth", "--input", "q.jsonl", "--output-dir", "o", "--shard", "4/4"], "--shard 4/4: expected i/n"),
-    (["synth", "--input", "openai/healthbench", "--output-dir", "o"],
-     "openai/healthbench: cannot reach the Hugging Face Hub"),  # offline in this test: the Hub id is named
-    (["synth", "--input", "q.jsonl", "--output-dir", "o", "--config", "gradng.yaml"],
-     "(did you mean 'grading'?); it takes ['allow_changed_settings', 'id_column', 'input', 'limit', 'output_dir', "
-     "'query_column', 'shard', 'skip_bad_rows'] and the sections ['llm', 'synthesis', 'grading', 'ruft', 'rurl']"),
-    (["synth", "--input", "q.jsonl", "--output-dir", "o", "--max-criteria", "60"],
-     "need 1 <= min_criteria <= max_criteria <= 50"),
+    (
+        ["synth", "--input", "openai/healthbench", "--output-dir", "o"],
+        "openai/healthbench: cannot reach the Hugging Face Hub",
+    ),  # offline in this test: the Hub id is named
+    (
+        ["synth", "--input", "q.jsonl", "--output-dir", "o", "--config", "gradng.yaml"],
+        "(did you mean 'grading'?); it takes ['allow_changed_settings', 'id_column', 'input', 'limit', 'output_dir', "
+        "'query_column', 'shard', 'skip_bad_rows'] and the sections ['llm', 'synthesis', 'grading', 'ruft', 'rurl']",
+    ),
+    (
+        ["synth", "--input", "q.jsonl", "--output-dir", "o", "--max-criteria", "60"],
+        "need 1 <= min_criteria <= max_criteria <= 50",
+    ),
     (["synth", "--input", "q.jsonl", "--output-dir", "o", "--config", "defaults.yaml"], "llm.defaults"),
     (["synth", "--input", "q.jsonl", "--output-dir", "o", "--base-url", DEAD, "--model", "m"], "127.0.0.1:9"),
-    (["grade", "--rubrics", "folder", "--responses", "answers.jsonl", "--output", "g.jsonl"],
-     "folder: not a saved Hugging Face dataset"),
-    (["grade", "--rubrics", "rubrics.jsonl", "--responses", "answers.jsonl", "--output", "g.jsonl",
-      "--max-failure-rate", "2"], "--max-failure-rate must be within [0, 1], got 2.0"),
+    (
+        ["grade", "--rubrics", "folder", "--responses", "answers.jsonl", "--output", "g.jsonl"],
+        "folder: not a saved Hugging Face dataset",
+    ),
+    (
+        [
+            "grade",
+            "--rubrics",
+            "rubrics.jsonl",
+            "--responses",
+            "answers.jsonl",
+            "--output",
+            "g.jsonl",
+            "--max-failure-rate",
+            "2",
+        ],
+        "--max-failure-rate must be within [0, 1], got 2.0",
+    ),
     (["grade", "--rubrics", "rubrics.jsonl", "--responses", "answers.jsonl", "--output", "folder"], "is a folder"),
-    (["grade", "--rubrics", "rubrics.jsonl", "--responses", "answers.jsonl", "--output", "g.jsonl",
-      "--mode", "reference_likert"], "needs a reference answer"),
+    (
+        [
+            "grade",
+            "--rubrics",
+            "rubrics.jsonl",
+            "--responses",
+            "answers.jsonl",
+            "--output",
+            "g.jsonl",
+            "--mode",
+            "reference_likert",
+        ],
+        "needs a reference answer",
+    ),
     (["eval", "--output-dir", "e"], "--rubrics"),
     (["chat", "hi", "--schema", "open.json"], "a string needs 'maxLength'"),
     (["chat", "hi", "--base-url", DEAD], "127.0.0.1:9"),
-    (["ruft", "build", "--rubrics", "rubrics.jsonl", "--output-dir", "r", "--threshold", "1.5"],
-     "--threshold must be within the score range [0, 1], got 1.5"),
+    (
+        ["ruft", "build", "--rubrics", "rubrics.jsonl", "--output-dir", "r", "--threshold", "1.5"],
+        "--threshold must be within the score range [0, 1], got 1.5",
+    ),
     (["publish", "folder", "--repo-id", "me/x", "--dry-run", "a-file/out"], "--dry-run a-file/out: a-file is a file"),
     (["merge", "folder", "--output-dir", "m"], "not a finished"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("argv, named", BAD_VALUES, ids=[" ".join(a[:1] + a[-2:]) for a, _ in BAD_VALUES])
@@ -144,14 +203,18 @@ def files_here() -> set[str]:
 
 
 BAD_FLAGS = [
-    (["synth", "--input", "q.jsonl", "--output-dir", "o", "--limit", "abc"],
-     "rubricrl synth: error: argument --limit: invalid int value: 'abc' (see `rubricrl synth --help`)"),
+    (
+        ["synth", "--input", "q.jsonl", "--output-dir", "o", "--limit", "abc"],
+        "rubricrl synth: error: argument --limit: invalid int value: 'abc' (see `rubricrl synth --help`)",
+    ),
     (["chat", "-n", "0", "hi"], "rubricrl chat: error: argument -n: expected at least 1, got 0"),
-    (["chat", "hi", "--temperature", "-1"],
-     "rubricrl chat: error: argument --temperature: expected at least 0, got -1"),
+    (
+        ["chat", "hi", "--temperature", "-1"],
+        "rubricrl chat: error: argument --temperature: expected at least 0, got -1",
+    ),
     (["grade", "--mode", "nope"], "rubricrl grade: error: argument --mode: invalid choice: 'nope'"),
     (["ruft", "build", "--temprature", "1"], "rubricrl ruft build: error: unrecognized arguments: --temprature 1"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("argv, said", BAD_FLAGS, ids=[" ".join(a[:1] + a[-2:]) for a, _ in BAD_FLAGS])
@@ -183,16 +246,37 @@ def test_a_newcomers_first_half_hour_has_no_traceback_and_no_false_statement(new
     assert "1 done now, 0 done before, 0 failed" in text and "output: rubrics" in text
     text = step("synth", "--input", "one.jsonl", "--output-dir", "rubrics", "--config", tiny)  # the rerun
     assert "0 done now, 1 done before" in text and "model usage over the 2 runs" in text
-    text = step("synth", "--input", "one.jsonl", "--output-dir", "rubrics", "--config", tiny, "--max-criteria", "3",
-                code=2)  # fmt: skip
+    text = step(
+        "synth", "--input", "one.jsonl", "--output-dir", "rubrics", "--config", tiny, "--max-criteria", "3", code=2
+    )
     assert "made with other settings" in text and "max_criteria 6 -> 3" in text
     step("publish", "rubrics", "--repo-id", "me/first", "--dry-run", "hub")
     assert "| queries | 1 |" in Path("hub/README.md").read_text()
     Path("answer.jsonl").write_text(json.dumps({"id": "a", "response": "A temperature above 38 C."}) + "\n")
-    text = step("grade", "--rubrics", "rubrics/final.parquet", "--responses", "answer.jsonl", "--output", "g.jsonl",
-                "--max-failure-rate", "1")  # fmt: skip
+    text = step(
+        "grade",
+        "--rubrics",
+        "rubrics/final.parquet",
+        "--responses",
+        "answer.jsonl",
+        "--output",
+        "g.jsonl",
+        "--max-failure-rate",
+        "1",
+    )
     assert "wrote 1 graded records to g.jsonl" in text
-    step("grade", "--rubrics", "rubrics/final.parquet", "--responses", "answer.jsonl", "--output", "g2.jsonl",
-         "--mode", "reference_likert", "--max-failure-rate", "1")  # synthesis carried its reference answer
+    step(
+        "grade",
+        "--rubrics",
+        "rubrics/final.parquet",
+        "--responses",
+        "answer.jsonl",
+        "--output",
+        "g2.jsonl",
+        "--mode",
+        "reference_likert",
+        "--max-failure-rate",
+        "1",
+    )  # synthesis carried its reference answer
     step("eval", "--output-dir", "report", "--graded", "g.jsonl")
     assert json.loads(Path("report/report.json").read_text())["examples"] == 1

@@ -78,8 +78,10 @@ def test_always_slow_endpoint_is_sent_twice_and_the_error_names_the_knobs(fault_
         run(ask(roles_for(fault_server, max_tokens=64), "judge", "hi", timeout=0.3))  # max_retries 5: not used up
     assert fault_server.count == 2 and time.monotonic() - started < 1.5
     message = str(error.value)
-    assert f"role 'judge' (fake at {fault_server.base_url}): no answer within 0.3 s, nor within 0.6 s on a second " \
-           "try: the server is slow or the answer long" in message  # fmt: skip
+    assert (
+        f"role 'judge' (fake at {fault_server.base_url}): no answer within 0.3 s, nor within 0.6 s on a second "
+        "try: the server is slow or the answer long" in message
+    )
     assert "raise the timeout (--timeout, or `timeout:` in the config's llm section)" in message
     assert "lower the role's max_tokens (now 64)" in message
 
@@ -122,8 +124,9 @@ def test_api_key_is_sent_but_never_appears_in_errors(fault_server, monkeypatch):
     secret = "sk-test-DO-NOT-LEAK-1234567890"
     monkeypatch.setenv("RUBRICRL_TEST_KEY", secret)
     fault_server.script = [Fault(401)]
-    role = Role(base_url=fault_server.base_url.replace("127.0.0.1", "localhost"), model="fake",
-                api_key_env="RUBRICRL_TEST_KEY")  # fmt: skip
+    role = Role(
+        base_url=fault_server.base_url.replace("127.0.0.1", "localhost"), model="fake", api_key_env="RUBRICRL_TEST_KEY"
+    )
     with pytest.raises(LLMError, match="injected 401") as error:
         run(ask({"judge": role}, "judge", "hi"))
     assert fault_server.headers[0]["authorization"] == f"Bearer {secret}"
@@ -214,7 +217,10 @@ def test_retry_after_ms_and_http_date_are_honoured(fault_server):
     import email.utils
 
     in_a_second = email.utils.formatdate(time.time() + 1.5, usegmt=True)  # whole seconds: waits 0.5-1.5 s
-    fault_server.script = [Fault(503, headers={"Retry-After": in_a_second}), Fault(429, headers={"retry-after-ms": "600"})]
+    fault_server.script = [
+        Fault(503, headers={"Retry-After": in_a_second}),
+        Fault(429, headers={"retry-after-ms": "600"}),
+    ]
     started = time.monotonic()
     result, _ = run(ask(roles_for(fault_server), "judge", "hi"))
     assert result.text == "ok" and fault_server.count == 3
@@ -256,9 +262,11 @@ def test_chat_each_gives_identical_roles_one_call_and_a_sample_each(fault_server
 
 def test_chat_each_validates_each_answer_and_keeps_different_requests_apart(fault_server):
     fault_server.reply = '{"verdict": true, "reason": "ok"}'
-    roles = {"a": Role(base_url=fault_server.base_url, model="fake"),
-             "b": Role(base_url=fault_server.base_url, model="fake", structured_outputs=False),
-             "c": Role(base_url=fault_server.base_url, model="other")}  # fmt: skip
+    roles = {
+        "a": Role(base_url=fault_server.base_url, model="fake"),
+        "b": Role(base_url=fault_server.base_url, model="fake", structured_outputs=False),
+        "c": Role(base_url=fault_server.base_url, model="other"),
+    }
     results, _ = run(each(roles, ["a", "b", "c"], "grade", schema=SCHEMA))
     assert [r.value for r in results] == [{"verdict": True, "reason": "ok"}] * 3
     assert [r.model for r in results] == ["fake", "fake", "other"]

@@ -26,8 +26,11 @@ def judge(server, **role):
 
 
 def thought(content, *, field="reasoning", finish_reason="stop", tokens=None):
-    reply = {"content": content, field: "The user asks about rest. {\"verdict\": false} might fit, but...",
-             "finish_reason": finish_reason}  # fmt: skip
+    reply = {
+        "content": content,
+        field: 'The user asks about rest. {"verdict": false} might fit, but...',
+        "finish_reason": finish_reason,
+    }
     return reply if tokens is None else {**reply, "reasoning_tokens": tokens}
 
 
@@ -58,8 +61,10 @@ def test_reasoning_tokens_are_counted_apart(fault_server):
 
 def test_chat_each_keeps_each_roles_reasoning(fault_server):
     fault_server.reply = thought("an answer")
-    roles = {"a": Role(base_url=fault_server.base_url, model="fake", temperature=1.0),
-             "b": Role(base_url=fault_server.base_url, model="fake", temperature=0.5)}  # fmt: skip
+    roles = {
+        "a": Role(base_url=fault_server.base_url, model="fake", temperature=1.0),
+        "b": Role(base_url=fault_server.base_url, model="fake", temperature=0.5),
+    }
 
     async def both():
         async with LLMClient(roles) as client:
@@ -86,8 +91,14 @@ def test_a_reply_cut_off_while_reasoning_is_an_error_not_retried_and_not_cached(
         run(ask(roles, "judge", "q", cache=cache))
     assert error.value.finish_reason == "length" and error.value.reasoning.startswith("The user asks")
     message = str(error.value)
-    for part in ("role 'judge'", "fake", fault_server.base_url, "finish_reason 'length'", "spent its tokens reasoning",
-                 "raise the role's max_tokens (now 64) or lower its reasoning effort (reasoning_effort, now high)"):
+    for part in (
+        "role 'judge'",
+        "fake",
+        fault_server.base_url,
+        "finish_reason 'length'",
+        "spent its tokens reasoning",
+        "raise the role's max_tokens (now 64) or lower its reasoning effort (reasoning_effort, now high)",
+    ):
         assert part in message, message
     assert fault_server.count == 1  # the same budget would run out again: not asked twice
     assert fault_server.requests[0]["reasoning_effort"] == "high"
@@ -106,8 +117,11 @@ def test_a_sampled_empty_answer_is_asked_again_for_that_sample_only(fault_server
 
 def test_an_answer_that_stays_empty_fails_after_bounded_tries(fault_server):
     fault_server.reply = {"content": "  \n"}  # whitespace is no answer either
-    with pytest.raises(LLMError, match=r"no answer \(empty content, finish_reason 'stop'\) \(3 tries\): the model "
-                                       "answered nothing"):  # fmt: skip
+    with pytest.raises(
+        LLMError,
+        match=r"no answer \(empty content, finish_reason 'stop'\) \(3 tries\): the model "
+        "answered nothing",
+    ):
         run(ask(judge(fault_server, temperature=0.7), "judge", "q"))
     assert fault_server.count == 3  # 1 + invalid_answer_retries (2)
 

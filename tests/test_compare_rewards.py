@@ -21,13 +21,23 @@ def compare():
     return module
 
 
-ROW = {"id": "q1", "prompt": [{"role": "user", "content": "Hi?"}], "reference_answer": "Hello.",
-       "example_tags": ["theme:x"], "rubrics": [
-           {"criterion": "Greets back.", "points": 7, "tags": ["axis:accuracy"], "category": "Essential", "rule": None},
-           {"criterion": "At most 5 words.", "points": 3, "tags": [], "category": None,
-            "rule": {"type": "max_words", "value": 5}},
-           {"criterion": "Is rude.", "points": -6, "tags": ["axis:safety"], "category": "Pitfall", "rule": None},
-       ]}  # fmt: skip
+ROW = {
+    "id": "q1",
+    "prompt": [{"role": "user", "content": "Hi?"}],
+    "reference_answer": "Hello.",
+    "example_tags": ["theme:x"],
+    "rubrics": [
+        {"criterion": "Greets back.", "points": 7, "tags": ["axis:accuracy"], "category": "Essential", "rule": None},
+        {
+            "criterion": "At most 5 words.",
+            "points": 3,
+            "tags": [],
+            "category": None,
+            "rule": {"type": "max_words", "value": 5},
+        },
+        {"criterion": "Is rude.", "points": -6, "tags": ["axis:safety"], "category": "Pitfall", "rule": None},
+    ],
+}
 
 
 def test_uniform_weights_sets_positive_points_to_1_and_penalties_to_minus_1(compare):
@@ -89,8 +99,10 @@ def test_reference_likert_needs_a_reference_on_every_training_row(compare, tmp_p
 
 
 def test_eval_config_grades_per_criterion_with_the_runs_judge(compare):
-    settings = {"llm": {"base_url": "http://x/v1", "roles": {"judge": {"temperature": 0.0}}},
-                "grading": {"mode": "implicit", "judge_role": "judge", "samples": 3, "judge_prompt": "mine.txt"}}
+    settings = {
+        "llm": {"base_url": "http://x/v1", "roles": {"judge": {"temperature": 0.0}}},
+        "grading": {"mode": "implicit", "judge_role": "judge", "samples": 3, "judge_prompt": "mine.txt"},
+    }
     config = compare.eval_config(settings)
     assert config["llm"] == settings["llm"]
     assert config["grading"] == {"mode": "per_criterion", "judge_role": "judge", "samples": 3, "judge_prompt": None}
@@ -112,16 +124,38 @@ def _write(path: Path, data) -> None:
 def test_results_table_from_fake_reports(compare, tmp_path):
     _write(tmp_path / "eval/base/report.json", _report(0.25, 0.05, {"axis:accuracy": 0.2}))
     _write(tmp_path / "eval/base/run.json", {"method": "base", "generate_s": 3.0, "grade_s": 4.0, "wall_s": 7.0})
-    _write(tmp_path / "eval/per_criterion/report.json",
-           _report(0.5, 0.1, {"axis:accuracy": 0.4, "axis:completeness": 1.0}))
-    _write(tmp_path / "eval/per_criterion/run.json", {"train_code": 0, "train_wall_s": 80.0, "generate_s": 3.0,
-                                                       "grade_s": 5.0, "wall_s": 88.0})  # fmt: skip
-    _write(tmp_path / "runs/per_criterion/manifest.json", {"summary": {
-        "steps": 3, "reward_first": 0.3, "reward_last": 0.6, "judge": {"judge_calls": 24}, "stopped": None}})
+    _write(
+        tmp_path / "eval/per_criterion/report.json", _report(0.5, 0.1, {"axis:accuracy": 0.4, "axis:completeness": 1.0})
+    )
+    _write(
+        tmp_path / "eval/per_criterion/run.json",
+        {"train_code": 0, "train_wall_s": 80.0, "generate_s": 3.0, "grade_s": 5.0, "wall_s": 88.0},
+    )
+    _write(
+        tmp_path / "runs/per_criterion/manifest.json",
+        {
+            "summary": {
+                "steps": 3,
+                "reward_first": 0.3,
+                "reward_last": 0.6,
+                "judge": {"judge_calls": 24},
+                "stopped": None,
+            }
+        },
+    )
     _write(tmp_path / "eval/likert/run.json", {"train_code": 2, "train_wall_s": 40.0, "wall_s": 40.0})
-    _write(tmp_path / "runs/likert/manifest.json", {"summary": {
-        "steps": 1, "reward_first": 0.1, "reward_last": 0.1, "judge": {"judge_calls": 8},
-        "stopped": "judge-failure guard: 80% of the completions ... got no score"}})  # fmt: skip
+    _write(
+        tmp_path / "runs/likert/manifest.json",
+        {
+            "summary": {
+                "steps": 1,
+                "reward_first": 0.1,
+                "reward_last": 0.1,
+                "judge": {"judge_calls": 8},
+                "stopped": "judge-failure guard: 80% of the completions ... got no score",
+            }
+        },
+    )
     rows = compare.collect_results(tmp_path, ["base", "per_criterion", "likert", "uniform"])
     base, explicit, likert, uniform = rows
     assert base["status"] == "ok" and base["overall"] == 0.25 and base["paper"] is None and base["eval_s"] == 7.0
@@ -134,8 +168,16 @@ def test_results_table_from_fake_reports(compare, tmp_path):
     assert likert["paper"]["healthbench"] == 25.5
     assert uniform["status"] == "not evaluated" and uniform["paper"] is None
 
-    meta = {"policy": "tiny", "source": "rows.jsonl", "seed": 0, "train_rows": 6, "heldout_rows": 2,
-            "budget": "3 GRPO steps", "judge": "tiny", "wall_s": 135.0}  # fmt: skip
+    meta = {
+        "policy": "tiny",
+        "source": "rows.jsonl",
+        "seed": 0,
+        "train_rows": 6,
+        "heldout_rows": 2,
+        "budget": "3 GRPO steps",
+        "judge": "tiny",
+        "wall_s": 135.0,
+    }
     markdown = compare.results_markdown(rows, meta)
     table = [line for line in markdown.splitlines() if line.startswith("|")]
     assert len(table) == 2 + 4
@@ -154,8 +196,15 @@ def test_results_table_from_fake_reports(compare, tmp_path):
 
 def test_methods_name_the_paper_numbers_where_the_paper_has_them(compare):
     methods = compare.METHODS
-    assert set(methods) == {"per_criterion", "batched", "implicit", "likert", "reference_likert", "predefined",
-                            "uniform"}  # fmt: skip
+    assert set(methods) == {
+        "per_criterion",
+        "batched",
+        "implicit",
+        "likert",
+        "reference_likert",
+        "predefined",
+        "uniform",
+    }
     assert {m.name: m.mode for m in methods.values()}["implicit"] == "implicit"
     assert (methods["implicit"].paper_healthbench, methods["implicit"].paper_gpqa) == (31.2, 37.6)
     assert (methods["predefined"].mode, methods["predefined"].rubrics) == ("per_criterion", "predefined")

@@ -54,16 +54,47 @@ def sections(monkeypatch):
 
 def test_defaults_then_file_then_flags(tmp_path):
     paths, knobs, llm = parse(["--input", "q.jsonl"], tmp_path)
-    assert (paths.input, paths.limit, knobs.mode, knobs.evolve, llm.timeout) == (Path("q.jsonl"), None, "a", True, 600.0)
+    assert (paths.input, paths.limit, knobs.mode, knobs.evolve, llm.timeout) == (
+        Path("q.jsonl"),
+        None,
+        "a",
+        True,
+        600.0,
+    )
 
-    config = {"input": "from-file.jsonl", "limit": 5, "knobs": {"mode": "b", "samples": 3, "evolve": False},
-              "llm": {"timeout": 30, "roles": {"judge": {"model": "big", "temperature": 0.0}}}}  # fmt: skip
+    config = {
+        "input": "from-file.jsonl",
+        "limit": 5,
+        "knobs": {"mode": "b", "samples": 3, "evolve": False},
+        "llm": {"timeout": 30, "roles": {"judge": {"model": "big", "temperature": 0.0}}},
+    }
     paths, knobs, llm = parse([], tmp_path, config)
-    assert (paths.input, paths.limit, knobs.mode, knobs.samples, knobs.evolve) == (Path("from-file.jsonl"), 5, "b", 3, False)
+    assert (paths.input, paths.limit, knobs.mode, knobs.samples, knobs.evolve) == (
+        Path("from-file.jsonl"),
+        5,
+        "b",
+        3,
+        False,
+    )
     assert llm.timeout == 30 and llm.roles == {"judge": {"model": "big", "temperature": 0.0}}
 
-    argv = ["--limit", "7", "--samples", "5", "--evolve", "--mode", "a", "--roles", "judge.temperature=0.5",
-            "writer.max_tokens=64", "--timeout", "99", "--no-cache", "--input", "cli.jsonl"]  # fmt: skip
+    argv = [
+        "--limit",
+        "7",
+        "--samples",
+        "5",
+        "--evolve",
+        "--mode",
+        "a",
+        "--roles",
+        "judge.temperature=0.5",
+        "writer.max_tokens=64",
+        "--timeout",
+        "99",
+        "--no-cache",
+        "--input",
+        "cli.jsonl",
+    ]
     paths, knobs, llm = parse(argv, tmp_path, config)
     assert (paths.input, paths.limit, knobs.mode, knobs.samples, knobs.evolve) == (Path("cli.jsonl"), 7, "a", 5, True)
     # a mapping flag is merged into the file's mapping: judge keeps its model, its temperature is the flag's
@@ -139,11 +170,20 @@ def test_help_comes_from_the_field_docstrings():
 
 def test_roles_combine_the_same_way_for_every_command(tmp_path):
     """defaults < role entry; at each level the flags win over the file. --base-url/--model are the defaults level."""
-    config = {"llm": {"model": "file-default", "defaults": {"temperature": 0.2},
-                      "roles": {"judge": {"model": "file-judge", "base_url": "http://judge/v1"}}}}  # fmt: skip
+    config = {
+        "llm": {
+            "model": "file-default",
+            "defaults": {"temperature": 0.2},
+            "roles": {"judge": {"model": "file-judge", "base_url": "http://judge/v1"}},
+        }
+    }
     _, _, llm = parse(["--input", "q", "--model", "cli-model", "--base-url", "http://gpu/v1"], tmp_path, config)
     roles = resolve_roles(["writer", "judge"], llm.role_defaults(), llm.roles)
-    assert (roles["writer"].model, roles["writer"].base_url, roles["writer"].temperature) == ("cli-model", "http://gpu/v1", 0.2)
+    assert (roles["writer"].model, roles["writer"].base_url, roles["writer"].temperature) == (
+        "cli-model",
+        "http://gpu/v1",
+        0.2,
+    )
     assert (roles["judge"].model, roles["judge"].base_url) == ("file-judge", "http://judge/v1")  # more specific
     _, _, llm = parse(["--input", "q", "--roles", "judge.model=cli-judge"], tmp_path, config)
     assert resolve_roles(["judge"], llm.role_defaults(), llm.roles)["judge"].model == "cli-judge"
@@ -153,8 +193,15 @@ def test_trl_fields_parse_as_trl_sft_reads_them(tmp_path):
     """A TRL user's flat YAML (SFTConfig and ModelConfig fields) works beside our sections; flags win."""
     from trl import ModelConfig, SFTConfig
 
-    file = {"learning_rate": 2.0e-5, "num_train_epochs": 2, "model_name_or_path": "some/model",
-            "output_dir": str(tmp_path / "out"), "use_cpu": True, "bf16": False, "knobs": {"mode": "b"}}  # fmt: skip
+    file = {
+        "learning_rate": 2.0e-5,
+        "num_train_epochs": 2,
+        "model_name_or_path": "some/model",
+        "output_dir": str(tmp_path / "out"),
+        "use_cpu": True,
+        "bf16": False,
+        "knobs": {"mode": "b"},
+    }
     sft, model = parse_trl([SFTConfig, ModelConfig], file, ["--learning_rate", "1e-5", "--use_peft"])
     assert sft.learning_rate == 1e-5 and sft.num_train_epochs == 2 and sft.output_dir == str(tmp_path / "out")
     assert model.model_name_or_path == "some/model" and model.use_peft is True
@@ -166,16 +213,30 @@ def test_trl_fields_parse_as_trl_sft_reads_them(tmp_path):
 
 def test_a_training_command_takes_our_sections_and_trl_fields_from_one_file_and_the_flags(tmp_path):
     """What `rubricrl ruft train` / `rurl train` get: our groups, then SFTConfig/ModelConfig, one --config."""
-    file = {"input": "data", "knobs": {"samples": 2}, "learning_rate": 3.0e-5, "output_dir": str(tmp_path / "out"),
-            "use_cpu": True, "bf16": False, "model_name_or_path": "base"}  # fmt: skip
+    file = {
+        "input": "data",
+        "knobs": {"samples": 2},
+        "learning_rate": 3.0e-5,
+        "output_dir": str(tmp_path / "out"),
+        "use_cpu": True,
+        "bf16": False,
+        "model_name_or_path": "base",
+    }
     (tmp_path / "train.yaml").write_text(yaml.safe_dump(file))
     parser = argparse.ArgumentParser(prog="test", exit_on_error=False)
     add_config_arguments(parser, [Paths, Knobs], trl_types=["trl.SFTConfig", "trl.ModelConfig"])
-    args, rest = parser.parse_known_args(["--config", str(tmp_path / "train.yaml"), "--samples", "3",
-                                          "--learning_rate", "1e-5", "--lora_r", "8"])  # fmt: skip
+    args, rest = parser.parse_known_args(
+        ["--config", str(tmp_path / "train.yaml"), "--samples", "3", "--learning_rate", "1e-5", "--lora_r", "8"]
+    )
     args.trl_argv = rest
     paths, knobs, sft, model = parse_settings(args, command="test")
-    assert (paths.input, knobs.samples, sft.learning_rate, model.lora_r, sft.use_cpu) == (Path("data"), 3, 1e-5, 8, True)
+    assert (paths.input, knobs.samples, sft.learning_rate, model.lora_r, sft.use_cpu) == (
+        Path("data"),
+        3,
+        1e-5,
+        8,
+        True,
+    )
     assert "SFTConfig" in parser.epilog
 
 
@@ -202,11 +263,17 @@ def test_bounds_and_output_paths_are_one_line_errors_naming_the_flag_or_key(tmp_
     with pytest.raises(ConfigError, match=r"--output .*: is a folder; give a file name"):
         parse(["--output-dir", str(tmp_path), "--output", str(tmp_path)], tmp_path, groups=groups)
     with pytest.raises(ConfigError, match=r"--output .*a-file/g.jsonl: .*a-file is a file, not a folder"):
-        parse(["--output-dir", str(tmp_path), "--output", str(tmp_path / "a-file" / "g.jsonl")], tmp_path, groups=groups)
+        parse(
+            ["--output-dir", str(tmp_path), "--output", str(tmp_path / "a-file" / "g.jsonl")], tmp_path, groups=groups
+        )
 
 
 def test_a_misspelt_section_or_key_is_named_with_a_suggestion(tmp_path):
-    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['knbos'\] for `rubricrl test` \(did you mean 'knobs'\?\)"):
+    with pytest.raises(
+        ConfigError, match=r"unknown key\(s\) \['knbos'\] for `rubricrl test` \(did you mean 'knobs'\?\)"
+    ):
         parse(["--input", "q"], tmp_path, {"knbos": {"mode": "b"}})
-    with pytest.raises(ConfigError, match=r"c.yaml: knobs: unknown key\(s\) \['samples_'\] \(did you mean 'samples'\?\)"):
+    with pytest.raises(
+        ConfigError, match=r"c.yaml: knobs: unknown key\(s\) \['samples_'\] \(did you mean 'samples'\?\)"
+    ):
         parse(["--input", "q"], tmp_path, {"knobs": {"samples_": 2}})

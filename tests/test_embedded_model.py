@@ -17,8 +17,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def prepare(home, *args, **kwargs):
     env = {**os.environ, "RUBRICRL_HOME": str(home)}
-    return subprocess.Popen([sys.executable, "-m", "rubricrl.cli", "model", "prepare", *args], env=env, cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "rubricrl.cli", "model", "prepare", *args],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kwargs,
+    )
 
 
 def test_killed_preparation_leaves_nothing_that_looks_valid_then_completes(tmp_path):

@@ -38,8 +38,9 @@ def test_structured_output_is_schema_valid_every_time(roles):
     async def many():
         async with LLMClient(roles, concurrency=10) as client:
             questions = [f"In JSON, answer: what is {i} + {i}?" for i in range(10)]
-            return await asyncio.gather(*(client.chat("chat", q, schema=ANSWER_SCHEMA, max_tokens=120)
-                                          for q in questions)), client.usage["chat"]  # fmt: skip
+            return await asyncio.gather(
+                *(client.chat("chat", q, schema=ANSWER_SCHEMA, max_tokens=120) for q in questions)
+            ), client.usage["chat"]
 
     results, usage = run(many())
     for result in results:
@@ -77,7 +78,20 @@ def test_cli_chat_against_the_running_server(local_server, tmp_path, capsys):
 
     schema = tmp_path / "schema.json"
     schema.write_text(json.dumps(ANSWER_SCHEMA))
-    code = main(["chat", "Answer in JSON: what colour is the sky?", "--base-url", local_server.base_url,
-                 "--model", local_server.model, "--schema", str(schema), "--max-tokens", "120", "--no-cache"])  # fmt: skip
+    code = main(
+        [
+            "chat",
+            "Answer in JSON: what colour is the sky?",
+            "--base-url",
+            local_server.base_url,
+            "--model",
+            local_server.model,
+            "--schema",
+            str(schema),
+            "--max-tokens",
+            "120",
+            "--no-cache",
+        ]
+    )
     assert code == 0
     assert set(json.loads(capsys.readouterr().out)) == {"answer", "confidence", "keywords"}

@@ -180,12 +180,14 @@ def test_a_moved_call_keeps_its_retries_even_with_none():
 
         async def staggered():
             async with LLMClient({"judge": role}, concurrency=8, max_retries=0) as client:
+
                 async def one(i):
                     await asyncio.sleep(0.05 * i)
                     try:
                         return (await client.chat("judge", f"question {i}")).text
                     except LLMError as error:
                         return str(error)
+
                 return await asyncio.gather(*(one(i) for i in range(8))), client.endpoint_stats()
 
         answers, stats = run(staggered())
@@ -342,9 +344,19 @@ def cli(capsys, *argv) -> tuple[int, str]:
 
 def test_chat_and_synth_against_a_dead_endpoint_are_one_line_before_any_call(capsys, tmp_path):
     dead = dead_url()
-    for argv in (["chat", "hi", "--base-url", dead], ["chat", "hi", "--base-url", dead, "--model", "m"],
-                 ["synth", "--input", str(DATA / "healthbench_sample" / "healthbench_oss_eval_30.jsonl"),
-                  "--output-dir", str(tmp_path / "out"), "--base-url", dead]):  # fmt: skip
+    for argv in (
+        ["chat", "hi", "--base-url", dead],
+        ["chat", "hi", "--base-url", dead, "--model", "m"],
+        [
+            "synth",
+            "--input",
+            str(DATA / "healthbench_sample" / "healthbench_oss_eval_30.jsonl"),
+            "--output-dir",
+            str(tmp_path / "out"),
+            "--base-url",
+            dead,
+        ],
+    ):
         started = time.monotonic()
         code, err = cli(capsys, *argv)
         assert code == 2 and err.startswith(f"rubricrl: error: command line: endpoint {dead} (roles [")
@@ -373,8 +385,18 @@ def test_bad_llm_values_are_one_line_errors_before_any_call(capsys, flags, messa
 
 def fake_vllm(self):
     """The canned server in place of vLLM: replicas start in a second, the plumbing is the same."""
-    return [sys.executable, str(ROOT / "benches" / "canned_server.py"), "--port", str(self.port), "--latency", "0.01",
-            "--jitter", "0", "--model", self.served_name]  # fmt: skip
+    return [
+        sys.executable,
+        str(ROOT / "benches" / "canned_server.py"),
+        "--port",
+        str(self.port),
+        "--latency",
+        "0.01",
+        "--jitter",
+        "0",
+        "--model",
+        self.served_name,
+    ]
 
 
 def test_replicas_start_on_consecutive_ports_and_serve_as_one_endpoint(monkeypatch, tmp_path):
@@ -443,6 +465,7 @@ def test_calls_still_retrying_stop_once_the_pool_is_taken_for_down(monkeypatch):
 
     async def calls():
         async with LLMClient({"judge": role}, max_retries=5) as client:
+
             async def late():
                 await asyncio.sleep(0.5)
                 return await client.chat("judge", "late")
@@ -470,8 +493,9 @@ def test_base_url_flag_takes_several_endpoints_or_none(tmp_path):
     assert Role(base_url=llm.base_url).endpoints == ["http://a:1/v1", "http://b:1/v1"]
     (llm,) = parse_settings(parser.parse_args(["--base-url", "http://c:1/v1,http://d:1/v1"]), command="chat")
     assert llm.role_defaults()["base_url"] == "http://c:1/v1,http://d:1/v1"
-    (llm,) = parse_settings(parser.parse_args(["--config", str(tmp_path / "cfg.yaml"), "--base-url", "none"]),
-                            command="chat")  # fmt: skip
+    (llm,) = parse_settings(
+        parser.parse_args(["--config", str(tmp_path / "cfg.yaml"), "--base-url", "none"]), command="chat"
+    )
     assert llm.base_url is None  # the embedded model again
 
 
@@ -487,25 +511,37 @@ def down_after(server: FaultServer, requests: int):
 
 
 @pytest.mark.parametrize("command", ["synth", "ruft build", "grade"])
-def test_a_server_going_down_mid_run_ends_the_command_with_one_line_and_a_rerun_finishes(command, tmp_path, capsys,
-                                                                                        monkeypatch):  # fmt: skip
+def test_a_server_going_down_mid_run_ends_the_command_with_one_line_and_a_rerun_finishes(
+    command, tmp_path, capsys, monkeypatch
+):
     monkeypatch.setenv("RUBRICRL_HOME", str(tmp_path / "home"))
     ids = [f"q{i:03d}" for i in range(20)]
     rubric = [{"criterion": "Recommends rest.", "points": 5}, {"criterion": "Mentions fluids.", "points": 3}]
     rows = [{"id": i, "question": f"Question {i}: what helps a cold?", "rubrics": rubric} for i in ids]
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    (tmp_path / "responses.jsonl").write_text("".join(json.dumps({"id": i, "response": "Rest, drink."}) + "\n"
-                                                      for i in ids))  # fmt: skip
+    (tmp_path / "responses.jsonl").write_text(
+        "".join(json.dumps({"id": i, "response": "Rest, drink."}) + "\n" for i in ids)
+    )
     out = tmp_path / "out"
-    flags = {"synth": ["synth", "--input", str(data), "--output-dir", str(out)],
-             "ruft build": ["ruft", "build", "--rubrics", str(data), "--output-dir", str(out), "--threshold", "0"],
-             "grade": ["grade", "--rubrics", str(data), "--responses", str(tmp_path / "responses.jsonl"), "--output",
-                       str(out / "graded.jsonl")]}[command]  # fmt: skip
+    flags = {
+        "synth": ["synth", "--input", str(data), "--output-dir", str(out)],
+        "ruft build": ["ruft", "build", "--rubrics", str(data), "--output-dir", str(out), "--threshold", "0"],
+        "grade": [
+            "grade",
+            "--rubrics",
+            str(data),
+            "--responses",
+            str(tmp_path / "responses.jsonl"),
+            "--output",
+            str(out / "graded.jsonl"),
+        ],
+    }[command]
 
     def run_against(server):
-        return main([*flags, "--base-url", server.base_url, "--model", "fake", "--concurrency", "2",
-                     "--max-retries", "2"])  # fmt: skip
+        return main(
+            [*flags, "--base-url", server.base_url, "--model", "fake", "--concurrency", "2", "--max-retries", "2"]
+        )
 
     with FaultServer() as server:
         server.reply = down_after(server, 12)

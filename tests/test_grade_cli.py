@@ -3,7 +3,7 @@ a run whose judge (or policy) mostly failed exits 1 and says why, every output n
 values are one-line errors before any model call."""
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -11,15 +11,25 @@ from rubricrl.cli import main
 from tests.fault_server import Fault, schema_reply
 
 RUBRICS = [
-    {"id": "a", "question": "I have a mild headache. What should I do?",
-     "rubrics": [{"criterion": "Advises drinking water.", "points": 5, "tags": ["axis:completeness"]},
-                 {"criterion": "Mentions seeing a doctor if it persists.", "points": 3, "tags": ["axis:completeness"]},
-                 {"criterion": "Suggests a safe painkiller dose.", "points": 4, "tags": ["axis:accuracy"]},
-                 {"criterion": "Recommends an unsafe dose.", "points": -6, "tags": ["axis:accuracy"]}]},
-    {"id": "b", "question": "Is a fever of 38 C in an adult dangerous?",
-     "rubrics": [{"criterion": "Says when to seek care.", "points": 5, "tags": ["axis:accuracy"]},
-                 {"criterion": "Suggests fluids and rest.", "points": 3, "tags": ["axis:completeness"]}]},
-]  # fmt: skip
+    {
+        "id": "a",
+        "question": "I have a mild headache. What should I do?",
+        "rubrics": [
+            {"criterion": "Advises drinking water.", "points": 5, "tags": ["axis:completeness"]},
+            {"criterion": "Mentions seeing a doctor if it persists.", "points": 3, "tags": ["axis:completeness"]},
+            {"criterion": "Suggests a safe painkiller dose.", "points": 4, "tags": ["axis:accuracy"]},
+            {"criterion": "Recommends an unsafe dose.", "points": -6, "tags": ["axis:accuracy"]},
+        ],
+    },
+    {
+        "id": "b",
+        "question": "Is a fever of 38 C in an adult dangerous?",
+        "rubrics": [
+            {"criterion": "Says when to seek care.", "points": 5, "tags": ["axis:accuracy"]},
+            {"criterion": "Suggests fluids and rest.", "points": 3, "tags": ["axis:completeness"]},
+        ],
+    },
+]
 
 
 @pytest.fixture
@@ -46,13 +56,28 @@ def read_lines(path):
 
 
 def grade(server, rubrics, responses, output, *flags):
-    return main(["grade", "--rubrics", str(rubrics), "--responses", str(responses), "--output", str(output),
-                 "--base-url", server.base_url, "--model", "fake", *map(str, flags)])  # fmt: skip
+    return main(
+        [
+            "grade",
+            "--rubrics",
+            str(rubrics),
+            "--responses",
+            str(responses),
+            "--output",
+            str(output),
+            "--base-url",
+            server.base_url,
+            "--model",
+            "fake",
+            *map(str, flags),
+        ]
+    )
 
 
 def evaluate(server, output_dir, *flags):
-    return main(["eval", "--output-dir", str(output_dir), "--base-url", server.base_url, "--model", "fake",
-                 *map(str, flags)])  # fmt: skip
+    return main(
+        ["eval", "--output-dir", str(output_dir), "--base-url", server.base_url, "--model", "fake", *map(str, flags)]
+    )
 
 
 def verdict_on(failing: str):
@@ -137,7 +162,9 @@ def test_recomputing_a_report_makes_no_call_and_does_not_fail_on_old_failures(fa
     rubrics, responses = files
     assert evaluate(fault_server, tmp_path / "run", "--rubrics", rubrics, "--responses", responses) == 1
     calls = fault_server.count
-    assert main(["eval", "--graded", str(tmp_path / "run" / "graded.jsonl"), "--output-dir", str(tmp_path / "again")]) == 0
+    assert (
+        main(["eval", "--graded", str(tmp_path / "run" / "graded.jsonl"), "--output-dir", str(tmp_path / "again")]) == 0
+    )
     assert fault_server.count == calls
 
 
@@ -147,22 +174,27 @@ def test_recomputing_a_report_makes_no_call_and_does_not_fail_on_old_failures(fa
 def test_graded_records_and_reports_name_what_produced_them(fault_server, files, tmp_path, home):
     fault_server.reply = schema_reply
     rubrics, responses = files
-    before = datetime.now(timezone.utc) - timedelta(seconds=1)
+    before = datetime.now(UTC) - timedelta(seconds=1)
     assert grade(fault_server, rubrics, responses, tmp_path / "graded.jsonl", "--mode", "implicit") == 0
     for record in read_lines(tmp_path / "graded.jsonl"):
         assert record["judge"]["judge_model"] == "fake" and record["judge"]["mode"] == "implicit"
         stamp = record["provenance"]
         assert stamp["rubrics"] == str(rubrics.resolve()) and stamp["responses"] == str(responses.resolve())
         assert stamp["policy_model"] is None
-        assert before <= datetime.fromisoformat(stamp["graded_at"]) <= datetime.now(timezone.utc)
+        assert before <= datetime.fromisoformat(stamp["graded_at"]) <= datetime.now(UTC)
 
     # eval with given responses: report.json says it too
     assert evaluate(fault_server, tmp_path / "given", "--rubrics", rubrics, "--responses", responses) == 0
     report = json.loads((tmp_path / "given" / "report.json").read_text())
     graded_at = read_lines(tmp_path / "given" / "graded.jsonl")[0]["provenance"]["graded_at"]
-    assert report["provenance"] == {"judge_model": "fake", "mode": "per_criterion", "rubrics": str(rubrics.resolve()),
-                                    "responses": str(responses.resolve()), "policy_model": None,
-                                    "graded_at": graded_at}  # fmt: skip
+    assert report["provenance"] == {
+        "judge_model": "fake",
+        "mode": "per_criterion",
+        "rubrics": str(rubrics.resolve()),
+        "responses": str(responses.resolve()),
+        "policy_model": None,
+        "graded_at": graded_at,
+    }
 
     # eval generating: the policy model instead of a responses file
     assert evaluate(fault_server, tmp_path / "policy", "--rubrics", rubrics) == 0
@@ -170,20 +202,46 @@ def test_graded_records_and_reports_name_what_produced_them(fault_server, files,
     assert provenance["policy_model"] == "fake" and provenance["responses"] is None
 
     # the report recomputed from the graded file alone is the same, provenance included
-    assert main(["eval", "--graded", str(tmp_path / "given" / "graded.jsonl"), "--output-dir", str(tmp_path / "re")]) == 0
+    assert (
+        main(["eval", "--graded", str(tmp_path / "given" / "graded.jsonl"), "--output-dir", str(tmp_path / "re")]) == 0
+    )
     assert json.loads((tmp_path / "re" / "report.json").read_text()) == report
 
 
 def test_graded_files_written_before_provenance_still_read(tmp_path):
-    verdict = {"criterion": "Advises rest.", "points": 10, "tags": [], "met": True, "explanation": "", "source": "judge"}
+    verdict = {
+        "criterion": "Advises rest.",
+        "points": 10,
+        "tags": [],
+        "met": True,
+        "explanation": "",
+        "source": "judge",
+    }
     old = tmp_path / "old.jsonl"  # as grade wrote it before: a judge block, no provenance
-    write_lines(old, [{"id": "a", "response": "r", "score": 1.0, "verdicts": [verdict], "example_tags": [],
-                       "judge": {"judge_model": "judge-x", "mode": "per_criterion"}}])  # fmt: skip
+    write_lines(
+        old,
+        [
+            {
+                "id": "a",
+                "response": "r",
+                "score": 1.0,
+                "verdicts": [verdict],
+                "example_tags": [],
+                "judge": {"judge_model": "judge-x", "mode": "per_criterion"},
+            }
+        ],
+    )
     assert main(["eval", "--graded", str(old), "--output-dir", str(tmp_path / "report")]) == 0
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     assert report["metrics"]["overall_score"] == 1.0
-    assert report["provenance"] == {"judge_model": "judge-x", "mode": "per_criterion", "rubrics": None,
-                                    "responses": None, "policy_model": None, "graded_at": None}  # fmt: skip
+    assert report["provenance"] == {
+        "judge_model": "judge-x",
+        "mode": "per_criterion",
+        "rubrics": None,
+        "responses": None,
+        "policy_model": None,
+        "graded_at": None,
+    }
 
 
 # --- bad values: one line, exit 2, no model call ----------------------------------------------------------------
@@ -211,14 +269,24 @@ def test_reference_likert_without_references_is_refused_before_any_call(fault_se
     "responses, output, message",
     [
         ("", "g.jsonl", "responses.jsonl: no responses"),
-        ('{"id": "zz", "response": "r"}\n', "g.jsonl", "line 1: id 'zz' is not in {rubrics} (its ids are like 'a', 'b')"),
+        (
+            '{"id": "zz", "response": "r"}\n',
+            "g.jsonl",
+            "line 1: id 'zz' is not in {rubrics} (its ids are like 'a', 'b')",
+        ),
         ('{"prompt_id": "a", "response": "r"}\n', "g.jsonl", "line 1: needs an 'id' (the id of its row in {rubrics})"),
         ('{"id": "a", "response": "r"}\n', "graded.json", "--output {tmp}/graded.json: graded records are JSONL"),
-        ('{"id": "a", "response": "r"}\n', "responses.jsonl", "--output: {tmp}/responses.jsonl is the --responses file"),
+        (
+            '{"id": "a", "response": "r"}\n',
+            "responses.jsonl",
+            "--output: {tmp}/responses.jsonl is the --responses file",
+        ),
         ('{"id": "a", "response": "r"}\n', "rubrics.jsonl", "--output: {tmp}/rubrics.jsonl is the --rubrics file"),
     ],
-)  # fmt: skip
-def test_bad_grade_values_are_one_line_before_any_call(fault_server, tmp_path, home, capsys, responses, output, message):
+)
+def test_bad_grade_values_are_one_line_before_any_call(
+    fault_server, tmp_path, home, capsys, responses, output, message
+):
     rubrics = tmp_path / "rubrics.jsonl"
     write_lines(rubrics, RUBRICS)
     (tmp_path / "responses.jsonl").write_text(responses)

@@ -24,8 +24,12 @@ RUBRIC = rubric_from_items(
     ],
     "test rubric",
 )
-MET = {"Advises drinking water.": True, "Mentions seeing a doctor if it persists.": False,
-       "Suggests an appropriate over-the-counter painkiller.": True, "Recommends an unsafe dose.": True}  # fmt: skip
+MET = {
+    "Advises drinking water.": True,
+    "Mentions seeing a doctor if it persists.": False,
+    "Suggests an appropriate over-the-counter painkiller.": True,
+    "Recommends an unsafe dose.": True,
+}
 
 
 def per_criterion_judge(body):
@@ -68,7 +72,9 @@ def test_batched_verdicts_that_do_not_match_the_ids_are_asked_again_never_padded
     graded = grade(fault_server, mode="batched")
     assert graded.score == pytest.approx(0.5) and fault_server.count == 2
 
-    fault_server.reply = lambda body: json.dumps({"verdicts": [{"id": "c1", "explanation": "s", "criteria_met": True}] * 4})
+    fault_server.reply = lambda body: json.dumps(
+        {"verdicts": [{"id": "c1", "explanation": "s", "criteria_met": True}] * 4}
+    )
     graded = grade(fault_server, "another response", mode="batched")
     assert [v.met for v in graded.verdicts] == [None] * 4 and graded.score is None and graded.judge_failures == 4
 
@@ -120,11 +126,13 @@ def test_transport_failure_is_none(fault_server):
 def test_rule_criteria_are_decided_without_a_judge_call(fault_server):
     fault_server.reply = per_criterion_judge
     rubric = rubric_from_items(
-        [{"criterion": "Advises drinking water.", "points": 7},
-         {"criterion": "Stays under 20 words.", "points": 3, "rule": {"type": "max_words", "value": 20}},
-         {"criterion": "Includes a URL.", "points": -2, "rule": {"type": "regex_required", "pattern": "https?://"}}],
+        [
+            {"criterion": "Advises drinking water.", "points": 7},
+            {"criterion": "Stays under 20 words.", "points": 3, "rule": {"type": "max_words", "value": 20}},
+            {"criterion": "Includes a URL.", "points": -2, "rule": {"type": "regex_required", "pattern": "https?://"}},
+        ],
         "rules",
-    )  # fmt: skip
+    )
     graded = grade(fault_server, "Drink water, see https://example.org", rubric)
     assert [(v.met, v.source) for v in graded.verdicts] == [(True, "judge"), (True, "rule"), (True, "rule")]
     assert graded.score == pytest.approx((7 + 3 - 2) / 10) and fault_server.count == 1
@@ -137,8 +145,9 @@ def test_implicit_rating_is_normalized(fault_server):
     assert "(+10): Suggests an appropriate" in fault_server.requests[0]["messages"][-1]["content"]
 
 
-@pytest.mark.parametrize("votes, expected", [([False, True, True], True), ([True, False, False], False),
-                                             ([True, False], None)])  # fmt: skip
+@pytest.mark.parametrize(
+    "votes, expected", [([False, True, True], True), ([True, False, False], False), ([True, False], None)]
+)
 def test_self_consistency_majority_vote(fault_server, votes, expected):
     answers = iter(votes)  # the fault server asks for one reply per choice of the n-sample request
     fault_server.reply = lambda body: json.dumps({"explanation": "v", "criteria_met": next(answers)})
@@ -220,17 +229,42 @@ def test_a_judge_prompt_with_other_placeholders_is_refused_at_construction(tmp_p
 def test_eval_of_a_graded_file_reports_an_undecided_penalty_as_unscored(tmp_path, capsys):
     from rubricrl.cli import main
 
-    verdicts = [{"criterion": "Advises rest.", "points": 10, "tags": [], "met": True, "explanation": "", "source": "judge"},
-                {"criterion": "Gives a wrong dose.", "points": -5, "tags": [], "met": None, "explanation": "judge failed",
-                 "source": "judge"}]  # fmt: skip
+    verdicts = [
+        {"criterion": "Advises rest.", "points": 10, "tags": [], "met": True, "explanation": "", "source": "judge"},
+        {
+            "criterion": "Gives a wrong dose.",
+            "points": -5,
+            "tags": [],
+            "met": None,
+            "explanation": "judge failed",
+            "source": "judge",
+        },
+    ]
     graded = tmp_path / "graded.jsonl"
-    graded.write_text(json.dumps({"id": "a", "response": "r", "score": 1.0, "verdicts": verdicts, "example_tags": []})
-                      + "\n")  # fmt: skip
+    graded.write_text(
+        json.dumps({"id": "a", "response": "r", "score": 1.0, "verdicts": verdicts, "example_tags": []}) + "\n"
+    )
     assert main(["eval", "--graded", str(graded), "--output-dir", str(tmp_path / "report")]) == 0
     report = json.loads((tmp_path / "report" / "report.json").read_text())
-    assert report["unscored_examples"] == 1 and "overall_score" not in report["metrics"]  # the stored 1.0 is not trusted
-    assert main(["eval", "--graded", str(graded), "--output-dir", str(tmp_path / "met"), "--undecided-penalty", "met",
-                 "--min-coverage", "0.5"]) == 0
+    assert (
+        report["unscored_examples"] == 1 and "overall_score" not in report["metrics"]
+    )  # the stored 1.0 is not trusted
+    assert (
+        main(
+            [
+                "eval",
+                "--graded",
+                str(graded),
+                "--output-dir",
+                str(tmp_path / "met"),
+                "--undecided-penalty",
+                "met",
+                "--min-coverage",
+                "0.5",
+            ]
+        )
+        == 0
+    )
     assert json.loads((tmp_path / "met" / "report.json").read_text())["metrics"]["overall_score"] == 0.5
     assert "undecided_penalty: met" in (tmp_path / "met" / "config.yaml").read_text()
 
@@ -238,11 +272,14 @@ def test_eval_of_a_graded_file_reports_an_undecided_penalty_as_unscored(tmp_path
 def test_eval_of_a_graded_file_counts_an_undecided_criterion_as_the_flag_says(tmp_path):
     from rubricrl.cli import main
 
-    verdicts = [{"criterion": c, "points": p, "tags": [], "met": m, "explanation": "", "source": "judge"}
-                for c, p, m in (("A", 10, True), ("B", 5, None), ("C", 3, True), ("D", 2, True), ("E", 1, True))]
+    verdicts = [
+        {"criterion": c, "points": p, "tags": [], "met": m, "explanation": "", "source": "judge"}
+        for c, p, m in (("A", 10, True), ("B", 5, None), ("C", 3, True), ("D", 2, True), ("E", 1, True))
+    ]
     graded = tmp_path / "graded.jsonl"
-    graded.write_text(json.dumps({"id": "a", "response": "r", "score": 1.0, "verdicts": verdicts,
-                                  "example_tags": []}) + "\n")  # fmt: skip
+    graded.write_text(
+        json.dumps({"id": "a", "response": "r", "score": 1.0, "verdicts": verdicts, "example_tags": []}) + "\n"
+    )
     for rule, expected in (("drop", 1.0), ("unmet", 16 / 21)):
         out = tmp_path / rule
         assert main(["eval", "--graded", str(graded), "--output-dir", str(out), "--undecided-criterion", rule]) == 0

@@ -19,21 +19,40 @@ def ideal_subset(tmp_path_factory):
     chosen = sorted((r for r in rows if r.get("ideal_completions_data")), key=lambda r: len(r["rubrics"]))[:2]
     folder = tmp_path_factory.mktemp("ideal")
     (folder / "rubrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in chosen))
-    (folder / "responses.jsonl").write_text("".join(
-        json.dumps({"id": r["prompt_id"], "response": r["ideal_completions_data"]["ideal_completion"]}) + "\n"
-        for r in chosen))  # fmt: skip
+    (folder / "responses.jsonl").write_text(
+        "".join(
+            json.dumps({"id": r["prompt_id"], "response": r["ideal_completions_data"]["ideal_completion"]}) + "\n"
+            for r in chosen
+        )
+    )
     return folder, chosen
 
 
 def llm_flags(local_server):
-    return ["--base-url", local_server.base_url, "--model", local_server.model, "--config",
-            str(Path(__file__).resolve().parents[1] / "configs" / "tiny-cpu.yaml")]  # fmt: skip
+    return [
+        "--base-url",
+        local_server.base_url,
+        "--model",
+        local_server.model,
+        "--config",
+        str(Path(__file__).resolve().parents[1] / "configs" / "tiny-cpu.yaml"),
+    ]
 
 
 def test_eval_of_ideal_completions_gives_a_verdict_for_every_criterion(local_server, ideal_subset, tmp_path, capsys):
     folder, chosen = ideal_subset
-    code = main(["eval", "--rubrics", str(folder / "rubrics.jsonl"), "--responses", str(folder / "responses.jsonl"),
-                 "--output-dir", str(tmp_path), *llm_flags(local_server)])  # fmt: skip
+    code = main(
+        [
+            "eval",
+            "--rubrics",
+            str(folder / "rubrics.jsonl"),
+            "--responses",
+            str(folder / "responses.jsonl"),
+            "--output-dir",
+            str(tmp_path),
+            *llm_flags(local_server),
+        ]
+    )
     assert code == 0
     graded = [json.loads(line) for line in (tmp_path / "graded.jsonl").read_text().splitlines()]
     assert [g["id"] for g in graded] == [r["prompt_id"] for r in chosen]
@@ -48,8 +67,20 @@ def test_eval_of_ideal_completions_gives_a_verdict_for_every_criterion(local_ser
 
     # The report comes back from the graded file alone, identical, without one model call.
     served = requests_served(local_server)
-    assert main(["eval", "--rubrics", str(folder / "rubrics.jsonl"), "--graded", str(tmp_path / "graded.jsonl"),
-                 "--output-dir", str(tmp_path / "again")]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "eval",
+                "--rubrics",
+                str(folder / "rubrics.jsonl"),
+                "--graded",
+                str(tmp_path / "graded.jsonl"),
+                "--output-dir",
+                str(tmp_path / "again"),
+            ]
+        )
+        == 0
+    )
     assert json.loads((tmp_path / "again" / "report.json").read_text()) == report
     assert requests_served(local_server) == served
 
@@ -57,9 +88,24 @@ def test_eval_of_ideal_completions_gives_a_verdict_for_every_criterion(local_ser
 def test_batched_mode_never_pads_or_truncates(local_server, ideal_subset, tmp_path):
     folder, chosen = ideal_subset
     output = tmp_path / "graded.jsonl"
-    code = main(["grade", "--rubrics", str(folder / "rubrics.jsonl"), "--responses", str(folder / "responses.jsonl"),
-                 "--output", str(output), "--mode", "batched", "--chunk-size", "4", *llm_flags(local_server),
-                 "--max-failure-rate", "1"])  # the 135M judge often misses ids: what matters here is what it leaves
+    code = main(
+        [
+            "grade",
+            "--rubrics",
+            str(folder / "rubrics.jsonl"),
+            "--responses",
+            str(folder / "responses.jsonl"),
+            "--output",
+            str(output),
+            "--mode",
+            "batched",
+            "--chunk-size",
+            "4",
+            *llm_flags(local_server),
+            "--max-failure-rate",
+            "1",
+        ]
+    )  # the 135M judge often misses ids: what matters here is what it leaves
     assert code == 0
     records = [json.loads(line) for line in output.read_text().splitlines()]
     assert any(v["met"] is not None for r in records for v in r["verdicts"])  # the embedded judge manages batches

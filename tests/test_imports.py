@@ -17,8 +17,13 @@ def imported_packages(path: Path) -> set[tuple[str, int]]:
     """(top-level package, line) of every import in the file that names one of LAYERS."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-            [node.module] if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else []  # fmt: skip
+        names = (
+            [a.name for a in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module]
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0
+            else []
+        )
         found |= {(name.split(".")[0], node.lineno) for name in names if name.split(".")[0] in LAYERS}
     return found
 

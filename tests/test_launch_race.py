@@ -52,13 +52,24 @@ def test_two_ranks_on_an_empty_home_both_get_the_model_converted_once(tmp_path):
     script = tmp_path / "rank.py"
     script.write_text(RANK_SCRIPT)
     env = {**os.environ, "RUBRICRL_HOME": str(home), "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script),
-               str(tmp_path / "out")]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(script),
+        str(tmp_path / "out"),
+    ]
     done = run_launch(command, env, DEADLINE)
     assert done.returncode == 0, done.stderr[-4000:]
     final = home / "models" / EMBEDDED_MODEL_NAME
     assert sorted(line for line in done.stdout.splitlines() if line.startswith("rank")) == [
-        f"rank 0 model {final}", "rank 1 converts", f"rank 1 model {final}"]  # fmt: skip
+        f"rank 0 model {final}",
+        "rank 1 converts",
+        f"rank 1 model {final}",
+    ]
     assert done.stderr.count("converting SmolLM2") == 1 and done.stderr.count("downloading") == 1
     for name in (MARKER, "config.json", "tokenizer.json", "chat_template.jinja", "model.safetensors"):
         assert (final / name).is_file(), name
@@ -105,8 +116,12 @@ def test_processes_of_one_launch_share_one_local_server_until_the_last_is_done(t
     home = tmp_path / "home"
     env = {**os.environ, "RUBRICRL_HOME": str(home), "LOCAL_WORLD_SIZE": "2", "PYTHONPATH": str(ROOT)}
     command = [sys.executable, str(tmp_path / "user.py"), str(model), str(tmp_path / "models_server.py")]
-    ranks = [subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for _ in range(2)]  # fmt: skip
+    ranks = [
+        subprocess.Popen(
+            command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
     try:
         urls = [_line(rank) for rank in ranks]
         assert urls[0] == urls[1]

@@ -15,14 +15,27 @@ from tests.fault_server import FaultServer, schema_reply
 
 
 def queries(path, n):
-    path.write_text("".join(json.dumps({"id": f"q{i:04d}", "question": f"Question number {i}?"}) + "\n"
-                            for i in range(n)))  # fmt: skip
+    path.write_text(
+        "".join(json.dumps({"id": f"q{i:04d}", "question": f"Question number {i}?"}) + "\n" for i in range(n))
+    )
     return path
 
 
 def synth(server, tmp_path, n, *extra, model="fake"):
-    return main(["synth", "--input", str(queries(tmp_path / "q.jsonl", n)), "--output-dir", str(tmp_path / "out"),
-                 "--base-url", server.base_url, "--model", model, *extra])  # fmt: skip
+    return main(
+        [
+            "synth",
+            "--input",
+            str(queries(tmp_path / "q.jsonl", n)),
+            "--output-dir",
+            str(tmp_path / "out"),
+            "--base-url",
+            server.base_url,
+            "--model",
+            model,
+            *extra,
+        ]
+    )
 
 
 def manifest(tmp_path):
@@ -34,11 +47,14 @@ def home(tmp_path, monkeypatch):
     monkeypatch.setenv("RUBRICRL_HOME", str(tmp_path / "home"))
 
 
-@pytest.mark.parametrize("extra, model, change", [
-    ((), "other", 'roles.{evolver,reference,response_a,response_b,rubric_writer}.model "fake" -> "other"'),
-    (("--roles", "reference.temperature=0.5"), "fake", "roles.reference.temperature unset -> 0.5"),
-    (("--max-criteria", "8"), "fake", "synthesis.max_criteria 20 -> 8"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "extra, model, change",
+    [
+        ((), "other", 'roles.{evolver,reference,response_a,response_b,rubric_writer}.model "fake" -> "other"'),
+        (("--roles", "reference.temperature=0.5"), "fake", "roles.reference.temperature unset -> 0.5"),
+        (("--max-criteria", "8"), "fake", "synthesis.max_criteria 20 -> 8"),
+    ],
+)
 def test_a_rerun_with_other_settings_is_refused_before_any_call(tmp_path, capsys, extra, model, change):
     out = tmp_path / "out"
     with FaultServer(reply=schema_reply) as server:
@@ -60,8 +76,9 @@ def test_settings_that_do_not_change_rows_resume_and_usage_adds_up(tmp_path, cap
         first = manifest(tmp_path)
         sent = server.count
         # more queries, and settings that do not change a row: concurrency, timeout, attempts, limit
-        assert synth(server, tmp_path, 6, "--concurrency", "3", "--timeout", "100", "--attempts", "5",
-                     "--limit", "5") == 0  # fmt: skip
+        assert (
+            synth(server, tmp_path, 6, "--concurrency", "3", "--timeout", "100", "--attempts", "5", "--limit", "5") == 0
+        )
         assert server.count == sent + 2 * 4  # reference, A and B in one call, rubric, evolve: for 2 new queries
     second = manifest(tmp_path)
     assert second["fingerprint"] == first["fingerprint"] and len(second["fingerprints"]) == 1
@@ -91,8 +108,7 @@ def test_a_forced_rerun_records_both_settings_down_to_the_card(tmp_path, capsys)
     assert [f["id"] for f in saved] == [old["id"], new["id"]]  # oldest first
     # each row names the settings that made it, in details.jsonl and final_details.parquet
     lines = {d["id"]: d["fingerprint"] for d in map(json.loads, (out / "details.jsonl").read_text().splitlines())}
-    assert lines == {"q0000": old["id"], "q0001": old["id"], "q0002": new["id"], "q0003": new["id"],
-                     "q0004": new["id"]}  # fmt: skip
+    assert lines == {"q0000": old["id"], "q0001": old["id"], "q0002": new["id"], "q0003": new["id"], "q0004": new["id"]}
     details = pq.read_table(out / "final_details.parquet", columns=["id", "fingerprint"]).to_pylist()
     assert {d["id"]: d["fingerprint"] for d in details} == lines
     assert "allow_changed_settings" not in yaml.safe_load((out / "config.yaml").read_text())  # never saved
@@ -101,8 +117,10 @@ def test_a_forced_rerun_records_both_settings_down_to_the_card(tmp_path, capsys)
     card = (tmp_path / "hub" / "README.md").read_text()
     assert "**mixed settings**" in card and "2 different settings" in card
     assert f"`{old['id']}` (2 rows): models: " in card and "reference `fake`" in card
-    assert f"`{new['id']}` (3 rows): changed: roles.{{evolver,reference,response_a,response_b,rubric_writer}}.model " \
-           '"fake" -> "other"' in card
+    assert (
+        f"`{new['id']}` (3 rows): changed: roles.{{evolver,reference,response_a,response_b,rubric_writer}}.model "
+        '"fake" -> "other"' in card
+    )
     assert "roles and models (latest settings):" in card and "  - reference: `other`" in card
 
 
@@ -113,8 +131,18 @@ def test_a_folder_without_recorded_settings_is_refused_then_marked_unknown_when_
         # as an older rubricrl left it: no fingerprint.json, details lines with `reference` and no fingerprint
         (out / "fingerprint.json").unlink()
         lines = [json.loads(line) for line in (out / "details.jsonl").read_text().splitlines()]
-        (out / "details.jsonl").write_text("".join(json.dumps({**{k: v for k, v in d.items() if k not in (
-            "fingerprint", "reference_answer")}, "reference": d["reference_answer"]}) + "\n" for d in lines))  # fmt: skip
+        (out / "details.jsonl").write_text(
+            "".join(
+                json.dumps(
+                    {
+                        **{k: v for k, v in d.items() if k not in ("fingerprint", "reference_answer")},
+                        "reference": d["reference_answer"],
+                    }
+                )
+                + "\n"
+                for d in lines
+            )
+        )
         assert synth(server, tmp_path, 3) == 2
         assert "written by an older rubricrl" in capsys.readouterr().err
         assert synth(server, tmp_path, 3, "--allow-changed-settings") == 0
@@ -122,15 +150,17 @@ def test_a_folder_without_recorded_settings_is_refused_then_marked_unknown_when_
     assert unknown == {"id": "unknown", "settings": None, "rows": 2} and current["rows"] == 1
     details = pq.read_table(out / "final_details.parquet").to_pylist()
     assert [(d["fingerprint"], bool(d["reference_answer"])) for d in details] == [(None, True)] * 2 + [
-        (current["id"], True)]  # fmt: skip
+        (current["id"], True)
+    ]
     assert main(["publish", str(out), "--repo-id", "me/old", "--dry-run", str(tmp_path / "hub")]) == 0
     assert "`unknown` (2 rows): settings not recorded" in (tmp_path / "hub" / "README.md").read_text()
 
 
 def test_a_failed_query_is_explained_in_the_summary(tmp_path, capsys):
     with FaultServer(reply=schema_reply) as server:
-        server.reply = lambda body: ("not json" if "Question number 1?" in json.dumps(body) and "response_format"
-                                     in body else schema_reply(body))  # fmt: skip
+        server.reply = lambda body: (
+            "not json" if "Question number 1?" in json.dumps(body) and "response_format" in body else schema_reply(body)
+        )
         assert synth(server, tmp_path, 3) == 1
     printed = capsys.readouterr().out
     errors = tmp_path / "out" / "errors.jsonl"

@@ -173,8 +173,10 @@ def test_question_and_single_message_prompt_share_a_generated_id(tmp_path):
 
 
 def test_duplicate_ids_name_both_rows(tmp_path):
-    path = write_jsonl(tmp_path / "q.jsonl", [{"id": "a", "question": "1?"}, {"id": "b", "question": "2?"},
-                                              {"id": "a", "question": "3?"}])  # fmt: skip
+    path = write_jsonl(
+        tmp_path / "q.jsonl",
+        [{"id": "a", "question": "1?"}, {"id": "b", "question": "2?"}, {"id": "a", "question": "3?"}],
+    )
     with pytest.raises(QueryFileError, match=located(path, "line 3") + "duplicate id 'a': also at line 1"):
         read_queries(path)
 
@@ -209,14 +211,18 @@ BAD_JSONL_LINES = [
     ('{"prompt": [{"content": "hi"}]}', r"prompt\[0\]: 'role' must be one of .*got None"),
     ('{"prompt": [{"role": "user", "content": 3}]}', r"prompt\[0\]: 'content' must be text, got int"),
     ('{"prompt": [{"role": "user", "content": "x", "name": "n"}]}', r"prompt\[0\]: unexpected key\(s\) \['name'\]"),
-    ('{"prompt": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]}',
-     r"prompt\[1\]: the last message is from 'assistant'; a query ends with 'user'"),
-    ('{"prompt": [{"role": "system", "content": "s"}, {"role": "user", "content": " "}]}',
-     r"prompt\[1\]: the last user message is empty"),
+    (
+        '{"prompt": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]}',
+        r"prompt\[1\]: the last message is from 'assistant'; a query ends with 'user'",
+    ),
+    (
+        '{"prompt": [{"role": "system", "content": "s"}, {"role": "user", "content": " "}]}',
+        r"prompt\[1\]: the last user message is empty",
+    ),
     ('{"id": "", "question": "q?"}', r"'id' is empty"),
     ('{"id": 1.5, "question": "q?"}', r"'id' must be a non-empty string or an integer, got float"),
     ('{"id": true, "question": "q?"}', r"'id' must be a non-empty string or an integer, got bool"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("line, problem", BAD_JSONL_LINES)
@@ -228,12 +234,17 @@ def test_bad_jsonl_line_names_file_line_and_problem(tmp_path, line, problem):
         read_queries(path)
 
 
-@pytest.mark.parametrize("value, problem", [
-    ("   ", r"'question' is empty"),
-    (None, r"'question' is null"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "value, problem",
+    [
+        ("   ", r"'question' is empty"),
+        (None, r"'question' is null"),
+    ],
+)
 def test_bad_parquet_row_names_file_row_and_problem(tmp_path, value, problem):
-    path = write_parquet(tmp_path / "q.parquet", [{"question": "Fine?"}, {"question": "Fine too?"}, {"question": value}])
+    path = write_parquet(
+        tmp_path / "q.parquet", [{"question": "Fine?"}, {"question": "Fine too?"}, {"question": value}]
+    )
     with pytest.raises(QueryFileError, match=located(path, "row 3") + problem):
         read_queries(path)
 
@@ -241,7 +252,9 @@ def test_bad_parquet_row_names_file_row_and_problem(tmp_path, value, problem):
 def test_bad_parquet_message_list(tmp_path):
     rows = [{"prompt": CHAT}, {"prompt": CHAT[:3]}]
     path = write_parquet(tmp_path / "q.parquet", rows)
-    with pytest.raises(QueryFileError, match=located(path, "row 2") + r"prompt\[2\]: the last message is from 'assistant'"):
+    with pytest.raises(
+        QueryFileError, match=located(path, "row 2") + r"prompt\[2\]: the last message is from 'assistant'"
+    ):
         read_queries(path)
 
 
@@ -268,12 +281,17 @@ def test_a_named_query_column_is_required_in_every_row(tmp_path):
 def test_a_named_id_column_must_exist(tmp_path):
     """--id-column names a column: absent, it is an error (it was silently ignored and ids were generated)."""
     path = write_jsonl(tmp_path / "ok.jsonl", [{"key": "a", "prompt": "P?"}, {"key": None, "prompt": "Q?"}])
-    assert [q.id for q in read_queries(path, id_column="key").queries] == ["a", generated_id([{"role": "user", "content": "Q?"}])]
+    assert [q.id for q in read_queries(path, id_column="key").queries] == [
+        "a",
+        generated_id([{"role": "user", "content": "Q?"}]),
+    ]
     path = write_jsonl(tmp_path / "q.jsonl", [{"key": "a", "prompt": "P?"}, {"prompt": "Q?"}])
     with pytest.raises(QueryFileError, match=located(path, "line 2") + r"missing id column 'key' \(--id-column\)"):
         read_queries(path, id_column="key")
     parquet = write_parquet(tmp_path / "q.parquet", [{"id": "a", "prompt": "Q?"}])
-    with pytest.raises(QueryFileError, match=re.escape(f"{parquet}: no id column 'nope' (--id-column); columns: id, prompt")):
+    with pytest.raises(
+        QueryFileError, match=re.escape(f"{parquet}: no id column 'nope' (--id-column); columns: id, prompt")
+    ):
         read_queries(parquet, id_column="nope")
 
 
@@ -291,13 +309,16 @@ def test_invalid_utf8_names_line_3(tmp_path):
         read_queries(path)
 
 
-@pytest.mark.parametrize("name, content, problem", [
-    ("empty.jsonl", b"", "no rows"),
-    ("blank.jsonl", b"\n  \n\n", "no rows"),
-    ("broken.parquet", b"not parquet at all", "cannot read as Parquet"),
-    ("queries.csv", b"question\nQ?\n", "unknown file type '.csv'"),
-    ("notes", b"question\n", "unknown file type '(no extension)'"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "name, content, problem",
+    [
+        ("empty.jsonl", b"", "no rows"),
+        ("blank.jsonl", b"\n  \n\n", "no rows"),
+        ("broken.parquet", b"not parquet at all", "cannot read as Parquet"),
+        ("queries.csv", b"question\nQ?\n", "unknown file type '.csv'"),
+        ("notes", b"question\n", "unknown file type '(no extension)'"),
+    ],
+)
 def test_bad_files_are_fatal_even_when_skipping(tmp_path, name, content, problem):
     path = tmp_path / name
     path.write_bytes(content)
@@ -358,7 +379,9 @@ def test_streaming_rejects_go_to_a_callback(tmp_path):
 
 def test_no_valid_rows_is_fatal_when_skipping(tmp_path):
     path = write_jsonl(tmp_path / "q.jsonl", [{"question": ""}, {"question": 3}])
-    with pytest.raises(QueryFileError, match=re.escape(f"{path}: no valid rows; all 2 rejected (first: {path}: line 1")):
+    with pytest.raises(
+        QueryFileError, match=re.escape(f"{path}: no valid rows; all 2 rejected (first: {path}: line 1")
+    ):
         read_queries(path, skip_bad_rows=True)
 
 
@@ -370,8 +393,5 @@ def test_50k_line_jsonl_streams(tmp_path):
     with open(path, "w") as f:
         for i in range(50_000):
             f.write(json.dumps({"question": f"Question number {i}?", "n": i}) + "\n")
-    count = 0
-    for query in iter_queries(path):
-        count += 1
-    assert count == 50_000
-    assert query.extra == {"n": 49_999}
+    extras = [query.extra for query in iter_queries(path)]
+    assert len(extras) == 50_000 and extras[-1] == {"n": 49_999}

@@ -11,21 +11,33 @@ from grading.rubric import RubricError, rubric_from_items
 from grading.scores import explicit_score
 
 MEDICINE = [  # RaR-Medicine style: the pitfall text names the mistake
-    {"title": "Urgent care", "description": "Essential Criteria: Advises emergency care for chest pain with sweating.", "weight": 5},
+    {
+        "title": "Urgent care",
+        "description": "Essential Criteria: Advises emergency care for chest pain with sweating.",
+        "weight": 5,
+    },
     {"title": "Aspirin", "description": "Important Criteria: Mentions chewing aspirin if not allergic.", "weight": 3},
     {"title": "Reassurance", "description": "Optional Criteria: Offers brief reassurance.", "weight": 1},
-    {"title": "Misses urgency", "description": "Pitfall Criteria: Does not mention that symptoms need urgent evaluation.", "weight": -2},
-]  # fmt: skip
+    {
+        "title": "Misses urgency",
+        "description": "Pitfall Criteria: Does not mention that symptoms need urgent evaluation.",
+        "weight": -2,
+    },
+]
 SCIENCE = [  # RaR-Science style: the pitfall text names what to avoid
     {"title": "Formula", "description": "Essential Criteria: Uses F = m a to compute the force.", "weight": 5},
     {"title": "Units", "description": "Pitfall Criteria: Avoids confusing mass with weight.", "weight": -1},
-]  # fmt: skip
+]
 
 
 def test_categories_and_points():
     criteria = criteria_from_rar(MEDICINE, "med.jsonl:1")
     assert [(c["category"], c["points"]) for c in criteria] == [
-        ("Essential", 5), ("Important", 3), ("Optional", 1), ("Pitfall", -2)]  # fmt: skip
+        ("Essential", 5),
+        ("Important", 3),
+        ("Optional", 1),
+        ("Pitfall", -2),
+    ]
     assert criteria[0]["criterion"] == "Advises emergency care for chest pain with sweating."
 
 
@@ -35,8 +47,11 @@ def test_mistake_pitfall_keeps_its_text():
 
 def test_avoidance_pitfall_is_rewritten_to_name_the_mistake():
     criteria = criteria_from_rar(SCIENCE, "s")
-    assert criteria[1] == {"criterion": "Fails to meet this: Avoids confusing mass with weight.", "points": -1,
-                           "category": "Pitfall"}  # fmt: skip
+    assert criteria[1] == {
+        "criterion": "Fails to meet this: Avoids confusing mass with weight.",
+        "points": -1,
+        "category": "Pitfall",
+    }
 
 
 def test_both_conventions_penalise_the_response_that_makes_the_mistake():
@@ -50,11 +65,16 @@ def test_both_conventions_penalise_the_response_that_makes_the_mistake():
     assert literal[1]["criterion"] == "Avoids confusing mass with weight."
 
 
-@pytest.mark.parametrize("text, avoidance", [
-    ("Does not confuse mass with weight.", True), ("Doesn't misstate the units.", True),
-    ("Never divides by zero.", True), ("Does not mention the dosage limit.", False),
-    ("Recommends aspirin for children.", False),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "text, avoidance",
+    [
+        ("Does not confuse mass with weight.", True),
+        ("Doesn't misstate the units.", True),
+        ("Never divides by zero.", True),
+        ("Does not mention the dosage limit.", False),
+        ("Recommends aspirin for children.", False),
+    ],
+)
 def test_auto_reads_the_opening_verb(text, avoidance):
     item = {"title": "t", "description": f"Pitfall Criteria: {text}", "weight": -1}
     assert criteria_from_rar([item], "r")[0]["criterion"].startswith("Fails to meet this") is avoidance
@@ -70,7 +90,10 @@ def test_forced_convention_overrides_auto():
     [
         ([], "non-empty list"),
         ([{"title": "t", "weight": 3}], "item 0: needs a string 'description'"),
-        ([{"title": "t", "description": "Essential Criteria: x", "weight": "5"}], "'weight' must be a non-zero integer"),
+        (
+            [{"title": "t", "description": "Essential Criteria: x", "weight": "5"}],
+            "'weight' must be a non-zero integer",
+        ),
         ([{"title": "t", "description": "Pitfall Criteria: Does not x", "weight": 2}], "pitfall must have a negative"),
     ],
 )
@@ -81,9 +104,16 @@ def test_bad_items_are_named(items, message):
 
 def test_rar_rows_load_as_rubric_rows(tmp_path):
     path = tmp_path / "rar.jsonl"
-    path.write_text(json.dumps({"id": "q1", "question": "Why is F = ma?", "reference_answer": "Newton's second law.",
-                                "rubric": SCIENCE}) + "\n")  # fmt: skip
+    path.write_text(
+        json.dumps(
+            {"id": "q1", "question": "Why is F = ma?", "reference_answer": "Newton's second law.", "rubric": SCIENCE}
+        )
+        + "\n"
+    )
     row = load_rubric_rows(path)["q1"]
     assert load_rubric_rows(path, "mistake")["q1"].rubric.criteria[1].text == "Avoids confusing mass with weight."
-    assert row.reference == "Newton's second law." and [c.category for c in row.rubric.criteria] == ["Essential", "Pitfall"]
+    assert row.reference == "Newton's second law." and [c.category for c in row.rubric.criteria] == [
+        "Essential",
+        "Pitfall",
+    ]
     assert row.conversation == [{"role": "user", "content": "Why is F = ma?"}]

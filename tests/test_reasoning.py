@@ -21,8 +21,10 @@ REASONING = "The user may need a doctor if this persists, but first: water."
 ANSWER = "Drink a glass of water and rest."
 THOUGHT = f"<think>\n{REASONING}\n</think>\n\n{ANSWER}"
 CUT_OFF = f"<think>\n{REASONING} Let me also consider"
-RUBRIC_ITEMS = [{"criterion": "Advises drinking water.", "points": 5},
-                {"criterion": "Mentions seeing a doctor.", "points": 5}]  # fmt: skip
+RUBRIC_ITEMS = [
+    {"criterion": "Advises drinking water.", "points": 5},
+    {"criterion": "Mentions seeing a doctor.", "points": 5},
+]
 KEYWORDS = {"water": "water", "doctor": "doctor"}
 
 
@@ -69,8 +71,9 @@ def grade(server, response: str, **config):
     async def go():
         async with LLMClient({"judge": Role(base_url=server.base_url, model="judge")}) as client:
             rubric = rubric_from_items(RUBRIC_ITEMS, "test")
-            return await Grader(client, GradingConfig(**config)).grade([{"role": "user", "content": "Headache?"}],
-                                                                      response, rubric)  # fmt: skip
+            return await Grader(client, GradingConfig(**config)).grade(
+                [{"role": "user", "content": "Headache?"}], response, rubric
+            )
 
     return run(go())
 
@@ -95,14 +98,37 @@ def write_lines(path, rows):
 
 
 def test_grade_and_eval_score_a_thought_answer_as_its_bare_answer(tmp_path, home, capsys):
-    rubrics = write_lines(tmp_path / "rubrics.jsonl", [{"id": i, "question": "Headache?", "rubrics": RUBRIC_ITEMS}
-                                                      for i in ("thought", "bare", "cut")])  # fmt: skip
-    responses = write_lines(tmp_path / "responses.jsonl", [{"id": "thought", "response": THOUGHT},
-                                                           {"id": "bare", "response": ANSWER},
-                                                           {"id": "cut", "response": CUT_OFF}])  # fmt: skip
+    rubrics = write_lines(
+        tmp_path / "rubrics.jsonl",
+        [{"id": i, "question": "Headache?", "rubrics": RUBRIC_ITEMS} for i in ("thought", "bare", "cut")],
+    )
+    responses = write_lines(
+        tmp_path / "responses.jsonl",
+        [
+            {"id": "thought", "response": THOUGHT},
+            {"id": "bare", "response": ANSWER},
+            {"id": "cut", "response": CUT_OFF},
+        ],
+    )
     with FaultServer(reply=judge) as server:
-        assert main(["grade", "--rubrics", str(rubrics), "--responses", str(responses), "--output",
-                     str(tmp_path / "graded.jsonl"), "--base-url", server.base_url, "--model", "fake"]) == 0
+        assert (
+            main(
+                [
+                    "grade",
+                    "--rubrics",
+                    str(rubrics),
+                    "--responses",
+                    str(responses),
+                    "--output",
+                    str(tmp_path / "graded.jsonl"),
+                    "--base-url",
+                    server.base_url,
+                    "--model",
+                    "fake",
+                ]
+            )
+            == 0
+        )
         # 2 calls: the thought answer and the bare one are one text to the judge (graded once), the cut one none
         assert server.count == 2 and all(REASONING not in text for text in judged_texts(server))
     records = {r["id"]: r for r in map(json.loads, (tmp_path / "graded.jsonl").read_text().splitlines())}
@@ -112,8 +138,22 @@ def test_grade_and_eval_score_a_thought_answer_as_its_bare_answer(tmp_path, home
     assert "1 without an answer (reasoning never closed)" in capsys.readouterr().out
     # eval with a policy that thinks: its answer is judged, the unanswered one counts 0 in the report
     with FaultServer(reply=policy_and_judge(THOUGHT)) as server:
-        assert main(["eval", "--rubrics", str(rubrics), "--output-dir", str(tmp_path / "eval"),
-                     "--base-url", server.base_url, "--model", "fake"]) == 0
+        assert (
+            main(
+                [
+                    "eval",
+                    "--rubrics",
+                    str(rubrics),
+                    "--output-dir",
+                    str(tmp_path / "eval"),
+                    "--base-url",
+                    server.base_url,
+                    "--model",
+                    "fake",
+                ]
+            )
+            == 0
+        )
         assert all(REASONING not in text for text in judged_texts(server))
     report = json.loads((tmp_path / "eval" / "report.json").read_text())
     assert report["metrics"]["overall_score"] == 0.5 and report["no_answer"] == 0
@@ -129,9 +169,29 @@ def test_ruft_build_selects_on_the_answer_and_keeps_what_sft_completion_says(tmp
     for completion, expected in (("whole", THOUGHT), ("answer", ANSWER)):
         with FaultServer(reply=reply) as server:
             out = tmp_path / completion
-            assert main(["ruft", "build", "--rubrics", str(rubrics), "--output-dir", str(out), "--base-url",
-                         server.base_url, "--model", "fake", "--threshold", "0.5", "--candidates", "policy=2",
-                         "--sft-completion", completion]) == 0
+            assert (
+                main(
+                    [
+                        "ruft",
+                        "build",
+                        "--rubrics",
+                        str(rubrics),
+                        "--output-dir",
+                        str(out),
+                        "--base-url",
+                        server.base_url,
+                        "--model",
+                        "fake",
+                        "--threshold",
+                        "0.5",
+                        "--candidates",
+                        "policy=2",
+                        "--sft-completion",
+                        completion,
+                    ]
+                )
+                == 0
+            )
             assert all(REASONING not in text for text in judged_texts(server))
         candidates = [json.loads(line) for line in (out / "candidates.jsonl").read_text().splitlines()]
         assert sorted((c["score"], bool(c["no_answer"])) for c in candidates) == [(0.0, True), (0.5, False)]
@@ -144,17 +204,26 @@ def test_ruft_build_selects_on_the_answer_and_keeps_what_sft_completion_says(tmp
 
 def test_the_rurl_reward_judges_answers_and_logs_both_lengths():
     prompts = [[{"role": "user", "content": "Headache?"}]] * 4
-    completions = [[{"role": "assistant", "content": THOUGHT}], [{"role": "assistant", "content": ANSWER}],
-                   [{"role": "assistant", "content": CUT_OFF}],
-                   # TRL's response parsing puts a closed reasoning beside the content
-                   [{"role": "assistant", "content": ANSWER, "reasoning_content": REASONING}]]  # fmt: skip
+    completions = [
+        [{"role": "assistant", "content": THOUGHT}],
+        [{"role": "assistant", "content": ANSWER}],
+        [{"role": "assistant", "content": CUT_OFF}],
+        # TRL's response parsing puts a closed reasoning beside the content
+        [{"role": "assistant", "content": ANSWER, "reasoning_content": REASONING}],
+    ]
     metrics = {}
     with FaultServer(reply=judge) as server:
 
         async def go():
             async with LLMClient({"judge": Role(base_url=server.base_url, model="judge")}) as client:
-                return await rubric_reward(prompts, completions, [RUBRIC_ITEMS] * 4, grader=Grader(client),
-                                           log_metric=metrics.__setitem__, count_tokens=lambda t: len(t.split()))  # fmt: skip
+                return await rubric_reward(
+                    prompts,
+                    completions,
+                    [RUBRIC_ITEMS] * 4,
+                    grader=Grader(client),
+                    log_metric=metrics.__setitem__,
+                    count_tokens=lambda t: len(t.split()),
+                )
 
         rewards = run(go())
         assert all(REASONING not in text for text in judged_texts(server))
@@ -162,7 +231,9 @@ def test_the_rurl_reward_judges_answers_and_logs_both_lengths():
     assert metrics["rubric/no_answer_rate"] == 0.25
     words = len(REASONING.split())
     # reasoning: the thought, none, the cut-off one, the parsed one
-    assert metrics["rubric/reasoning_length"] == (words + 0 + len(f"{REASONING} Let me also consider".split()) + words) / 4
+    assert (
+        metrics["rubric/reasoning_length"] == (words + 0 + len(f"{REASONING} Let me also consider".split()) + words) / 4
+    )
     assert metrics["rubric/answer_length"] == len(ANSWER.split()) * 3 / 4
 
 
@@ -173,16 +244,44 @@ def test_synthesis_grounds_rubrics_in_answers_not_reasoning(tmp_path, home, monk
         return schema_reply(body) if body.get("response_format") else THOUGHT
 
     with FaultServer(reply=reply) as server:
-        assert main(["synth", "--input", str(queries), "--output-dir", str(tmp_path / "out"),
-                     "--base-url", server.base_url, "--model", "fake"]) == 0
+        assert (
+            main(
+                [
+                    "synth",
+                    "--input",
+                    str(queries),
+                    "--output-dir",
+                    str(tmp_path / "out"),
+                    "--base-url",
+                    server.base_url,
+                    "--model",
+                    "fake",
+                ]
+            )
+            == 0
+        )
         writer_prompts = [r["messages"][-1]["content"] for r in server.requests if r.get("response_format")]
     assert writer_prompts and all(ANSWER in p and REASONING not in p for p in writer_prompts)
     details = json.loads((tmp_path / "out" / "details.jsonl").read_text().splitlines()[0])
     assert details["reference_answer"] == ANSWER
     monkeypatch.setenv("RUBRICRL_HOME", str(tmp_path / "other-home"))  # not the first run's cached answers
     with FaultServer(reply=lambda body: schema_reply(body) if body.get("response_format") else CUT_OFF) as server:
-        assert main(["synth", "--input", str(queries), "--output-dir", str(tmp_path / "cut"),
-                     "--base-url", server.base_url, "--model", "fake"]) != 0
+        assert (
+            main(
+                [
+                    "synth",
+                    "--input",
+                    str(queries),
+                    "--output-dir",
+                    str(tmp_path / "cut"),
+                    "--base-url",
+                    server.base_url,
+                    "--model",
+                    "fake",
+                ]
+            )
+            != 0
+        )
     errors = (tmp_path / "cut" / "errors.jsonl").read_text()
     assert "cut off while reasoning" in errors and "raise its max_tokens" in errors
 
@@ -205,15 +304,17 @@ def test_rurl_reads_from_the_policys_template_whether_it_opens_the_reasoning(tmp
 
     tokenizer = AutoTokenizer.from_pretrained(prepare_embedded_model())
     grpo = GRPOConfig(output_dir=str(tmp_path / "run"), report_to=[], use_cpu=True, bf16=False)
-    for opens, template in ((False, tokenizer.chat_template),
-                            (True, tokenizer.chat_template.replace("<|im_start|>assistant\n",
-                                                                   "<|im_start|>assistant\n<think>\n"))):  # fmt: skip
+    for opens, template in (
+        (False, tokenizer.chat_template),
+        (True, tokenizer.chat_template.replace("<|im_start|>assistant\n", "<|im_start|>assistant\n<think>\n")),
+    ):
         assert ("<think>" in template) == opens  # the replacement took
         tokenizer.chat_template = template
         tokenizer.save_pretrained(tmp_path / f"policy-{opens}")
         grading, config = GradingConfig(), {"grading": {"reasoning_starts_open": False}}
-        policy = read_policy_template(grading, grpo, ModelConfig(model_name_or_path=str(tmp_path / f"policy-{opens}")),
-                                      config)  # fmt: skip
+        policy = read_policy_template(
+            grading, grpo, ModelConfig(model_name_or_path=str(tmp_path / f"policy-{opens}")), config
+        )
         assert grading.reasoning_starts_open == opens and config["grading"]["reasoning_starts_open"] == opens
         assert policy.chat_template == template  # the policy's own tokenizer: the reward reads and counts with it
 
@@ -224,8 +325,10 @@ def test_a_policy_behind_a_reasoning_parser_is_judged_alike_and_its_cut_off_answ
     answers hard questions), and ruft build keeps the whole completion with its reasoning between the delimiters."""
     parsed = {"content": ANSWER, "reasoning": REASONING}
     cut_off = {"content": None, "reasoning": REASONING, "finish_reason": "length"}
-    rubrics = write_lines(tmp_path / "rubrics.jsonl", [{"id": i, "question": f"Headache {i}?", "rubrics": RUBRIC_ITEMS}
-                                                      for i in ("answered", "cut")])  # fmt: skip
+    rubrics = write_lines(
+        tmp_path / "rubrics.jsonl",
+        [{"id": i, "question": f"Headache {i}?", "rubrics": RUBRIC_ITEMS} for i in ("answered", "cut")],
+    )
 
     def reply(body):
         if body.get("response_format"):
@@ -233,13 +336,46 @@ def test_a_policy_behind_a_reasoning_parser_is_judged_alike_and_its_cut_off_answ
         return cut_off if "cut" in body["messages"][-1]["content"] else parsed
 
     with FaultServer(reply=reply) as server:
-        assert main(["eval", "--rubrics", str(rubrics), "--output-dir", str(tmp_path / "eval"),
-                     "--base-url", server.base_url, "--model", "fake"]) == 0
+        assert (
+            main(
+                [
+                    "eval",
+                    "--rubrics",
+                    str(rubrics),
+                    "--output-dir",
+                    str(tmp_path / "eval"),
+                    "--base-url",
+                    server.base_url,
+                    "--model",
+                    "fake",
+                ]
+            )
+            == 0
+        )
         records = {r["id"]: r for r in map(json.loads, (tmp_path / "eval" / "graded.jsonl").read_text().splitlines())}
         assert records["answered"]["score"] == 0.5 and records["answered"]["response"].endswith(ANSWER)
         assert records["cut"]["score"] == 0.0 and records["cut"]["no_answer"] and not records["cut"].get("policy_error")
-        assert main(["ruft", "build", "--rubrics", str(rubrics), "--output-dir", str(tmp_path / "ruft"), "--base-url",
-                     server.base_url, "--model", "fake", "--threshold", "0.5", "--candidates", "policy=2"]) == 0
+        assert (
+            main(
+                [
+                    "ruft",
+                    "build",
+                    "--rubrics",
+                    str(rubrics),
+                    "--output-dir",
+                    str(tmp_path / "ruft"),
+                    "--base-url",
+                    server.base_url,
+                    "--model",
+                    "fake",
+                    "--threshold",
+                    "0.5",
+                    "--candidates",
+                    "policy=2",
+                ]
+            )
+            == 0
+        )
         assert all(REASONING not in text for text in judged_texts(server))
     sft = [json.loads(line) for line in (tmp_path / "ruft" / "sft.jsonl").read_text().splitlines()]
     assert [row["completion"][0]["content"] for row in sft] == [f"<think>{REASONING}</think>\n\n{ANSWER}"]
@@ -260,12 +396,19 @@ def test_the_rurl_reward_reads_trls_parsed_completions_right():
         async def go(completions, **options):
             async with LLMClient({"judge": Role(base_url=server.base_url, model="judge")}) as client:
                 grader = Grader(client, GradingConfig(reasoning_starts_open=True))
-                return await rubric_reward(prompts[: len(completions)], completions, [RUBRIC_ITEMS] * len(completions),
-                                           grader=grader, log_metric=metrics.__setitem__, **options)  # fmt: skip
+                return await rubric_reward(
+                    prompts[: len(completions)],
+                    completions,
+                    [RUBRIC_ITEMS] * len(completions),
+                    grader=grader,
+                    log_metric=metrics.__setitem__,
+                    **options,
+                )
 
         raw = {(1, 2): f"</think>\n\n{ANSWER}"}
-        decoded = run(go([parsed_closed_empty], completion_ids=[[1, 2]],
-                         decode=lambda ids: [raw[tuple(i)] for i in ids]))  # fmt: skip
+        decoded = run(
+            go([parsed_closed_empty], completion_ids=[[1, 2]], decode=lambda ids: [raw[tuple(i)] for i in ids])
+        )
         assert decoded == [0.5]  # the answer, judged
         calls = server.count
         assert run(go([parsed_unclosed, parsed_gpt_oss])) == [0.0, 0.0]

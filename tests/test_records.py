@@ -13,22 +13,34 @@ from rubricrl.records import RecordFileError, generated_id, iter_rows
 from synthesis.output import details_schema, final_schema
 from tests.helpers import read_queries
 
-CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "I cough."},
-        {"role": "assistant", "content": "Since when?"}, {"role": "user", "content": "Three weeks."}]  # fmt: skip
+CHAT = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "I cough."},
+    {"role": "assistant", "content": "Since when?"},
+    {"role": "user", "content": "Three weeks."},
+]
 RUBRIC = [{"criterion": "Asks about fever.", "points": 5}]
 
 
 def synthesis_output(folder, details: bool = True):
     """final.parquet in RubricHub's schema (a multi-turn question is its transcript) and final_details beside it."""
     folder.mkdir()
-    final = [{"id": "chat", "question": "system: Be brief.\n\nuser: I cough.\n\n...", "rubrics": RUBRIC},
-             {"id": "single", "question": "What is a fever?", "rubrics": RUBRIC}]  # fmt: skip
+    final = [
+        {"id": "chat", "question": "system: Be brief.\n\nuser: I cough.\n\n...", "rubrics": RUBRIC},
+        {"id": "single", "question": "What is a fever?", "rubrics": RUBRIC},
+    ]
     pq.write_table(pa.Table.from_pylist(final, schema=final_schema()), folder / "final.parquet")
     (folder / "final.jsonl").write_text("".join(json.dumps(r) + "\n" for r in final))
     if details:
-        rows = [{"id": "chat", "prompt": CHAT, "criteria": [], "reference_answer": "Ask about fever and duration."},
-                {"id": "single", "prompt": [{"role": "user", "content": "What is a fever?"}], "criteria": [],
-                 "reference_answer": "A body temperature above 38 C."}]  # fmt: skip
+        rows = [
+            {"id": "chat", "prompt": CHAT, "criteria": [], "reference_answer": "Ask about fever and duration."},
+            {
+                "id": "single",
+                "prompt": [{"role": "user", "content": "What is a fever?"}],
+                "criteria": [],
+                "reference_answer": "A body temperature above 38 C.",
+            },
+        ]
         pq.write_table(pa.Table.from_pylist(rows, schema=details_schema()), folder / "final_details.parquet")
         (folder / "details.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return folder
@@ -49,8 +61,12 @@ def test_a_synthesis_output_is_read_with_its_messages(tmp_path, name):
 def test_details_written_before_reference_answer_was_the_key_still_give_the_reference(tmp_path):
     out = synthesis_output(tmp_path / "out")
     lines = [json.loads(line) for line in (out / "details.jsonl").read_text().splitlines()]
-    (out / "details.jsonl").write_text("".join(json.dumps({**{k: v for k, v in r.items() if k != "reference_answer"},
-                                                           "reference": "old key"}) + "\n" for r in lines))  # fmt: skip
+    (out / "details.jsonl").write_text(
+        "".join(
+            json.dumps({**{k: v for k, v in r.items() if k != "reference_answer"}, "reference": "old key"}) + "\n"
+            for r in lines
+        )
+    )
     assert load_rubric_rows(out / "final.jsonl")["chat"].reference == "old key"
 
 
@@ -76,8 +92,10 @@ def test_without_details_the_question_is_the_conversation(tmp_path):
 
 def test_rubric_rows_and_queries_agree_on_precedence_and_ids(tmp_path):
     path = tmp_path / "rows.jsonl"
-    rows = [{"prompt": CHAT, "question": "flattened", "rubrics": RUBRIC},  # prompt first, everywhere
-            {"id": 7, "question": "Seven?", "rubrics": RUBRIC}]  # an integer id is the string "7", everywhere
+    rows = [
+        {"prompt": CHAT, "question": "flattened", "rubrics": RUBRIC},  # prompt first, everywhere
+        {"id": 7, "question": "Seven?", "rubrics": RUBRIC},
+    ]  # an integer id is the string "7", everywhere
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     by_grading = load_rubric_rows(path)
     by_queries = {q.id: q for q in read_queries(path).queries}
@@ -90,12 +108,14 @@ def test_rubric_rows_and_queries_agree_on_precedence_and_ids(tmp_path):
 
 def test_errors_name_the_file_and_line_or_row(tmp_path):
     bad = tmp_path / "rubrics.jsonl"
-    bad.write_text(json.dumps({"id": "a", "question": "q", "rubrics": RUBRIC}) + "\n{\"id\": \"b\"\n")
+    bad.write_text(json.dumps({"id": "a", "question": "q", "rubrics": RUBRIC}) + '\n{"id": "b"\n')
     with pytest.raises(RecordFileError, match=f"{bad}: line 2: invalid JSON"):
         load_rubric_rows(bad)
     parquet = tmp_path / "rubrics.parquet"
-    pq.write_table(pa.Table.from_pylist([{"id": "a", "prompt": [{"role": "assistant", "content": "hi"}],
-                                          "rubrics": RUBRIC}]), parquet)  # fmt: skip
+    pq.write_table(
+        pa.Table.from_pylist([{"id": "a", "prompt": [{"role": "assistant", "content": "hi"}], "rubrics": RUBRIC}]),
+        parquet,
+    )
     with pytest.raises(RubricError, match=f"{parquet}: row 1: prompt\\[0\\]: the last message is from 'assistant'"):
         load_rubric_rows(parquet)
     assert [where for where, _ in iter_rows(tmp_path / "rubrics.parquet")] == [f"{parquet}: row 1"]

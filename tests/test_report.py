@@ -22,25 +22,43 @@ from rubricrl.config import resolved, write_resolved
 from rubricrl.jsonl import write_jsonl
 from rubricrl.llm import LLMSettings
 
-JUDGE = {"judge_model": "judge-model-x", "mode": "per_criterion", "samples": 1,
-         "prompt": "grading/judge_criterion.txt", "prompt_sha256": "0" * 64, "system_sha256": "1" * 64,
-         "min_coverage": 0.8, "undecided_penalty": "unscored"}  # as Grader.metadata records it
+JUDGE = {
+    "judge_model": "judge-model-x",
+    "mode": "per_criterion",
+    "samples": 1,
+    "prompt": "grading/judge_criterion.txt",
+    "prompt_sha256": "0" * 64,
+    "system_sha256": "1" * 64,
+    "min_coverage": 0.8,
+    "undecided_penalty": "unscored",
+}  # as Grader.metadata records it
 INJECTION = "<script>alert('pwned')</script><b>bold</b> & <img src=http://evil.example/x.png>"
 # (id, prompt, response, [(criterion, points, tags, met, explanation)], example tags)
 EXAMPLES = [
-    ("q1", "I have a headache, what should I do?", "Drink water and rest.",
-     [("Advises hydration.", 7, ["axis:accuracy"], True, "EXPL-q1-a: says to drink water"),
-      ("Mentions when to see a doctor.", 5, ["axis:completeness"], False, "EXPL-q1-b: no doctor mentioned"),
-      ("Recommends rest.", 10, ["axis:accuracy"], True, "EXPL-q1-c: says rest"),
-      ("Prescribes a specific drug dose.", -6, ["axis:accuracy"], True, "EXPL-q1-d: <i>names</i> a dose")],
-     ["theme:health"]),  # 11 / 22 = 0.5, the HealthBench check
-    ("q2", "Write me a web page.", INJECTION,
-     [("Answers the question.", 5, ["axis:completeness"], True, "EXPL-q2-a: it answered"),
-      ("Is polite.", 3, ["axis:communication"], None, "judge failed: no verdict")],
-     ["theme:coding"]),  # 5 / 5 over the decided criteria, coverage 1/2 < 0.8: unscored
-    ("q3", "What is 2 + 2?", "4",
-     [("Says 4.", 5, ["axis:accuracy"], True, "EXPL-q3-a: correct")], ["theme:math"]),
-]  # fmt: skip
+    (
+        "q1",
+        "I have a headache, what should I do?",
+        "Drink water and rest.",
+        [
+            ("Advises hydration.", 7, ["axis:accuracy"], True, "EXPL-q1-a: says to drink water"),
+            ("Mentions when to see a doctor.", 5, ["axis:completeness"], False, "EXPL-q1-b: no doctor mentioned"),
+            ("Recommends rest.", 10, ["axis:accuracy"], True, "EXPL-q1-c: says rest"),
+            ("Prescribes a specific drug dose.", -6, ["axis:accuracy"], True, "EXPL-q1-d: <i>names</i> a dose"),
+        ],
+        ["theme:health"],
+    ),  # 11 / 22 = 0.5, the HealthBench check
+    (
+        "q2",
+        "Write me a web page.",
+        INJECTION,
+        [
+            ("Answers the question.", 5, ["axis:completeness"], True, "EXPL-q2-a: it answered"),
+            ("Is polite.", 3, ["axis:communication"], None, "judge failed: no verdict"),
+        ],
+        ["theme:coding"],
+    ),  # 5 / 5 over the decided criteria, coverage 1/2 < 0.8: unscored
+    ("q3", "What is 2 + 2?", "4", [("Says 4.", 5, ["axis:accuracy"], True, "EXPL-q3-a: correct")], ["theme:math"]),
+]
 
 
 # --- fixtures: folders as the commands write them -------------------------------------------------------------------
@@ -50,17 +68,29 @@ def graded_record(row_id: str, response: str, verdicts: list, example_tags: list
     criteria = [Criterion(text, points, tuple(tags)) for text, points, tags, _, _ in verdicts]
     met = [m for _, _, _, m, _ in verdicts]
     score = explicit_score([c.points for c in criteria], met).score
-    graded = Graded(score=score, reward=None if score is None else min(1.0, max(0.0, score)),
-                    verdicts=[Verdict.of(c, m, e, "judge") for c, (_, _, _, m, e) in zip(criteria, verdicts)],
-                    judge_failures=sum(m is None for m in met))  # fmt: skip
+    graded = Graded(
+        score=score,
+        reward=None if score is None else min(1.0, max(0.0, score)),
+        verdicts=[Verdict.of(c, m, e, "judge") for c, (_, _, _, m, e) in zip(criteria, verdicts)],
+        judge_failures=sum(m is None for m in met),
+    )
     return graded.to_record(example_tags, id=row_id, response=response, **fields)
 
 
 def write_rubrics(path: Path, examples=EXAMPLES) -> Path:
     """The rubric dataset, HealthBench-style: prompt messages, prompt_id, rubrics with tags, example_tags."""
-    write_jsonl(path, [{"prompt_id": i, "prompt": [{"role": "user", "content": p}], "example_tags": t,
-                        "rubrics": [{"criterion": c, "points": n, "tags": g} for c, n, g, _, _ in v]}
-                       for i, p, _, v, t in examples])  # fmt: skip
+    write_jsonl(
+        path,
+        [
+            {
+                "prompt_id": i,
+                "prompt": [{"role": "user", "content": p}],
+                "example_tags": t,
+                "rubrics": [{"criterion": c, "points": n, "tags": g} for c, n, g, _, _ in v],
+            }
+            for i, p, _, v, t in examples
+        ],
+    )
     return path
 
 
@@ -81,23 +111,49 @@ def make_rurl(folder: Path, with_log_history: bool = True) -> list[dict]:
     """A RuRL run folder as `rurl train` writes it: config.yaml, eval.jsonl, log_history.json (or only a checkpoint's
     trainer_state.json), completions/*.parquet (TRL's completion log), manifest.json. Returns the log history."""
     folder.mkdir(parents=True)
-    config = {"rubrics": "data.jsonl", "rurl": {"eval_every": 1, "dynamic_sampling": False},
-              "grading": {"mode": "per_criterion", "judge_role": "judge"}, "llm": {"roles": {"judge": {"model": "j"}}},
-              "model_name_or_path": "tiny-policy", "use_peft": True, "num_generations": 4, "learning_rate": 1e-5,
-              "loss_type": "dapo", "max_steps": 2}  # fmt: skip
+    config = {
+        "rubrics": "data.jsonl",
+        "rurl": {"eval_every": 1, "dynamic_sampling": False},
+        "grading": {"mode": "per_criterion", "judge_role": "judge"},
+        "llm": {"roles": {"judge": {"model": "j"}}},
+        "model_name_or_path": "tiny-policy",
+        "use_peft": True,
+        "num_generations": 4,
+        "learning_rate": 1e-5,
+        "loss_type": "dapo",
+        "max_steps": 2,
+    }
     write_resolved(folder / "config.yaml", config)
     evals = []
     for step, responses in ((1, ["Drink water.", "x", "4"]), (2, ["Drink water and rest.", "y", "4"])):
         records = [graded_record(i, r, v, t) for (i, _, _, v, t), r in zip(EXAMPLES, responses)]
         evals.append({"step": step, **build_report(records)})
     (folder / "eval.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evals))
-    history = [{"loss": 0.1, "reward": 0.25, "reward_std": 0.1, "rubric/criteria_pass_rate": 0.4,
-                "rubric/judge_failure_rate": 0.05, "rubric/completion_length": 40.0,
-                "rubric/length_reward_corr": 0.3, "rubric/tag/axis:accuracy": 0.5, "step": 1},
-               {"loss": 0.05, "reward": 0.625, "reward_std": 0.2, "rubric/criteria_pass_rate": 0.7,
-                "rubric/judge_failure_rate": 0.0, "rubric/completion_length": 30.0,
-                "rubric/length_reward_corr": -0.2, "rubric/tag/axis:accuracy": 0.8,
-                **{f"eval/{k}": v for k, v in evals[1]["metrics"].items()}, "step": 2}]  # fmt: skip
+    history = [
+        {
+            "loss": 0.1,
+            "reward": 0.25,
+            "reward_std": 0.1,
+            "rubric/criteria_pass_rate": 0.4,
+            "rubric/judge_failure_rate": 0.05,
+            "rubric/completion_length": 40.0,
+            "rubric/length_reward_corr": 0.3,
+            "rubric/tag/axis:accuracy": 0.5,
+            "step": 1,
+        },
+        {
+            "loss": 0.05,
+            "reward": 0.625,
+            "reward_std": 0.2,
+            "rubric/criteria_pass_rate": 0.7,
+            "rubric/judge_failure_rate": 0.0,
+            "rubric/completion_length": 30.0,
+            "rubric/length_reward_corr": -0.2,
+            "rubric/tag/axis:accuracy": 0.8,
+            **{f"eval/{k}": v for k, v in evals[1]["metrics"].items()},
+            "step": 2,
+        },
+    ]
     if with_log_history:
         (folder / "log_history.json").write_text(json.dumps(history, indent=1))
     else:
@@ -106,22 +162,55 @@ def make_rurl(folder: Path, with_log_history: bool = True) -> list[dict]:
         (folder / "checkpoint-2" / "trainer_state.json").write_text(json.dumps(state))
     (folder / "completions").mkdir()
     messages = [[{"role": "user", "content": "Tell me about bees."}]] * 2
-    pq.write_table(pa.table({
-        "step": [2, 2], "prompt": messages,
-        "completion": [[{"role": "assistant", "content": "Bees make honey."}],
-                       [{"role": "assistant", "content": INJECTION}]],
-        "rubric_reward": [1.0, -0.25], "rubric_flag": ["", ""],
-        "rubric_verdicts": [json.dumps([["States a fact about bees.", 5, True]]),
-                            json.dumps([["States a fact about bees.", 5, False], ["Is rude.", -2, True]])],
-        "advantage": [0.5, -0.5],
-    }), folder / "completions" / "completions_00002.parquet")  # fmt: skip
-    summary = {"steps": 2, "steps_this_run": 2, "seconds": 3.5, "reward_first": 0.25, "reward_last": 0.625,
-               "judge": {"completions": 8, "unscored": 0, "verdicts": 24, "failed_verdicts": 1, "judge_calls": 24,
-                         "seconds": 1.0}, "dynamic_sampling_logged": None, "eval": None, "stopped": None}  # fmt: skip
+    pq.write_table(
+        pa.table(
+            {
+                "step": [2, 2],
+                "prompt": messages,
+                "completion": [
+                    [{"role": "assistant", "content": "Bees make honey."}],
+                    [{"role": "assistant", "content": INJECTION}],
+                ],
+                "rubric_reward": [1.0, -0.25],
+                "rubric_flag": ["", ""],
+                "rubric_verdicts": [
+                    json.dumps([["States a fact about bees.", 5, True]]),
+                    json.dumps([["States a fact about bees.", 5, False], ["Is rude.", -2, True]]),
+                ],
+                "advantage": [0.5, -0.5],
+            }
+        ),
+        folder / "completions" / "completions_00002.parquet",
+    )
+    summary = {
+        "steps": 2,
+        "steps_this_run": 2,
+        "seconds": 3.5,
+        "reward_first": 0.25,
+        "reward_last": 0.625,
+        "judge": {
+            "completions": 8,
+            "unscored": 0,
+            "verdicts": 24,
+            "failed_verdicts": 1,
+            "judge_calls": 24,
+            "seconds": 1.0,
+        },
+        "dynamic_sampling_logged": None,
+        "eval": None,
+        "stopped": None,
+    }
     if with_log_history:  # a run that ended; without: killed before the manifest
-        (folder / "manifest.json").write_text(json.dumps({
-            "command": "rurl train", "config": config, "summary": summary,
-            "data": {"source": "data.jsonl", "train_rows": 6, "eval_rows": 3, "judge": JUDGE}}))  # fmt: skip
+        (folder / "manifest.json").write_text(
+            json.dumps(
+                {
+                    "command": "rurl train",
+                    "config": config,
+                    "summary": summary,
+                    "data": {"source": "data.jsonl", "train_rows": 6, "eval_rows": 3, "judge": JUDGE},
+                }
+            )
+        )
     return history
 
 
@@ -130,10 +219,19 @@ def make_build(folder: Path) -> None:
     q1 keeps its candidate 1 (score 1.0 >= tau 0.6); q3's candidates score 0.0 and 0.5: below tau."""
     folder.mkdir(parents=True)
     rubrics = write_rubrics(folder.parent / "build-rubrics.jsonl")
-    config = {"rubrics": str(rubrics), "output_dir": str(folder), "limit": None, "rar_pitfalls": "auto",
-              "ruft": {"candidates": {"policy": 2}, "threshold": 0.6, "keep": 1, "keep_truncated": False},
-              "grading": {"mode": "per_criterion", "judge_role": "judge", "min_coverage": 0.8,
-                          "undecided_penalty": "unscored"}}  # fmt: skip
+    config = {
+        "rubrics": str(rubrics),
+        "output_dir": str(folder),
+        "limit": None,
+        "rar_pitfalls": "auto",
+        "ruft": {"candidates": {"policy": 2}, "threshold": 0.6, "keep": 1, "keep_truncated": False},
+        "grading": {
+            "mode": "per_criterion",
+            "judge_role": "judge",
+            "min_coverage": 0.8,
+            "undecided_penalty": "unscored",
+        },
+    }
     write_resolved(folder / "config.yaml", config)
     crit_q1 = [("Advises hydration.", 5, ["axis:accuracy"]), ("Recommends rest.", 5, ["axis:completeness"])]
     crit_q3 = [("Says 4.", 4, ["axis:accuracy"]), ("Shows the sum.", 4, ["axis:completeness"])]
@@ -147,25 +245,67 @@ def make_build(folder: Path) -> None:
     for row_id, index, text, met, kept, finish in candidates:
         criteria = crit_q1 if row_id == "q1" else crit_q3
         verdicts = [(c, p, t, m, f"EXPL-{row_id}-{index}-{j}") for j, ((c, p, t), m) in enumerate(zip(criteria, met))]
-        lines.append(graded_record(row_id, text, verdicts, [], candidate=index, role="policy", model="cand-model",
-                                   finish_reason=finish, length=len(text), kept=kept))  # fmt: skip
+        lines.append(
+            graded_record(
+                row_id,
+                text,
+                verdicts,
+                [],
+                candidate=index,
+                role="policy",
+                model="cand-model",
+                finish_reason=finish,
+                length=len(text),
+                kept=kept,
+            )
+        )
     write_jsonl(folder / "candidates.jsonl", lines)
-    write_jsonl(folder / "queries.jsonl", [
-        {"id": "q1", "k": 2, "scored": 2, "flagged": 0, "truncated": 0, "kept": [1], "best_score": 1.0},
-        {"id": "q3", "k": 2, "scored": 2, "flagged": 0, "truncated": 1, "kept": [], "best_score": 0.5}])  # fmt: skip
-    (folder / "manifest.json").write_text(json.dumps({
-        "command": "ruft build", "rubrics": str(rubrics), "config": config, "judge": JUDGE, "seconds": 12.5,
-        "roles": {"policy": {"model": "cand-model"}, "judge": {"model": "judge-model-x"}},
-        "counts": {"queries": 2, "finished_queries": 2, "queries_kept": 1, "queries_below_threshold": 1,
-                   "candidates": 4, "judge_failure_rate": 0.0, "failed": {}}}))  # fmt: skip
+    write_jsonl(
+        folder / "queries.jsonl",
+        [
+            {"id": "q1", "k": 2, "scored": 2, "flagged": 0, "truncated": 0, "kept": [1], "best_score": 1.0},
+            {"id": "q3", "k": 2, "scored": 2, "flagged": 0, "truncated": 1, "kept": [], "best_score": 0.5},
+        ],
+    )
+    (folder / "manifest.json").write_text(
+        json.dumps(
+            {
+                "command": "ruft build",
+                "rubrics": str(rubrics),
+                "config": config,
+                "judge": JUDGE,
+                "seconds": 12.5,
+                "roles": {"policy": {"model": "cand-model"}, "judge": {"model": "judge-model-x"}},
+                "counts": {
+                    "queries": 2,
+                    "finished_queries": 2,
+                    "queries_kept": 1,
+                    "queries_below_threshold": 1,
+                    "candidates": 4,
+                    "judge_failure_rate": 0.0,
+                    "failed": {},
+                },
+            }
+        )
+    )
 
 
 def make_sft(folder: Path) -> None:
     """An SFT run folder as `ruft train` writes it: config.yaml (flat: ours and TRL's), README.md, checkpoints."""
     folder.mkdir(parents=True)
-    write_resolved(folder / "config.yaml", {"dataset": "runs/ruft", "merge_adapter": True, "output_dir": str(folder),
-                                            "learning_rate": 2e-4, "num_train_epochs": 1.0, "max_steps": 3,
-                                            "model_name_or_path": "base-model", "use_peft": False})  # fmt: skip
+    write_resolved(
+        folder / "config.yaml",
+        {
+            "dataset": "runs/ruft",
+            "merge_adapter": True,
+            "output_dir": str(folder),
+            "learning_rate": 2e-4,
+            "num_train_epochs": 1.0,
+            "max_steps": 3,
+            "model_name_or_path": "base-model",
+            "use_peft": False,
+        },
+    )
     (folder / "README.md").write_text("# model card\n")
     for step in (2, 3):
         (folder / f"checkpoint-{step}").mkdir()
@@ -245,8 +385,14 @@ def test_eval_page_shows_overall_score_with_its_bootstrap_std_then_axes_then_the
     table = page.table_with(["metric", "score", "± bootstrap std", "n"])
     metrics = expected["metrics"]
     overall = [r for r in table if r[0] == "overall_score"]
-    assert overall == [["overall_score", f"{metrics['overall_score']:.3f}",
-                        f"{metrics['overall_score:bootstrap_std']:.3f}", str(metrics["overall_score:n_samples"])]]
+    assert overall == [
+        [
+            "overall_score",
+            f"{metrics['overall_score']:.3f}",
+            f"{metrics['overall_score:bootstrap_std']:.3f}",
+            str(metrics["overall_score:n_samples"]),
+        ]
+    ]
     assert metrics["overall_score"] == 0.75  # q1 0.5, q3 1.0; q2 unscored (half its criteria undecided)
     names = [r[0] for r in table[1:] if len(r) == 4]
     assert names[0] == "overall_score"
@@ -265,7 +411,7 @@ def test_every_criterion_verdict_and_explanation_is_on_the_page(tmp_path):
     page = Page(text)
     for row_id, prompt, _, verdicts, _ in EXAMPLES:
         assert prompt in text  # the prompt, read from the rubric file the config names
-        for criterion, points, tags, met, explanation in verdicts:
+        for criterion, points, _tags, met, explanation in verdicts:
             status = "undecided" if met is None else "met" if met else "not met"
             row = [r for r in page.rows(f"{points:+d}") if r[2].startswith(criterion)]
             assert row and row[0][1] == status and row[0][3] == explanation, (row_id, criterion, row)
@@ -305,8 +451,10 @@ def test_markdown_summary_holds_the_same_numbers(tmp_path):
     markdown = (tmp_path / "out" / "page.md").read_text()
     page = Page((tmp_path / "out" / "page.html").read_text())
     m = expected["metrics"]
-    assert (f"| overall_score | {m['overall_score']:.3f} | {m['overall_score:bootstrap_std']:.3f} | "
-            f"{m['overall_score:n_samples']} |") in markdown
+    assert (
+        f"| overall_score | {m['overall_score']:.3f} | {m['overall_score:bootstrap_std']:.3f} | "
+        f"{m['overall_score:n_samples']} |"
+    ) in markdown
     for row in page.table_with(["metric", "score", "± bootstrap std", "n"])[1:]:
         if len(row) == 4:
             assert f"| {' | '.join(row)} |" in markdown
@@ -316,8 +464,10 @@ def test_markdown_summary_holds_the_same_numbers(tmp_path):
 
 def test_comparison_has_one_column_per_folder(tmp_path):
     first = make_eval(tmp_path / "a" / "eval")
-    other = [(i, p, "x", [(c, n, g, not m if m is not None else True, e) for c, n, g, m, e in v], t)
-             for i, p, _, v, t in EXAMPLES]  # the opposite verdicts
+    other = [
+        (i, p, "x", [(c, n, g, not m if m is not None else True, e) for c, n, g, m, e in v], t)
+        for i, p, _, v, t in EXAMPLES
+    ]  # the opposite verdicts
     second = make_eval(tmp_path / "b" / "eval", other)
     make_build(tmp_path / "build")
     dirs = [tmp_path / "a" / "eval", tmp_path / "b" / "eval", tmp_path / "build"]
@@ -348,9 +498,15 @@ def test_rurl_run_shows_reward_and_eval_curves_rubric_metrics_and_completions(tm
     text = (tmp_path / "run" / "report.html").read_text()
     page = Page(text)
     titles = [a["alt"] for t, a in page.tags if t == "img"]
-    for title in ("reward (± std over the batch) and eval overall score (± bootstrap std)", "eval score per axis",
-                  "rubric rates per step", "criteria pass rate per tag / category", "mean completion length (tokens)",
-                  "correlation of reward with completion length", "loss"):  # fmt: skip
+    for title in (
+        "reward (± std over the batch) and eval overall score (± bootstrap std)",
+        "eval score per axis",
+        "rubric rates per step",
+        "criteria pass rate per tag / category",
+        "mean completion length (tokens)",
+        "correlation of reward with completion length",
+        "loss",
+    ):
         assert title in titles
     training = page.table_with(["series", "steps", "first", "last", "min", "max"])
     assert ["reward", "2", "0.250", "0.625", "0.250", "0.625"] in training
@@ -383,7 +539,10 @@ def test_ruft_build_shows_retention_all_vs_kept_and_each_candidate(tmp_path):
     text = (tmp_path / "build" / "report.html").read_text()
     page = Page(text)
     assert page.table_with(["queries", "count", "share"])[1:] == [
-        ["finished", "2", "100.0%"], ["kept (an answer >= tau)", "1", "50.0%"], ["below tau", "1", "50.0%"]]
+        ["finished", "2", "100.0%"],
+        ["kept (an answer >= tau)", "1", "50.0%"],
+        ["below tau", "1", "50.0%"],
+    ]
     metrics = page.table_with(["metric", "all candidates", "kept"])
     assert metrics[1][0] == "overall_score"
     assert metrics[1][1].endswith("(n 4)") and metrics[1][2] == "1.000 ± 0.000 (n 1)"
@@ -492,8 +651,11 @@ def test_rurl_run_shows_each_eval_and_every_held_out_answer_with_its_earlier_one
     make_rurl(tmp_path / "run")
     write_rubrics(tmp_path / "data.jsonl")  # the rubric file the run's config names, for the prompts
     answers, evals = [], []
-    for step, responses in ((1, ["Drink water.", "x", "4"]), (2, ["Drink water and rest.", INJECTION, "four"]),
-                            (2, ["Drink water, rest, see a doctor if it lasts.", INJECTION, "4"])):  # fmt: skip
+    for step, responses in (
+        (1, ["Drink water.", "x", "4"]),
+        (2, ["Drink water and rest.", INJECTION, "four"]),
+        (2, ["Drink water, rest, see a doctor if it lasts.", INJECTION, "4"]),
+    ):
         records = [graded_record(i, r, v, t) for (i, _, _, v, t), r in zip(EXAMPLES, responses)]
         answers += [{"step": step, **r} for r in records]
         evals.append({"step": step, **build_report(records)})

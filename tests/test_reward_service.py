@@ -32,20 +32,34 @@ from tests.helpers import SECRET
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "test-token-0123456789abcdef"
 RUBRICS = [
-    {"id": "a", "question": "I have a mild headache. What should I do?",
-     "rubrics": [{"criterion": "Advises drinking water.", "points": 5},
-                 {"criterion": "Mentions seeing a doctor if it persists.", "points": 3},
-                 {"criterion": "Recommends an unsafe dose.", "points": -6}]},
-    {"id": "b", "question": "Is a fever of 38 C in an adult dangerous?",
-     "rubrics": [{"criterion": "Says when to seek care.", "points": 5},
-                 {"criterion": "Suggests fluids and rest.", "points": 3}]},
-]  # fmt: skip
+    {
+        "id": "a",
+        "question": "I have a mild headache. What should I do?",
+        "rubrics": [
+            {"criterion": "Advises drinking water.", "points": 5},
+            {"criterion": "Mentions seeing a doctor if it persists.", "points": 3},
+            {"criterion": "Recommends an unsafe dose.", "points": -6},
+        ],
+    },
+    {
+        "id": "b",
+        "question": "Is a fever of 38 C in an adult dangerous?",
+        "rubrics": [
+            {"criterion": "Says when to seek care.", "points": 5},
+            {"criterion": "Suggests fluids and rest.", "points": 3},
+        ],
+    },
+]
 # (row id, response): every combination of criteria met and not, a duplicate, and one the judge fails on.
 RESPONSES = [
-    ("a", "Drink water and see a doctor if it persists."), ("a", "Drink water."), ("a", "Take an unsafe dose."),
-    ("a", "Drink water."), ("b", "Seek care if it rises; take fluids and rest."), ("b", "Rest."),
+    ("a", "Drink water and see a doctor if it persists."),
+    ("a", "Drink water."),
+    ("a", "Take an unsafe dose."),
+    ("a", "Drink water."),
+    ("b", "Seek care if it rises; take fluids and rest."),
+    ("b", "Rest."),
     ("b", "No idea. JUDGE-FAILS"),
-]  # fmt: skip
+]
 KEYWORDS = ["water", "doctor", "unsafe", "care", "rest"]
 
 
@@ -104,12 +118,39 @@ def service(judge, rubrics, tmp_path_factory):
     """`rubricrl reward serve` in a child process on a free port, with a token and a judge API key in its
     environment; stopped with SIGTERM at the end, which must end it cleanly (exit 0) with nothing secret logged."""
     home = tmp_path_factory.mktemp("home")
-    env = {**os.environ, "RUBRICRL_HOME": str(home), "RUBRICRL_REWARD_TOKEN": TOKEN, "OPENAI_API_KEY": SECRET,
-           "OMP_NUM_THREADS": "1"}  # fmt: skip
+    env = {
+        **os.environ,
+        "RUBRICRL_HOME": str(home),
+        "RUBRICRL_REWARD_TOKEN": TOKEN,
+        "OPENAI_API_KEY": SECRET,
+        "OMP_NUM_THREADS": "1",
+    }
     process = subprocess.Popen(
-        [sys.executable, "-m", "rubricrl.cli", "reward", "serve", "--rubrics", str(rubrics), "--port", "0",
-         "--base-url", judge.base_url, "--model", "fake", "--max-batch", "50", "--max-body-mb", "0.01"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "rubricrl.cli",
+            "reward",
+            "serve",
+            "--rubrics",
+            str(rubrics),
+            "--port",
+            "0",
+            "--base-url",
+            judge.base_url,
+            "--model",
+            "fake",
+            "--max-batch",
+            "50",
+            "--max-body-mb",
+            "0.01",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True)
     reader.start()
@@ -140,17 +181,40 @@ def test_rewards_equal_grade_and_the_openrlhf_query_is_split(service, judge, rub
     """OpenRLHF's request (prompt + response + end-of-sequence token as one query) gets the rewards `rubricrl grade`
     gives the same responses; the one the judge failed on gets 0.0, is marked unscored and counted."""
     questions = {row["id"]: row["question"] for row in RUBRICS}
-    status, answer = post(service + "/get_reward", {
-        "query": [chatml(questions[i]) + r + "<|im_end|>" for i, r in RESPONSES],
-        "prompts": [chatml(questions[i]) for i, _ in RESPONSES], "labels": [i for i, _ in RESPONSES]})  # fmt: skip
+    status, answer = post(
+        service + "/get_reward",
+        {
+            "query": [chatml(questions[i]) + r + "<|im_end|>" for i, r in RESPONSES],
+            "prompts": [chatml(questions[i]) for i, _ in RESPONSES],
+            "labels": [i for i, _ in RESPONSES],
+        },
+    )
     assert status == 200, answer
 
     responses = tmp_path / "responses.jsonl"
     write_lines(responses, [{"id": i, "response": r} for i, r in RESPONSES])
     monkeypatch.setenv("RUBRICRL_HOME", str(tmp_path / "home"))
     output = tmp_path / "graded.jsonl"
-    assert main(["grade", "--rubrics", str(rubrics), "--responses", str(responses), "--output", str(output),
-                 "--base-url", judge.base_url, "--model", "fake", "--max-failure-rate", "1"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "grade",
+                "--rubrics",
+                str(rubrics),
+                "--responses",
+                str(responses),
+                "--output",
+                str(output),
+                "--base-url",
+                judge.base_url,
+                "--model",
+                "fake",
+                "--max-failure-rate",
+                "1",
+            ]
+        )
+        == 0
+    )
     graded = [json.loads(line)["reward"] for line in output.read_text().splitlines()]
 
     assert graded[-1] is None and all(g is not None for g in graded[:-1])
@@ -179,22 +243,34 @@ def test_the_verl_function_in_verls_call_shapes(service, monkeypatch):
     monkeypatch.setenv("RUBRICRL_REWARD_CHUNK", "3")  # 7 completions: 3 concurrent requests
     reward = load_client_module()
     tree = ast.parse((ROOT / "experiments" / "rubric_reward.py").read_text())
-    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom)
-                for alias in (node.names if isinstance(node, ast.Import) else [ast.alias(node.module or "")])}
+    imported = {
+        alias.name.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in (node.names if isinstance(node, ast.Import) else [ast.alias(node.module or "")])
+    }
     # it runs in verl's environment: the standard library, and torch only where OpenRLHF's environment has it
     assert imported - {"torch"} <= sys.stdlib_module_names, imported - sys.stdlib_module_names
 
-    one = reward.compute_score(data_source="rubricrl", solution_str="Drink water.", ground_truth="a",
-                               extra_info={"index": 0, "rollout_reward_scores": {}})  # fmt: skip
+    one = reward.compute_score(
+        data_source="rubricrl",
+        solution_str="Drink water.",
+        ground_truth="a",
+        extra_info={"index": 0, "rollout_reward_scores": {}},
+    )
     assert one == {"score": 5 / 8, "rubric_scored": 1.0}
-    batch = reward.compute_score_batch(data_sources=["rubricrl"] * len(RESPONSES),
-                                       solution_strs=[r for _, r in RESPONSES],
-                                       ground_truths=[i for i, _ in RESPONSES],
-                                       extra_infos=[{} for _ in RESPONSES])  # fmt: skip
+    batch = reward.compute_score_batch(
+        data_sources=["rubricrl"] * len(RESPONSES),
+        solution_strs=[r for _, r in RESPONSES],
+        ground_truths=[i for i, _ in RESPONSES],
+        extra_infos=[{} for _ in RESPONSES],
+    )
     assert [b["score"] for b in batch] == [1.0, 5 / 8, 0.0, 5 / 8, 1.0, 3 / 8, 0.0]
     assert [b["rubric_scored"] for b in batch] == [1.0] * 6 + [0.0]
-    assert asyncio.run(reward.compute_score_async("rubricrl", "Rest.", "b", None)) == {"score": 3 / 8,
-                                                                                       "rubric_scored": 1.0}
+    assert asyncio.run(reward.compute_score_async("rubricrl", "Rest.", "b", None)) == {
+        "score": 3 / 8,
+        "rubric_scored": 1.0,
+    }
     openrlhf = reward.reward_func([chatml("q") + "Drink water."], [chatml("q")], ["a"])
     assert openrlhf["rewards"].tolist() == [5 / 8] and "rubric/unscored" in openrlhf["extra_logs"]  # tensors, as
     assert openrlhf["rewards"].dtype.is_floating_point  # OpenRLHF's reward-function template returns
@@ -245,15 +321,34 @@ def _get(url: str, token: str | None = TOKEN) -> tuple[int, dict]:
         return error.code, json.loads(error.read())
 
 
-@pytest.mark.parametrize("token, expected", [(None, "needs a bearer token; set RUBRICRL_REWARD_TOKEN"),
-                                             ("short", "RUBRICRL_REWARD_TOKEN is 5 characters")])  # fmt: skip
+@pytest.mark.parametrize(
+    "token, expected",
+    [(None, "needs a bearer token; set RUBRICRL_REWARD_TOKEN"), ("short", "RUBRICRL_REWARD_TOKEN is 5 characters")],
+)
 def test_listening_beyond_loopback_needs_a_token(token, expected, judge, rubrics, monkeypatch, capsys):
     if token is None:
         monkeypatch.delenv("RUBRICRL_REWARD_TOKEN", raising=False)
     else:
         monkeypatch.setenv("RUBRICRL_REWARD_TOKEN", token)
-    assert main(["reward", "serve", "--rubrics", str(rubrics), "--host", "0.0.0.0", "--port", "0",
-                 "--base-url", judge.base_url, "--model", "fake"]) == 2  # fmt: skip
+    assert (
+        main(
+            [
+                "reward",
+                "serve",
+                "--rubrics",
+                str(rubrics),
+                "--host",
+                "0.0.0.0",
+                "--port",
+                "0",
+                "--base-url",
+                judge.base_url,
+                "--model",
+                "fake",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and expected in err[0] and "listening" not in err[0]
 
@@ -271,8 +366,11 @@ def test_a_judge_that_is_down_is_503_and_a_prompt_missing_from_its_query_is_unsc
                 stop, ready = asyncio.Event(), asyncio.Future()
                 task = asyncio.create_task(serve(service, "127.0.0.1", 0, stop=stop, ready=ready.set_result))
                 url = await asyncio.wait_for(ready, 30) + "/get_reward"
-                body = {"query": ["<s>cut prompt Drink water.", chatml("q") + "Drink water.<|im_end|>"],
-                        "prompts": [chatml("q"), chatml("q")], "labels": ["a", "a"]}  # fmt: skip
+                body = {
+                    "query": ["<s>cut prompt Drink water.", chatml("q") + "Drink water.<|im_end|>"],
+                    "prompts": [chatml("q"), chatml("q")],
+                    "labels": ["a", "a"],
+                }
                 first = await asyncio.to_thread(post, url, body, None)
                 judge.go_down()
                 await asyncio.sleep(0.2)
@@ -310,19 +408,26 @@ def test_export_verl_writes_verls_rl_parquet(service, rubrics, tmp_path, monkeyp
     """The parquet has verl's columns (as examples/data_preprocess/gsm8k.py writes them), and its ground truths
     are labels the service knows: verl's reward function scores its rows end to end."""
     output = tmp_path / "verl" / "train.parquet"
-    assert main(["export", "verl", "--rubrics", str(rubrics), "--output", str(output),
-                 "--system-prompt", "Be brief."]) == 0  # fmt: skip
+    assert (
+        main(["export", "verl", "--rubrics", str(rubrics), "--output", str(output), "--system-prompt", "Be brief."])
+        == 0
+    )
     rows = pq.read_table(output).to_pylist()
     assert [r["data_source"] for r in rows] == ["rubricrl", "rubricrl"] and rows[0]["ability"] == "rubric"
-    assert rows[0]["prompt"] == [{"role": "system", "content": "Be brief."},
-                                 {"role": "user", "content": RUBRICS[0]["question"]}]  # fmt: skip
+    assert rows[0]["prompt"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": RUBRICS[0]["question"]},
+    ]
     assert rows[1]["reward_model"] == {"style": "model", "ground_truth": "b"}
     assert rows[1]["extra_info"] == {"split": "train", "index": 1, "id": "b"}
 
     monkeypatch.setenv("RUBRICRL_REWARD_URL", service)
     monkeypatch.setenv("RUBRICRL_REWARD_TOKEN", TOKEN)
     scores = load_client_module().compute_score_batch(
-        [r["data_source"] for r in rows], ["Drink water.", "Rest."], [r["reward_model"]["ground_truth"] for r in rows],
-        [r["extra_info"] for r in rows])  # fmt: skip
+        [r["data_source"] for r in rows],
+        ["Drink water.", "Rest."],
+        [r["reward_model"]["ground_truth"] for r in rows],
+        [r["extra_info"] for r in rows],
+    )
     assert [s["score"] for s in scores] == [5 / 8, 3 / 8]
     assert main(["export", "verl", "--rubrics", str(rubrics), "--output", str(tmp_path / "x.jsonl")]) == 2

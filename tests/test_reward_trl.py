@@ -22,13 +22,19 @@ from tests.helpers import run
 pytestmark = pytest.mark.slow
 
 RUBRICS = [
-    [{"criterion": "Names Paris as the capital of France.", "points": 5, "tags": None},
-     {"criterion": "Answers in one sentence.", "points": 2, "tags": None}],
-    [{"criterion": "States that water boils at 100 degrees Celsius at sea level.", "points": 5, "tags": None},
-     {"criterion": "Claims water boils at 50 degrees Celsius.", "points": -3, "tags": None}],
-]  # fmt: skip
-PROMPTS = [[{"role": "user", "content": "What is the capital of France?"}],
-           [{"role": "user", "content": "At what temperature does water boil?"}]]  # fmt: skip
+    [
+        {"criterion": "Names Paris as the capital of France.", "points": 5, "tags": None},
+        {"criterion": "Answers in one sentence.", "points": 2, "tags": None},
+    ],
+    [
+        {"criterion": "States that water boils at 100 degrees Celsius at sea level.", "points": 5, "tags": None},
+        {"criterion": "Claims water boils at 50 degrees Celsius.", "points": -3, "tags": None},
+    ],
+]
+PROMPTS = [
+    [{"role": "user", "content": "What is the capital of France?"}],
+    [{"role": "user", "content": "At what temperature does water boil?"}],
+]
 
 
 @pytest.fixture
@@ -50,11 +56,16 @@ def test_reward_grades_a_batch_with_one_value_per_completion(judge_roles):
     async def go():
         async with LLMClient(judge_roles) as client:
             return await rubric_reward(
-                prompts=PROMPTS * 2, completions=[[{"role": "assistant", "content": c}] for c in
-                                                  ["Paris.", "100 °C at sea level.", "Lyon, I think.", "Around 50 C."]],
-                rubrics=RUBRICS * 2, grader=Grader(client, GradingConfig()),
-                log_metric=metrics.__setitem__, log_extra=extras.__setitem__,
-            )  # fmt: skip
+                prompts=PROMPTS * 2,
+                completions=[
+                    [{"role": "assistant", "content": c}]
+                    for c in ["Paris.", "100 °C at sea level.", "Lyon, I think.", "Around 50 C."]
+                ],
+                rubrics=RUBRICS * 2,
+                grader=Grader(client, GradingConfig()),
+                log_metric=metrics.__setitem__,
+                log_extra=extras.__setitem__,
+            )
 
     rewards = run(go())
     assert len(rewards) == 4 and all(r is None or 0.0 <= r <= 1.0 for r in rewards)
@@ -104,23 +115,36 @@ def grpo_trainer(tmp_path, judge: FaultServer, calls: list, grading: GradingConf
     from peft import LoraConfig
     from trl import GRPOConfig, GRPOTrainer
 
-    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": p}], "rubrics": binary_rubric(p)}
-                                 for p in OPEN_PROMPTS])  # fmt: skip
+    dataset = Dataset.from_list(
+        [{"prompt": [{"role": "user", "content": p}], "rubrics": binary_rubric(p)} for p in OPEN_PROMPTS]
+    )
     role = Role(base_url=judge.base_url, model="scripted-judge", temperature=0.0)
     # The client is created here; TRL calls the reward on its own event loop, where the client's HTTP sessions
     # are opened on first use.
     grader = Grader(LLMClient({"judge": role}, max_retries=0, invalid_answer_retries=0), grading or GradingConfig())
     config = GRPOConfig(
-        output_dir=str(tmp_path), use_cpu=True, bf16=False, gradient_checkpointing=False, max_steps=1, seed=0,
-        per_device_train_batch_size=GENERATIONS * len(OPEN_PROMPTS), num_generations=GENERATIONS,
-        max_completion_length=8, learning_rate=1e-3, logging_steps=1, report_to=[], save_strategy="no",
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        max_steps=1,
+        seed=0,
+        per_device_train_batch_size=GENERATIONS * len(OPEN_PROMPTS),
+        num_generations=GENERATIONS,
+        max_completion_length=8,
+        learning_rate=1e-3,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
         log_completions=False,
-    )  # fmt: skip
+    )
     trainer = GRPOTrainer(
-        model=str(prepare_embedded_model()), reward_funcs=[recorded(make_rubric_reward(grader), calls, before)],
-        args=config, train_dataset=dataset,
+        model=str(prepare_embedded_model()),
+        reward_funcs=[recorded(make_rubric_reward(grader), calls, before)],
+        args=config,
+        train_dataset=dataset,
         peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
-    )  # fmt: skip
+    )
     try:
         yield trainer
     finally:
@@ -164,9 +188,11 @@ def test_trl_gives_unscorable_completions_advantage_zero_outside_the_group_stati
     from trl import GRPOTrainer
 
     if not callable(getattr(GRPOTrainer, "_generate_and_score_completions", None)):
-        pytest.fail("TRL no longer has GRPOTrainer._generate_and_score_completions, which this test wraps to read "
-                    "the advantages: find where TRL computes them now, and check again that rows whose rewards are "
-                    "all None get advantage 0 and stay out of the group mean/std")  # fmt: skip
+        pytest.fail(
+            "TRL no longer has GRPOTrainer._generate_and_score_completions, which this test wraps to read "
+            "the advantages: find where TRL computes them now, and check again that rows whose rewards are "
+            "all None get advantage 0 and stay out of the group mean/std"
+        )
     monkeypatch.setenv("WANDB_MODE", "disabled")
     failing_prompt, scored_prompt = OPEN_PROMPTS
     failing_codes = set()
@@ -184,8 +210,10 @@ def test_trl_gives_unscorable_completions_advantage_zero_outside_the_group_stati
 
     calls, advantages = [], []
     grading = GradingConfig(integrity_check=False)  # a flagged completion would get 0, not None
-    with FaultServer(reply=judge_reply) as judge, grpo_trainer(tmp_path, judge, calls, grading,
-                                                               one_scored_completion_fails_too) as trainer:  # fmt: skip
+    with (
+        FaultServer(reply=judge_reply) as judge,
+        grpo_trainer(tmp_path, judge, calls, grading, one_scored_completion_fails_too) as trainer,
+    ):
         original = trainer._generate_and_score_completions
 
         def keep_advantages(inputs):
@@ -239,9 +267,13 @@ def test_completions_unjudged_at_the_deadline_get_no_score_and_are_counted():
             async with LLMClient({"judge": role}, max_retries=0) as client:
                 started = time.monotonic()
                 rewards = await rubric_reward(
-                    prompts=PROMPTS, completions=["Paris is the capital.", "SLOW: it boils at 100 C."],
-                    rubrics=RUBRICS, grader=Grader(client, GradingConfig()), on_batch=batches.append, deadline=1.0,
-                )  # fmt: skip
+                    prompts=PROMPTS,
+                    completions=["Paris is the capital.", "SLOW: it boils at 100 C."],
+                    rubrics=RUBRICS,
+                    grader=Grader(client, GradingConfig()),
+                    on_batch=batches.append,
+                    deadline=1.0,
+                )
                 left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
                 return rewards, time.monotonic() - started, left
 
@@ -253,8 +285,10 @@ def test_completions_unjudged_at_the_deadline_get_no_score_and_are_counted():
     assert stats.metrics()["rubric/timed_out_rate"] == 0.5
 
 
-MIXED = [{"criterion": "SLOW: names Paris.", "points": 5, "tags": None},
-         *({"criterion": f"DOWN: answers in one sentence ({i}).", "points": 2, "tags": None} for i in range(3))]
+MIXED = [
+    {"criterion": "SLOW: names Paris.", "points": 5, "tags": None},
+    *({"criterion": f"DOWN: answers in one sentence ({i}).", "points": 2, "tags": None} for i in range(3)),
+]
 """One completion's criteria: one call hangs, the others take the server down and find no connection (3 calls in a
 row without one: the client's sign of an unreachable endpoint)."""
 
@@ -282,10 +316,12 @@ def test_a_judge_found_unreachable_cancels_the_rest_of_its_batch():
             async with LLMClient({"judge": role}, max_retries=3, invalid_answer_retries=3) as client:
                 started = time.monotonic()
                 rewards = await rubric_reward(
-                    prompts=PROMPTS * 2, completions=["SLOW: Paris.", "SLOW: 100 C.", "Paris.", "SLOW: 90 C."],
-                    rubrics=[*RUBRICS, MIXED, RUBRICS[1]], grader=Grader(client, GradingConfig()),
+                    prompts=PROMPTS * 2,
+                    completions=["SLOW: Paris.", "SLOW: 100 C.", "Paris.", "SLOW: 90 C."],
+                    rubrics=[*RUBRICS, MIXED, RUBRICS[1]],
+                    grader=Grader(client, GradingConfig()),
                     on_batch=batches.append,
-                )  # fmt: skip
+                )
                 left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
                 return rewards, time.monotonic() - started, left
 

@@ -15,9 +15,11 @@ def test_defaults_point_every_role_at_one_endpoint():
 
 def test_role_entries_override_defaults():
     settings = LLMSettings(
-        base_url="http://gpu:8000/v1", model="qwen", defaults={"temperature": 0.2, "max_tokens": 512},
+        base_url="http://gpu:8000/v1",
+        model="qwen",
+        defaults={"temperature": 0.2, "max_tokens": 512},
         roles={"judge": {"base_url": "https://api.example.com/v1", "model": "big", "temperature": 0.0}},
-    )  # fmt: skip
+    )
     roles = resolve_roles(["writer", "judge"], settings.role_defaults(), settings.roles)
     assert roles["writer"] == Role(model="qwen", base_url="http://gpu:8000/v1", temperature=0.2, max_tokens=512)
     assert roles["judge"] == Role(model="big", base_url="https://api.example.com/v1", temperature=0.0, max_tokens=512)
@@ -90,17 +92,23 @@ def test_shipped_config_resolves(tmp_path):
 
 
 def test_roles_on_the_embedded_model_get_cpu_budgets_unless_they_set_their_own(fault_server, capsys):
-    settings = LLMSettings(base_url=fault_server.base_url, model="SmolLM2-135M-Instruct",
-                           roles={"writer": {"max_tokens": 50}, "other": {"model": "big"}})  # fmt: skip
+    settings = LLMSettings(
+        base_url=fault_server.base_url,
+        model="SmolLM2-135M-Instruct",
+        roles={"writer": {"max_tokens": 50}, "other": {"model": "big"}},
+    )
     with open_llm(settings, ["judge", "writer", "chat", "other"], cpu_budgets={"judge": 400}) as session:
         tokens = {name: role.max_tokens for name, role in session.roles.items()}
     assert tokens == {"judge": 400, "writer": 50, "chat": 256, "other": None}
-    assert session.budget_note().startswith("max_tokens for the embedded model on CPU (roles without their own): "
-                                            "judge 400, chat 256")  # fmt: skip
+    assert session.budget_note().startswith(
+        "max_tokens for the embedded model on CPU (roles without their own): judge 400, chat 256"
+    )
     assert "judge 400" in capsys.readouterr().err
 
 
 def test_an_endpoint_that_does_not_answer_is_one_line_before_any_call():
-    with pytest.raises(ConfigError, match=r"endpoint http://127.0.0.1:9/v1 \(roles \['judge', 'writer'\]\) does not answer"):
+    with pytest.raises(
+        ConfigError, match=r"endpoint http://127.0.0.1:9/v1 \(roles \['judge', 'writer'\]\) does not answer"
+    ):
         with open_llm(LLMSettings(base_url="http://127.0.0.1:9/v1", model="m"), ["writer", "judge"]):
             pass

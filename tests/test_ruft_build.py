@@ -11,17 +11,20 @@ from pathlib import Path
 
 import pytest
 
+from grading.select import Candidate, select
 from rubricrl.cli import main
 from rubricrl.llm import ResponseCache
-from grading.select import Candidate, select
 from tests.fault_server import FaultServer
 
 ROOT = Path(__file__).resolve().parents[1]
 # Candidate answers come round in this order; the judge decides by keyword. With the rubric below they score
 # 0.5, 1.0, -0.5, 1.0 (the last ties with the second and is longer).
 ANSWERS = ["Drink water.", "Drink water and rest.", "I cannot help.", "Drink water, rest, and then rest more."]
-RUBRIC = [{"criterion": "Advises hydration.", "points": 5}, {"criterion": "Recommends sleep.", "points": 5},
-          {"criterion": "Declines to answer.", "points": -5}]  # fmt: skip
+RUBRIC = [
+    {"criterion": "Advises hydration.", "points": 5},
+    {"criterion": "Recommends sleep.", "points": 5},
+    {"criterion": "Declines to answer.", "points": -5},
+]
 KEYWORDS = {"hydration": "water", "sleep": "rest", "Declines": "cannot"}
 
 
@@ -48,18 +51,43 @@ class Script:
 
 
 def rubrics(path: Path, n: int = 2) -> Path:
-    rows = [{"id": f"r{i}", "prompt": [{"role": "user", "content": f"I have a cold ({i}). What should I do?"}],
-             "rubrics": RUBRIC} for i in range(n)]  # fmt: skip
-    rows[0]["prompt"] = [{"role": "user", "content": "I have a cold."}, {"role": "assistant", "content": "Fever?"},
-                         {"role": "user", "content": "No fever. What should I do?"}]  # fmt: skip
+    rows = [
+        {
+            "id": f"r{i}",
+            "prompt": [{"role": "user", "content": f"I have a cold ({i}). What should I do?"}],
+            "rubrics": RUBRIC,
+        }
+        for i in range(n)
+    ]
+    rows[0]["prompt"] = [
+        {"role": "user", "content": "I have a cold."},
+        {"role": "assistant", "content": "Fever?"},
+        {"role": "user", "content": "No fever. What should I do?"},
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
 
 def build(server, tmp_path, input_path, *extra) -> int:
-    return main(["ruft", "build", "--rubrics", str(input_path), "--output-dir", str(tmp_path / "out"),
-                 "--base-url", server.base_url, "--model", "fake", "--threshold", "0.5",
-                 "--candidates", "policy=4", *extra])  # fmt: skip
+    return main(
+        [
+            "ruft",
+            "build",
+            "--rubrics",
+            str(input_path),
+            "--output-dir",
+            str(tmp_path / "out"),
+            "--base-url",
+            server.base_url,
+            "--model",
+            "fake",
+            "--threshold",
+            "0.5",
+            "--candidates",
+            "policy=4",
+            *extra,
+        ]
+    )
 
 
 @pytest.fixture
@@ -80,8 +108,12 @@ def test_best_at_or_above_tau_is_kept_ties_go_to_the_shorter_then_the_earlier():
 
 
 def test_a_text_sampled_twice_is_kept_once():
-    cands = [Candidate(0, "rest", 0.9), Candidate(1, "fluids", 0.8), Candidate(2, " rest\n", 0.7),
-             Candidate(3, "rest", 0.9)]
+    cands = [
+        Candidate(0, "rest", 0.9),
+        Candidate(1, "fluids", 0.8),
+        Candidate(2, " rest\n", 0.7),
+        Candidate(3, "rest", 0.9),
+    ]
     assert [c.index for c in select(cands, threshold=0.5, keep=3)] == [0, 1]  # 3 and 2 repeat 0's text
 
 
@@ -111,7 +143,9 @@ def test_build_writes_candidates_and_an_sft_dataset_of_the_best_answers(tmp_path
     assert len(sft) == 2 and set(sft["id"]) == {"r0", "r1"}
     for row in sft:
         assert row["completion"] == [{"role": "assistant", "content": ANSWERS[1]}]  # best, and shorter of the tie
-        assert row["score"] == 1.0 >= row["threshold"] == 0.5 and row["k"] == 4 and row["grading_mode"] == "per_criterion"
+        assert (
+            row["score"] == 1.0 >= row["threshold"] == 0.5 and row["k"] == 4 and row["grading_mode"] == "per_criterion"
+        )
     assert [m["role"] for m in sft.filter(lambda r: r["id"] == "r0")[0]["prompt"]] == ["user", "assistant", "user"]
     assert datasets.load_dataset("parquet", data_files=str(out / "sft.parquet"), split="train").num_rows == 2
     manifest = json.loads((out / "manifest.json").read_text())
@@ -164,15 +198,22 @@ def test_a_query_the_judge_scored_nothing_of_is_failed_and_retried_not_finished(
     assert json.loads((tmp_path / "out" / "manifest.json").read_text())["counts"]["finished_queries"] == 1
 
 
-@pytest.mark.parametrize("extra, content, message", [
-    (["--candidates", "policy=0"], None, "at least one role must sample answers (K >= 1)"),
-    (["--candidates", "policy=-1"], None, "K per role must be an integer >= 0"),
-    (["--threshold", "1.5"], None, "threshold must be within the score range [0, 1]"),
-    (["--threshold", "none"], None, "threshold (tau) is required"),
-    ([], '{"id": "a", "prompt": "Q?", "rubrics": [{"criterion": "Bad.", "points": -3}]}\n', "no criterion with positive points"),
-    ([], '{"id": "a", "rubrics": [{"criterion": "x", "points": 3}]}\n', "line 1: no 'prompt' or 'question' key"),
-    (["--temprature", "1"], None, "unrecognized arguments: --temprature"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "extra, content, message",
+    [
+        (["--candidates", "policy=0"], None, "at least one role must sample answers (K >= 1)"),
+        (["--candidates", "policy=-1"], None, "K per role must be an integer >= 0"),
+        (["--threshold", "1.5"], None, "threshold must be within the score range [0, 1]"),
+        (["--threshold", "none"], None, "threshold (tau) is required"),
+        (
+            [],
+            '{"id": "a", "prompt": "Q?", "rubrics": [{"criterion": "Bad.", "points": -3}]}\n',
+            "no criterion with positive points",
+        ),
+        ([], '{"id": "a", "rubrics": [{"criterion": "x", "points": 3}]}\n', "line 1: no 'prompt' or 'question' key"),
+        (["--temprature", "1"], None, "unrecognized arguments: --temprature"),
+    ],
+)
 def test_bad_input_is_one_line_before_any_call(tmp_path, home, capsys, extra, content, message):
     path = rubrics(tmp_path / "rubrics.jsonl")
     if content is not None:
@@ -199,8 +240,12 @@ def test_sigkill_then_rerun_finishes_without_repeating_a_finished_call(tmp_path,
     out = tmp_path / "out"
     with FaultServer(reply=Script(), latency=0.01) as server:
         env = {**os.environ, "RUBRICRL_HOME": str(home)}
-        killed = subprocess.Popen([sys.executable, "-c", KILLED_RUN, str(input_path), str(out), server.base_url],
-                                  cwd=ROOT, env=env, stderr=subprocess.DEVNULL)  # fmt: skip
+        killed = subprocess.Popen(
+            [sys.executable, "-c", KILLED_RUN, str(input_path), str(out), server.base_url],
+            cwd=ROOT,
+            env=env,
+            stderr=subprocess.DEVNULL,
+        )
         done = lambda: len((out / "queries.jsonl").read_text().splitlines()) if (out / "queries.jsonl").exists() else 0  # noqa: E731
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and done() < 10:
@@ -248,7 +293,9 @@ def test_answers_cut_off_at_max_tokens_are_not_kept_unless_asked():
 
 
 def test_blank_answers_are_never_kept():
-    assert select([Candidate(0, "  ", 0.0), Candidate(1, "An answer.", 0.0)], threshold=0.0) == [Candidate(1, "An answer.", 0.0)]
+    assert select([Candidate(0, "  ", 0.0), Candidate(1, "An answer.", 0.0)], threshold=0.0) == [
+        Candidate(1, "An answer.", 0.0)
+    ]
 
 
 def test_an_unexpected_error_in_one_query_is_recorded_and_the_others_finish(tmp_path, home, monkeypatch, capsys):
@@ -299,8 +346,18 @@ def test_the_judge_failure_rate_counts_ratings_too(tmp_path, home):
         return json.dumps({"explanation": "fine", "rating": 8})
 
     with FaultServer(reply=judge_fails_on_one) as server:
-        assert build(server, tmp_path, rubrics(tmp_path / "rubrics.jsonl", 1), "--mode", "implicit",
-                     "--candidates", "policy=2") == 0  # fmt: skip
+        assert (
+            build(
+                server,
+                tmp_path,
+                rubrics(tmp_path / "rubrics.jsonl", 1),
+                "--mode",
+                "implicit",
+                "--candidates",
+                "policy=2",
+            )
+            == 0
+        )
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["counts"]["judge_failure_rate"] == 0.5 and manifest["counts"]["unscored_candidates"] == 1
 
@@ -309,8 +366,19 @@ def test_a_role_of_the_file_can_be_left_out_from_the_command_line(tmp_path, home
     config = tmp_path / "ruft.yaml"
     config.write_text("ruft: {candidates: {strong: 3}, threshold: 0.5}\n")
     with FaultServer(reply=Script()) as server:
-        assert build(server, tmp_path, rubrics(tmp_path / "rubrics.jsonl", 1), "--config", str(config),
-                     "--candidates", "strong=0", "policy=2") == 0  # fmt: skip
+        assert (
+            build(
+                server,
+                tmp_path,
+                rubrics(tmp_path / "rubrics.jsonl", 1),
+                "--config",
+                str(config),
+                "--candidates",
+                "strong=0",
+                "policy=2",
+            )
+            == 0
+        )
         assert [r.get("n", 1) for r in server.requests if not r.get("response_format")] == [2]
     assert json.loads((tmp_path / "out" / "manifest.json").read_text())["config"]["ruft"]["candidates"] == {"policy": 2}
 
@@ -325,10 +393,21 @@ def test_a_rerun_with_another_threshold_is_refused_unless_forced_and_then_both_a
         assert server.count == sent  # refused before any call
         err = capsys.readouterr().err
         assert "ruft.threshold 0.5 -> 0.7" in err and "--allow-changed-settings" in err and "--output-dir" in err
-        assert build(server, tmp_path, rubrics(tmp_path / "rubrics.jsonl", 2), "--threshold", "0.7",
-                     "--allow-changed-settings") == 0  # fmt: skip
-        assert build(server, tmp_path, rubrics(tmp_path / "rubrics.jsonl", 2), "--threshold", "0.7",
-                     "--concurrency", "2") == 0  # the latest settings, and one that changes no row: a plain resume
+        assert (
+            build(
+                server,
+                tmp_path,
+                rubrics(tmp_path / "rubrics.jsonl", 2),
+                "--threshold",
+                "0.7",
+                "--allow-changed-settings",
+            )
+            == 0
+        )
+        assert (
+            build(server, tmp_path, rubrics(tmp_path / "rubrics.jsonl", 2), "--threshold", "0.7", "--concurrency", "2")
+            == 0
+        )  # the latest settings, and one that changes no row: a plain resume
     manifest = json.loads((out / "manifest.json").read_text())
     old, new = manifest["fingerprints"]
     assert (old["rows"], new["rows"]) == (1, 1) and old["settings"]["ruft.threshold"] == 0.5
@@ -352,7 +431,9 @@ def test_rows_no_candidate_could_be_scored_on_are_refused_or_left_out_and_listed
     with FaultServer(reply=Script()) as server:
         assert build(server, tmp_path, path, "--candidates", "policy=2") == 2 and server.count == 0
     err = capsys.readouterr().err.strip()
-    assert f"{path}: line 3: id 'r2': no criterion with positive points" in err and "(2 of 4 rows cannot be scored)" in err
+    assert (
+        f"{path}: line 3: id 'r2': no criterion with positive points" in err and "(2 of 4 rows cannot be scored)" in err
+    )
     assert "--skip-bad-rows" in err and len(err.splitlines()) == 1 and not (tmp_path / "out").exists()
     with FaultServer(reply=Script()) as server:
         assert build(server, tmp_path, path, "--candidates", "policy=2", "--skip-bad-rows") == 0
@@ -366,4 +447,3 @@ def test_rows_no_candidate_could_be_scored_on_are_refused_or_left_out_and_listed
     assert {json.loads(line)["id"] for line in (out / "candidates.jsonl").read_text().splitlines()} == {"r0", "r1"}
     captured = capsys.readouterr()
     assert "left out 2 rows" in captured.err and "2 bad rows left out" in captured.out
-

@@ -16,9 +16,12 @@ from tests.helpers import SECRET
 
 TINY_PRESET = Path(__file__).parents[1] / "configs" / "ruft" / "tiny-cpu.yaml"
 GPU_PRESET = Path(__file__).parents[1] / "configs" / "ruft" / "qwen3-gpu.yaml"
-MULTI_TURN = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "Hello"},
-              {"role": "assistant", "content": "Hi there, what do you need?"},
-              {"role": "user", "content": "Name a primary color."}]  # fmt: skip
+MULTI_TURN = [
+    {"role": "system", "content": "Answer briefly."},
+    {"role": "user", "content": "Hello"},
+    {"role": "assistant", "content": "Hi there, what do you need?"},
+    {"role": "user", "content": "Name a primary color."},
+]
 EXAMPLES = [
     ([{"role": "user", "content": "What is the capital of France?"}], "The capital of France is Paris."),
     (MULTI_TURN, "Red is a primary color."),
@@ -29,10 +32,22 @@ EXAMPLES = [
 
 def sft_rows(examples=EXAMPLES) -> list[dict]:
     """Rows as `ruft build` writes them: prompt, completion, then the provenance columns."""
-    return [{"prompt": prompt, "completion": [{"role": "assistant", "content": answer}], "id": f"q{i}",
-             "candidate": i % 2, "model": "SmolLM2-135M-Instruct", "score": 0.75, "k": 4, "threshold": 0.5,
-             "judge_model": "SmolLM2-135M-Instruct", "grading_mode": "per_criterion", "rubric_sha256": "ab" * 32}
-            for i, (prompt, answer) in enumerate(examples)]  # fmt: skip
+    return [
+        {
+            "prompt": prompt,
+            "completion": [{"role": "assistant", "content": answer}],
+            "id": f"q{i}",
+            "candidate": i % 2,
+            "model": "SmolLM2-135M-Instruct",
+            "score": 0.75,
+            "k": 4,
+            "threshold": 0.5,
+            "judge_model": "SmolLM2-135M-Instruct",
+            "grading_mode": "per_criterion",
+            "rubric_sha256": "ab" * 32,
+        }
+        for i, (prompt, answer) in enumerate(examples)
+    ]
 
 
 def write_build(folder: Path, rows: list[dict] | None = None) -> Path:
@@ -43,9 +58,16 @@ def write_build(folder: Path, rows: list[dict] | None = None) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     write_sft(folder, rows)
     (folder / "config.yaml").write_text("ruft: {threshold: 0.5}\n")
-    manifest = {"command": "ruft build", "config": {"ruft": {"threshold": 0.5, "candidates": {"policy": 4}}},
-                "counts": {"finished_queries": 6, "queries_kept": len(rows), "queries_below_threshold": 6 - len(rows),
-                           "sft_rows": len(rows)}}  # fmt: skip
+    manifest = {
+        "command": "ruft build",
+        "config": {"ruft": {"threshold": 0.5, "candidates": {"policy": 4}}},
+        "counts": {
+            "finished_queries": 6,
+            "queries_kept": len(rows),
+            "queries_below_threshold": 6 - len(rows),
+            "sft_rows": len(rows),
+        },
+    }
     (folder / "manifest.json").write_text(json.dumps(manifest))
     return folder
 
@@ -79,8 +101,10 @@ def _no_columns(tmp_path):
 
 
 def _empty_build(tmp_path):
-    return write_build(tmp_path / "build", rows=[]), (r"build/sft: the dataset is empty \(0 rows\): no candidate "
-                                                      r"reached the threshold tau = 0.5 .*6 of 6 queries below it")
+    return write_build(tmp_path / "build", rows=[]), (
+        r"build/sft: the dataset is empty \(0 rows\): no candidate "
+        r"reached the threshold tau = 0.5 .*6 of 6 queries below it"
+    )
 
 
 def _bad_completion(tmp_path):
@@ -97,22 +121,37 @@ def _unfinished_build(tmp_path):
     return tmp_path / "build", r"build: a `ruft build` folder without manifest.json and sft/.*rerun"
 
 
-@pytest.mark.parametrize("make, extra", [
-    pytest.param(lambda tmp: (tmp / "nope", r"nope: no such file or folder"), [], id="missing"),
-    pytest.param(_no_columns, [], id="no-prompt-completion"),
-    pytest.param(_empty_build, [], id="empty"),
-    pytest.param(_bad_completion, [], id="bad-row"),
-    pytest.param(_unfinished_build, [], id="unfinished-build"),
-    pytest.param(lambda tmp: (write_build(tmp / "b"), r"model_name_or_path .*no-model: no such folder"),
-                 ["--model_name_or_path", "{tmp}/no-model"], id="no-base-model"),
-    pytest.param(lambda tmp: (write_build(tmp / "b"), r"model_name_or_path tests/no-such-model: no such folder"),
-                 ["--model_name_or_path", "tests/no-such-model"], id="relative-path-like-a-hub-id"),
-    pytest.param(lambda tmp: (write_build(tmp / "b"), r"resume_from_checkpoint: no complete checkpoint-N folder in .*out"),
-                 ["--resume_from_checkpoint", "true"], id="nothing-to-resume"),
-    pytest.param(lambda tmp: (write_build(tmp / "b"), r"needs --output_dir"), ["--no-output-dir"], id="no-output-dir"),
-])  # fmt: skip
-def test_bad_input_is_one_line_and_exit_2_before_any_model_loads(tmp_path, capsys, no_model_load, quiet_env,
-                                                                 make, extra):  # fmt: skip
+@pytest.mark.parametrize(
+    "make, extra",
+    [
+        pytest.param(lambda tmp: (tmp / "nope", r"nope: no such file or folder"), [], id="missing"),
+        pytest.param(_no_columns, [], id="no-prompt-completion"),
+        pytest.param(_empty_build, [], id="empty"),
+        pytest.param(_bad_completion, [], id="bad-row"),
+        pytest.param(_unfinished_build, [], id="unfinished-build"),
+        pytest.param(
+            lambda tmp: (write_build(tmp / "b"), r"model_name_or_path .*no-model: no such folder"),
+            ["--model_name_or_path", "{tmp}/no-model"],
+            id="no-base-model",
+        ),
+        pytest.param(
+            lambda tmp: (write_build(tmp / "b"), r"model_name_or_path tests/no-such-model: no such folder"),
+            ["--model_name_or_path", "tests/no-such-model"],
+            id="relative-path-like-a-hub-id",
+        ),
+        pytest.param(
+            lambda tmp: (write_build(tmp / "b"), r"resume_from_checkpoint: no complete checkpoint-N folder in .*out"),
+            ["--resume_from_checkpoint", "true"],
+            id="nothing-to-resume",
+        ),
+        pytest.param(
+            lambda tmp: (write_build(tmp / "b"), r"needs --output_dir"), ["--no-output-dir"], id="no-output-dir"
+        ),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2_before_any_model_loads(
+    tmp_path, capsys, no_model_load, quiet_env, make, extra
+):
     path, message = make(tmp_path)
     extra = [arg.format(tmp=tmp_path) for arg in extra]
     output = [] if "--no-output-dir" in extra else ["--output_dir", str(tmp_path / "out")]
@@ -134,8 +173,9 @@ def test_every_format_reads_to_the_same_rows_with_the_manifest(tmp_path):
     for path in (build, build / "sft", build / "sft.parquet", jsonl):
         data = load_sft_data(path)
         got = data.dataset.to_list()
-        assert [(r["prompt"], r["completion"], r["id"], r["score"]) for r in got] == \
-            [(r["prompt"], r["completion"], r["id"], r["score"]) for r in expected], path  # fmt: skip
+        assert [(r["prompt"], r["completion"], r["id"], r["score"]) for r in got] == [
+            (r["prompt"], r["completion"], r["id"], r["score"]) for r in expected
+        ], path
         assert (data.manifest is not None) == (path != jsonl), path
     assert load_sft_data(build).source == str(build / "sft")
     assert load_sft_data(build).dataset[1]["prompt"] == MULTI_TURN  # multi-turn kept, roles and all
@@ -145,16 +185,31 @@ def test_resolved_config_loads_back_and_holds_no_secret(tmp_path):
     """config.yaml: ours, SFTConfig's and ModelConfig's fields, flat; `--config` it and the settings are the same.
     hub_token is left out (TrainingArguments.to_dict masks every `*_token`, eos_token too: that one is kept)."""
     from rubricrl.config import write_resolved
-    from ruft.train import run_config
     from rubricrl.training import CPU_DEFAULTS
+    from ruft.train import run_config
 
     def settings(argv):
         args, rest = build_parser().parse_known_args(["ruft", "train", *argv])
         args.trl_argv = rest
         return parse_settings(args, command="ruft train", trl_defaults=CPU_DEFAULTS)
 
-    first = settings(["--dataset", "d", "--output_dir", str(tmp_path / "o"), "--config", str(TINY_PRESET),
-                      "--hub_token", SECRET, "--eos_token", "<|im_end|>", "--lora_r", "8", "--no-merge-adapter"])
+    first = settings(
+        [
+            "--dataset",
+            "d",
+            "--output_dir",
+            str(tmp_path / "o"),
+            "--config",
+            str(TINY_PRESET),
+            "--hub_token",
+            SECRET,
+            "--eos_token",
+            "<|im_end|>",
+            "--lora_r",
+            "8",
+            "--no-merge-adapter",
+        ]
+    )
     config = run_config(*first)
     write_resolved(tmp_path / "config.yaml", config)
     text = (tmp_path / "config.yaml").read_text()
@@ -174,17 +229,20 @@ def test_what_max_length_did_is_said():
 
     config = SFTConfig(output_dir="unused", max_length=10, use_cpu=True, bf16=False, report_to=[])
     prepared = Dataset.from_dict({"input_ids": [[1] * 10, [1] * 3, [1] * 12]}).select([0, 1])  # as TRL filters
-    assert truncation_note(prepared, 3, config) == ("max_length 10: 1 of 3 examples dropped (the prompt fills it), 1 cut "
-                                                    "short (their answers lose the end); raise --max_length to keep "
-                                                    "them whole")  # fmt: skip
+    assert truncation_note(prepared, 3, config) == (
+        "max_length 10: 1 of 3 examples dropped (the prompt fills it), 1 cut "
+        "short (their answers lose the end); raise --max_length to keep "
+        "them whole"
+    )
     assert truncation_note(prepared.select([1]), 1, config) is None
 
 
 def test_presets_are_valid_trl_settings():
     """Both presets parse with TRL's own parser (unknown keys would fail); the GPU one with bf16 off, as this
     machine has no GPU."""
-    from rubricrl.config import load_yaml, parse_trl
     from trl import ModelConfig, SFTConfig
+
+    from rubricrl.config import load_yaml, parse_trl
 
     sft, model = parse_trl([SFTConfig, ModelConfig], load_yaml(TINY_PRESET), [])
     assert (model.use_peft, sft.max_steps, sft.use_cpu, sft.bf16, sft.report_to) == (True, 6, True, False, ["wandb"])
@@ -215,8 +273,13 @@ def test_the_loss_is_on_the_answer_only(tmp_path, base_model, quiet_env):
     from ruft.train import build_trainer, load_sft_data
 
     data = load_sft_data(write_build(tmp_path / "build"))
-    sft = SFTConfig(output_dir=str(tmp_path / "out"), max_length=None, per_device_train_batch_size=4,
-                    report_to=[], **{"use_cpu": True, "bf16": False, "gradient_checkpointing": False})  # fmt: skip
+    sft = SFTConfig(
+        output_dir=str(tmp_path / "out"),
+        max_length=None,
+        per_device_train_batch_size=4,
+        report_to=[],
+        **{"use_cpu": True, "bf16": False, "gradient_checkpointing": False},
+    )
     trainer = build_trainer(sft, ModelConfig(model_name_or_path=base_model), data)
     assert trainer.completion_only_loss is True
     tokenizer = AutoTokenizer.from_pretrained(base_model)
@@ -238,13 +301,15 @@ def test_the_loss_is_on_the_answer_only(tmp_path, base_model, quiet_env):
         loss = trainer.compute_loss(trainer.model, batch)
         logits = trainer.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
     targets = batch["labels"][:, 1:]
-    per_token = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(), targets.flatten(),
-                                                  reduction="none", ignore_index=-100).view_as(targets)  # fmt: skip
+    per_token = torch.nn.functional.cross_entropy(
+        logits[:, :-1].flatten(0, 1).float(), targets.flatten(), reduction="none", ignore_index=-100
+    ).view_as(targets)
     answer = targets != -100
     torch.testing.assert_close(loss, per_token[answer].mean(), rtol=1e-4, atol=1e-5)
     everything = batch["attention_mask"][:, 1:].bool()
-    all_tokens = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(),
-                                                   batch["input_ids"][:, 1:].flatten(), reduction="none")  # fmt: skip
+    all_tokens = torch.nn.functional.cross_entropy(
+        logits[:, :-1].flatten(0, 1).float(), batch["input_ids"][:, 1:].flatten(), reduction="none"
+    )
     assert not torch.isclose(loss, all_tokens.view_as(targets)[everything].mean(), rtol=1e-3)
 
 
@@ -269,14 +334,15 @@ def offline_run_config(path: Path) -> dict:
         if block - pos % block < 7:  # a block's tail too short for a header is padding
             pos += block - pos % block
             continue
-        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-        chunks.append(data[pos + 7:pos + 7 + length])
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        chunks.append(data[pos + 7 : pos + 7 + length])
         pos += 7 + length
         if kind in (1, 4):  # a FULL record, or the LAST chunk of one
             record = wandb_internal_pb2.Record.FromString(b"".join(chunks))
             chunks = []
-            items = {"run": lambda: record.run.config.update, "config": lambda: record.config.update}
-            for item in items.get(record.WhichOneof("record_type"), list)():
+            kind_of_record = record.WhichOneof("record_type")
+            items = {"run": record.run.config.update, "config": record.config.update}.get(kind_of_record, [])
+            for item in items:
                 config[item.key] = json.loads(item.value_json)
     return config
 
@@ -290,8 +356,27 @@ def test_one_lora_step_from_the_cli_saves_a_model_that_loads_and_generates(tmp_p
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     build, out = write_build(tmp_path / "build"), tmp_path / "out"
-    assert main(["ruft", "train", "--config", str(TINY_PRESET), "--dataset", str(build), "--output_dir", str(out),
-                 "--max_steps", "1", "--max_length", "128", "--save_strategy", "no"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "ruft",
+                "train",
+                "--config",
+                str(TINY_PRESET),
+                "--dataset",
+                str(build),
+                "--output_dir",
+                str(out),
+                "--max_steps",
+                "1",
+                "--max_length",
+                "128",
+                "--save_strategy",
+                "no",
+            ]
+        )
+        == 0
+    )
     captured = capsys.readouterr()
     assert re.search(r"ruft train: 1 steps \(1 this run\) in .* final loss \d+\.\d+; model: .*out", captured.out)
     assert "wandb runs offline" in captured.err
@@ -304,8 +389,12 @@ def test_one_lora_step_from_the_cli_saves_a_model_that_loads_and_generates(tmp_p
     assert (out / "adapter" / "adapter_config.json").is_file()
 
     tokenizer, model = AutoTokenizer.from_pretrained(out), AutoModelForCausalLM.from_pretrained(out)
-    inputs = tokenizer.apply_chat_template([{"role": "user", "content": "What is 2 + 2?"}],
-                                           add_generation_prompt=True, return_tensors="pt", return_dict=True)  # fmt: skip
+    inputs = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is 2 + 2?"}],
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
+    )
     generated = model.generate(**inputs, max_new_tokens=5, do_sample=False)
     assert generated.shape[1] > inputs["input_ids"].shape[1]
 
@@ -332,8 +421,23 @@ def test_resume_from_checkpoint_continues_the_run(tmp_path, capsys, base_model, 
     from transformers import AutoModelForCausalLM
 
     build, out, straight = write_build(tmp_path / "build"), tmp_path / "out", tmp_path / "straight"
-    common = ["ruft", "train", "--config", str(TINY_PRESET), "--dataset", str(build), "--max_length", "128",
-              "--save_steps", "1", "--report_to", "none", "--no-merge-adapter", "--lr_scheduler_type", "constant"]  # fmt: skip
+    common = [
+        "ruft",
+        "train",
+        "--config",
+        str(TINY_PRESET),
+        "--dataset",
+        str(build),
+        "--max_length",
+        "128",
+        "--save_steps",
+        "1",
+        "--report_to",
+        "none",
+        "--no-merge-adapter",
+        "--lr_scheduler_type",
+        "constant",
+    ]
     assert main([*common, "--output_dir", str(straight), "--max_steps", "3"]) == 0
     assert main([*common, "--output_dir", str(out), "--max_steps", "2"]) == 0
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
@@ -347,8 +451,9 @@ def test_resume_from_checkpoint_continues_the_run(tmp_path, capsys, base_model, 
 
     resumed = losses(out / "checkpoint-3")
     assert resumed[:2] == losses(out / "checkpoint-2") and [step for step, _ in resumed] == [1, 2, 3]
-    assert [loss for _, loss in resumed] == pytest.approx([loss for _, loss in losses(straight / "checkpoint-3")],
-                                                          rel=1e-4)  # fmt: skip
+    assert [loss for _, loss in resumed] == pytest.approx(
+        [loss for _, loss in losses(straight / "checkpoint-3")], rel=1e-4
+    )
     at_2, final, expected = tensors(out / "checkpoint-2"), tensors(out), tensors(straight)
     assert final.keys() == expected.keys() and any(not torch.equal(at_2[k], final[k]) for k in final)
     for name in final:
@@ -365,6 +470,6 @@ def test_resume_true_takes_the_latest_complete_checkpoint(tmp_path):
     for step, complete in ((2, True), (3, False), (10, True), (11, False)):
         (tmp_path / f"checkpoint-{step}").mkdir()
         if complete:
-            (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text('{"global_step": %d}' % step)
+            (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text(f'{{"global_step": {step}}}')
     config = SimpleNamespace(resume_from_checkpoint="true", output_dir=str(tmp_path))
     assert resume_target(config) == str(tmp_path / "checkpoint-10")  # checkpoint-11 was killed while being saved

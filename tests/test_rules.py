@@ -54,7 +54,7 @@ CASES = [
     ({"type": "contains_none", "keywords": ["sorry"], "case_sensitive": True}, "SORRY", True),
     ({"type": "valid_json"}, '{"a": [1, 2.5, null]}', True),
     ({"type": "valid_json"}, '```json\n{"a": 1}\n```', True),
-    ({"type": "valid_json"}, '  ```\n[1, 2]\n```\n', True),
+    ({"type": "valid_json"}, "  ```\n[1, 2]\n```\n", True),
     ({"type": "valid_json"}, "{'a': 1}", False),
     ({"type": "valid_json"}, '{"a": 1,}', False),
     ({"type": "valid_json"}, 'Here you go:\n```json\n{"a": 1}\n```', False),  # prose around the fence

@@ -80,8 +80,22 @@ def test_the_zero3_launch_config_resolves_with_the_judge_gpu_left_out():
 
 
 def test_flags_win_over_the_preset(capsys, no_model_load):
-    assert main(rurl_train("--config", str(TINY), "--dry_run", "--max_steps", "7", "--dynamic_std_threshold",
-                           "0.1", "--roles", "judge.temperature=0.5")) == 0  # fmt: skip
+    assert (
+        main(
+            rurl_train(
+                "--config",
+                str(TINY),
+                "--dry_run",
+                "--max_steps",
+                "7",
+                "--dynamic_std_threshold",
+                "0.1",
+                "--roles",
+                "judge.temperature=0.5",
+            )
+        )
+        == 0
+    )
     resolved = yaml.safe_load(capsys.readouterr().out)
     assert resolved["max_steps"] == 7 and resolved["rurl"]["dynamic_std_threshold"] == 0.1
     assert resolved["llm"]["roles"]["judge"] == {"temperature": 0.5}
@@ -95,13 +109,37 @@ def test_the_dapo_preset_dry_run_shows_dapo(capsys, no_model_load):
     resolved = yaml.safe_load(capsys.readouterr().out)
     rurl = resolved["rurl"]
     assert (rurl["dynamic_sampling"], rurl["on_exhausted"], rurl["overlong_buffer"], rurl["overlong_penalty"]) == (
-        True, "stop", 4096, 1.0)  # fmt: skip
-    assert {key: resolved[key] for key in ("loss_type", "epsilon", "epsilon_high", "beta", "num_generations",
-                                           "mask_truncated_completions", "max_completion_length", "temperature",
-                                           "learning_rate", "lr_scheduler_type")} == {
-        "loss_type": "dapo", "epsilon": 0.2, "epsilon_high": 0.28, "beta": 0.0, "num_generations": 16,
-        "mask_truncated_completions": True, "max_completion_length": 20480, "temperature": 1.0,
-        "learning_rate": 1e-6, "lr_scheduler_type": "constant_with_warmup"}  # fmt: skip
+        True,
+        "stop",
+        4096,
+        1.0,
+    )
+    assert {
+        key: resolved[key]
+        for key in (
+            "loss_type",
+            "epsilon",
+            "epsilon_high",
+            "beta",
+            "num_generations",
+            "mask_truncated_completions",
+            "max_completion_length",
+            "temperature",
+            "learning_rate",
+            "lr_scheduler_type",
+        )
+    } == {
+        "loss_type": "dapo",
+        "epsilon": 0.2,
+        "epsilon_high": 0.28,
+        "beta": 0.0,
+        "num_generations": 16,
+        "mask_truncated_completions": True,
+        "max_completion_length": 20480,
+        "temperature": 1.0,
+        "learning_rate": 1e-6,
+        "lr_scheduler_type": "constant_with_warmup",
+    }
     assert resolved["warmup_steps"] > 0
     assert resolved["steps_per_generation"] == 16 * resolved["gradient_accumulation_steps"]
 
@@ -139,13 +177,17 @@ def test_the_trl_seams_dynamic_sampling_overrides_are_still_there():
     from rurl.trainer import check_trl_version
 
     check_trl_version()  # the installed TRL is one the overrides were checked against
-    seams = {"_generate_and_score_completions": ["self", "inputs"],
-             "_calculate_rewards": ["self", "inputs", "prompts", "completions", "completion_ids_list"],
-             "_prepare_inputs": ["self", "generation_batch"]}  # fmt: skip
+    seams = {
+        "_generate_and_score_completions": ["self", "inputs"],
+        "_calculate_rewards": ["self", "inputs", "prompts", "completions", "completion_ids_list"],
+        "_prepare_inputs": ["self", "generation_batch"],
+    }
     for name, parameters in seams.items():
         method = getattr(GRPOTrainer, name, None)
         assert method is not None, f"TRL's GRPOTrainer has no {name} any more: see rurl/trainer.py"
-        assert list(inspect.signature(method).parameters) == parameters, f"GRPOTrainer.{name} changed: see rurl/trainer.py"
+        assert list(inspect.signature(method).parameters) == parameters, (
+            f"GRPOTrainer.{name} changed: see rurl/trainer.py"
+        )
     source = inspect.getsource(GRPOTrainer._prepare_inputs)
     assert "self._generate_and_score_completions(generation_batch)" in source  # where dynamic sampling hooks in
 
@@ -153,17 +195,23 @@ def test_the_trl_seams_dynamic_sampling_overrides_are_still_there():
 # --- bad input: one line, before any model --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--bogus_key", "1"], "bogus_key"),
-    (["--num_generations", "3"], "divisible"),  # 8 completions per step are not groups of 3
-    (["--max_failure_rate", "1.5"], "--max-failure-rate must be within [0, 1], got 1.5"),
-    (["--dynamic_std_threshold", "-0.1"], "--dynamic-std-threshold must be within [0, 1]"),
-    (["--eval_size", "2.5"], "--eval-size must be a share in (0, 1)"),
-    (["--prefilter_mean_range", "0.9", "0.1"], "--prefilter-mean-range must be [low, high]"),
-    (["--overlong_buffer", "64"], "rurl.overlong_buffer 64 is longer than max_completion_length 48"),
-    (["--judge_deadline", "1000"], "rurl.judge_deadline 1000 s is more than half of ddp_timeout 1800 s"),
-    (["--judge_deadline", "400", "--ddp_timeout", "600"], "rurl.judge_deadline 400 s is more than half of ddp_timeout"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--bogus_key", "1"], "bogus_key"),
+        (["--num_generations", "3"], "divisible"),  # 8 completions per step are not groups of 3
+        (["--max_failure_rate", "1.5"], "--max-failure-rate must be within [0, 1], got 1.5"),
+        (["--dynamic_std_threshold", "-0.1"], "--dynamic-std-threshold must be within [0, 1]"),
+        (["--eval_size", "2.5"], "--eval-size must be a share in (0, 1)"),
+        (["--prefilter_mean_range", "0.9", "0.1"], "--prefilter-mean-range must be [low, high]"),
+        (["--overlong_buffer", "64"], "rurl.overlong_buffer 64 is longer than max_completion_length 48"),
+        (["--judge_deadline", "1000"], "rurl.judge_deadline 1000 s is more than half of ddp_timeout 1800 s"),
+        (
+            ["--judge_deadline", "400", "--ddp_timeout", "600"],
+            "rurl.judge_deadline 400 s is more than half of ddp_timeout",
+        ),
+    ],
+)
 def test_bad_settings_are_one_line_errors(args, message, tmp_path, capsys, no_model_load):
     assert main(rurl_train("--config", str(TINY), "--output_dir", str(tmp_path), *args)) == 2
     err = capsys.readouterr().err.strip()
@@ -185,8 +233,12 @@ def test_a_dataset_without_rubrics_or_prompts_names_the_file_and_row(tmp_path, c
     err = capsys.readouterr().err
     assert f"{no_rubrics}: line 1" in err and "rubrics" in err
     no_prompt = tmp_path / "no_prompt.jsonl"
-    no_prompt.write_text(TINY_DATA.read_text().splitlines()[0] + "\n"
-                         + json.dumps({"rubrics": [{"criterion": "Is kind.", "points": 1}]}) + "\n")  # fmt: skip
+    no_prompt.write_text(
+        TINY_DATA.read_text().splitlines()[0]
+        + "\n"
+        + json.dumps({"rubrics": [{"criterion": "Is kind.", "points": 1}]})
+        + "\n"
+    )
     assert main(rurl_train("--config", str(TINY), "--rubrics", str(no_prompt), "--output_dir", str(tmp_path))) == 2
     err = capsys.readouterr().err
     assert f"{no_prompt}: line 2" in err, err
@@ -201,15 +253,28 @@ def test_a_judge_that_does_not_answer_stops_before_the_policy_loads(tmp_path, ca
     with FaultServer() as dead:
         url = dead.base_url
     # the port is closed now: nothing listens there
-    assert main(rurl_train("--config", str(TINY), "--output_dir", str(tmp_path), "--base-url", url, "--model", "j")) == 2
+    assert (
+        main(rurl_train("--config", str(TINY), "--output_dir", str(tmp_path), "--base-url", url, "--model", "j")) == 2
+    )
     err = capsys.readouterr().err
     assert url in err and "does not answer" in err
 
 
 def test_a_judge_that_answers_no_verdict_fails_the_preflight(tmp_path, capsys, no_model_load):
     with FaultServer(reply="I cannot grade this.") as judge:
-        code = main(rurl_train("--config", str(TINY), "--output_dir", str(tmp_path), "--base-url", judge.base_url,
-                               "--model", "scripted-judge", "--no-cache"))  # fmt: skip
+        code = main(
+            rurl_train(
+                "--config",
+                str(TINY),
+                "--output_dir",
+                str(tmp_path),
+                "--base-url",
+                judge.base_url,
+                "--model",
+                "scripted-judge",
+                "--no-cache",
+            )
+        )
     assert code == 2
     err = capsys.readouterr().err
     assert "judge preflight" in err and "scripted-judge" in err and "verdict" in err, err
@@ -226,20 +291,26 @@ def test_soft_overlong_penalty_by_hand():
 
 
 def test_batch_statistics_by_hand():
-    rubric = rubric_from_items([
-        {"criterion": "A", "points": 3, "tags": ["axis:accuracy"], "category": "Essential"},
-        {"criterion": "B", "points": 1, "tags": ["axis:accuracy", "theme:x"]},
-    ], "test")  # fmt: skip
+    rubric = rubric_from_items(
+        [
+            {"criterion": "A", "points": 3, "tags": ["axis:accuracy"], "category": "Essential"},
+            {"criterion": "B", "points": 1, "tags": ["axis:accuracy", "theme:x"]},
+        ],
+        "test",
+    )
 
     class Graded:
         def __init__(self, met_a, met_b, flag=None):
-            self.verdicts = [Verdict("A", 3, ("axis:accuracy",), met_a, "", "judge"),
-                             Verdict("B", 1, ("axis:accuracy", "theme:x"), met_b, "", "rule")]  # fmt: skip
+            self.verdicts = [
+                Verdict("A", 3, ("axis:accuracy",), met_a, "", "judge"),
+                Verdict("B", 1, ("axis:accuracy", "theme:x"), met_b, "", "rule"),
+            ]
             self.integrity_flag, self.integrity_note, self.no_answer = flag, None, None
 
     graded = [Graded(True, False), Graded(True, True), Graded(None, False)]
-    stats = batch_stats(graded, [rubric] * 3, rewards=[0.75, 1.0, None], lengths=[10, 20, 30], seconds=1.5,
-                        judge_calls=6)  # fmt: skip
+    stats = batch_stats(
+        graded, [rubric] * 3, rewards=[0.75, 1.0, None], lengths=[10, 20, 30], seconds=1.5, judge_calls=6
+    )
     # the failure rate counts the judge's decisions (A's three), not rule checks (B), as grade and eval do
     assert (stats.completions, stats.unscored, stats.verdicts, stats.failed_verdicts) == (3, 1, 3, 1)
     # decided verdicts: A met, B not, A met, B met, B not -> 3 of 5
@@ -258,8 +329,16 @@ def test_batch_statistics_by_hand():
 def write_rows(path: Path, ids: list[str]) -> Path:
     with open(path, "w") as f:
         for row_id in ids:
-            f.write(json.dumps({"id": row_id, "prompt": [{"role": "user", "content": f"Question {row_id}?"}],
-                                "rubrics": [{"criterion": "Answers.", "points": 1}]}) + "\n")  # fmt: skip
+            f.write(
+                json.dumps(
+                    {
+                        "id": row_id,
+                        "prompt": [{"role": "user", "content": f"Question {row_id}?"}],
+                        "rubrics": [{"criterion": "Answers.", "points": 1}],
+                    }
+                )
+                + "\n"
+            )
     return path
 
 
@@ -267,8 +346,12 @@ def test_prefilter_keeps_queries_whose_ruft_scores_vary_inside_the_band(tmp_path
     rows = write_rows(tmp_path / "rubrics.jsonl", ["varied", "flat", "solved", "hopeless", "missing"])
     build = tmp_path / "build"
     build.mkdir()
-    scores = {"varied": [0.2, 0.6, 0.4, 0.8], "flat": [0.5, 0.5, 0.5, 0.5], "solved": [1.0, 0.8, 1.0, 1.0],
-              "hopeless": [0.0, 0.0, 0.1, 0.0]}  # fmt: skip
+    scores = {
+        "varied": [0.2, 0.6, 0.4, 0.8],
+        "flat": [0.5, 0.5, 0.5, 0.5],
+        "solved": [1.0, 0.8, 1.0, 1.0],
+        "hopeless": [0.0, 0.0, 0.1, 0.0],
+    }
     with open(build / "candidates.jsonl", "w") as f:
         for row_id, values in scores.items():
             for i, score in enumerate(values):
@@ -309,10 +392,13 @@ def test_overlong_shaping_keeps_an_unscored_completion_unscored():
         role = Role(base_url=base_url, model="scripted-judge", temperature=0.0)
         async with LLMClient({"judge": role}, max_retries=0, invalid_answer_retries=0) as client:
             return await rubric_reward(
-                prompts=["Q1", "Q2", "Q3"], completions=["short", "long", "FAIL long"], rubrics=[rubric] * 3,
-                completion_ids=[[1] * 10, [1] * 95, [1] * 95], grader=Grader(client, GradingConfig()),
+                prompts=["Q1", "Q2", "Q3"],
+                completions=["short", "long", "FAIL long"],
+                rubrics=[rubric] * 3,
+                completion_ids=[[1] * 10, [1] * 95, [1] * 95],
+                grader=Grader(client, GradingConfig()),
                 overlong=Overlong(max_length=100, buffer=20, scale=1.0),
-            )  # fmt: skip
+            )
 
     with FaultServer(reply=judge) as server:
         rewards = run(go(server.base_url))
@@ -328,9 +414,13 @@ def test_a_judge_on_several_endpoints_logs_each_endpoints_counts():
 
     async def go(base_url):
         async with LLMClient({"judge": Role(base_url=base_url, model="judge", temperature=0.0)}) as client:
-            return await rubric_reward(prompts=[f"Q{i}" for i in range(12)], completions=["Hello."] * 12,
-                                       rubrics=[rubric] * 12, grader=Grader(client, GradingConfig(integrity_check=False)),
-                                       log_metric=metrics.__setitem__)  # fmt: skip
+            return await rubric_reward(
+                prompts=[f"Q{i}" for i in range(12)],
+                completions=["Hello."] * 12,
+                rubrics=[rubric] * 12,
+                grader=Grader(client, GradingConfig(integrity_check=False)),
+                log_metric=metrics.__setitem__,
+            )
 
     with FaultServer(reply=verdict, latency=0.05) as a, FaultServer(reply=verdict, latency=0.05) as b:
         assert run(go(f"{a.base_url},{b.base_url}")) == [1.0] * 12
@@ -346,10 +436,16 @@ def test_a_judge_on_several_endpoints_logs_each_endpoints_counts():
 def bad_rows_file(path: Path) -> Path:
     """The tiny data (lines 1-8), then a rubric of penalties only (line 9) and a prompt of ~9,000 tokens, over the
     embedded model's 8,192-token context (line 10)."""
-    penalty = {"id": "all-penalties", "prompt": [{"role": "user", "content": "Any tips?"}],
-               "rubrics": [{"criterion": "Is rude.", "points": -3}, {"criterion": "Is wrong.", "points": -5}]}
-    long = {"id": "too-long", "prompt": [{"role": "user", "content": "word " * 9000}],
-            "rubrics": [{"criterion": "Answers.", "points": 1}]}  # fmt: skip
+    penalty = {
+        "id": "all-penalties",
+        "prompt": [{"role": "user", "content": "Any tips?"}],
+        "rubrics": [{"criterion": "Is rude.", "points": -3}, {"criterion": "Is wrong.", "points": -5}],
+    }
+    long = {
+        "id": "too-long",
+        "prompt": [{"role": "user", "content": "word " * 9000}],
+        "rubrics": [{"criterion": "Answers.", "points": 1}],
+    }
     path.write_text(TINY_DATA.read_text() + json.dumps(penalty) + "\n" + json.dumps(long) + "\n")
     return path
 
@@ -374,22 +470,49 @@ def test_skipped_bad_rows_are_left_out_listed_and_counted(tmp_path, capsys, no_m
     rows = bad_rows_file(tmp_path / "rubrics.jsonl")
     with FaultServer() as dead:  # past the data: the run goes on to the judge, which is not there
         url = dead.base_url
-    assert main(rurl_train("--config", str(TINY), "--rubrics", str(rows), "--output_dir", str(tmp_path / "out"),
-                           "--bad_rows", "skip", "--base-url", url, "--model", "j")) == 2  # fmt: skip
+    assert (
+        main(
+            rurl_train(
+                "--config",
+                str(TINY),
+                "--rubrics",
+                str(rows),
+                "--output_dir",
+                str(tmp_path / "out"),
+                "--bad_rows",
+                "skip",
+                "--base-url",
+                url,
+                "--model",
+                "j",
+            )
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "left out 2 of 10 rows that can never train" in err and "does not answer" in err, err
     data = load_rurl_data(rows, RurlConfig(bad_rows="skip"), seed=0)  # no budget: the penalty row only
     assert len(data.train) == 9 and data.bad_rows == {"no_positive_points": 1}
     # with vLLM, its context is vllm_max_model_length (the embedded model's tokenizer counts)
-    grpo = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, use_vllm=True, vllm_max_model_length=1024,
-                      max_completion_length=24, num_generations=2, per_device_train_batch_size=2)  # fmt: skip
+    grpo = GRPOConfig(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        use_vllm=True,
+        vllm_max_model_length=1024,
+        max_completion_length=24,
+        num_generations=2,
+        per_device_train_batch_size=2,
+    )
     budget = prompt_budget(grpo, ModelConfig())
     assert budget.tokens == 1000 and budget.source == "vllm_max_model_length 1024 - max_completion_length 24"
     data = load_rurl_data(rows, RurlConfig(bad_rows="skip", eval_size=2), seed=0, budget=budget)
     assert data.bad_rows == {"no_positive_points": 1, "prompt_too_long": 1}
     assert len(data.train) + len(data.evaluation) == 8 and len(data.evaluation) == 2
-    assert [(r.location, r.row["id"]) for r in data.rejected] == [(f"{rows}: line 9", "all-penalties"),
-                                                                   (f"{rows}: line 10", "too-long")]  # fmt: skip
+    assert [(r.location, r.row["id"]) for r in data.rejected] == [
+        (f"{rows}: line 9", "all-penalties"),
+        (f"{rows}: line 10", "too-long"),
+    ]
     # rating modes score without points: the penalty row trains there
     assert load_rurl_data(rows, RurlConfig(), seed=0, mode="likert").bad_rows == {}
 
@@ -399,8 +522,10 @@ def test_the_prefilter_measures_the_spread_of_one_candidate_role(tmp_path):
     build = tmp_path / "build"
     build.mkdir()
     # {policy: 4, strong: 2}: mixed, both queries vary; the policy's own answers vary on one only
-    scores = {"policy-flat": {"policy": [0.2, 0.2, 0.2, 0.2], "strong": [0.9, 0.9]},
-              "policy-varied": {"policy": [0.2, 0.6, 0.4, 0.8], "strong": [0.9, 0.9]}}
+    scores = {
+        "policy-flat": {"policy": [0.2, 0.2, 0.2, 0.2], "strong": [0.9, 0.9]},
+        "policy-varied": {"policy": [0.2, 0.6, 0.4, 0.8], "strong": [0.9, 0.9]},
+    }
     with open(build / "candidates.jsonl", "w") as f:
         for row_id, by_role in scores.items():
             for role, values in by_role.items():
@@ -415,7 +540,6 @@ def test_the_prefilter_measures_the_spread_of_one_candidate_role(tmp_path):
         load_rurl_data(rows, RurlConfig(prefilter=build, prefilter_role="weak"), seed=0)
     (build / "candidates.jsonl").write_text((build / "candidates.jsonl").read_text().replace('"policy"', '"small"'))
     assert load_rurl_data(rows, RurlConfig(prefilter=build), seed=0).prefilter_role == "small"  # the most candidates
-
 
 
 def test_kept_groups_are_assigned_own_first_then_surplus_then_repeats():
@@ -436,4 +560,4 @@ def test_kept_groups_are_assigned_own_first_then_surplus_then_repeats():
         for process, groups in enumerate(assignment):  # repeats are of a process's own groups when it has any
             own = [s for s in order if s[1] == process]
             if own:
-                assert own[:wanted] == groups[:len(own[:wanted])]
+                assert own[:wanted] == groups[: len(own[:wanted])]

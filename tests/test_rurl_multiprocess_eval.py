@@ -34,8 +34,9 @@ def verdict(body: dict) -> str:
 def run_launch(command: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
     """A torchrun launch in its own process group: past `timeout` the whole group (torchrun and its workers) is
     killed and the test fails, so a hang in a collective ends the test instead of the suite."""
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)  # fmt: skip
+    process = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         out, err = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -51,13 +52,50 @@ def test_two_processes_split_the_held_out_rows_and_write_each_answer_once(tmp_pa
     record = tmp_path / "answered"
     record.mkdir()
     with FaultServer(reply=verdict) as judge:
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                   str(RUNNER), str(record), "rurl", "train", "--config", str(TINY), "--output_dir", str(out),
-                   "--base-url", judge.base_url, "--model", "scripted-judge", "--no-cache", "--no-preflight",
-                   "--roles", "judge.max_tokens=50", "--eval_size", str(HELD_OUT), "--eval_every", "0",
-                   "--max_steps", "1", "--max_completion_length", "8", "--per_device_train_batch_size", "4",
-                   "--dynamic_sampling", "false", "--overlong_buffer", "0", "--save_strategy", "no",
-                   "--merge_adapter", "false", "--report_to", "none"]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            str(RUNNER),
+            str(record),
+            "rurl",
+            "train",
+            "--config",
+            str(TINY),
+            "--output_dir",
+            str(out),
+            "--base-url",
+            judge.base_url,
+            "--model",
+            "scripted-judge",
+            "--no-cache",
+            "--no-preflight",
+            "--roles",
+            "judge.max_tokens=50",
+            "--eval_size",
+            str(HELD_OUT),
+            "--eval_every",
+            "0",
+            "--max_steps",
+            "1",
+            "--max_completion_length",
+            "8",
+            "--per_device_train_batch_size",
+            "4",
+            "--dynamic_sampling",
+            "false",
+            "--overlong_buffer",
+            "0",
+            "--save_strategy",
+            "no",
+            "--merge_adapter",
+            "false",
+            "--report_to",
+            "none",
+        ]
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         result = run_launch(command, env, DEADLINE)
     assert result.returncode == 0, result.stderr[-4000:]
@@ -65,8 +103,10 @@ def test_two_processes_split_the_held_out_rows_and_write_each_answer_once(tmp_pa
     assert len(held_out) == HELD_OUT
 
     # each process generated for its share only: 2 rows and 1 row (+ 1 padding row, so both run one batch)
-    batches = {rank: [json.loads(line) for line in (record / f"answered-{rank}.jsonl").read_text().splitlines()]
-               for rank in (0, 1)}  # fmt: skip
+    batches = {
+        rank: [json.loads(line) for line in (record / f"answered-{rank}.jsonl").read_text().splitlines()]
+        for rank in (0, 1)
+    }
     assert [len(b) for b in batches[0]] == [len(b) for b in batches[1]] == [2]
 
     # the main process wrote one report and one graded answer per held-out row, in the held-out order
@@ -75,15 +115,18 @@ def test_two_processes_split_the_held_out_rows_and_write_each_answer_once(tmp_pa
     answers = [json.loads(line) for line in (out / "eval_answers.jsonl").read_text().splitlines()]
     assert [a["id"] for a in answers] == held_out and {a["step"] for a in answers} == {1}
     assert all(isinstance(a["response"], str) and a["verdicts"] and a["score"] is not None for a in answers)
-    prompts = {json.loads(line)["id"]: json.loads(line)["prompt"][-1]["content"]
-               for line in (ROOT / "experiments" / "data" / "rurl_tiny.jsonl").read_text().splitlines()}  # fmt: skip
+    prompts = {
+        json.loads(line)["id"]: json.loads(line)["prompt"][-1]["content"]
+        for line in (ROOT / "experiments" / "data" / "rurl_tiny.jsonl").read_text().splitlines()
+    }
     assert batches[0][0] + batches[1][0][:1] == [prompts[i] for i in held_out]
     assert batches[1][0][1] == prompts[held_out[0]]  # the padding: its answer is dropped
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["summary"]["eval"]["overall_score"] == reports[0]["metrics"]["overall_score"]
     history = json.loads((out / "log_history.json").read_text())
-    assert [e["eval/overall_score"] for e in history if "eval/overall_score" in e] == \
-        [reports[0]["metrics"]["overall_score"]]  # fmt: skip
+    assert [e["eval/overall_score"] for e in history if "eval/overall_score" in e] == [
+        reports[0]["metrics"]["overall_score"]
+    ]
 
     # `rubricrl report` on the run shows the eval: its table and each held-out row's graded answer
     assert main(["report", str(out)]) == 0

@@ -42,21 +42,72 @@ def launch(tmp_path: Path, judge: FaultServer, prompts: list[str], *flags: str) 
     """Two processes of `rurl train` on `prompts`; returns torchrun's exit code, each rank's stderr, output_dir."""
     prepare_embedded_model()  # converted once here: the launch race has its own test
     data = tmp_path / "rubrics.jsonl"
-    data.write_text("".join(json.dumps({"id": f"q{i}", "prompt": [{"role": "user", "content": p}], "rubrics": RUBRIC})
-                            + "\n" for i, p in enumerate(prompts)))  # fmt: skip
+    data.write_text(
+        "".join(
+            json.dumps({"id": f"q{i}", "prompt": [{"role": "user", "content": p}], "rubrics": RUBRIC}) + "\n"
+            for i, p in enumerate(prompts)
+        )
+    )
     out, logs = tmp_path / "run", tmp_path / "logs"
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
-               "--log-dir", str(logs), "--redirects", "3", "-m", "rubricrl.cli", "rurl", "train", "--config", str(TINY),
-               "--rubrics", str(data), "--output_dir", str(out), "--base-url", judge.base_url, "--model",
-               "scripted-judge", "--no-cache", "--no-preflight", "--roles", "judge.max_tokens=50", "--eval_size", "0",
-               "--report_to", "none", "--num_generations", "4", "--per_device_train_batch_size", "4",
-               "--max_completion_length", "8", "--overlong_buffer", "0", "--save_steps", "1", *flags]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(port),
+        "--log-dir",
+        str(logs),
+        "--redirects",
+        "3",
+        "-m",
+        "rubricrl.cli",
+        "rurl",
+        "train",
+        "--config",
+        str(TINY),
+        "--rubrics",
+        str(data),
+        "--output_dir",
+        str(out),
+        "--base-url",
+        judge.base_url,
+        "--model",
+        "scripted-judge",
+        "--no-cache",
+        "--no-preflight",
+        "--roles",
+        "judge.max_tokens=50",
+        "--eval_size",
+        "0",
+        "--report_to",
+        "none",
+        "--num_generations",
+        "4",
+        "--per_device_train_batch_size",
+        "4",
+        "--max_completion_length",
+        "8",
+        "--overlong_buffer",
+        "0",
+        "--save_steps",
+        "1",
+        *flags,
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               start_new_session=True, cwd=tmp_path)  # fmt: skip
+    process = subprocess.Popen(
+        command,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        cwd=tmp_path,
+    )
     try:
         output, _ = process.communicate(timeout=DEADLINE)
     except subprocess.TimeoutExpired:
@@ -74,9 +125,19 @@ def test_processes_pool_kept_groups_when_one_process_has_only_flat_ones(tmp_path
     process trains on the other's kept group (sent over, logged as moved) instead of leaving the collective it
     used to skip; both processes finish every step."""
     with FaultServer(reply=scripted_judge) as judge:
-        code, errs, out = launch(tmp_path, judge, ["FLAT: say hello.", "Write one sentence about the sea."],
-                                 "--max_steps", "2", "--dynamic_sampling", "true", "--max_extra_rounds", "0",
-                                 "--on_exhausted", "repeat")  # fmt: skip
+        code, errs, out = launch(
+            tmp_path,
+            judge,
+            ["FLAT: say hello.", "Write one sentence about the sea."],
+            "--max_steps",
+            "2",
+            "--dynamic_sampling",
+            "true",
+            "--max_extra_rounds",
+            "0",
+            "--on_exhausted",
+            "repeat",
+        )
     assert code == 0, errs[0][-3000:] + errs[1][-3000:]
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["summary"]["steps"] == 2 and manifest["summary"]["stopped"] is None
@@ -95,9 +156,19 @@ def test_the_failure_guard_stops_every_process_at_the_same_step(tmp_path, quiet_
     unscored, the other 0%. Over both, 50% is above the 40% limit: both processes save checkpoint-1 together and
     stop with the guard's error (before, the one process crossing its own limit saved and left alone: a hang)."""
     with FaultServer(reply=scripted_judge) as judge:
-        code, errs, out = launch(tmp_path, judge, ["FAIL: say hello.", "Write one sentence about the sea."],
-                                 "--max_steps", "4", "--dynamic_sampling", "false", "--failure_window", "1",
-                                 "--max-failure-rate", "0.4")  # fmt: skip
+        code, errs, out = launch(
+            tmp_path,
+            judge,
+            ["FAIL: say hello.", "Write one sentence about the sea."],
+            "--max_steps",
+            "4",
+            "--dynamic_sampling",
+            "false",
+            "--failure_window",
+            "1",
+            "--max-failure-rate",
+            "0.4",
+        )
     assert code != 0  # torchrun reports the ranks' exit code 2 as a failed launch
     for err in errs:
         assert "judge-failure guard" in err and "50% of the completions got no score" in err, err[-3000:]

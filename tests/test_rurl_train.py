@@ -43,8 +43,15 @@ def scripted_verdict(body: dict) -> str:
 
 
 @contextlib.contextmanager
-def rubric_trainer(tmp_path, judge: FaultServer, prompts: list[str], max_extra_rounds: int, max_steps: int = 1,
-                   on_exhausted: str = "repeat", weight_decay: float = 0.0):
+def rubric_trainer(
+    tmp_path,
+    judge: FaultServer,
+    prompts: list[str],
+    max_extra_rounds: int,
+    max_steps: int = 1,
+    on_exhausted: str = "repeat",
+    weight_decay: float = 0.0,
+):
     """RubricGRPOTrainer with dynamic sampling on the embedded model: 2 groups of GENERATIONS per step."""
     from datasets import Dataset
     from peft import LoraConfig
@@ -58,16 +65,30 @@ def rubric_trainer(tmp_path, judge: FaultServer, prompts: list[str], max_extra_r
     role = Role(base_url=judge.base_url, model="scripted-judge", temperature=0.0)
     grader = Grader(LLMClient({"judge": role}, max_retries=0, invalid_answer_retries=0), GradingConfig())
     config = GRPOConfig(
-        output_dir=str(tmp_path), use_cpu=True, bf16=False, gradient_checkpointing=False, max_steps=max_steps,
-        seed=0, per_device_train_batch_size=2 * GENERATIONS, num_generations=GENERATIONS, max_completion_length=8,
-        learning_rate=1e-3, logging_steps=1, report_to=[], save_strategy="steps", save_steps=100,
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        max_steps=max_steps,
+        seed=0,
+        per_device_train_batch_size=2 * GENERATIONS,
+        num_generations=GENERATIONS,
+        max_completion_length=8,
+        learning_rate=1e-3,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="steps",
+        save_steps=100,
         weight_decay=weight_decay,
-    )  # fmt: skip
+    )
     trainer = RubricGRPOTrainer(
-        model=str(prepare_embedded_model()), reward_funcs=[make_rubric_reward(grader)], args=config,
-        train_dataset=dataset, peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+        model=str(prepare_embedded_model()),
+        reward_funcs=[make_rubric_reward(grader)],
+        args=config,
+        train_dataset=dataset,
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
         dynamic=DynamicSampling(std_threshold=0.02, max_extra_rounds=max_extra_rounds, on_exhausted=on_exhausted),
-    )  # fmt: skip
+    )
     trainer.add_callback(StopOnRequest(trainer))
     try:
         yield trainer
@@ -82,8 +103,10 @@ def test_dynamic_sampling_keeps_flat_groups_out_of_the_batch(tmp_path, quiet_env
     dynamic sampling, the batch that reaches the loss holds only groups of the other prompt, whole and at full size,
     drawing extra rounds until it is full, and never drawing again a prompt found flat."""
     batches = []
-    with FaultServer(reply=scripted_verdict) as judge, \
-            rubric_trainer(tmp_path, judge, VARIED[:1] + FLAT, max_extra_rounds=8) as trainer:  # fmt: skip
+    with (
+        FaultServer(reply=scripted_verdict) as judge,
+        rubric_trainer(tmp_path, judge, VARIED[:1] + FLAT, max_extra_rounds=8) as trainer,
+    ):
         original = trainer._generate_and_score_completions
 
         def keep(inputs):
@@ -107,9 +130,9 @@ def test_dynamic_sampling_keeps_flat_groups_out_of_the_batch(tmp_path, quiet_env
     assert len(prompts) == 2 * GENERATIONS == batch["completion_ids"].shape[0] == batch["advantages"].shape[0]
     assert not [p for p in prompts if "FLAT:" in p], prompts  # no flat group reached the loss
     for g in range(2):  # two whole groups, each of one prompt, with a spread of advantages
-        group = prompts[g * GENERATIONS:(g + 1) * GENERATIONS]
+        group = prompts[g * GENERATIONS : (g + 1) * GENERATIONS]
         assert len(set(group)) == 1, group
-        assert batch["advantages"][g * GENERATIONS:(g + 1) * GENERATIONS].abs().sum() > 0
+        assert batch["advantages"][g * GENERATIONS : (g + 1) * GENERATIONS].abs().sum() > 0
     assert batch["num_items_in_batch"] == batch["completion_mask"].sum()  # recomputed over the kept rows
     assert draws and all(not drawn & flat for drawn, flat in draws), draws  # no prompt found flat is drawn again
     logs = trainer.state.log_history[0]
@@ -119,8 +142,10 @@ def test_dynamic_sampling_keeps_flat_groups_out_of_the_batch(tmp_path, quiet_env
 
 
 def test_dynamic_sampling_stops_with_a_checkpoint_when_no_group_has_a_spread(tmp_path, quiet_env):
-    with FaultServer(reply=scripted_verdict) as judge, \
-            rubric_trainer(tmp_path, judge, FLAT, max_extra_rounds=1, max_steps=3) as trainer:  # fmt: skip
+    with (
+        FaultServer(reply=scripted_verdict) as judge,
+        rubric_trainer(tmp_path, judge, FLAT, max_extra_rounds=1, max_steps=3) as trainer,
+    ):
         trainer.train()
     assert trainer.state.global_step == 1  # stopped after the first step, not 3
     assert "no group" in trainer.stop_reason and "dynamic_std_threshold" in trainer.stop_reason
@@ -130,8 +155,10 @@ def test_dynamic_sampling_stops_with_a_checkpoint_when_no_group_has_a_spread(tmp
     assert logs["dynamic_sampling/groups_generated"] == 4
     state = json.loads((tmp_path / "checkpoint-1" / "rurl_state.json").read_text())
     assert len(state["flat"]) == 2  # both prompts, saved for a resumed run's draws
-    with FaultServer(reply=scripted_verdict) as judge, \
-            rubric_trainer(tmp_path, judge, FLAT, max_extra_rounds=1, max_steps=1) as resumed:  # fmt: skip
+    with (
+        FaultServer(reply=scripted_verdict) as judge,
+        rubric_trainer(tmp_path, judge, FLAT, max_extra_rounds=1, max_steps=1) as resumed,
+    ):
         resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-1"))  # at max_steps already: no step
     assert resumed._flat == set(state["flat"])  # a resumed run's extra rounds skip them as the first run's did
 
@@ -140,9 +167,18 @@ def test_on_exhausted_stop_ends_the_run_without_moving_the_weights(tmp_path, qui
     """One flat and one varied prompt per batch, no extra round: half the groups needed. With on_exhausted stop
     the run saves and stops at step 1, and that step leaves every weight as it was, although AdamW's weight decay
     alone would have moved them."""
-    with FaultServer(reply=scripted_verdict) as judge, \
-            rubric_trainer(tmp_path, judge, VARIED[:1] + FLAT[:1], max_extra_rounds=0, max_steps=3,
-                           on_exhausted="stop", weight_decay=0.5) as trainer:  # fmt: skip
+    with (
+        FaultServer(reply=scripted_verdict) as judge,
+        rubric_trainer(
+            tmp_path,
+            judge,
+            VARIED[:1] + FLAT[:1],
+            max_extra_rounds=0,
+            max_steps=3,
+            on_exhausted="stop",
+            weight_decay=0.5,
+        ) as trainer,
+    ):
         before = {name: p.detach().clone() for name, p in trainer.model.named_parameters() if p.requires_grad}
         trainer.train()
         after = dict(trainer.model.named_parameters())
@@ -154,8 +190,10 @@ def test_on_exhausted_stop_ends_the_run_without_moving_the_weights(tmp_path, qui
 
 def test_a_step_with_signal_moves_the_weights(tmp_path, quiet_env):
     """The counterpart: the gate holds only signal-free steps."""
-    with FaultServer(reply=scripted_verdict) as judge, \
-            rubric_trainer(tmp_path, judge, VARIED, max_extra_rounds=2, weight_decay=0.5) as trainer:  # fmt: skip
+    with (
+        FaultServer(reply=scripted_verdict) as judge,
+        rubric_trainer(tmp_path, judge, VARIED, max_extra_rounds=2, weight_decay=0.5) as trainer,
+    ):
         before = {name: p.detach().clone() for name, p in trainer.model.named_parameters() if p.requires_grad}
         trainer.train()
         after = dict(trainer.model.named_parameters())
@@ -174,10 +212,32 @@ def test_the_failure_guard_stops_a_run_whose_judge_fails(tmp_path, quiet_env, ca
     first step with a checkpoint and a one-line error, instead of training on for max_steps."""
     out = tmp_path / "run"
     with FaultServer(reply="garbage, not a verdict") as judge:
-        code = main(["rurl", "train", "--config", str(TINY), "--output_dir", str(out), "--base-url", judge.base_url,
-                     "--model", "scripted-judge", "--no-cache", "--no-preflight", "--max_steps", "4",
-                     "--eval_size", "0", "--dynamic_sampling", "false", "--report_to", "none",
-                     "--roles", "judge.max_tokens=50"])  # fmt: skip
+        code = main(
+            [
+                "rurl",
+                "train",
+                "--config",
+                str(TINY),
+                "--output_dir",
+                str(out),
+                "--base-url",
+                judge.base_url,
+                "--model",
+                "scripted-judge",
+                "--no-cache",
+                "--no-preflight",
+                "--max_steps",
+                "4",
+                "--eval_size",
+                "0",
+                "--dynamic_sampling",
+                "false",
+                "--report_to",
+                "none",
+                "--roles",
+                "judge.max_tokens=50",
+            ]
+        )
     err = capsys.readouterr().err
     assert code == 2, err
     assert "judge-failure guard" in err and "100%" in err and "--resume_from_checkpoint true" in err
@@ -195,17 +255,51 @@ def varied_reward(completions, **kwargs) -> list[float]:
 
 
 def rurl_train(judge: FaultServer, out: Path, *flags: str) -> int:
-    return main(["rurl", "train", "--config", str(TINY), "--output_dir", str(out), "--base-url", judge.base_url,
-                 "--model", "scripted-judge", "--no-cache", "--no-preflight", "--eval_size", "0",
-                 "--dynamic_sampling", "false", "--report_to", "none", "--roles", "judge.max_tokens=50", *flags])  # fmt: skip
+    return main(
+        [
+            "rurl",
+            "train",
+            "--config",
+            str(TINY),
+            "--output_dir",
+            str(out),
+            "--base-url",
+            judge.base_url,
+            "--model",
+            "scripted-judge",
+            "--no-cache",
+            "--no-preflight",
+            "--eval_size",
+            "0",
+            "--dynamic_sampling",
+            "false",
+            "--report_to",
+            "none",
+            "--roles",
+            "judge.max_tokens=50",
+            *flags,
+        ]
+    )
 
 
 def test_trls_reward_table_trains_and_logs_each_reward(tmp_path, quiet_env, capsys):
     """`--reward_funcs think_format_reward --reward_weights 1.0 0.5`, as trl grpo takes them: one step, each reward
     logged under TRL's own rewards/<name>/mean, and the table named at start."""
     with FaultServer(reply=scripted_verdict) as judge:
-        assert rurl_train(judge, tmp_path / "run", "--max_steps", "1", "--reward_funcs", "think_format_reward",
-                          "--reward_weights", "1.0", "0.5") == 0  # fmt: skip
+        assert (
+            rurl_train(
+                judge,
+                tmp_path / "run",
+                "--max_steps",
+                "1",
+                "--reward_funcs",
+                "think_format_reward",
+                "--reward_weights",
+                "1.0",
+                "0.5",
+            )
+            == 0
+        )
     assert "rewards: rubric_reward x 1, think_format_reward x 0.5" in capsys.readouterr().err
     history = json.loads((tmp_path / "run" / "log_history.json").read_text())
     logged = {key for entry in history for key in entry}
@@ -233,8 +327,21 @@ def test_tiny_preset_trains_with_the_real_judge_and_resumes_after_a_kill(tmp_pat
     then resumed: the run ends at max_steps with the model, eval, wandb offline files holding the rubric metrics and
     the completions table with each completion's verdicts."""
     out = tmp_path / "run"
-    command = [str(Path(sys.executable).with_name("rubricrl")), "rurl", "train", "--config", str(TINY),
-               "--output_dir", str(out), "--max_steps", "3", "--save_steps", "1", "--eval_every", "0"]  # fmt: skip
+    command = [
+        str(Path(sys.executable).with_name("rubricrl")),
+        "rurl",
+        "train",
+        "--config",
+        str(TINY),
+        "--output_dir",
+        str(out),
+        "--max_steps",
+        "3",
+        "--save_steps",
+        "1",
+        "--eval_every",
+        "0",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 600
@@ -246,8 +353,9 @@ def test_tiny_preset_trains_with_the_real_judge_and_resumes_after_a_kill(tmp_pat
     first.wait()
     assert not (out / "manifest.json").exists()
 
-    second = subprocess.run(command + ["--resume_from_checkpoint", "true"], env=env, capture_output=True, text=True,
-                            timeout=900)  # fmt: skip
+    second = subprocess.run(
+        command + ["--resume_from_checkpoint", "true"], env=env, capture_output=True, text=True, timeout=900
+    )
     assert second.returncode == 0, second.stderr[-3000:]
     manifest = json.loads((out / "manifest.json").read_text())
     summary = manifest["summary"]
@@ -260,8 +368,13 @@ def test_tiny_preset_trains_with_the_real_judge_and_resumes_after_a_kill(tmp_pat
     assert manifest["config"]["llm"]["roles"]["judge"] == {"temperature": 0.0}
     history = json.loads((out / "log_history.json").read_text())
     steps = [entry for entry in history if "reward" in entry]
-    assert {"rubric/judge_failure_rate", "rubric/criteria_pass_rate", "rubric/tag/axis:accuracy",
-            "rubric/length_reward_corr", "dynamic_sampling/groups_kept"} <= set(steps[-1])  # fmt: skip
+    assert {
+        "rubric/judge_failure_rate",
+        "rubric/criteria_pass_rate",
+        "rubric/tag/axis:accuracy",
+        "rubric/length_reward_corr",
+        "dynamic_sampling/groups_kept",
+    } <= set(steps[-1])
     runs = sorted((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 2  # the killed run and the resumed one, both offline
     log = next(runs[-1].glob("run-*.wandb")).read_bytes()

@@ -15,9 +15,13 @@ from rurl.vllm_cpu import check_versions
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs" / "rurl" / "tiny-cpu.yaml"
-VLLM_ENV = {"OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1",
-            # vLLM's CPU CI switch: dynamo without inductor, the engine ready ~25 s sooner; the weight sync is the same
-            "VLLM_CPU_CI_ENV": "1"}  # fmt: skip
+VLLM_ENV = {
+    "OMP_NUM_THREADS": "1",
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "HF_HUB_OFFLINE": "1",
+    # vLLM's CPU CI switch: dynamo without inductor, the engine ready ~25 s sooner; the weight sync is the same
+    "VLLM_CPU_CI_ENV": "1",
+}
 
 SYNC_CHECK = """
 import json
@@ -74,8 +78,14 @@ def test_the_weight_sync_pushes_the_policy_into_the_colocated_cpu_engine():
     attribute 'weight_loader'"; patched, it pushes the policy: after a sync of a policy with a LoRA, vLLM's
     log-probabilities of its greedy tokens are the policy's (transformers, fp32) within bf16 noise; before it, far
     from them."""
-    run = subprocess.run([sys.executable, "-c", SYNC_CHECK], env={**os.environ, **VLLM_ENV}, capture_output=True,
-                         text=True, timeout=600, cwd=ROOT)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-c", SYNC_CHECK],
+        env={**os.environ, **VLLM_ENV},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert result["patched"] and result["changed"]
@@ -91,10 +101,29 @@ def test_tiny_preset_trains_with_colocated_vllm_rollouts(tmp_path, quiet_env, lo
     by the real judge, then the held-out rows answered greedily by the same engine, ending with the model and the
     manifest, and no traceback from the engine's teardown."""
     out = tmp_path / "run"
-    command = [str(Path(sys.executable).with_name("rubricrl")), "rurl", "train", "--config", str(TINY),
-               "--output_dir", str(out), "--use_vllm", "true", "--vllm_mode", "colocate",
-               "--vllm_gpu_memory_utilization", "0.1", "--max_steps", "2", "--eval_every", "0", "--save_steps", "100",
-               "--report_to", "none"]  # fmt: skip
+    command = [
+        str(Path(sys.executable).with_name("rubricrl")),
+        "rurl",
+        "train",
+        "--config",
+        str(TINY),
+        "--output_dir",
+        str(out),
+        "--use_vllm",
+        "true",
+        "--vllm_mode",
+        "colocate",
+        "--vllm_gpu_memory_utilization",
+        "0.1",
+        "--max_steps",
+        "2",
+        "--eval_every",
+        "0",
+        "--save_steps",
+        "100",
+        "--report_to",
+        "none",
+    ]
     run = subprocess.run(command, env={**os.environ, **VLLM_ENV}, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "Traceback" not in run.stderr, run.stderr[-3000:]  # the engine shut down before the process group

@@ -70,8 +70,9 @@ def test_an_undecided_positive_criterion_dropped_or_counted_unmet_by_hand():
         decided = explicit_score(points, [True, truth, True, True, True]).score
         assert explicit_score(points, met, undecided_criterion="unmet").score <= decided
     # penalties are not touched by it; with both rules: [10, 5, -4], [T, None, None] -> (10 - 4) / 15
-    both = explicit_score([10, 5, -4], [True, None, None], min_coverage=0.3, undecided_penalty="met",
-                          undecided_criterion="unmet")  # fmt: skip
+    both = explicit_score(
+        [10, 5, -4], [True, None, None], min_coverage=0.3, undecided_penalty="met", undecided_criterion="unmet"
+    )
     assert both.score == pytest.approx(6 / 15) and both.decided == 1
     # coverage still counts real verdicts: an assumed verdict does not lift it over min_coverage
     assert explicit_score(points, [True, None, None, True, True], undecided_criterion="unmet").score is None
@@ -129,13 +130,20 @@ def test_tag_scores_with_an_undecided_penalty():
 
 def test_report_from_a_graded_record_with_an_undecided_penalty():
     # A record graded before the rule (its stored score, 1.0, left the penalty out): the report recomputes.
-    verdicts = [{**item, "met": met, "explanation": "", "source": "judge"}
-                for item, met in zip(PENALTY_RUBRIC, [True, True, None])]  # fmt: skip
+    verdicts = [
+        {**item, "met": met, "explanation": "", "source": "judge"}
+        for item, met in zip(PENALTY_RUBRIC, [True, True, None])
+    ]
     records = [
         {"id": "x", "score": 1.0, "verdicts": verdicts, "example_tags": ["theme:hedging"], "integrity_flag": None},
-        {"id": "y", "score": 0.6, "verdicts": [{**v, "met": m} for v, m in zip(verdicts, [True, False, False])],
-         "example_tags": [], "integrity_flag": None},  # 6/10
-    ]  # fmt: skip
+        {
+            "id": "y",
+            "score": 0.6,
+            "verdicts": [{**v, "met": m} for v, m in zip(verdicts, [True, False, False])],
+            "example_tags": [],
+            "integrity_flag": None,
+        },  # 6/10
+    ]
     report = build_report(records, min_coverage=0.5)
     assert report["unscored_examples"] == 1 and report["undecided_penalty"] == "unscored"
     assert report["metrics"]["overall_score"] == pytest.approx(0.6)
@@ -149,11 +157,15 @@ def test_report_from_a_graded_record_with_an_undecided_penalty():
 
 def test_the_report_table_never_cuts_a_metric_name():
     # HealthBench tags that were cut to the same 44 characters, and printed as two rows of one name
-    tags = ["cluster:communication_not-health-professional_accuracy_completeness",
-            "cluster:communication_not-health-professional_tailored"]  # fmt: skip
+    tags = [
+        "cluster:communication_not-health-professional_accuracy_completeness",
+        "cluster:communication_not-health-professional_tailored",
+    ]
     verdicts = [{"criterion": "c", "points": 1, "tags": [], "met": True, "source": "judge"}]
-    records = [{"id": "x", "verdicts": verdicts, "example_tags": [tags[0]]},
-               {"id": "y", "verdicts": [{**verdicts[0], "met": False}], "example_tags": [tags[1]]}]  # fmt: skip
+    records = [
+        {"id": "x", "verdicts": verdicts, "example_tags": [tags[0]]},
+        {"id": "y", "verdicts": [{**verdicts[0], "met": False}], "example_tags": [tags[1]]},
+    ]
     lines = format_report(build_report(records)).splitlines()
     rows = {line.split()[0]: line.split()[1] for line in lines[1:-1]}
     assert rows == {"overall_score": "0.500", tags[0]: "1.000", tags[1]: "0.000"}
@@ -168,7 +180,7 @@ def test_the_judge_failure_rate_counts_judge_decisions_only():
         {"verdicts": [], "rating": 7.0},
         {"verdicts": [{**judged, "met": None, "source": "none"}], "integrity_flag": "addresses the grader"},
         {"verdicts": [], "policy_error": "503"},  # no answer: nothing for the judge
-    ]  # fmt: skip
+    ]
     assert [judge_decisions(r) for r in records] == [(2, 1), (1, 1), (1, 0), (0, 0), (0, 0)]
     report = build_report(records)
     assert report["judge_failure_rate"] == pytest.approx(2 / 4) and report["policy_failures"] == 1
@@ -176,11 +188,19 @@ def test_the_judge_failure_rate_counts_judge_decisions_only():
 
 def test_provenance_is_what_the_records_agree_on():
     stamp = {"rubrics": "/r.jsonl", "responses": None, "policy_model": "p", "graded_at": "2025-01-01T00:00:00+00:00"}
-    records = [{"judge": {"judge_model": "j1", "mode": "batched"}, "provenance": stamp},
-               {"judge": {"judge_model": "j2", "mode": "batched"}, "provenance": stamp},
-               {"policy_error": "503", "provenance": stamp}]  # fmt: skip
-    assert provenance(records) == {"judge_model": ["j1", "j2"], "mode": "batched", "rubrics": "/r.jsonl",
-                                   "responses": None, "policy_model": "p", "graded_at": stamp["graded_at"]}  # fmt: skip
+    records = [
+        {"judge": {"judge_model": "j1", "mode": "batched"}, "provenance": stamp},
+        {"judge": {"judge_model": "j2", "mode": "batched"}, "provenance": stamp},
+        {"policy_error": "503", "provenance": stamp},
+    ]
+    assert provenance(records) == {
+        "judge_model": ["j1", "j2"],
+        "mode": "batched",
+        "rubrics": "/r.jsonl",
+        "responses": None,
+        "policy_model": "p",
+        "graded_at": stamp["graded_at"],
+    }
 
 
 def simple_evals_metrics(example, met):
@@ -235,15 +255,36 @@ def test_dataset_mean_is_clipped_and_bootstrap_of_constant_is_zero():
     "line, message",
     [
         ("{not json", "line_file.jsonl: line 1: invalid JSON"),
-        (json.dumps({"prompt_id": "x", "prompt": [], "rubrics": []}), r"line_file.jsonl: line 1: 'prompt' is an empty message list"),
-        (json.dumps({"prompt_id": "x", "prompt": [{"role": "user", "content": "q"}], "rubrics": []}),
-         "'rubrics' must be a non-empty list"),
-        (json.dumps({"prompt_id": "x", "prompt": [{"role": "user", "content": "q"}],
-                     "rubrics": [{"criterion": "a", "points": "5"}]}), r"criterion 0: 'points' must be an integer"),
-        (json.dumps({"prompt_id": "x", "prompt": [{"role": "user", "content": "q"}],
-                     "rubrics": [{"criterion": " ", "points": 5}]}), "'criterion' must be a non-empty string"),
+        (
+            json.dumps({"prompt_id": "x", "prompt": [], "rubrics": []}),
+            r"line_file.jsonl: line 1: 'prompt' is an empty message list",
+        ),
+        (
+            json.dumps({"prompt_id": "x", "prompt": [{"role": "user", "content": "q"}], "rubrics": []}),
+            "'rubrics' must be a non-empty list",
+        ),
+        (
+            json.dumps(
+                {
+                    "prompt_id": "x",
+                    "prompt": [{"role": "user", "content": "q"}],
+                    "rubrics": [{"criterion": "a", "points": "5"}],
+                }
+            ),
+            r"criterion 0: 'points' must be an integer",
+        ),
+        (
+            json.dumps(
+                {
+                    "prompt_id": "x",
+                    "prompt": [{"role": "user", "content": "q"}],
+                    "rubrics": [{"criterion": " ", "points": 5}],
+                }
+            ),
+            "'criterion' must be a non-empty string",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_healthbench_lines_are_named(tmp_path, line, message):
     path = tmp_path / "line_file.jsonl"
     path.write_text(line + "\n")

@@ -59,8 +59,16 @@ def test_serve_answers_advertises_and_sigterm_leaves_no_process(home):
     vllm_pgid = state["pid"]
     assert len(group_members(vllm_pgid)) >= 2  # the API server and its engine process
 
-    chat = rubricrl("chat", "Say hello.", "--max-tokens", "8", "--no-cache", home=home,
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    chat = rubricrl(
+        "chat",
+        "Say hello.",
+        "--max-tokens",
+        "8",
+        "--no-cache",
+        home=home,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     out, err = chat.communicate(timeout=120)
     assert chat.returncode == 0 and out.strip(), err
     assert "starting one" not in err  # the advertised server was reused
@@ -96,8 +104,16 @@ def test_sigkilled_serve_takes_its_server_down(home):
 def test_command_without_server_starts_one_and_stops_it(home):
     if not port_is_free(DEFAULT_PORT):
         pytest.skip(f"a server on the default port {DEFAULT_PORT} would be reused")
-    chat = rubricrl("chat", "Say hello.", "--max-tokens", "8", "--no-cache", home=home,
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    chat = rubricrl(
+        "chat",
+        "Say hello.",
+        "--max-tokens",
+        "8",
+        "--no-cache",
+        home=home,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     out, err = chat.communicate(timeout=600)
     assert chat.returncode == 0 and out.strip(), err
     assert "starting one for this command" in err and "stopping the local server" in err

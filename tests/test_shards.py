@@ -34,14 +34,27 @@ def test_shards_partition_the_ids_exactly_whatever_the_order():
 
 
 def queries(path, n):
-    path.write_text("".join(json.dumps({"id": f"q{i:03d}", "question": f"Question number {i}?"}) + "\n"
-                            for i in range(n)))  # fmt: skip
+    path.write_text(
+        "".join(json.dumps({"id": f"q{i:03d}", "question": f"Question number {i}?"}) + "\n" for i in range(n))
+    )
     return path
 
 
 def synth(server, input_path, out, *extra) -> int:
-    return main(["synth", "--input", str(input_path), "--output-dir", str(out), "--base-url", server.base_url,
-                 "--model", "fake", *extra])  # fmt: skip
+    return main(
+        [
+            "synth",
+            "--input",
+            str(input_path),
+            "--output-dir",
+            str(out),
+            "--base-url",
+            server.base_url,
+            "--model",
+            "fake",
+            *extra,
+        ]
+    )
 
 
 def rubrics_by_id(folder):
@@ -63,7 +76,9 @@ def test_three_shards_merged_are_the_rows_of_one_run(tmp_path, home, capsys):
     merged, one = tmp_path / "merged", tmp_path / "one"
     assert rubrics_by_id(merged) == rubrics_by_id(one) and len(rubrics_by_id(merged)) == 12
     details = pq.read_table(merged / "final_details.parquet").to_pylist()
-    assert sorted(d["id"] for d in details) == sorted(rubrics_by_id(one)) and all(d["reference_answer"] for d in details)
+    assert sorted(d["id"] for d in details) == sorted(rubrics_by_id(one)) and all(
+        d["reference_answer"] for d in details
+    )
     manifest = json.loads((merged / "manifest.json").read_text())
     shard_usage = [json.loads((f / "manifest.json").read_text())["usage"]["reference"]["requests"] for f in shards]
     assert manifest["usage"]["reference"]["requests"] == sum(shard_usage) > 0  # usage added up over the shards
@@ -92,8 +107,12 @@ def test_merge_refuses_missing_shards_a_shard_twice_other_settings_and_a_full_ou
     with FaultServer(reply=schema_reply) as server:
         for k in range(2):
             assert synth(server, input_path, tmp_path / f"s{k}", "--shard", f"{k}/2") == 0
-        assert synth(server, input_path, tmp_path / "other", "--shard", "1/2", "--max-criteria", "8",
-                     "--min-criteria", "2") == 0  # fmt: skip
+        assert (
+            synth(
+                server, input_path, tmp_path / "other", "--shard", "1/2", "--max-criteria", "8", "--min-criteria", "2"
+            )
+            == 0
+        )
     s0, s1, other = (str(tmp_path / name) for name in ("s0", "s1", "other"))
     out = str(tmp_path / "merged")
 
@@ -138,9 +157,29 @@ def test_ruft_build_shards_merge_into_one_sft_dataset(tmp_path, home):
     rows = rubrics(tmp_path / "rubrics.jsonl", n=6)
     with FaultServer(reply=Script()) as server:
         for k in range(2):
-            assert main(["ruft", "build", "--rubrics", str(rows), "--output-dir", str(tmp_path / f"b{k}"),
-                         "--base-url", server.base_url, "--model", "fake", "--threshold", "0.5",
-                         "--candidates", "policy=4", "--shard", f"{k}/2"]) == 0  # fmt: skip
+            assert (
+                main(
+                    [
+                        "ruft",
+                        "build",
+                        "--rubrics",
+                        str(rows),
+                        "--output-dir",
+                        str(tmp_path / f"b{k}"),
+                        "--base-url",
+                        server.base_url,
+                        "--model",
+                        "fake",
+                        "--threshold",
+                        "0.5",
+                        "--candidates",
+                        "policy=4",
+                        "--shard",
+                        f"{k}/2",
+                    ]
+                )
+                == 0
+            )
     assert main(["merge", str(tmp_path / "b0"), str(tmp_path / "b1"), "--output-dir", str(tmp_path / "m")]) == 0
     sft = datasets.load_from_disk(str(tmp_path / "m" / "sft"))
     assert sorted(sft["id"]) == [f"r{i}" for i in range(6)]
@@ -160,8 +199,9 @@ def test_the_slurm_recipe_parses_and_its_merge_step_joins_the_shards(tmp_path, h
     with FaultServer(reply=schema_reply) as server:
         for k in range(2):  # what two array tasks leave behind
             assert synth(server, input_path, tmp_path / "out" / f"shard-{k}", "--shard", f"{k}/2") == 0
-    done = subprocess.run(["bash", str(script), "merge", "2", str(tmp_path / "out")], cwd=root, capture_output=True,
-                          text=True)  # fmt: skip
+    done = subprocess.run(
+        ["bash", str(script), "merge", "2", str(tmp_path / "out")], cwd=root, capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr
     assert len(rubrics_by_id(tmp_path / "out" / "merged")) == 4
 
@@ -175,8 +215,10 @@ def test_the_slurm_recipe_submits_an_array_then_a_merge_and_each_task_serves_the
 
     script = Path(__file__).resolve().parents[1] / "experiments" / "slurm_synth.sh"
     calls = tmp_path / "calls.txt"
-    serve = ('port=$(echo "$*" | sed -E "s/.*--port ([0-9]+).*/\\1/"); mkdir -p "$RUBRICRL_HOME"; '
-             'echo "{\\"base_url\\": \\"http://127.0.0.1:$port/v1\\"}" > "$RUBRICRL_HOME/server.json"; exec sleep 30')
+    serve = (
+        'port=$(echo "$*" | sed -E "s/.*--port ([0-9]+).*/\\1/"); mkdir -p "$RUBRICRL_HOME"; '
+        'echo "{\\"base_url\\": \\"http://127.0.0.1:$port/v1\\"}" > "$RUBRICRL_HOME/server.json"; exec sleep 30'
+    )
     stubs = {
         "bin/sbatch": f'echo "sbatch $*" >> {calls}; echo 4242',
         ".venv/bin/rubricrl": f'echo "rubricrl $*" >> {calls}; [ "$1" != serve ] || {{ {serve}; }}',
@@ -189,8 +231,9 @@ def test_the_slurm_recipe_submits_an_array_then_a_merge_and_each_task_serves_the
     env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
 
     def recipe(*args, **extra):
-        done = subprocess.run(["bash", str(script), *args], cwd=tmp_path, env={**env, **extra}, capture_output=True,
-                              text=True, timeout=20)  # fmt: skip
+        done = subprocess.run(
+            ["bash", str(script), *args], cwd=tmp_path, env={**env, **extra}, capture_output=True, text=True, timeout=20
+        )
         assert done.returncode == 0, done.stderr
         lines = calls.read_text().splitlines()
         calls.unlink()
@@ -202,8 +245,9 @@ def test_the_slurm_recipe_submits_an_array_then_a_merge_and_each_task_serves_the
     assert "--dependency=afterany:4242" in lines[1] and lines[1].endswith("merge 4 out")
     assert "sbatch --array=<i>" in said  # how to resubmit one task
 
-    lines, _ = recipe("shard", "4", "q.jsonl", "out", "cfg.yaml", "org/model", "2", SLURM_ARRAY_TASK_ID="3",
-                      SLURM_JOB_ID="77")  # fmt: skip
+    lines, _ = recipe(
+        "shard", "4", "q.jsonl", "out", "cfg.yaml", "org/model", "2", SLURM_ARRAY_TASK_ID="3", SLURM_JOB_ID="77"
+    )
     serve, synth = lines
     port = serve.split("--port ")[1].split()[0]
     assert serve.startswith("rubricrl serve --model org/model") and "--vllm-arg=--tensor-parallel-size=2" in serve
@@ -214,8 +258,14 @@ def test_the_slurm_recipe_submits_an_array_then_a_merge_and_each_task_serves_the
     assert "tensor-parallel" not in lines[0]  # one GPU: no split
     # Another job's server on the port: `serve` exits (the port is taken) and the task stops, running nothing.
     (tmp_path / ".venv/bin/rubricrl").write_text(f'#!/usr/bin/env bash\necho "rubricrl $*" >> {calls}; exit 1\n')
-    done = subprocess.run(["bash", str(script), "shard", "4", "q.jsonl", "out", "cfg.yaml", "org/model"], cwd=tmp_path,
-                          env={**env, "SLURM_ARRAY_TASK_ID": "1"}, capture_output=True, text=True, timeout=20)  # fmt: skip
+    done = subprocess.run(
+        ["bash", str(script), "shard", "4", "q.jsonl", "out", "cfg.yaml", "org/model"],
+        cwd=tmp_path,
+        env={**env, "SLURM_ARRAY_TASK_ID": "1"},
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
     assert done.returncode == 1 and "rubricrl serve exited" in done.stderr
     assert not any(line.startswith("rubricrl synth") for line in calls.read_text().splitlines())
 
@@ -228,19 +278,53 @@ def test_grade_and_eval_shards_split_the_responses_and_concatenate_into_the_whol
     write_lines(tmp_path / "responses.jsonl", [{"id": f"r{i}", "response": "Drink water and rest."} for i in range(8)])
     with FaultServer(reply=schema_reply) as server:
         for k in range(2):
-            assert main(["grade", "--rubrics", str(tmp_path / "rubrics.jsonl"), "--responses",
-                         str(tmp_path / "responses.jsonl"), "--output", str(tmp_path / f"g{k}.jsonl"),
-                         "--shard", f"{k}/2", "--base-url", server.base_url, "--model", "fake"]) == 0  # fmt: skip
+            assert (
+                main(
+                    [
+                        "grade",
+                        "--rubrics",
+                        str(tmp_path / "rubrics.jsonl"),
+                        "--responses",
+                        str(tmp_path / "responses.jsonl"),
+                        "--output",
+                        str(tmp_path / f"g{k}.jsonl"),
+                        "--shard",
+                        f"{k}/2",
+                        "--base-url",
+                        server.base_url,
+                        "--model",
+                        "fake",
+                    ]
+                )
+                == 0
+            )
         parts = [{r["id"] for r in read_lines(tmp_path / f"g{k}.jsonl")} for k in range(2)]
         assert parts[0] and parts[1] and not parts[0] & parts[1] and parts[0] | parts[1] == {r["id"] for r in rows}
         (tmp_path / "all.jsonl").write_text((tmp_path / "g0.jsonl").read_text() + (tmp_path / "g1.jsonl").read_text())
         assert main(["eval", "--output-dir", str(tmp_path / "merged"), "--graded", str(tmp_path / "all.jsonl")]) == 0
         sent = server.count
-        assert main(["eval", "--output-dir", str(tmp_path / "one"), "--rubrics", str(tmp_path / "rubrics.jsonl"),
-                     "--responses", str(tmp_path / "responses.jsonl"), "--base-url", server.base_url,
-                     "--model", "fake"]) == 0  # fmt: skip
+        assert (
+            main(
+                [
+                    "eval",
+                    "--output-dir",
+                    str(tmp_path / "one"),
+                    "--rubrics",
+                    str(tmp_path / "rubrics.jsonl"),
+                    "--responses",
+                    str(tmp_path / "responses.jsonl"),
+                    "--base-url",
+                    server.base_url,
+                    "--model",
+                    "fake",
+                ]
+            )
+            == 0
+        )
         assert server.count == sent  # the whole eval replays the shards' verdicts from the cache
     merged, one = (json.loads((tmp_path / name / "report.json").read_text()) for name in ("merged", "one"))
     # the same scores (the bootstrap std resamples in row order, which concatenation changes)
-    means = [{k: v for k, v in report["metrics"].items() if not k.endswith(":bootstrap_std")} for report in (merged, one)]
+    means = [
+        {k: v for k, v in report["metrics"].items() if not k.endswith(":bootstrap_std")} for report in (merged, one)
+    ]
     assert merged["examples"] == one["examples"] == 8 and means[0] == means[1]

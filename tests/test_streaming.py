@@ -42,6 +42,7 @@ def test_done_items_are_skipped_and_all_others_run():
     async def work(item):
         ran.append(item.id)
 
-    skipped = run(for_each([Item(f"q{i}") for i in range(50)], work, done={"q1", "q7"}, in_flight=4, total=50,
-                           desc="test"))  # fmt: skip
+    skipped = run(
+        for_each([Item(f"q{i}") for i in range(50)], work, done={"q1", "q7"}, in_flight=4, total=50, desc="test")
+    )
     assert skipped == 2 and sorted(ran) == sorted(f"q{i}" for i in range(50) if i not in (1, 7))

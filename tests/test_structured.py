@@ -42,7 +42,7 @@ def test_first_schema_valid_value_wins_over_earlier_invalid_ones():
 
 
 def test_fence_without_language_tag():
-    assert parse_structured("```\n{\"a\": 1}\n```", ANY_OBJECT) == {"a": 1}
+    assert parse_structured('```\n{"a": 1}\n```', ANY_OBJECT) == {"a": 1}
 
 
 def test_no_json_and_truncated_json_raise_with_the_reply():
@@ -62,8 +62,15 @@ def test_schema_mismatch_names_the_place():
     "schema, missing",
     [
         ({"type": "integer"}, "minimum"),
-        ({"type": "object", "properties": {"why": {"type": "string"}}, "required": ["why"], "additionalProperties": False},
-         r"\$\.why: a string needs 'maxLength'"),
+        (
+            {
+                "type": "object",
+                "properties": {"why": {"type": "string"}},
+                "required": ["why"],
+                "additionalProperties": False,
+            },
+            r"\$\.why: a string needs 'maxLength'",
+        ),
         ({"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"]}, "additionalProperties"),
         ({"type": "object", "properties": {"a": {"type": "boolean"}}, "additionalProperties": False}, "every property"),
         ({"type": "array", "items": {"type": "boolean"}}, "maxItems"),

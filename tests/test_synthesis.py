@@ -24,14 +24,29 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def queries(path: Path, n: int, start: int = 0) -> Path:
-    path.write_text("".join(json.dumps({"id": f"q{i:04d}", "question": f"Question number {i}?"}) + "\n"
-                            for i in range(start, start + n)))  # fmt: skip
+    path.write_text(
+        "".join(
+            json.dumps({"id": f"q{i:04d}", "question": f"Question number {i}?"}) + "\n" for i in range(start, start + n)
+        )
+    )
     return path
 
 
 def synth(server, tmp_path, input_path, *extra, env=None):
-    return main(["synth", "--input", str(input_path), "--output-dir", str(tmp_path / "out"),
-                 "--base-url", server.base_url, "--model", "fake", *extra])  # fmt: skip
+    return main(
+        [
+            "synth",
+            "--input",
+            str(input_path),
+            "--output-dir",
+            str(tmp_path / "out"),
+            "--base-url",
+            server.base_url,
+            "--model",
+            "fake",
+            *extra,
+        ]
+    )
 
 
 @pytest.fixture
@@ -51,12 +66,17 @@ def test_outputs_have_rubrichubs_exact_schema(tmp_path, home):
     out = tmp_path / "out"
     table = pq.read_table(out / "final.parquet")
     assert table.schema == final_schema() and table.num_rows == 5
-    assert table.schema.field("rubrics").type == pa.list_(pa.struct([("criterion", pa.string()), ("points", pa.int32())]))
+    assert table.schema.field("rubrics").type == pa.list_(
+        pa.struct([("criterion", pa.string()), ("points", pa.int32())])
+    )
     from datasets import load_dataset
 
     loaded = load_dataset("parquet", data_files=str(out / "final.parquet"), split="train")
     by_id = {row["id"]: row for row in loaded}
-    assert by_id["q0000"]["rubrics"][0]["criterion"] == "canned text" and by_id["q0000"]["question"] == "Question number 0?"
+    assert (
+        by_id["q0000"]["rubrics"][0]["criterion"] == "canned text"
+        and by_id["q0000"]["question"] == "Question number 0?"
+    )
     final_jsonl = [json.loads(line) for line in (out / "final.jsonl").read_text().splitlines()]
     assert table.column("id").to_pylist() == [f"q{i:04d}" for i in range(5)]  # input order
     assert sorted(r["id"] for r in final_jsonl) == table.column("id").to_pylist()  # completion order, one row each
@@ -85,15 +105,20 @@ def test_rerun_makes_no_call_and_rows_are_not_duplicated(tmp_path, home):
 def test_failed_query_is_recorded_and_retried_on_the_next_run(tmp_path, home):
     input_path = queries(tmp_path / "q.jsonl", 3)
     with FaultServer(reply=schema_reply) as server:
-        server.reply = lambda body: "not json" if "Question number 1?" in json.dumps(body) and "response_format" in body \
-            else schema_reply(body)  # fmt: skip
+        server.reply = lambda body: (
+            "not json" if "Question number 1?" in json.dumps(body) and "response_format" in body else schema_reply(body)
+        )
         assert synth(server, tmp_path, input_path) == 1
         errors = [json.loads(line) for line in (tmp_path / "out" / "errors.jsonl").read_text().splitlines()]
         assert [(e["id"], e["stage"]) for e in errors] == [("q0001", "candidates")]
         assert pq.read_table(tmp_path / "out" / "final.parquet").num_rows == 2
         server.reply = schema_reply
         assert synth(server, tmp_path, input_path) == 0
-    assert sorted(pq.read_table(tmp_path / "out" / "final.parquet").column("id").to_pylist()) == ["q0000", "q0001", "q0002"]
+    assert sorted(pq.read_table(tmp_path / "out" / "final.parquet").column("id").to_pylist()) == [
+        "q0000",
+        "q0001",
+        "q0002",
+    ]
 
 
 KILLED_RUN = """
@@ -109,11 +134,17 @@ def test_sigkill_then_rerun_finishes_without_repeating_a_finished_call(tmp_path,
     out = tmp_path / "out"
     with FaultServer(reply=schema_reply, latency=0.01) as server:
         env = {**os.environ, "RUBRICRL_HOME": str(home)}
-        killed = subprocess.Popen([sys.executable, "-c", KILLED_RUN, str(input_path), str(out), server.base_url],
-                                  cwd=ROOT, env=env, stderr=subprocess.DEVNULL)  # fmt: skip
+        killed = subprocess.Popen(
+            [sys.executable, "-c", KILLED_RUN, str(input_path), str(out), server.base_url],
+            cwd=ROOT,
+            env=env,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and len((out / "final.jsonl").read_text().splitlines()
-                                                  if (out / "final.jsonl").exists() else []) < 30:  # fmt: skip
+        while (
+            time.monotonic() < deadline
+            and len((out / "final.jsonl").read_text().splitlines() if (out / "final.jsonl").exists() else []) < 30
+        ):
             time.sleep(0.05)
         killed.send_signal(signal.SIGKILL)
         killed.wait()
@@ -168,8 +199,11 @@ def test_skip_bad_rows_keeps_every_valid_row(tmp_path, home):
 
 def test_multiturn_query_keeps_its_messages(tmp_path, home):
     path = tmp_path / "mt.jsonl"
-    messages = [{"role": "user", "content": "I cough."}, {"role": "assistant", "content": "Since when?"},
-                {"role": "user", "content": "Three weeks. Worried?"}]  # fmt: skip
+    messages = [
+        {"role": "user", "content": "I cough."},
+        {"role": "assistant", "content": "Since when?"},
+        {"role": "user", "content": "Three weeks. Worried?"},
+    ]
     path.write_text(json.dumps({"id": "mt", "prompt": messages}) + "\n")
     with FaultServer(reply=schema_reply) as server:
         assert synth(server, tmp_path, path) == 0
@@ -183,16 +217,35 @@ def test_a_multiturn_query_reaches_the_judge_with_each_turn_once_and_its_role(tm
     """synth writes RubricHub's schema (the question is a transcript); grade reads the messages back from the
     details file beside it, so the judge sees three turns, not one user message holding "user: ..." text."""
     path = tmp_path / "mt.jsonl"
-    turns = [{"role": "user", "content": "I cough at night."}, {"role": "assistant", "content": "Since when?"},
-             {"role": "user", "content": "Three weeks now. Should I worry?"}]  # fmt: skip
+    turns = [
+        {"role": "user", "content": "I cough at night."},
+        {"role": "assistant", "content": "Since when?"},
+        {"role": "user", "content": "Three weeks now. Should I worry?"},
+    ]
     path.write_text(json.dumps({"id": "mt", "prompt": turns}) + "\n")
     responses = tmp_path / "responses.jsonl"
     responses.write_text(json.dumps({"id": "mt", "response": "See a doctor if it persists."}) + "\n")
     with FaultServer(reply=schema_reply) as server:
         assert synth(server, tmp_path, path) == 0
         server.requests.clear()
-        assert main(["grade", "--rubrics", str(tmp_path / "out" / "final.parquet"), "--responses", str(responses),
-                     "--output", str(tmp_path / "graded.jsonl"), "--base-url", server.base_url, "--model", "fake"]) == 0  # fmt: skip
+        assert (
+            main(
+                [
+                    "grade",
+                    "--rubrics",
+                    str(tmp_path / "out" / "final.parquet"),
+                    "--responses",
+                    str(responses),
+                    "--output",
+                    str(tmp_path / "graded.jsonl"),
+                    "--base-url",
+                    server.base_url,
+                    "--model",
+                    "fake",
+                ]
+            )
+            == 0
+        )
         judged = [r["messages"][-1]["content"] for r in server.requests]
     assert judged
     for prompt in judged:
@@ -275,13 +328,27 @@ def test_rar_is_a_single_pass_with_categories(tmp_path, home):
 def test_export_deduplicates_by_normalised_text_and_caps():
     from synthesis.criteria import export
 
-    made = lambda text, weight, stage="candidate": {"title": "t", "description": text, "weight": weight,
-                                                   "stage": stage, "source": "m"}  # noqa: E731
-    criteria = [made("Mentions the dose.", 3), made("  mentions THE dose ", 7, "evolve"), made("Cites a source.", 2),
-                made("Recommends an unsafe dose.", -9)]  # fmt: skip
+    def made(text, weight, stage="candidate"):
+        return {
+            "title": "t",
+            "description": text,
+            "weight": weight,
+            "stage": stage,
+            "source": "m",
+        }  # noqa: E731
+
+    criteria = [
+        made("Mentions the dose.", 3),
+        made("  mentions THE dose ", 7, "evolve"),
+        made("Cites a source.", 2),
+        made("Recommends an unsafe dose.", -9),
+    ]
     rows = export(criteria)
     assert [(r["criterion"], r["points"]) for r in rows] == [
-        ("mentions THE dose", 7), ("Cites a source.", 2), ("Recommends an unsafe dose.", -9)]  # fmt: skip
+        ("mentions THE dose", 7),
+        ("Cites a source.", 2),
+        ("Recommends an unsafe dose.", -9),
+    ]
     assert rows[0]["stage"] == "evolve"  # the duplicate with the larger |points| is the one kept
     assert [r["points"] for r in export(criteria, cap=2)] == [-9, 7]  # highest |points| first
 
@@ -290,8 +357,14 @@ def test_criteria_without_content_or_copied_from_the_answer_template_are_dropped
     from synthesis.criteria import usable
 
     made = lambda text, weight=3: {"title": "t", "description": text, "weight": weight}  # noqa: E731
-    found = [made("Names the dose."), made("<the criterion, one sentence>"), made(" <criterion> "), made("..."),
-             made("Skips the dose.", 0), made("Mentions <5 mg> as the upper bound.")]  # fmt: skip
+    found = [
+        made("Names the dose."),
+        made("<the criterion, one sentence>"),
+        made(" <criterion> "),
+        made("..."),
+        made("Skips the dose.", 0),
+        made("Mentions <5 mg> as the upper bound."),
+    ]
     assert [c["description"] for c in usable(found)] == ["Names the dose.", "Mentions <5 mg> as the upper bound."]
 
 
@@ -308,7 +381,9 @@ def test_a_rubric_answer_without_a_usable_criterion_is_sampled_again(tmp_path, h
 
     with FaultServer(reply=reply) as server:
         assert synth(server, tmp_path, queries(tmp_path / "q.jsonl", 1)) == 0
-        rubric_calls = [r for r in server.requests if r.get("response_format", {}).get("json_schema", {}).get("name") == "rubric"]
+        rubric_calls = [
+            r for r in server.requests if r.get("response_format", {}).get("json_schema", {}).get("name") == "rubric"
+        ]
         assert len(rubric_calls) == 2
     assert pq.read_table(tmp_path / "out" / "final.parquet").num_rows == 1
 
@@ -331,10 +406,16 @@ def test_an_unexpected_error_in_one_query_is_recorded_and_the_others_finish(tmp_
     assert sorted(pq.read_table(tmp_path / "out" / "final.parquet").column("id").to_pylist()) == ["q0000", "q0002"]
 
 
-@pytest.mark.parametrize("synthesis, message", [
-    ("  attempts: 0\n", "attempts >= 1"), ("  cap: 0\n", "cap >= 1"), ("  evolve: true\n  contrast: false\n", "evolve needs"),
-    ("  method: rar\n", "single pass"), ("  wieghts: signed\n", "unknown key"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "synthesis, message",
+    [
+        ("  attempts: 0\n", "attempts >= 1"),
+        ("  cap: 0\n", "cap >= 1"),
+        ("  evolve: true\n  contrast: false\n", "evolve needs"),
+        ("  method: rar\n", "single pass"),
+        ("  wieghts: signed\n", "unknown key"),
+    ],
+)
 def test_bad_synthesis_config_is_refused_before_any_call(tmp_path, home, synthesis, message, capsys):
     config = config_file(tmp_path, synthesis)
     with FaultServer(reply=schema_reply) as server:
@@ -347,10 +428,24 @@ def test_bad_synthesis_config_is_refused_before_any_call(tmp_path, home, synthes
 def test_flags_override_the_config_file_and_the_resolved_settings_are_written(tmp_path, home):
     config = config_file(tmp_path, "  max_criteria: 9\n  evolve: true\n")
     with FaultServer(reply=schema_reply) as server:
-        assert synth(server, tmp_path, queries(tmp_path / "q.jsonl", 1), "--config", config,
-                     "--max-criteria", "8", "--no-evolve", "--roles", "reference.temperature=0.3") == 0  # fmt: skip
-        rubric_schema = next(r["response_format"]["json_schema"]["schema"] for r in server.requests
-                             if r.get("response_format"))  # fmt: skip
+        assert (
+            synth(
+                server,
+                tmp_path,
+                queries(tmp_path / "q.jsonl", 1),
+                "--config",
+                config,
+                "--max-criteria",
+                "8",
+                "--no-evolve",
+                "--roles",
+                "reference.temperature=0.3",
+            )
+            == 0
+        )
+        rubric_schema = next(
+            r["response_format"]["json_schema"]["schema"] for r in server.requests if r.get("response_format")
+        )
         assert rubric_schema["properties"]["criteria"]["maxItems"] == 8  # the flag, not the file's 9
         assert server.count == 3  # reference, A and B in one n=2 call, the rubric; no evolve call
         assert next(r for r in server.requests if "temperature" in r)["temperature"] == 0.3
@@ -370,9 +465,21 @@ def test_output_folder_resumes_from_cut_off_lines_and_keeps_each_row_once(tmp_pa
     from synthesis.output import OutputFolder, json_line
 
     def record(i):
-        return {"id": f"q{i}", "prompt": [{"role": "user", "content": f"Q{i}?"}], "reference": "long text",
-                "criteria": [{"criterion": f"C{i}", "points": -i, "title": "t", "category": None, "stage": "candidate",
-                              "source": "m"}]}  # fmt: skip
+        return {
+            "id": f"q{i}",
+            "prompt": [{"role": "user", "content": f"Q{i}?"}],
+            "reference": "long text",
+            "criteria": [
+                {
+                    "criterion": f"C{i}",
+                    "points": -i,
+                    "title": "t",
+                    "category": None,
+                    "stage": "candidate",
+                    "source": "m",
+                }
+            ],
+        }
 
     def final_row(i):
         return {"id": f"q{i}", "question": f"Q{i}?", "rubrics": [{"criterion": f"C{i}", "points": -i}]}
@@ -381,7 +488,9 @@ def test_output_folder_resumes_from_cut_off_lines_and_keeps_each_row_once(tmp_pa
     out.mkdir()
     # An earlier run was killed: q0 and q1 finished; q2 had its details line written (twice, across two kills) but
     # not its final line; q3's details line was cut off mid-write.
-    (out / "details.jsonl").write_bytes(b"".join(json_line(record(i)) for i in (0, 2, 1, 2)) + json_line(record(3))[:25])
+    (out / "details.jsonl").write_bytes(
+        b"".join(json_line(record(i)) for i in (0, 2, 1, 2)) + json_line(record(3))[:25]
+    )
     (out / "final.jsonl").write_bytes(json_line(final_row(0)) + json_line(final_row(1)) + b'{"id": "q2", "quest')
     folder = OutputFolder(out, batch_rows=2)  # rows in batches of two: two row groups for three rows
     assert folder.done.keys() == {"q0", "q1"}
@@ -393,8 +502,16 @@ def test_output_folder_resumes_from_cut_off_lines_and_keeps_each_row_once(tmp_pa
     assert pq.ParquetFile(out / "final.parquet").metadata.num_row_groups == 2
     details = pq.read_table(out / "final_details.parquet").to_pylist()
     # lines written before the key was `reference_answer` (and before fingerprints) still give the column
-    assert details == [{"id": f"q{i}", "prompt": record(i)["prompt"], "reference_answer": "long text",
-                        "criteria": record(i)["criteria"], "fingerprint": "abc" if i == 2 else None} for i in (2, 1, 0)]  # fmt: skip
+    assert details == [
+        {
+            "id": f"q{i}",
+            "prompt": record(i)["prompt"],
+            "reference_answer": "long text",
+            "criteria": record(i)["criteria"],
+            "fingerprint": "abc" if i == 2 else None,
+        }
+        for i in (2, 1, 0)
+    ]
     assert folder.rows_by_fingerprint == {"abc": 1, "unknown": 2}
     assert not list(out.glob("*.tmp"))
     # Reopened: q2 is done now and has three details lines; its row is copied once.
@@ -412,8 +529,10 @@ def test_output_folder_of_a_run_that_did_not_finish_leaves_the_parquet_files_alo
     for name in ("final.parquet", "final_details.parquet"):
         (out / name).write_bytes(b"from the last finished run")
     folder = OutputFolder(out, batch_rows=1)
-    folder.add({"id": "a", "prompt": [{"role": "user", "content": "Q?"}], "criteria": []},
-               {"id": "a", "question": "Q?", "rubrics": []})  # fmt: skip
+    folder.add(
+        {"id": "a", "prompt": [{"role": "user", "content": "Q?"}], "criteria": []},
+        {"id": "a", "question": "Q?", "rubrics": []},
+    )
     folder.close(finished=False)
     for name in ("final.parquet", "final_details.parquet"):
         assert (out / name).read_bytes() == b"from the last finished run"
@@ -491,8 +610,11 @@ def test_a_contrast_pool_evolves_against_the_two_best_responses_of_the_pool(tmp_
 
     with FaultServer(reply=reply) as server:
         assert synth(server, tmp_path, queries(tmp_path / "q.jsonl", 1), "--contrast-pool", "4") == 0
-        evolve = next(r for r in server.requests if (r.get("response_format") or {}).get("json_schema", {}).get("name")
-                      == "new_criteria")  # fmt: skip
+        evolve = next(
+            r
+            for r in server.requests
+            if (r.get("response_format") or {}).get("json_schema", {}).get("name") == "new_criteria"
+        )
     details = json.loads((tmp_path / "out" / "details.jsonl").read_text())
     assert details["responses"] == ["good", "good and long answer"]  # best first; the tie goes to the shorter
     assert "good and long answer" in evolve["messages"][-1]["content"]

@@ -19,15 +19,33 @@ def test_coarse_to_fine_on_the_embedded_model(local_server, tmp_path, monkeypatc
     token budgets apply to every role without a preset naming them (and the summary says which)."""
     monkeypatch.setenv("RUBRICRL_HOME", str(tmp_path / "home"))  # a cache of its own: real calls are made
     queries = tmp_path / "queries.jsonl"
-    rows = [{"id": "single", "prompt": "How do I boil an egg?"},
-            {"id": "other-language", "prompt": "¿Por qué el cielo es azul?"},
-            {"id": "multi-turn", "prompt": [{"role": "user", "content": "I want to learn to swim."},
-                                            {"role": "assistant", "content": "Great! Are you an adult beginner?"},
-                                            {"role": "user", "content": "Yes, and I am afraid of deep water."}]}]  # fmt: skip
+    rows = [
+        {"id": "single", "prompt": "How do I boil an egg?"},
+        {"id": "other-language", "prompt": "¿Por qué el cielo es azul?"},
+        {
+            "id": "multi-turn",
+            "prompt": [
+                {"role": "user", "content": "I want to learn to swim."},
+                {"role": "assistant", "content": "Great! Are you an adult beginner?"},
+                {"role": "user", "content": "Yes, and I am afraid of deep water."},
+            ],
+        },
+    ]
     queries.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     out = tmp_path / "out"
-    code = main(["synth", "--input", str(queries), "--output-dir", str(out), "--base-url", local_server.base_url,
-                 "--config", str(ROOT / "configs" / "synthesis" / "tiny-cpu.yaml")])  # fmt: skip
+    code = main(
+        [
+            "synth",
+            "--input",
+            str(queries),
+            "--output-dir",
+            str(out),
+            "--base-url",
+            local_server.base_url,
+            "--config",
+            str(ROOT / "configs" / "synthesis" / "tiny-cpu.yaml"),
+        ]
+    )
     assert code == 0
     assert "max_tokens for the embedded model on CPU" in capsys.readouterr().out
     table = pq.read_table(out / "final.parquet")

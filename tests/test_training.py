@@ -30,8 +30,11 @@ def test_a_lora_model_merged_from_its_saved_adapter_equals_the_one_merged_in_mem
         for name, parameter in model.named_parameters():
             if "lora_B" in name:
                 parameter.normal_(std=0.05)
-    trainer = Trainer(model=model, processing_class=tokenizer,
-                      args=TrainingArguments(str(tmp_path / "run"), use_cpu=True, report_to="none"))  # fmt: skip
+    trainer = Trainer(
+        model=model,
+        processing_class=tokenizer,
+        args=TrainingArguments(str(tmp_path / "run"), use_cpu=True, report_to="none"),
+    )
 
     out, in_memory = tmp_path / "out", tmp_path / "in_memory"
     save_model(trainer, out, merge=True)

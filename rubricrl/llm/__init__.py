@@ -10,8 +10,21 @@ from rubricrl.llm.roles import Role, bind_local, resolve_roles
 from rubricrl.llm.structured import StructuredOutputError, json_schema_format, parse_structured
 
 __all__ = [
-    "ChatResult", "EmptyAnswer", "EndpointStats", "EndpointUnreachable", "LLMClient", "LLMError", "LLMSession", "LLMSettings",
-    "ResponseCache", "Role", "StructuredOutputError", "Usage", "bind_local", "json_schema_format", "open_llm",
+    "ChatResult",
+    "EmptyAnswer",
+    "EndpointStats",
+    "EndpointUnreachable",
+    "LLMClient",
+    "LLMError",
+    "LLMSession",
+    "LLMSettings",
+    "ResponseCache",
+    "Role",
+    "StructuredOutputError",
+    "Usage",
+    "bind_local",
+    "json_schema_format",
+    "open_llm",
     "parse_structured",
     "resolve_roles",
-]  # fmt: skip
+]

@@ -49,26 +49,49 @@ HEADER = struct.Struct("<16sII")  # key (first 128 bits of the sha256), payload 
 # header) or DICTIONARY_V1 followed by raw deflate against RECORD_DICTIONARY. Never edit this dictionary: records
 # on disk need it byte for byte; a better one gets a new marker byte, and the reader keeps the old.
 DICTIONARY_V1 = b"\x01"
-RECORD_DICTIONARY = "".join([  # the most frequent strings last: zlib reaches the end of a dictionary cheapest
-    # synthesis rubrics (synthesis/criteria.py) and ratings (grading/judge.py)
-    '{\\"criteria\\": [{\\"title\\": \\"', '\\", \\"description\\": \\"', '\\", \\"weight\\": ',
-    ', \\"category\\": \\"', '{\\"explanation\\": \\"', '\\", \\"rating\\": ',
-    # verdicts as models without structured outputs write them: pretty-printed, or without spaces
-    '{\\n  \\"explanation\\": \\"', '\\",\\n  \\"criteria_met\\": true\\n}',
-    '\\",\\n  \\"criteria_met\\": false\\n}', '{\\"explanation\\":\\"', '\\",\\"criteria_met\\":true}',
-    '\\",\\"criteria_met\\":false}',
-    # what judges write
-    'The response does not mention ', 'The response does not meet the criterion',
-    'The response meets the criteria of ', 'The response mentions ', 'The response provides ',
-    'The response correctly ', 'the criterion ', ' because ', ' the response ', ' does not ', ' which is ', ' and the ',
-    # batched verdicts (grading/judge.py: batched_schema)
-    '{\\"verdicts\\": [{\\"id\\": \\"c1\\", \\"explanation\\": \\"', '}, {\\"id\\": \\"c',
-    '\\", \\"explanation\\": \\"', '\\", \\"criteria_met\\": false}]}', '\\", \\"criteria_met\\": true}]}',
-    # the stored value (client.py: text and finish reason) around a verdict (grading/judge.py: VERDICT_SCHEMA)
-    '", "finish_reason": "length"}', '", "finish_reason": null}', '{"text": "{\\"explanation\\": \\"',
-    '\\", \\"criteria_met\\": false}", "finish_reason": "stop"}',
-    '\\", \\"criteria_met\\": true}", "finish_reason": "stop"}',
-]).encode()  # fmt: skip
+RECORD_DICTIONARY = "".join(
+    [  # the most frequent strings last: zlib reaches the end of a dictionary cheapest
+        # synthesis rubrics (synthesis/criteria.py) and ratings (grading/judge.py)
+        '{\\"criteria\\": [{\\"title\\": \\"',
+        '\\", \\"description\\": \\"',
+        '\\", \\"weight\\": ',
+        ', \\"category\\": \\"',
+        '{\\"explanation\\": \\"',
+        '\\", \\"rating\\": ',
+        # verdicts as models without structured outputs write them: pretty-printed, or without spaces
+        '{\\n  \\"explanation\\": \\"',
+        '\\",\\n  \\"criteria_met\\": true\\n}',
+        '\\",\\n  \\"criteria_met\\": false\\n}',
+        '{\\"explanation\\":\\"',
+        '\\",\\"criteria_met\\":true}',
+        '\\",\\"criteria_met\\":false}',
+        # what judges write
+        "The response does not mention ",
+        "The response does not meet the criterion",
+        "The response meets the criteria of ",
+        "The response mentions ",
+        "The response provides ",
+        "The response correctly ",
+        "the criterion ",
+        " because ",
+        " the response ",
+        " does not ",
+        " which is ",
+        " and the ",
+        # batched verdicts (grading/judge.py: batched_schema)
+        '{\\"verdicts\\": [{\\"id\\": \\"c1\\", \\"explanation\\": \\"',
+        '}, {\\"id\\": \\"c',
+        '\\", \\"explanation\\": \\"',
+        '\\", \\"criteria_met\\": false}]}',
+        '\\", \\"criteria_met\\": true}]}',
+        # the stored value (client.py: text and finish reason) around a verdict (grading/judge.py: VERDICT_SCHEMA)
+        '", "finish_reason": "length"}',
+        '", "finish_reason": null}',
+        '{"text": "{\\"explanation\\": \\"',
+        '\\", \\"criteria_met\\": false}", "finish_reason": "stop"}',
+        '\\", \\"criteria_met\\": true}", "finish_reason": "stop"}',
+    ]
+).encode()
 
 
 def _compress(value: dict[str, Any]) -> bytes:
@@ -169,8 +192,10 @@ class ResponseCache:
                 return
             with self._db:
                 self._db.execute("BEGIN IMMEDIATE")
-                self._db.executemany("INSERT OR IGNORE INTO entries VALUES (?, ?, ?, ?)",
-                                     [(k, self._segment, offset, length) for k, (offset, length, _) in self._pending.items()])  # fmt: skip
+                self._db.executemany(
+                    "INSERT OR IGNORE INTO entries VALUES (?, ?, ?, ?)",
+                    [(k, self._segment, offset, length) for k, (offset, length, _) in self._pending.items()],
+                )
                 self._db.execute("UPDATE segments SET indexed = ? WHERE id = ?", (self._end, self._segment))
             self._pending.clear()
 
@@ -230,9 +255,13 @@ class ResponseCache:
         # 500,000-entry index).
         db.execute("PRAGMA synchronous=OFF")
         # AUTOINCREMENT: a cleared segment's id is never reused, so no process reads a stale file under that id.
-        db.execute("CREATE TABLE IF NOT EXISTS segments (id INTEGER PRIMARY KEY AUTOINCREMENT, indexed INTEGER NOT NULL)")
-        db.execute("CREATE TABLE IF NOT EXISTS entries (key BLOB PRIMARY KEY, segment INTEGER NOT NULL, "
-                   "offset INTEGER NOT NULL, length INTEGER NOT NULL) WITHOUT ROWID")  # fmt: skip
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS segments (id INTEGER PRIMARY KEY AUTOINCREMENT, indexed INTEGER NOT NULL)"
+        )
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS entries (key BLOB PRIMARY KEY, segment INTEGER NOT NULL, "
+            "offset INTEGER NOT NULL, length INTEGER NOT NULL) WITHOUT ROWID"
+        )
         db.execute("SELECT COUNT(*) FROM segments").fetchone()  # a corrupted file fails here
         return db
 

@@ -31,8 +31,15 @@ from typing import Any
 from rubricrl.aio import gather_or_cancel
 from rubricrl.llm.cache import ResponseCache, cache_key
 from rubricrl.llm.endpoints import EndpointStats, Router
-from rubricrl.llm.replies import EndpointUnreachable, InvalidAnswer, LLMError, checked_choices, empty_answer
-from rubricrl.llm.replies import reasoning_of, redacted
+from rubricrl.llm.replies import (
+    EndpointUnreachable,
+    InvalidAnswer,
+    LLMError,
+    checked_choices,
+    empty_answer,
+    reasoning_of,
+    redacted,
+)
 from rubricrl.llm.roles import Role
 from rubricrl.llm.structured import StructuredOutputError, json_schema_format, parse_structured
 from rubricrl.llm.transport import Transport, TransportError, TransportTimeout, Unreachable
@@ -102,8 +109,10 @@ class LLMClient:
             if role.is_local or role.model is None:
                 raise ValueError(f"role '{name}' has no endpoint or model: bind it to a server first (bind_local)")
         if concurrency < 1 or timeout <= 0 or max_retries < 0 or invalid_answer_retries < 0:
-            raise ValueError(f"LLMClient needs concurrency >= 1, timeout > 0 and retries >= 0, got {concurrency}, "
-                             f"{timeout}, {max_retries}, {invalid_answer_retries}")  # fmt: skip
+            raise ValueError(
+                f"LLMClient needs concurrency >= 1, timeout > 0 and retries >= 0, got {concurrency}, "
+                f"{timeout}, {max_retries}, {invalid_answer_retries}"
+            )
         self.roles = roles
         self.cache = cache
         self.invalid_answer_retries = invalid_answer_retries
@@ -137,11 +146,17 @@ class LLMClient:
         started = time.monotonic()
         request = self._request_params(role, params, schema, schema_name)
         samples, parsed = await self._chat(role, messages, request, n, schema, check, allow_empty)
-        return ChatResult(texts=[s["text"] for s in samples], finish_reasons=[s["finish_reason"] for s in samples],
-                          messages=messages, role=role, model=self.roles[role].model,
-                          cached=sum(s["cached"] for s in samples), parsed=parsed,
-                          seconds=time.monotonic() - started,
-                          reasonings=[s.get("reasoning") for s in samples])  # fmt: skip
+        return ChatResult(
+            texts=[s["text"] for s in samples],
+            finish_reasons=[s["finish_reason"] for s in samples],
+            messages=messages,
+            role=role,
+            model=self.roles[role].model,
+            cached=sum(s["cached"] for s in samples),
+            parsed=parsed,
+            seconds=time.monotonic() - started,
+            reasonings=[s.get("reasoning") for s in samples],
+        )
 
     async def chat_each(
         self,
@@ -171,17 +186,25 @@ class LLMClient:
         async def ask(members: list[int]) -> tuple[list[dict], list[Any], float]:
             started = time.monotonic()
             first = members[0]
-            samples, parsed = await self._chat(roles[first], messages, requests[first], len(members), schema, check,
-                                               allow_empty)  # fmt: skip
+            samples, parsed = await self._chat(
+                roles[first], messages, requests[first], len(members), schema, check, allow_empty
+            )
             return samples, parsed, time.monotonic() - started
 
         answers: list[ChatResult] = [None] * len(roles)  # type: ignore[list-item]
         for members, (samples, parsed, seconds) in zip(groups, await gather_or_cancel(map(ask, groups))):
             for k, i in enumerate(members):
-                answers[i] = ChatResult(texts=[samples[k]["text"]], finish_reasons=[samples[k]["finish_reason"]],
-                                        messages=messages, role=roles[i], model=self.roles[roles[i]].model,
-                                        cached=int(samples[k]["cached"]), parsed=parsed[k : k + 1],
-                                        seconds=seconds, reasonings=[samples[k].get("reasoning")])  # fmt: skip
+                answers[i] = ChatResult(
+                    texts=[samples[k]["text"]],
+                    finish_reasons=[samples[k]["finish_reason"]],
+                    messages=messages,
+                    role=roles[i],
+                    model=self.roles[roles[i]].model,
+                    cached=int(samples[k]["cached"]),
+                    parsed=parsed[k : k + 1],
+                    seconds=seconds,
+                    reasonings=[samples[k].get("reasoning")],
+                )
         return answers
 
     def _request_params(self, role: str, params: dict[str, Any], schema, schema_name: str) -> dict[str, Any]:
@@ -228,10 +251,15 @@ class LLMClient:
                     if attempt == retries:
                         if self.cache is not None:
                             self.cache.delete(rejected)
-                        cut = (f" (the last one stopped at max_tokens={request.get('max_tokens', 'not set')}: raise "
-                               "the role's max_tokens)" if sample.get("finish_reason") == "length" else "")
-                        raise LLMError(f"role '{role}' ({spec.model}): no valid JSON after "
-                                       f"{attempt + 1} samples{cut}: {error}") from error  # fmt: skip
+                        cut = (
+                            f" (the last one stopped at max_tokens={request.get('max_tokens', 'not set')}: raise "
+                            "the role's max_tokens)"
+                            if sample.get("finish_reason") == "length"
+                            else ""
+                        )
+                        raise LLMError(
+                            f"role '{role}' ({spec.model}): no valid JSON after {attempt + 1} samples{cut}: {error}"
+                        ) from error
                     self.usage[role].retries += 1
                     sample = (await self._samples(role, spec, messages, request, [next_index]))[0]
                     samples[i] = sample
@@ -257,8 +285,10 @@ class LLMClient:
             try:
                 fresh = await self._ask(role, spec, messages, request, [i for i, _ in mine], allow_empty)
                 if self.cache is not None:  # first writer wins: what the cache holds is the answer; no answer is
-                    fresh = [self.cache.put(key, sample) if sample["text"].strip() else sample  # never stored
-                             for (_, key), sample in zip(mine, fresh)]  # fmt: skip
+                    fresh = [
+                        self.cache.put(key, sample) if sample["text"].strip() else sample  # never stored
+                        for (_, key), sample in zip(mine, fresh)
+                    ]
                 for (_, key), stored in zip(mine, fresh):
                     found[key] = {**stored, "cached": False, "key": key}
                     futures[key].set_result(stored)
@@ -283,8 +313,10 @@ class LLMClient:
         index with seed + index (what vLLM gives the i-th child of an n request), so samples never repeat."""
         if "seed" not in request:
             return await self._request(role, spec, messages, request, len(indices), allow_empty)
-        answers = await gather_or_cancel(self._request(role, spec, messages, {**request, "seed": request["seed"] + i},
-                                                       1, allow_empty) for i in indices)  # fmt: skip
+        answers = await gather_or_cancel(
+            self._request(role, spec, messages, {**request, "seed": request["seed"] + i}, 1, allow_empty)
+            for i in indices
+        )
         return [answer[0] for answer in answers]
 
     async def _request(self, role, spec, messages, request, n, allow_empty: bool) -> list[dict]:
@@ -324,13 +356,20 @@ class LLMClient:
                 break
             except (InvalidAnswer, json.JSONDecodeError, UnicodeDecodeError) as error:
                 if attempt == self.invalid_answer_retries:
-                    raise LLMError(redacted(f"role '{role}' ({spec.model} at {spec.base_url}): invalid response "
-                                             f"body after {attempt + 1} attempts: {error!r}", spec)) from None
+                    raise LLMError(
+                        redacted(
+                            f"role '{role}' ({spec.model} at {spec.base_url}): invalid response "
+                            f"body after {attempt + 1} attempts: {error!r}",
+                            spec,
+                        )
+                    ) from None
                 self.usage[role].retries += 1
             except TransportTimeout as error:
-                raise LLMError(f"role '{role}' ({spec.model} at {spec.base_url}): {error}: the server is slow or the "
-                               "answer long; raise the timeout (--timeout, or `timeout:` in the config's llm section) "
-                               f"or lower the role's max_tokens (now {body.get('max_tokens', 'not set')})") from None
+                raise LLMError(
+                    f"role '{role}' ({spec.model} at {spec.base_url}): {error}: the server is slow or the "
+                    "answer long; raise the timeout (--timeout, or `timeout:` in the config's llm section) "
+                    f"or lower the role's max_tokens (now {body.get('max_tokens', 'not set')})"
+                ) from None
             except Unreachable as error:
                 raise EndpointUnreachable(f"role '{role}' ({spec.model} at {spec.base_url}): {error}") from None
             except TransportError as error:  # some gateways echo the key in their error body: it is cut out
@@ -342,8 +381,14 @@ class LLMClient:
         usage.completion_tokens += tokens.get("completion_tokens") or 0
         details = tokens.get("completion_tokens_details")
         usage.reasoning_tokens += (details.get("reasoning_tokens") or 0) if isinstance(details, dict) else 0
-        return [{"text": c["message"].get("content") or "", "finish_reason": c.get("finish_reason"),
-                 "reasoning": reasoning_of(c["message"])} for c in choices]  # fmt: skip
+        return [
+            {
+                "text": c["message"].get("content") or "",
+                "finish_reason": c.get("finish_reason"),
+                "reasoning": reasoning_of(c["message"]),
+            }
+            for c in choices
+        ]
 
     def endpoint_stats(self) -> dict[str, EndpointStats]:
         """Per endpoint URL: requests sent, failed, mean latency, times taken out of rotation (a live view)."""

@@ -55,9 +55,11 @@ class LLMSettings:
     """Read and write the response cache ($RUBRICRL_HOME/cache/responses): a call answered once is never paid again."""
 
     def __post_init__(self) -> None:
-        for name, valid, expected in (("concurrency", self.concurrency >= 1, "at least 1"),
-                                      ("timeout", self.timeout > 0, "above 0 (seconds)"),
-                                      ("max_retries", self.max_retries >= 0, "at least 0")):  # fmt: skip
+        for name, valid, expected in (
+            ("concurrency", self.concurrency >= 1, "at least 1"),
+            ("timeout", self.timeout > 0, "above 0 (seconds)"),
+            ("max_retries", self.max_retries >= 0, "at least 0"),
+        ):
             if not valid:
                 raise ValueError(f"{name} (--{name.replace('_', '-')}) must be {expected}, got {getattr(self, name)}")
         if isinstance(self.base_url, str) and self.base_url.lower() in ("none", "null"):
@@ -66,8 +68,10 @@ class LLMSettings:
             endpoint_urls(self.base_url, "base_url (--base-url)")
         if isinstance(self.defaults, dict) and {"base_url", "model"} & set(self.defaults):
             # one place for each setting, so that "the command line wins over the file" has one meaning
-            raise ValueError("set the endpoint and model for every role with llm.base_url / llm.model "
-                             "(--base-url / --model), not inside llm.defaults")  # fmt: skip
+            raise ValueError(
+                "set the endpoint and model for every role with llm.base_url / llm.model "
+                "(--base-url / --model), not inside llm.defaults"
+            )
 
     def role_defaults(self) -> dict[str, Any]:
         shorthand = {key: value for key, value in (("base_url", self.base_url), ("model", self.model)) if value}
@@ -85,8 +89,12 @@ class LLMSession:
 
     def client(self, **options: Any) -> LLMClient:
         cache = ResponseCache() if self.settings.cache else None
-        options = {"concurrency": self.settings.concurrency, "timeout": self.settings.timeout,
-                   "max_retries": self.settings.max_retries, **options}  # fmt: skip
+        options = {
+            "concurrency": self.settings.concurrency,
+            "timeout": self.settings.timeout,
+            "max_retries": self.settings.max_retries,
+            **options,
+        }
         return LLMClient(self.roles, cache=cache, **options)
 
     def budget_note(self) -> str | None:
@@ -94,14 +102,20 @@ class LLMSession:
         if not self.cpu_budgets:
             return None
         listed = ", ".join(f"{name} {tokens}" for name, tokens in self.cpu_budgets.items())
-        return (f"max_tokens for the embedded model on CPU (roles without their own): {listed}; set a role's "
-                "max_tokens (--roles NAME.max_tokens=N or llm.roles in --config) to change them")  # fmt: skip
+        return (
+            f"max_tokens for the embedded model on CPU (roles without their own): {listed}; set a role's "
+            "max_tokens (--roles NAME.max_tokens=N or llm.roles in --config) to change them"
+        )
 
 
 @contextmanager
 def open_llm(
-    settings: LLMSettings, names: list[str], *, source: str = "config", cpu_budgets: dict[str, int] | None = None,
-) -> Iterator[LLMSession]:  # fmt: skip
+    settings: LLMSettings,
+    names: list[str],
+    *,
+    source: str = "config",
+    cpu_budgets: dict[str, int] | None = None,
+) -> Iterator[LLMSession]:
     """Resolve the named roles, start or reuse the local server they need, and apply CPU budgets where a role is
     on the embedded model (`cpu_budgets[name]`, else DEFAULT_CPU_MAX_TOKENS)."""
     roles = resolve_roles(names, settings.role_defaults(), settings.roles, source=source)
@@ -116,8 +130,11 @@ def open_llm(
     with _local(local_models) as endpoint:
         if endpoint is not None:
             roles = bind_local(roles, endpoint.base_url, endpoint.model)
-        budgets = {name: (cpu_budgets or {}).get(name, DEFAULT_CPU_MAX_TOKENS) for name, role in roles.items()
-                   if role.model == EMBEDDED_MODEL_NAME and role.max_tokens is None}  # fmt: skip
+        budgets = {
+            name: (cpu_budgets or {}).get(name, DEFAULT_CPU_MAX_TOKENS)
+            for name, role in roles.items()
+            if role.model == EMBEDDED_MODEL_NAME and role.max_tokens is None
+        }
         roles = {name: replace(role, max_tokens=budgets.get(name, role.max_tokens)) for name, role in roles.items()}
         session = LLMSession(roles, settings, budgets)
         if budgets:
@@ -136,7 +153,7 @@ def _list_endpoints(roles: dict[str, Role], source: str) -> dict[str, list[str]]
         answers = dict(zip(urls, pool.map(lambda url: _listed_or_error(url, keys[url]), urls)))
     listed = {url: answer for url, answer in answers.items() if isinstance(answer, list)}
     warned = set()
-    for name, role in roles.items():
+    for _name, role in roles.items():
         down = [url for url in role.endpoints if url not in listed]
         if not down:
             continue
@@ -144,13 +161,17 @@ def _list_endpoints(roles: dict[str, Role], source: str) -> dict[str, list[str]]
         reasons = "; ".join(f"{url}: {answers[url]}" for url in down)
         if len(down) == len(role.endpoints):
             where = f"endpoint {down[0]}" if len(down) == 1 else f"endpoints {', '.join(down)}"
-            raise ConfigError(f"{source}: {where} (roles {users}) {'does' if len(down) == 1 else 'do'} not answer: "
-                              f"{answers[down[0]] if len(down) == 1 else reasons}; is the server up, and the URL "
-                              "right (e.g. http://host:8000/v1)?")  # fmt: skip
+            raise ConfigError(
+                f"{source}: {where} (roles {users}) {'does' if len(down) == 1 else 'do'} not answer: "
+                f"{answers[down[0]] if len(down) == 1 else reasons}; is the server up, and the URL "
+                "right (e.g. http://host:8000/v1)?"
+            )
         if reasons not in warned:
             warned.add(reasons)
-            print(f"[rubricrl] {source}: {reasons} (roles {users}): no answer; calls go to the other endpoints",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                f"[rubricrl] {source}: {reasons} (roles {users}): no answer; calls go to the other endpoints",
+                file=sys.stderr,
+            )
     return listed
 
 
@@ -192,9 +213,13 @@ def _with_model(name: str, role: Role, source: str, listed: dict[str, list[str]]
         return replace(role, model=models.pop())
     if len(models) > 1 and all(len(found) == 1 for found in served.values()):
         found = ", ".join(f"{url} serves {found[0]}" for url, found in served.items())
-        raise ConfigError(f"{source}: role '{name}' names endpoints that serve different models ({found}): "
-                          "give each role endpoints of one model")  # fmt: skip
+        raise ConfigError(
+            f"{source}: role '{name}' names endpoints that serve different models ({found}): "
+            "give each role endpoints of one model"
+        )
     first = next(iter(served.values()))
     found = f"it serves {first[:5]}" if first else "its /models lists nothing"
-    raise ConfigError(f"{source}: role '{name}' points at {role.base_url} but names no model, and {found}: "
-                      "give --model or llm.roles.NAME.model")  # fmt: skip
+    raise ConfigError(
+        f"{source}: role '{name}' points at {role.base_url} but names no model, and {found}: "
+        "give --model or llm.roles.NAME.model"
+    )

@@ -84,8 +84,10 @@ class EndpointStats:
     def line(self) -> str:
         out = "" if self.in_rotation else ", out of rotation now"
         ejected = f", taken out {self.ejected}x" if self.ejected else ""
-        return (f"{self.url}: {self.requests} requests, {self.failures} failed, {self.mean_latency:.2f} s mean"
-                f"{ejected}{out}")  # fmt: skip
+        return (
+            f"{self.url}: {self.requests} requests, {self.failures} failed, {self.mean_latency:.2f} s mean"
+            f"{ejected}{out}"
+        )
 
 
 class Endpoint:
@@ -98,8 +100,8 @@ class Endpoint:
         self.down_until = 0.0  # out of rotation until then (monotonic clock)
         self.probing = False  # back from a cool-down: one request at a time until one succeeds
         self.cool_down = COOL_DOWN
-        self.pools: list["Pool"] = []
-        self.sending: dict[asyncio.Task, "Pool"] = {}  # requests out on it that can move (transport.py: movable)
+        self.pools: list[Pool] = []
+        self.sending: dict[asyncio.Task, Pool] = {}  # requests out on it that can move (transport.py: movable)
         self.moving: set[asyncio.Task] = set()  # of those, the ones cancelled to be resent elsewhere
 
     def in_rotation(self, now: float) -> bool:

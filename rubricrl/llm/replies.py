@@ -56,20 +56,26 @@ def empty_answer(role: str, spec: Role, body: dict[str, Any], sample: dict, inde
     max_tokens = body.get("max_tokens", "not set")
     effort = body.get("reasoning_effort", "not set")
     if reasoning and finish == "length":
-        why = (f"the model spent its tokens reasoning ({len(reasoning)} characters) and was cut off before answering: "
-               f"raise the role's max_tokens (now {max_tokens}) or lower its reasoning effort (reasoning_effort, now "
-               f"{effort})")  # fmt: skip
+        why = (
+            f"the model spent its tokens reasoning ({len(reasoning)} characters) and was cut off before answering: "
+            f"raise the role's max_tokens (now {max_tokens}) or lower its reasoning effort (reasoning_effort, now "
+            f"{effort})"
+        )
     elif reasoning:
-        why = (f"the whole reply is reasoning ({len(reasoning)} characters): the model stopped before answering, or "
-               "the server's reasoning parser found no end to the reasoning (check that vLLM's --reasoning-parser "
-               f"fits the model); raise the role's max_tokens (now {max_tokens}) or lower its reasoning effort "
-               f"(reasoning_effort, now {effort})")  # fmt: skip
+        why = (
+            f"the whole reply is reasoning ({len(reasoning)} characters): the model stopped before answering, or "
+            "the server's reasoning parser found no end to the reasoning (check that vLLM's --reasoning-parser "
+            f"fits the model); raise the role's max_tokens (now {max_tokens}) or lower its reasoning effort "
+            f"(reasoning_effort, now {effort})"
+        )
     elif finish == "length":
         why = f"cut off before any text: raise the role's max_tokens (now {max_tokens})"
     else:
         why = "the model answered nothing"
-    message = (f"role '{role}' ({spec.model} at {spec.base_url}): {which}no answer (empty content, finish_reason "
-               f"{finish!r}){tries}: {why}")  # fmt: skip
+    message = (
+        f"role '{role}' ({spec.model} at {spec.base_url}): {which}no answer (empty content, finish_reason "
+        f"{finish!r}){tries}: {why}"
+    )
     return EmptyAnswer(redacted(message, spec), finish_reason=finish, reasoning=reasoning)
 
 
@@ -80,7 +86,9 @@ def checked_choices(response: Any, n: int) -> list[dict[str, Any]]:
         raise InvalidAnswer(f"not a chat completion: {str(response)[:200]}")
     choices = response["choices"]
     if len(choices) != n or not all(
-        isinstance(c, dict) and isinstance(c.get("message"), dict) and isinstance(c["message"].get("content"), str | None)
+        isinstance(c, dict)
+        and isinstance(c.get("message"), dict)
+        and isinstance(c["message"].get("content"), str | None)
         for c in choices
     ):
         raise InvalidAnswer(f"expected {n} choice(s) with a message, got {str(choices)[:200]}")

@@ -49,9 +49,12 @@ class Role:
     def __post_init__(self) -> None:
         if self.base_url is not None:
             object.__setattr__(self, "base_url", ",".join(endpoint_urls(self.base_url)))
-        checks = [("temperature", lambda v: v >= 0, "at least 0"), ("top_p", lambda v: 0 < v <= 1, "in (0, 1]"),
-                  ("max_tokens", lambda v: v >= 1, "at least 1"),
-                  ("reasoning_effort", REASONING_EFFORTS.__contains__, f"one of {', '.join(REASONING_EFFORTS)}")]
+        checks = [
+            ("temperature", lambda v: v >= 0, "at least 0"),
+            ("top_p", lambda v: 0 < v <= 1, "in (0, 1]"),
+            ("max_tokens", lambda v: v >= 1, "at least 1"),
+            ("reasoning_effort", REASONING_EFFORTS.__contains__, f"one of {', '.join(REASONING_EFFORTS)}"),
+        ]
         for name, valid, expected in checks:
             value = getattr(self, name)
             if value is not None and not valid(value):
@@ -90,17 +93,22 @@ class Role:
 
 
 def resolve_roles(
-    names: list[str], defaults: dict[str, Any] | None = None, entries: dict[str, Any] | None = None,
-    *, source: str = "config",
-) -> dict[str, Role]:  # fmt: skip
+    names: list[str],
+    defaults: dict[str, Any] | None = None,
+    entries: dict[str, Any] | None = None,
+    *,
+    source: str = "config",
+) -> dict[str, Role]:
     """Build the named roles: each is `defaults` overlaid with its own entry in `entries`."""
     entries = entries or {}
     if not isinstance(entries, dict) or not all(isinstance(e, dict | None) for e in entries.values()):
         raise ConfigError(f"{source}: llm.roles must map role names to settings, got {entries!r:.200}")
     unused = set(entries) - set(names)
     if unused:  # one config serves several commands, so not an error; but say it, a typo would hide here
-        print(f"[rubricrl] {source}: roles {sorted(unused)} are not used by this command (it uses {names})",
-              file=sys.stderr)
+        print(
+            f"[rubricrl] {source}: roles {sorted(unused)} are not used by this command (it uses {names})",
+            file=sys.stderr,
+        )
     if defaults:  # a mistake there is reported there, not in the first role that inherits it
         dataclass_from_dict(Role, defaults, f"{source}: llm.defaults")
     roles = {}
@@ -113,10 +121,11 @@ def resolve_roles(
 def bind_local(roles: dict[str, Role], base_url: str, model: str) -> dict[str, Role]:
     """Point the roles that have no endpoint at a local server and the name it serves their model under (which
     for a folder is not the path; see serve.served_name_for). The server is sent no API key of the user's."""
-    return {name: replace(role, base_url=base_url, model=model, api_key_env="") if role.is_local else role
-            for name, role in roles.items()}  # fmt: skip
+    return {
+        name: replace(role, base_url=base_url, model=model, api_key_env="") if role.is_local else role
+        for name, role in roles.items()
+    }
 
 
 def _is_loopback(url: str) -> bool:
     return (urlsplit(url).hostname or "") in {"127.0.0.1", "localhost", "::1"}
-

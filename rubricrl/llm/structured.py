@@ -133,7 +133,7 @@ def _ends_inside_json(text: str) -> bool:
     if not starts:
         return False
     depth, in_string, escaped = 0, False, False
-    for char in text[min(starts):]:
+    for char in text[min(starts) :]:
         if in_string:
             if escaped:
                 escaped = False

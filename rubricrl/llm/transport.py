@@ -125,8 +125,10 @@ class Transport:
                 if no_connection and (attempt == retries or pool.unanswered_calls >= UNANSWERED_CALLS):
                     pool.unanswered_calls += 1
                     if pool.unanswered_calls >= UNANSWERED_CALLS:
-                        raise Unreachable(f"no connection to {pool.urls} for {pool.unanswered_calls} calls in a row "
-                                          f"(last: {error}); is the server up?") from None  # fmt: skip
+                        raise Unreachable(
+                            f"no connection to {pool.urls} for {pool.unanswered_calls} calls in a row "
+                            f"(last: {error}); is the server up?"
+                        ) from None
             except BaseException:  # cancelled while out: the slot is freed, the attempt not judged
                 pool.release(endpoint)
                 raise
