@@ -1,8 +1,9 @@
 """Finding a running OpenAI-compatible server: the models a URL serves (/models), the local server `rubricrl serve`
-advertises in `$RUBRICRL_HOME/server.json` (else one on the default port), and free ports for new ones. Starting
-servers, and sharing one, is serve.py's."""
+advertises in `$RUBRICRL_HOME/server.json` (else one named by $RUBRICRL_LOCAL_SERVER, else one on the default port),
+and free ports for new ones. Starting servers, and sharing one, is serve.py's."""
 
 import json
+import os
 import socket
 import urllib.error
 import urllib.request
@@ -15,6 +16,9 @@ from rubricrl.jsonl import write_whole
 
 DEFAULT_PORT = 8750
 HOST = "127.0.0.1"
+LOCAL_SERVER_ENV = "RUBRICRL_LOCAL_SERVER"
+"""A running server's base URL for commands to reuse instead of starting one: one started on another port or
+under another RUBRICRL_HOME (the test suite's shared server: tests run each command with a home of its own)."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,8 @@ def find_running(model: str = EMBEDDED_MODEL_NAME) -> Endpoint | None:
         candidates.append(Endpoint(state["base_url"], state["model"], state.get("pid")))
     except (OSError, ValueError, KeyError):
         pass
+    if os.environ.get(LOCAL_SERVER_ENV):
+        candidates.append(Endpoint(os.environ[LOCAL_SERVER_ENV], model))
     candidates.append(Endpoint(f"http://{HOST}:{DEFAULT_PORT}/v1", model))
     for candidate in candidates:
         if candidate.model != model:

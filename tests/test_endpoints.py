@@ -8,6 +8,7 @@ import json
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,8 @@ from rubricrl.cli import main
 from rubricrl.config import ConfigError
 from rubricrl.llm import EndpointUnreachable, LLMClient, LLMError, LLMSettings, Role, open_llm, resolve_roles
 from rubricrl.llm import endpoints as endpoints_module
-from rubricrl.serve import Replicas
-from rubricrl.server_discovery import find_running, free_port, port_is_free
+from rubricrl.replicas import Replicas
+from rubricrl.server_discovery import LOCAL_SERVER_ENV, find_running, free_port, port_is_free
 from tests.fault_server import Fault, FaultServer, schema_reply
 from tests.helpers import DATA, run
 
@@ -425,6 +426,17 @@ def test_replicas_start_on_consecutive_ports_and_serve_as_one_endpoint(monkeypat
     assert all(port_is_free(p) for p in replicas.ports)
 
 
+def test_a_server_the_environment_names_is_reused_though_this_home_advertises_none(monkeypatch, tmp_path):
+    from rubricrl.serve import LocalServer
+
+    monkeypatch.setenv("RUBRICRL_HOME", str(tmp_path))
+    monkeypatch.setattr(LocalServer, "command", fake_vllm)
+    with LocalServer() as endpoint:
+        assert endpoint.base_url != "http://127.0.0.1:8750/v1"
+        monkeypatch.setenv(LOCAL_SERVER_ENV, endpoint.base_url)
+        assert find_running() == replace(endpoint, pid=None)
+
+
 def test_cancelled_calls_give_their_slots_back():
     with FaultServer(latency=0.2) as a, FaultServer(latency=0.2) as b:
         role = Role(base_url=[a.base_url, b.base_url], model="fake")
@@ -445,16 +457,16 @@ def test_cancelled_calls_give_their_slots_back():
 
 
 def test_gpu_replicas_get_equal_shares_of_the_visible_gpus(monkeypatch):
-    from rubricrl import serve
+    from rubricrl import replicas
     from rubricrl.errors import UserError
 
-    monkeypatch.setattr(serve, "vllm_on_cpu", lambda: False)
+    monkeypatch.setattr(replicas, "vllm_on_cpu", lambda: False)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
-    assert serve.gpu_shares(2) == ["0,1", "2,3"] and serve.gpu_shares(4) == ["0", "1", "2", "3"]
+    assert replicas.gpu_shares(2) == ["0,1", "2,3"] and replicas.gpu_shares(4) == ["0", "1", "2", "3"]
     with pytest.raises(UserError, match="--replicas 5 needs a GPU per replica at least, and 4 are visible"):
-        serve.gpu_shares(5)
-    monkeypatch.setattr(serve, "vllm_on_cpu", lambda: True)  # the CPU build: every replica shares the CPU
-    assert serve.gpu_shares(3) == [None, None, None]
+        replicas.gpu_shares(5)
+    monkeypatch.setattr(replicas, "vllm_on_cpu", lambda: True)  # the CPU build: every replica shares the CPU
+    assert replicas.gpu_shares(3) == [None, None, None]
 
 
 def test_calls_still_retrying_stop_once_the_pool_is_taken_for_down(monkeypatch):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rubricrl.embedded_model import embedded_model_dir, prepare_embedded_model
-from rubricrl.server_discovery import DEFAULT_PORT, free_port, port_is_free, served_models
+from rubricrl.server_discovery import DEFAULT_PORT, LOCAL_SERVER_ENV, free_port, port_is_free, served_models
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,6 +28,7 @@ def home(tmp_path):
 
 def rubricrl(*args, home, **kwargs):
     env = {**os.environ, "RUBRICRL_HOME": str(home)}
+    env.pop(LOCAL_SERVER_ENV, None)  # these tests start and stop servers: none of the suite's may be reused
     return subprocess.Popen([sys.executable, "-m", "rubricrl.cli", *args], env=env, cwd=ROOT, text=True, **kwargs)
 
 
