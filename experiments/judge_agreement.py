@@ -48,7 +48,8 @@ from typing import Any
 if __package__ in (None, ""):  # run as a file: the repository root on the path, as for the other scripts
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from grading.agreement import criterion_agreement, crosstab, format_table
+from grading.agreement import criterion_agreement, crosstab
+from grading.agreement_table import format_table
 from grading.grader import Mode
 from grading.metaeval import load_metaeval, pairwise_pairs
 from grading.study import (

@@ -28,7 +28,6 @@ bounded; errors are 4xx JSON `{"error": message}`; no token or API key is logged
 
 import asyncio
 import hmac
-import ipaddress
 import json
 import sys
 import time
@@ -42,77 +41,10 @@ from aiohttp import web
 
 from grading.dataset import RubricRow
 from grading.grader import Grader
+from grading.openrlhf_query import DEFAULT_EOS, split_response
 from grading.reward import BatchStats, rubric_reward
+from grading.service_access import TOKEN_ENV, ServiceError
 from rubricrl.errors import UserError
-
-TOKEN_ENV = "RUBRICRL_REWARD_TOKEN"
-MIN_TOKEN_LENGTH = 16
-DEFAULT_PORT = 8760
-# End-of-sequence tokens as a tokenizer decodes them with special tokens kept (ChatML/Qwen, Llama 3, Phi, gpt-oss,
-# Gemma, Mistral/Llama 2, DeepSeek): removed from the end of an OpenRLHF query's response.
-DEFAULT_EOS = [
-    "<|im_end|>",
-    "<|endoftext|>",
-    "<|eot_id|>",
-    "<|end_of_text|>",
-    "<|end|>",
-    "<|return|>",
-    "<end_of_turn>",
-    "<eos>",
-    "</s>",
-    "<｜end▁of▁sentence｜>",
-]
-
-
-class ServiceError(UserError):
-    """A setting that makes the service unsafe or unusable, said at start-up."""
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a host name: it may resolve to anything
-        return False
-
-
-def check_token(host: str, token: str | None) -> str | None:
-    """The token the service requires (None: none), or a ServiceError: off loopback one is needed."""
-    token = token or None
-    if token is None and not is_loopback(host):
-        raise ServiceError(
-            f"--host {host} listens beyond this machine: the service spends judge calls on request, "
-            f"so it needs a bearer token; set {TOKEN_ENV} (at least {MIN_TOKEN_LENGTH} characters, "
-            "e.g. `export RUBRICRL_REWARD_TOKEN=$(openssl rand -hex 24)`) and send it as "
-            "`Authorization: Bearer ...`, or listen on 127.0.0.1"
-        )
-    if token is not None and len(token) < MIN_TOKEN_LENGTH:
-        raise ServiceError(
-            f"{TOKEN_ENV} is {len(token)} characters; use at least {MIN_TOKEN_LENGTH} (e.g. `openssl rand -hex 24`)"
-        )
-    return token
-
-
-def split_response(query: str, prompt: str, eos: list[str]) -> str | None:
-    """The response in an OpenRLHF query: what follows the prompt (None when the prompt is not in the query, e.g.
-    a prompt truncated by the engine), without trailing end-of-sequence tokens."""
-    if query.startswith(prompt):
-        response = query[len(prompt) :]
-    else:
-        at = query.find(prompt) if prompt else -1
-        if at < 0:
-            return None
-        response = query[at + len(prompt) :]
-    stripped = True
-    while stripped:
-        stripped = False
-        response = response.rstrip()
-        for token in eos:
-            if token and response.endswith(token):
-                response = response[: -len(token)]
-                stripped = True
-    return response
 
 
 class BadRequest(Exception):

@@ -3,9 +3,7 @@
 import argparse
 import asyncio
 import importlib
-import itertools
 import json
-import re
 import signal
 import sys
 import textwrap
@@ -13,6 +11,7 @@ import time
 from pathlib import Path
 
 from rubricrl import __version__
+from rubricrl.cli_help import EXAMPLES, ON_INTERRUPT, PRESETS, all_commands, presets
 from rubricrl.config import add_config_arguments, config_source, parse_settings
 from rubricrl.errors import UserError
 
@@ -161,10 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
     cache_commands = cache.add_subparsers(title="cache commands", metavar="<action>", required=True)
     cache_commands.add_parser("info", help="where the cache is and how much it holds").set_defaults(run=run_cache_info)
     cache_commands.add_parser("clear", help="delete every cached response").set_defaults(run=run_cache_clear)
-    for name, command in _commands(parser):
+    for name, command in all_commands(parser):
         command.formatter_class = argparse.RawDescriptionHelpFormatter  # keep the examples' lines as written
         if name in PRESETS:
-            command.description = "\n\n".join(filter(None, [command.description, _presets(*PRESETS[name])]))
+            command.description = "\n\n".join(filter(None, [command.description, presets(*PRESETS[name])]))
         if name in EXAMPLES:
             command.epilog = (
                 ((command.epilog + "\n\n") if command.epilog else "")
@@ -187,88 +186,6 @@ def _synth_defaults() -> str:
         f"(a running `rubricrl serve` is reused), with these max_tokens on a CPU: {budgets}.",
         width=100,
     )
-
-
-# Preset folders listed in a command's help: (folder under configs/, what to say).
-PRESETS = {"synth": ("synthesis",), "ruft build": ("ruft",), "ruft train": ("ruft",), "rurl train": ("rurl",)}
-
-
-def _presets(kind: str) -> str:
-    """`presets (--config FILE):` and each file in configs/KIND with the first sentence of its opening comment,
-    when the configs folder is there (a source checkout; an installed wheel has none)."""
-    folder = Path(__file__).resolve().parents[1] / "configs" / kind
-    lines = []
-    for path in sorted(folder.glob("*.yaml")):
-        comment = " ".join(
-            itertools.takewhile(
-                bool, (line[1:].strip() if line.startswith("#") else "" for line in path.read_text().splitlines())
-            )
-        )
-        first = re.match(r"(.*?\.)(?:\s|$)", comment)
-        text = textwrap.fill(
-            first.group(1) if first else comment,
-            116,
-            initial_indent="    ",
-            subsequent_indent="    ",
-            break_on_hyphens=False,
-        )
-        lines.append(f"  configs/{kind}/{path.name}:\n{text}")
-    return "presets (--config FILE):\n" + "\n".join(lines) if lines else ""
-
-
-def _commands(parser: argparse.ArgumentParser, prefix: str = ""):
-    """(`ruft build`, its parser) for every command, nested ones included."""
-    for action in parser._actions:  # argparse keeps subparsers only here
-        if isinstance(action, argparse._SubParsersAction):
-            for name, command in action.choices.items():
-                yield prefix + name, command
-                yield from _commands(command, prefix + name + " ")
-
-
-# What a rerun does after Ctrl-C or SIGTERM, by command.
-ON_INTERRUPT = {
-    "*": "nothing was written but what finished",
-    "synth": "finished queries are kept; rerun the same command to resume (the rest replays from the cache)",
-    "ruft build": "finished queries are kept; rerun the same command to resume (the rest replays from the cache)",
-    "grade": "rerun the same command: finished judge calls come from the cache",
-    "eval": "rerun the same command: finished model calls come from the cache",
-    "ruft train": "rerun with --resume_from_checkpoint true to go on from the last checkpoint",
-    "rurl train": "rerun with --resume_from_checkpoint true to go on from the last checkpoint",
-    "serve": "the server was stopped",
-}
-
-EXAMPLES = {
-    "synth": [
-        "rubricrl synth --input queries.jsonl --output-dir rubrics/            # Coarse-to-Fine, local model",
-        "rubricrl synth --config configs/synthesis/rar.yaml --input q.parquet --output-dir rar/ \\",
-        "    --base-url https://api.openai.com/v1 --model gpt-4.1-mini              # Rubrics as Rewards, hosted",
-    ],
-    "publish": ["rubricrl publish rubrics/ --repo-id me/my-rubrics --dry-run   # the card and files, no upload"],
-    "grade": ["rubricrl grade --rubrics rubrics/final.parquet --responses answers.jsonl --output graded.jsonl"],
-    "eval": [
-        "rubricrl eval --rubrics tests/data/healthbench_sample --output-dir eval/   # the local model answers",
-        "rubricrl eval --output-dir eval-again/ --graded eval/graded.jsonl          # the report again, no call",
-    ],
-    "chat": ['rubricrl chat "Name three symptoms of flu." -n 2 --temperature 1'],
-    "serve": ["rubricrl serve --port 8750     # the embedded model on CPU; other commands find it"],
-    "model prepare": ["rubricrl model prepare          # once per machine; every command that needs it does it too"],
-    "model path": ["ls $(rubricrl model path)        # the converted model folder, loadable with transformers"],
-    "cache info": ["rubricrl cache info             # where the response cache is, its entries and size"],
-    "cache clear": ["RUBRICRL_HOME=/tmp/x rubricrl cache clear   # that home's cache only; the next run pays again"],
-    "ruft build": [
-        "rubricrl ruft build --config configs/ruft/tiny-cpu.yaml --rubrics rubrics/final.parquet --output-dir sft/"
-    ],
-    "ruft train": ["rubricrl ruft train --config configs/ruft/tiny-cpu.yaml --dataset sft/ --output_dir model/"],
-    "rurl train": [
-        "rubricrl rurl train --config configs/rurl/tiny-cpu.yaml --output_dir policy/",
-        "rubricrl rurl train --config configs/rurl/tiny-cpu.yaml --dry_run   # print the resolved config",
-    ],
-    "merge": ["rubricrl merge rubrics-0 rubrics-1 rubrics-2 rubrics-3 --output-dir rubrics/   # synth --shard i/4"],
-    "report": [
-        "rubricrl report eval/                                  # eval/report.html and .md",
-        "rubricrl report base/ tuned/ --labels base tuned --output compare.html",
-    ],
-}
 
 
 def run_model_prepare(args: argparse.Namespace) -> int:
@@ -311,7 +228,8 @@ def _raise_stop(signum, frame):
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    from rubricrl.serve import LocalServer, Replicas
+    from rubricrl.replicas import Replicas
+    from rubricrl.serve import LocalServer
     from rubricrl.server_discovery import DEFAULT_PORT, advertise, port_is_free, served_models, withdraw
 
     port = args.port or DEFAULT_PORT

@@ -36,7 +36,7 @@ class RewardServeArgs:
     limit beyond the client's timeouts and retries)."""
     eos: list[str] | None = None
     """End-of-sequence tokens removed from the end of an OpenRLHF query's response (default: those of ChatML,
-    Llama 3, Phi, gpt-oss, Gemma, Mistral, DeepSeek: grading/service.py DEFAULT_EOS)."""
+    Llama 3, Phi, gpt-oss, Gemma, Mistral, DeepSeek: grading/openrlhf_query.py DEFAULT_EOS)."""
     rar_pitfalls: PitfallConvention = "auto"
     """RaR rubrics: whether pitfall texts name the mistake or what to avoid (grading/rar.py)."""
 
@@ -70,7 +70,9 @@ def add_commands(commands) -> None:
 def run_reward_serve(args: argparse.Namespace) -> int:
     from grading.dataset import check_references, load_rubric_rows
     from grading.grader import Grader
-    from grading.service import DEFAULT_EOS, TOKEN_ENV, RewardService, check_token, serve
+    from grading.openrlhf_query import DEFAULT_EOS
+    from grading.service import RewardService, serve
+    from grading.service_access import TOKEN_ENV, check_token
     from rubricrl.llm import open_llm
 
     settings = parse_settings(args, command="reward serve")

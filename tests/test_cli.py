@@ -12,14 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from rubricrl.cli import _commands, build_parser, main
+from rubricrl.cli import build_parser, main
+from rubricrl.cli_help import all_commands
 from tests.fault_server import FaultServer, schema_reply
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_every_flag_has_help_and_every_command_an_example():
-    for name, command in _commands(build_parser()):
+    for name, command in all_commands(build_parser()):
         if command._subparsers is not None and not any(a.option_strings for a in command._actions[1:]):
             continue  # a group of commands (`ruft`, `model`): its commands carry the flags
         for action in command._actions:

@@ -22,7 +22,8 @@ import pytest
 
 from grading.dataset import load_rubric_rows
 from grading.grader import Grader, GradingConfig
-from grading.service import RewardService, serve, split_response
+from grading.openrlhf_query import split_response
+from grading.service import RewardService, serve
 from rubricrl.cli import main
 from rubricrl.llm import LLMClient, Role
 from rubricrl.server_discovery import free_port
