@@ -29,6 +29,7 @@ import random
 import time
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -66,6 +67,85 @@ class Unreachable(TransportError):
     """No connection to any endpoint of a pool for UNANSWERED_CALLS calls in a row: later calls get one attempt."""
 
 
+@dataclass(frozen=True)
+class Answered:
+    value: Any
+
+
+@dataclass(frozen=True)
+class GiveUp:
+    error: TransportError
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Send it again after `wait` seconds (0: at once, e.g. to another endpoint): one of the call's retries."""
+
+    wait: float
+
+
+@dataclass(frozen=True)
+class Move:
+    """Its endpoint was taken out of rotation with it out: resent at once elsewhere, not one of its retries (the
+    request did nothing wrong)."""
+
+
+Outcome = Answered | GiveUp | Retry | Move
+
+
+@dataclass
+class _Call:
+    """One post_json call: the request and what its attempts so far have seen."""
+
+    pool: Pool
+    path: str
+    data: bytes
+    headers: dict[str, str]
+    retries: int
+    attempt: int = 0
+    """This attempt's number, 0 for the first."""
+    moves: int = 0
+    """Resends off endpoints taken out of rotation with it out."""
+    timed_out: list[float] = field(default_factory=list)
+    """The time limits it got no answer within; each resend has twice the last."""
+    failed_on: set[str] = field(default_factory=set)
+    """The endpoints that failed it for their own sake: the next attempt goes to another when there is one."""
+
+    def after_fault(self, endpoint, fault: Exception, limit: float) -> Outcome:
+        """What follows a transport fault: no answer in time, no connection, a dropped connection."""
+        if isinstance(fault, TimeoutError) and not isinstance(fault, CONNECT_TIMEOUTS):
+            self.timed_out.append(limit)
+            if len(self.timed_out) > TIMEOUT_RESENDS or self.attempt == self.retries:
+                return GiveUp(TransportTimeout(self.timed_out))
+            return Retry(0.0)  # no backoff: the server has had `limit` seconds already
+        pool = self.pool
+        error = f"{type(fault).__name__}: {fault}" if str(fault) else type(fault).__name__
+        if len(pool.endpoints) > 1:
+            error += f" (at {endpoint.url})"
+        # The last attempt, or the pool was taken for down meanwhile: no more retries for this call.
+        if isinstance(fault, NO_CONNECTION) and (
+            self.attempt == self.retries or pool.unanswered_calls >= UNANSWERED_CALLS
+        ):
+            pool.unanswered_calls += 1
+            if pool.unanswered_calls >= UNANSWERED_CALLS:
+                return GiveUp(
+                    Unreachable(
+                        f"no connection to {pool.urls} for {pool.unanswered_calls} calls in a row "
+                        f"(last: {error}); is the server up?"
+                    )
+                )
+        return self.after_failure(endpoint.url, error)
+
+    def after_failure(self, url: str, error: str, *, retry: bool = True, wait: float | None = None) -> Outcome:
+        """Give up (an error not worth retrying, or the last attempt), or send it again: at once to another
+        endpoint when `url` failed it for its own sake, else after the server's `wait` or the backoff."""
+        if not retry or self.attempt == self.retries:
+            return GiveUp(TransportError(f"{error} (after {self.attempt + 1} attempt(s))" if retry else error))
+        if url in self.failed_on and self.pool.has_another(frozenset(self.failed_on)):
+            return Retry(0.0)  # another endpoint takes it now
+        return Retry(wait if wait is not None else _backoff(self.attempt))
+
+
 class Transport:
     def __init__(self, *, timeout: float, max_retries: int):
         self.timeout = timeout
@@ -82,73 +162,60 @@ class Transport:
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
         data = json.dumps(body, ensure_ascii=False).encode()
-        limit, timed_out, failed_on = self.timeout, [], set()
         # Nothing connected for several calls in a row: a dead server. One attempt each (instant when refused)
         # instead of a minute of backoff per call; the first answer ends this.
         retries = 0 if pool.unanswered_calls >= UNANSWERED_CALLS else self.max_retries
-        attempt, moves = -1, 0
+        call = _Call(pool, path, data, headers, retries)
         while True:
-            attempt += 1
-            wait = None
-            # A slot is held while a request is out, not while waiting to retry.
-            endpoint = await pool.acquire(frozenset(failed_on))
-            started = time.monotonic()
-            try:
-                send = self._send(endpoint.url + path, data, headers, limit)
-                if len(pool.endpoints) > 1:
-                    send = _movable(send, pool, endpoint)
-                status, content, response_headers, retry = await send
-            except TakenOut:
-                endpoint.record_moved()
-                pool.release(endpoint)
-                failed_on.add(endpoint.url)
-                if moves < len(pool.endpoints):  # (a bound, in case endpoints keep being taken out in turn)
-                    moves += 1
-                    attempt -= 1  # not one of its retries: the request did nothing wrong
-                    continue
-                error, retry = f"taken out of rotation with this request out (at {endpoint.url})", True
-            except (aiohttp.ClientError, TimeoutError) as fault:
-                endpoint.record(0.0, answered=False, fault=True)
-                pool.release(endpoint)
-                failed_on.add(endpoint.url)
-                if isinstance(fault, TimeoutError) and not isinstance(fault, CONNECT_TIMEOUTS):
-                    timed_out.append(limit)
-                    if len(timed_out) > TIMEOUT_RESENDS or attempt == retries:
-                        raise TransportTimeout(timed_out) from None
-                    limit *= 2  # no backoff: the server has had `limit` seconds already
-                    continue
-                error = f"{type(fault).__name__}: {fault}" if str(fault) else type(fault).__name__
-                if len(pool.endpoints) > 1:
-                    error += f" (at {endpoint.url})"
-                retry, no_connection = True, isinstance(fault, NO_CONNECTION)
-                # The last attempt, or the pool was taken for down meanwhile: no more retries for this call.
-                if no_connection and (attempt == retries or pool.unanswered_calls >= UNANSWERED_CALLS):
-                    pool.unanswered_calls += 1
-                    if pool.unanswered_calls >= UNANSWERED_CALLS:
-                        raise Unreachable(
-                            f"no connection to {pool.urls} for {pool.unanswered_calls} calls in a row "
-                            f"(last: {error}); is the server up?"
-                        ) from None
-            except BaseException:  # cancelled while out: the slot is freed, the attempt not judged
-                pool.release(endpoint)
-                raise
-            else:
-                seconds = time.monotonic() - started
-                answered = status < 300
-                endpoint.record(seconds, answered=answered, fault=status >= 500)
-                pool.release(endpoint)
-                pool.unanswered_calls = 0
-                if answered:
-                    return json.loads(content)
-                error = f"HTTP {status}: {content[:1000].decode('utf-8', 'replace')}"
-                if status >= 500:
-                    failed_on.add(endpoint.url)
-                wait = _retry_after(response_headers)
-            if not retry or attempt == retries:
-                raise TransportError(f"{error} (after {attempt + 1} attempt(s))" if retry else error)
-            if endpoint.url in failed_on and pool.has_another(frozenset(failed_on)):
-                continue  # another endpoint takes it now
-            await asyncio.sleep(wait if wait is not None else _backoff(attempt))
+            match await self._attempt(call):
+                case Answered(value):
+                    return value
+                case GiveUp(error):
+                    raise error
+                case Retry(wait):
+                    call.attempt += 1
+                    if wait:
+                        await asyncio.sleep(wait)
+                case Move():
+                    call.moves += 1
+
+    async def _attempt(self, call: _Call) -> Outcome:
+        """Send the call once, to the pool's endpoint for it, and judge what came back."""
+        pool = call.pool
+        # A slot is held while a request is out, not while waiting to retry.
+        endpoint = await pool.acquire(frozenset(call.failed_on))
+        limit = self.timeout * 2 ** len(call.timed_out)
+        started = time.monotonic()
+        try:
+            send = self._send(endpoint.url + call.path, call.data, call.headers, limit)
+            if len(pool.endpoints) > 1:
+                send = _movable(send, pool, endpoint)
+            status, content, response_headers, retry = await send
+        except TakenOut:
+            endpoint.record_moved()
+            pool.release(endpoint)
+            call.failed_on.add(endpoint.url)
+            if call.moves < len(pool.endpoints):  # (a bound, in case endpoints keep being taken out in turn)
+                return Move()
+            return call.after_failure(endpoint.url, f"taken out of rotation with this request out (at {endpoint.url})")
+        except (aiohttp.ClientError, TimeoutError) as fault:
+            endpoint.record(0.0, answered=False, fault=True)
+            pool.release(endpoint)
+            call.failed_on.add(endpoint.url)
+            return call.after_fault(endpoint, fault, limit)
+        except BaseException:  # cancelled while out: the slot is freed, the attempt not judged
+            pool.release(endpoint)
+            raise
+        answered = status < 300
+        endpoint.record(time.monotonic() - started, answered=answered, fault=status >= 500)
+        pool.release(endpoint)
+        pool.unanswered_calls = 0
+        if answered:
+            return Answered(json.loads(content))
+        if status >= 500:
+            call.failed_on.add(endpoint.url)
+        error = f"HTTP {status}: {content[:1000].decode('utf-8', 'replace')}"
+        return call.after_failure(endpoint.url, error, retry=retry, wait=_retry_after(response_headers))
 
     async def _send(self, url: str, data: bytes, headers: dict[str, str], limit: float):
         """One POST: (status, body, headers, whether an error status is worth retrying)."""
