@@ -8,24 +8,20 @@ the response cache, whatever the input order):
 - `candidates.jsonl`: every candidate with its role, model, finish reason, length, score, verdicts and whether kept;
 - `sft.jsonl`: the kept answers; `queries.jsonl`: one line per finished query (written last: its presence means done),
   with the `fingerprint` of the settings that made it;
-- `fingerprint.json` and `runs.jsonl` (rubricrl/provenance.py): the settings the rows come from, checked before a
-  rerun makes any call, and each run's usage and time, which the manifest adds up;
+- `fingerprint.json` and `runs.jsonl` (rubricrl/provenance.py, rubricrl/run_folder.py): the settings the rows come
+  from, checked before a rerun makes any call, and each run's usage and time, which the manifest adds up;
 - when the run ends (ruft/build_output.py): `sft.parquet` and `sft/` (`datasets.load_from_disk`) in TRL's
   conversational prompt-completion format with provenance columns, `below_threshold.jsonl` (queries with no
   candidate >= tau), `scores.png` and `length_vs_score.png`, `config.yaml`, and `manifest.json` (written last).
 """
 
 import argparse
-import asyncio
 import hashlib
 import itertools
 import json
 import math
-import shutil
-import sys
-from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -35,14 +31,14 @@ from grading.judge import SYSTEM as JUDGE_SYSTEM
 from grading.rubric import RubricError
 from grading.sampling import candidates, sample_and_grade
 from grading.select import eligible, select
-from rubricrl.config import config_source, parse_settings, resolved, write_resolved
+from rubricrl.config import parse_settings, resolved
 from rubricrl.hub_datasets import describe_input
 from rubricrl.jsonl import complete_rows, json_line
-from rubricrl.llm import EndpointUnreachable, LLMClient, LLMError, open_llm
-from rubricrl.manifest import endpoint_counts, package_versions, write_manifest
-from rubricrl.provenance import RunRecord, check_settings, fingerprint, finished_rows, role_settings, totals
-from rubricrl.queries import Rejected, write_rejected
+from rubricrl.llm import EndpointUnreachable, LLMClient, LLMError
+from rubricrl.provenance import role_settings
+from rubricrl.queries import Rejected
 from rubricrl.reasoning import split_reasoning
+from rubricrl.run_folder import FolderRun, RunCounts
 from rubricrl.shards import parse_shard
 from rubricrl.streaming import for_each
 from ruft.build_output import finish, summary_text
@@ -81,17 +77,6 @@ class BuildArgs:
             raise ValueError(f"limit must be at least 1, got {self.limit}")
 
 
-@dataclass
-class BuildCounts:
-    done: int = 0
-    skipped: int = 0
-    """Finished in an earlier run."""
-    failed: Counter = field(default_factory=Counter)
-    """Queries whose sampling or grading failed, by stage (retried next run)."""
-    first_error: str | None = None
-    """`id at stage: message` of the first failure (all of them are in errors.jsonl)."""
-
-
 def run_build(args: argparse.Namespace) -> int:
     settings = parse_settings(args, command="ruft build")
     build, config, grading, llm = settings
@@ -109,49 +94,30 @@ def run_build(args: argparse.Namespace) -> int:
     rejected, total = bad_rows(selected(), grading, build.rubrics, build.skip_bad_rows)  # every row, before any call
     left_out = {r.row["id"] for r in rejected}
     rows = lambda: (row for row in selected() if row.id not in left_out)  # noqa: E731
-    finished_before = finished_rows(out / "queries.jsonl")  # also: a bad line in the folder is said now
+    run = FolderRun("ruft build", settings, out, done_file="queries.jsonl", allow_changed=build.allow_changed_settings)
 
-    async def run(session, run_record: RunRecord):
-        # calls in flight: concurrency on each endpoint of the role with the most (several judge servers fill up)
-        slots = llm.concurrency * max(len(role.endpoints) for role in session.roles.values())
-        async with session.client() as client:
-            run_record.client = client
-            builder = Builder(
-                out,
-                config,
-                Grader(client, grading),
-                client,
-                fingerprint=run_record.entry["fingerprint"],
-                in_flight=max(8, 2 * slots // config.k),
-            )
-            return await builder.run(rows(), total), builder.grader.metadata
+    async def sample_and_select(client, slots: int, fingerprint_id: str) -> tuple[RunCounts, dict[str, Any]]:
+        builder = Builder(
+            out,
+            config,
+            Grader(client, grading),
+            client,
+            fingerprint=fingerprint_id,
+            in_flight=max(8, 2 * slots // config.k),
+        )
+        return await builder.run(rows(), total), builder.grader.metadata
 
-    roles = list(dict.fromkeys([*config.candidates, grading.judge_role]))
-    budgets = {**config.cpu_max_tokens(), **grading.cpu_max_tokens()}
-    with open_llm(llm, roles, source=config_source(args), cpu_budgets=budgets) as session:
-        # Before anything in the folder changes: are its rows made with these settings?
-        current = fingerprint(build_settings(build, config, grading, session.roles))
-        used = check_settings(out, current, rows=finished_before, allow_changed=build.allow_changed_settings)
-        out.mkdir(parents=True, exist_ok=True)
-        if build.skip_bad_rows:
-            write_rejected(rejected, out / "rejected.jsonl")
-            if rejected:
-                print(
-                    f"left out {len(rejected)} rows no candidate could be scored on: {out / 'rejected.jsonl'}",
-                    file=sys.stderr,
-                )
-        for stale in ("manifest.json", "sft.parquet"):  # what says "finished": only true again at the end
-            (out / stale).unlink(missing_ok=True)
-        shutil.rmtree(out / "sft", ignore_errors=True)
-        config_written = resolved(settings)
-        config_written.pop("allow_changed_settings")  # an acknowledgement for one run, never a saved setting
-        write_resolved(out / "config.yaml", config_written)
-        run_record = RunRecord(out, current["id"])
-        try:
-            counts, judge = asyncio.run(run(session, run_record))
-        except BaseException:  # interrupted: what it spent still counts in the folder's totals
-            run_record.write(finished=False)
-            raise
+    counts, judge = run.run(
+        args,
+        llm,
+        list(dict.fromkeys([*config.candidates, grading.judge_role])),
+        cpu_budgets={**config.cpu_max_tokens(), **grading.cpu_max_tokens()},
+        row_settings=lambda roles: build_settings(build, config, grading, roles),
+        work=sample_and_select,
+        rejected=rejected if build.skip_bad_rows else None,
+        rejected_said=f"left out {len(rejected)} rows no candidate could be scored on",
+        stale=("manifest.json", "sft.parquet", "sft"),
+    )
     stats = finish(out, config, judge)
     run_counts = {
         "queries": total,
@@ -160,23 +126,14 @@ def run_build(args: argparse.Namespace) -> int:
         "done_before": counts.skipped,
         "failed": dict(counts.failed),
     }
-    run_record.write(finished=True, counts=run_counts)
-    manifest = {
-        "command": "ruft build",
-        "rubrics": describe_input(build.rubrics),
-        "output_dir": str(out),
-        "config": config_written,
-        "roles": {name: role.public() for name, role in session.roles.items()},
-        "judge": judge,
-        "budgets": session.budget_note(),
-        "packages": package_versions(),
-        "counts": {**run_counts, **stats["counts"]},
-        "first_error": counts.first_error,
-        "scores": stats["scores"],
-        "endpoints": endpoint_counts(run_record.client),
-        **totals(out, used, stats["queries_by_fingerprint"]),
-    }
-    write_manifest(out, manifest)
+    manifest = run.finish(
+        run_counts,
+        first_error=counts.first_error,
+        rows=stats["queries_by_fingerprint"],
+        described={"rubrics": describe_input(build.rubrics)},
+        extra={"judge": judge, "scores": stats["scores"]},
+        more_counts=stats["counts"],
+    )
     print(summary_text(manifest, out))
     return 0 if not counts.failed else 1
 
@@ -250,14 +207,14 @@ class Builder:
         self.out, self.config, self.grader, self.client, self.in_flight = out, config, grader, client, in_flight
         self.fingerprint = fingerprint
         """The id of the settings this run makes rows with (rubricrl/provenance.py), in each queries.jsonl line."""
-        self.counts = BuildCounts()
+        self.counts = RunCounts()
         self.done = {row["id"] for _, row in complete_rows(out / "queries.jsonl")}
         for name in ("candidates.jsonl", "sft.jsonl"):
             _only_finished(out / name, self.done)
         self.files = {name: open(out / f"{name}.jsonl", "ab") for name in ("candidates", "sft", "queries")}
         self.files["errors"] = open(out / "errors.jsonl", "wb")
 
-    async def run(self, rows, total: int) -> BuildCounts:
+    async def run(self, rows, total: int) -> RunCounts:
         try:
             self.counts.skipped = await for_each(
                 rows, self._one, done=self.done, in_flight=self.in_flight, total=total, desc="ruft build"

@@ -11,9 +11,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rubricrl import charts
 from rubricrl.jsonl import ParquetTable, complete_rows, json_line, write_whole
-from rubricrl.manifest import usage_lines
 from rubricrl.provenance import UNKNOWN
+from rubricrl.run_folder import summary_head, summary_tail
 from ruft.config import RuftConfig
 
 if TYPE_CHECKING:
@@ -146,45 +147,26 @@ def write_plots(
 ) -> list[str]:
     """Score histograms (all vs kept candidates) and length against score: where a verbosity bias would show. The
     histograms are counted with numpy and the scatter is an even sample, so memory does not grow with the build."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        import numpy as np
-    except ImportError:  # the `train` extra brings it; without it the statistics stay in the manifest
+    if not charts.available():  # the `train` extra brings it; without it the statistics stay in the manifest
         return []
     if not scores:
         return []
+    import numpy as np  # matplotlib's own dependency
+
     scores, lengths = np.asarray(scores, dtype=float), np.asarray(lengths)
     chosen = np.flatnonzero(np.asarray(kept))
-    figure, axis = plt.subplots(figsize=(6, 4))
-    bins = np.linspace(0, 1, 21)
-    for values, alpha, label in ((scores, 0.6, "all candidates"), (scores[chosen], 0.8, "kept")):
-        counts, _ = np.histogram(np.clip(values, 0.0, 1.0), bins=bins)
-        axis.stairs(counts, bins, fill=True, alpha=alpha, label=label)
-    axis.axvline(threshold, color="black", linestyle="--", label=f"tau = {threshold:g}")
+    clipped = np.clip(scores, 0.0, 1.0)
+    figure, axis = charts.figure(6, 4)
+    charts.histogram(axis, {"all candidates": clipped, "kept": clipped[chosen]}, np.linspace(0, 1, 21), threshold)
     axis.set(xlabel="rubric score (clipped to [0, 1])", ylabel="candidates", title="RuFT candidate scores")
     axis.legend()
-    figure.tight_layout()
-    figure.savefig(out / "scores.png", dpi=100)
-    plt.close(figure)
-    figure, axis = plt.subplots(figsize=(6, 4))
-    for points, size, label in ((np.arange(len(scores)), 8, "all candidates"), (chosen, 12, "kept")):
-        step = -(-len(points) // SCATTER_POINTS) or 1
-        points = points[::step]
-        axis.scatter(
-            lengths[points],
-            scores[points],
-            s=size,
-            alpha=0.5 if size == 8 else 1.0,
-            label=label if step == 1 else f"{label} (1 in {step})",
-        )
+    charts.save_png(figure, out / "scores.png")
+    figure, axis = charts.figure(6, 4)
+    charts.scatter(axis, lengths, scores, "all candidates", SCATTER_POINTS, s=8, alpha=0.5)
+    charts.scatter(axis, lengths[chosen], scores[chosen], "kept", SCATTER_POINTS, s=12)
     axis.set(xlabel="answer length (characters)", ylabel="rubric score", title="Length vs score")
     axis.legend()
-    figure.tight_layout()
-    figure.savefig(out / "length_vs_score.png", dpi=100)
-    plt.close(figure)
+    charts.save_png(figure, out / "length_vs_score.png")
     return ["scores.png", "length_vs_score.png"]
 
 
@@ -203,14 +185,15 @@ def _describe(values: Sequence[float]) -> dict[str, float] | None:
 def summary_text(manifest: dict[str, Any], out: Path) -> str:
     counts, scores = manifest["counts"], manifest["scores"]
     finished = counts["finished_queries"]
-    lines = [
-        f"queries: {counts['queries']}; {counts['done_this_run']} done now, {counts['done_before']} before, failed "
-        f"{counts['failed'] or 'none'}"
-        + (
-            f"; {counts['rejected_rows']} bad rows left out ({out / 'rejected.jsonl'})"
-            if counts.get("rejected_rows")
-            else ""
-        ),
+    rejected = counts.get("rejected_rows")
+    lines = summary_head(
+        manifest,
+        str(counts["queries"]),
+        counts["done_this_run"],
+        counts["done_before"],
+        also=f"; {rejected} bad rows left out ({out / 'rejected.jsonl'})" if rejected else "",
+    )
+    lines += [
         f"kept: {counts['queries_kept']} of {finished} queries ({counts['queries_kept'] / max(1, finished):.0%} "
         f"retained), {counts['sft_rows']} SFT rows; below tau: {counts['queries_below_threshold']} "
         f"({out / 'below_threshold.jsonl'})",
@@ -218,11 +201,6 @@ def summary_text(manifest: dict[str, Any], out: Path) -> str:
         f"flagged {counts['flagged_candidates']}, cut off at max_tokens {counts['truncated_candidates']}; judge failure "
         f"rate {counts['judge_failure_rate']:.1%} of verdicts",
     ]
-    if counts["failed"]:
-        lines.append(
-            f"first error: {(manifest['first_error'] or '')[:300]}; every error: {out / 'errors.jsonl'} "
-            "(failed queries are retried by the next run)"
-        )
     for name, label in (
         ("best_per_query", "best score per query"),
         ("all", "score, all candidates"),
@@ -238,12 +216,10 @@ def summary_text(manifest: dict[str, Any], out: Path) -> str:
             )
     if scores["plots"]:
         lines.append("plots: " + ", ".join(str(out / p) for p in scores["plots"]))
-    mixed = [f"{f['id']} ({f['rows']} queries)" for f in manifest["fingerprints"]]
-    if len(mixed) > 1:
-        lines.append(
-            f"settings: the queries come from {len(mixed)} different settings: {', '.join(mixed)} "
-            f"({out / 'fingerprint.json'}; each queries.jsonl line names its own)"
-        )
-    lines += usage_lines(manifest)
-    lines.append(f"output: {out} (sft/ for load_from_disk, sft.parquet, candidates.jsonl, manifest.json)")
+    lines += summary_tail(
+        manifest,
+        "queries",
+        "queries.jsonl line",
+        "sft/ for load_from_disk, sft.parquet, candidates.jsonl, manifest.json",
+    )
     return "\n".join(lines)

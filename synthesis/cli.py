@@ -1,25 +1,23 @@
 """`rubricrl synth`: queries in, a RubricHub-compatible rubric dataset out."""
 
 import argparse
-import asyncio
 import itertools
 import statistics
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from grading import judge
 from grading.grader import GradingConfig, judge_prompt
-from rubricrl.config import add_config_arguments, config_source, parse_settings, resolved, write_resolved
+from rubricrl.config import add_config_arguments, parse_settings, resolved
 from rubricrl.hub_datasets import describe_input
-from rubricrl.llm import LLMSettings, open_llm
-from rubricrl.manifest import endpoint_counts, package_versions, usage_lines, write_manifest
-from rubricrl.provenance import RunRecord, check_settings, fingerprint, finished_rows, role_settings, totals
-from rubricrl.queries import iter_queries, write_rejected
+from rubricrl.llm import LLMSettings
+from rubricrl.provenance import role_settings
+from rubricrl.queries import iter_queries
+from rubricrl.run_folder import FolderRun, summary_head, summary_tail
 from rubricrl.shards import parse_shard
 from synthesis import stages
 from synthesis.config import SynthesisConfig
-from synthesis.pipeline import SynthesisRun
+from synthesis.pipeline import RunSummary, SynthesisRun
 
 
 @dataclass
@@ -79,37 +77,24 @@ def run_synth(args: argparse.Namespace) -> int:
         )
 
     total = sum(1 for _ in read(reject))
-    finished_before = finished_rows(out / "final.jsonl")  # also: a bad line in the folder is said now
+    run = FolderRun("synth", settings, out, done_file="final.jsonl", allow_changed=synth.allow_changed_settings)
 
-    async def synthesize(session, run_record: RunRecord):
-        async with session.client(invalid_answer_retries=config.attempts - 1) as client:
-            run_record.client = client
-            slots = llm.concurrency * max(len(role.endpoints) for role in session.roles.values())
-            run = SynthesisRun(
-                out, config, client, in_flight=max(16, 2 * slots), fingerprint=run_record.entry["fingerprint"]
-            )
-            # Pass 2: the same rows again, streamed into the pipeline (rejected ones were recorded in pass 1).
-            return await run.run(read(lambda _: None), total)
+    async def synthesize(client, slots: int, fingerprint_id: str) -> RunSummary:
+        pipeline = SynthesisRun(out, config, client, in_flight=max(16, 2 * slots), fingerprint=fingerprint_id)
+        # Pass 2: the same rows again, streamed into the pipeline (rejected ones were recorded in pass 1).
+        return await pipeline.run(read(lambda _: None), total)
 
-    with open_llm(llm, config.roles, source=config_source(args), cpu_budgets=config.cpu_max_tokens()) as session:
-        # Before anything in the folder changes: are its rows made with these settings?
-        current = fingerprint(synthesis_settings(synth, config, session.roles))
-        used = check_settings(out, current, rows=finished_before, allow_changed=synth.allow_changed_settings)
-        out.mkdir(parents=True, exist_ok=True)  # every check passed: now the folder may change
-        if synth.skip_bad_rows:
-            write_rejected(rejected, out / "rejected.jsonl")
-            if rejected:
-                print(f"rejected {len(rejected)} invalid rows: {out / 'rejected.jsonl'}", file=sys.stderr)
-        config_written = resolved(settings)
-        config_written.pop("allow_changed_settings")  # an acknowledgement for one run, never a saved setting
-        write_resolved(out / "config.yaml", config_written)
-        (out / "manifest.json").unlink(missing_ok=True)  # "finished" is only true again at the end
-        run_record = RunRecord(out, current["id"])
-        try:
-            summary = asyncio.run(synthesize(session, run_record))
-        except BaseException:  # interrupted: what it spent still counts in the folder's totals
-            run_record.write(finished=False)
-            raise
+    summary = run.run(
+        args,
+        llm,
+        config.roles,
+        cpu_budgets=config.cpu_max_tokens(),
+        row_settings=lambda roles: synthesis_settings(synth, config, roles),
+        work=synthesize,
+        client_options={"invalid_answer_retries": config.attempts - 1},
+        rejected=rejected if synth.skip_bad_rows else None,
+        rejected_said=f"rejected {len(rejected)} invalid rows",
+    )
     counts = {
         "valid_queries": total,
         "rejected_rows": len(rejected),
@@ -118,22 +103,13 @@ def run_synth(args: argparse.Namespace) -> int:
         "failed": dict(summary.failed),
         "rows_in_final": summary.rows_in_final,
     }
-    run_record.write(finished=True, counts=counts)
-    manifest = {
-        "command": "synth",
-        "input": describe_input(synth.input),
-        "output_dir": str(out),
-        "config": config_written,
-        "roles": {name: role.public() for name, role in session.roles.items()},
-        "budgets": session.budget_note(),
-        "prompts": {p.name: p.sha256 for p in stages.ALL_PROMPTS},
-        "packages": package_versions(),
-        "counts": counts,
-        "first_error": summary.first_error,
-        "endpoints": endpoint_counts(run_record.client),
-        **totals(out, used, summary.rows_by_fingerprint),
-    }
-    write_manifest(out, manifest)
+    manifest = run.finish(
+        counts,
+        first_error=summary.first_error,
+        rows=summary.rows_by_fingerprint,
+        described={"input": describe_input(synth.input)},
+        extra={"prompts": {p.name: p.sha256 for p in stages.ALL_PROMPTS}},
+    )
     print(summary_text(manifest, summary.criteria))
     return 0 if not summary.failed else 1
 
@@ -156,30 +132,22 @@ def synthesis_settings(synth: SynthArgs, config: SynthesisConfig, roles: dict) -
 
 def summary_text(manifest: dict, criteria: list[int]) -> str:
     counts = manifest["counts"]
-    out = Path(manifest["output_dir"])
-    failed = sum(counts["failed"].values())
-    lines = [
-        f"queries: {counts['valid_queries']} valid, {counts['rejected_rows']} rejected; "
-        f"{counts['done_this_run']} done now, {counts['already_done']} done before, {failed} failed; "
-        f"{counts['rows_in_final']} rows in final.parquet"
-    ]
-    if failed:
-        first = manifest["first_error"] or ""
-        lines.append(
-            f"failed by stage: {counts['failed']}; first error: {first[:300]}; every error: "
-            f"{out / 'errors.jsonl'} (failed queries are retried by the next run)"
-        )
+    lines = summary_head(
+        manifest,
+        f"{counts['valid_queries']} valid, {counts['rejected_rows']} rejected",
+        counts["done_this_run"],
+        counts["already_done"],
+        also=f"; {counts['rows_in_final']} rows in final.parquet",
+    )
     if criteria:
         lines.append(
             f"criteria per query (this run): min {min(criteria)}, median {statistics.median(criteria):g}, "
             f"mean {statistics.mean(criteria):.1f}, max {max(criteria)}"
         )
-    mixed = [f"{f['id']} ({f['rows']} rows)" for f in manifest["fingerprints"]]
-    if len(mixed) > 1:
-        lines.append(
-            f"settings: the rows come from {len(mixed)} different settings: {', '.join(mixed)} "
-            f"({out / 'fingerprint.json'}; each details line names its own)"
-        )
-    lines += usage_lines(manifest)
-    lines.append(f"output: {out} (final.parquet, final.jsonl, final_details.parquet, details.jsonl, manifest.json)")
+    lines += summary_tail(
+        manifest,
+        "rows",
+        "details line",
+        "final.parquet, final.jsonl, final_details.parquet, details.jsonl, manifest.json",
+    )
     return "\n".join(lines)

@@ -3,12 +3,11 @@ and each finished query is written to the output folder at once (see output.py f
 
 Resume: a rerun skips the ids already in final.jsonl (a line cut off by a kill is dropped first) and replays the
 rest through the response cache, so no finished model call is made twice, whatever the input order. A rerun with
-other settings is refused before it starts (synthesis/cli.py, rubricrl/provenance.py). Memory holds
+other settings is refused before it starts (rubricrl/run_folder.py, rubricrl/provenance.py). Memory holds
 only the set of finished ids, the queries in flight and one batch of Parquet rows.
 """
 
 import asyncio
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +17,7 @@ from grading.grader import Grader, GradingConfig
 from rubricrl.llm import EndpointUnreachable, LLMClient, LLMError
 from rubricrl.prompts import format_conversation
 from rubricrl.queries import Query
+from rubricrl.run_folder import RunCounts
 from rubricrl.streaming import for_each
 from synthesis import stages
 from synthesis.config import SynthesisConfig
@@ -26,19 +26,14 @@ from synthesis.output import OutputFolder
 
 
 @dataclass
-class RunSummary:
-    done: int = 0
-    skipped: int = 0
-    """Already finished in an earlier run."""
-    failed: Counter = field(default_factory=Counter)
-    """Failed queries per stage."""
-    first_error: str | None = None
-    """`id at stage: message` of the first failure (all of them are in errors.jsonl)."""
+class RunSummary(RunCounts):
+    """A synthesis run's counts, and what its rows hold."""
+
     criteria: list[int] = field(default_factory=list)
+    """The number of criteria of each query this run finished."""
     rows_in_final: int = 0
     rows_by_fingerprint: Counter = field(default_factory=Counter)
     """Rows in final.parquet by the fingerprint of the settings that made them."""
-    seconds: float = 0.0
 
 
 def question_text(messages: list[dict[str, str]]) -> str:
@@ -67,7 +62,6 @@ class SynthesisRun:
     async def run(self, queries, total: int | None = None) -> RunSummary:
         """Every query not done yet, then the output closed: Parquet files in place, in the queries' order, only
         when the run got through."""
-        started = time.monotonic()
         order: list[str] = []
 
         def noted(items):  # the input order, seen as the queries stream by: the Parquet files are written in it
@@ -91,7 +85,6 @@ class SynthesisRun:
         self.summary.first_error = self.output.first_error
         self.summary.rows_in_final = self.output.close(order=order)
         self.summary.rows_by_fingerprint = self.output.rows_by_fingerprint
-        self.summary.seconds = time.monotonic() - started
         return self.summary
 
     async def _one(self, query: Query) -> None:

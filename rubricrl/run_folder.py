@@ -1,0 +1,175 @@
+"""One run of a command into its resumable output folder (`synth`, `ruft build`): the steps every such command takes,
+in this order, around the work that differs.
+
+1. before any model call or change to the folder: the input is checked (by the stage) and the folder's finished rows
+   are read (a bad line in them is an error now);
+2. the roles are opened (a local server started if one is needed), and the settings that determine the rows are
+   checked against the folder's earlier runs (rubricrl/provenance.py): a change is refused before the folder changes;
+3. the folder is prepared: rejected.jsonl (with --skip-bad-rows), what says "finished" removed (it is only true again
+   at the end), config.yaml written;
+4. the stage's work, through one client; an exception still appends its run to runs.jsonl (what it spent counts in
+   the folder's totals);
+5. the run's line in runs.jsonl with its counts, then manifest.json, written last (its presence means finished).
+
+Each stage supplies its settings, its work, its counts and its summary lines; `summary_head` and `summary_tail`
+are the lines every summary shares.
+"""
+
+import argparse
+import asyncio
+import shutil
+import sys
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from rubricrl.config import config_source, resolved, write_resolved
+from rubricrl.llm import LLMClient, LLMSession, LLMSettings, open_llm
+from rubricrl.manifest import endpoint_counts, package_versions, usage_lines, write_manifest
+from rubricrl.provenance import FINGERPRINT_FILE, RunRecord, check_settings, fingerprint, finished_rows, totals
+from rubricrl.queries import Rejected, write_rejected
+
+T = TypeVar("T")
+
+Work = Callable[[LLMClient, int, str], Awaitable[T]]
+"""A stage's work: (the run's client, the calls the endpoints take at once, the id of this run's settings, which each
+row it writes names) -> what it did."""
+
+
+@dataclass
+class RunCounts:
+    """What a run did with its queries (a stage may add its own fields)."""
+
+    done: int = 0
+    skipped: int = 0
+    """Finished in an earlier run."""
+    failed: Counter = field(default_factory=Counter)
+    """Failed queries by stage (errors.jsonl; retried by the next run)."""
+    first_error: str | None = None
+    """`id at stage: message` of the first failure (all of them are in errors.jsonl)."""
+
+
+class FolderRun:
+    """One run of `command` into `out`. Made after the stage has checked its input: it reads the folder's finished
+    rows (`done_file`) at once; then `run` does steps 2 to 4 and `finish` step 5. `settings`: the command's parsed
+    settings, as config.yaml saves them."""
+
+    def __init__(self, command: str, settings: list[Any], out: Path, *, done_file: str, allow_changed: bool):
+        self.command, self.out, self.allow_changed = command, out, allow_changed
+        self.finished_before = finished_rows(out / done_file)  # also: a bad line in the folder is said now
+        self.config = resolved(settings)
+        self.config.pop("allow_changed_settings", None)  # an acknowledgement for one run, never a saved setting
+        self.session: LLMSession | None = None
+        self.record: RunRecord | None = None
+        self.used: list[dict[str, Any]] = []
+
+    def run(
+        self,
+        args: argparse.Namespace,
+        llm: LLMSettings,
+        roles: list[str],
+        *,
+        cpu_budgets: dict[str, int],
+        row_settings: Callable[[dict[str, Any]], dict[str, Any]],
+        work: Work[T],
+        client_options: dict[str, Any] | None = None,
+        rejected: list[Rejected] | None = None,
+        rejected_said: str = "",
+        stale: tuple[str, ...] = ("manifest.json",),
+    ) -> T:
+        """Steps 2 to 4, the roles closed after them. `row_settings`: what determines the rows, from the resolved
+        roles (rubricrl/provenance.py); `rejected`: the rows left out, for rejected.jsonl (None: no
+        --skip-bad-rows), said on stderr as `rejected_said: PATH`; `stale`: the files and folders that say the folder
+        is finished."""
+        with open_llm(llm, roles, source=config_source(args), cpu_budgets=cpu_budgets) as session:
+            self.session = session
+            # Before anything in the folder changes: are its rows made with these settings?
+            current = fingerprint(row_settings(session.roles))
+            self.used = check_settings(self.out, current, rows=self.finished_before, allow_changed=self.allow_changed)
+            self.out.mkdir(parents=True, exist_ok=True)  # every check passed: now the folder may change
+            if rejected is not None:
+                write_rejected(rejected, self.out / "rejected.jsonl")
+                if rejected:
+                    print(f"{rejected_said}: {self.out / 'rejected.jsonl'}", file=sys.stderr)
+            for name in stale:  # what says "finished": only true again at the end
+                if (self.out / name).is_dir():
+                    shutil.rmtree(self.out / name, ignore_errors=True)
+                else:
+                    (self.out / name).unlink(missing_ok=True)
+            write_resolved(self.out / "config.yaml", self.config)
+            self.record = RunRecord(self.out, current["id"])
+            try:
+                return asyncio.run(self._work(work, client_options or {}))
+            except BaseException:  # interrupted: what it spent still counts in the folder's totals
+                self.record.write(finished=False)
+                raise
+
+    async def _work(self, work: Work[T], client_options: dict[str, Any]) -> T:
+        session = self.session
+        async with session.client(**client_options) as client:
+            self.record.client = client
+            # calls in flight: concurrency on each endpoint of the role with the most (several judge servers fill up)
+            slots = session.settings.concurrency * max(len(role.endpoints) for role in session.roles.values())
+            return await work(client, slots, self.record.entry["fingerprint"])
+
+    def finish(
+        self,
+        counts: dict[str, Any],
+        *,
+        first_error: str | None,
+        rows: Counter,
+        described: dict[str, Any],
+        extra: dict[str, Any] | None = None,
+        more_counts: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Step 5: the run's line with `counts`, then the manifest, returned. `rows`: the folder's rows by the id of
+        the settings that made them; `described`: what the run read (after "command"); `extra`: the stage's own
+        keys; `more_counts`: the folder's statistics, in the manifest's counts after this run's."""
+        self.record.write(finished=True, counts=counts)
+        manifest = {
+            "command": self.command,
+            **described,
+            "output_dir": str(self.out),
+            "config": self.config,
+            "roles": {name: role.public() for name, role in self.session.roles.items()},
+            "budgets": self.session.budget_note(),
+            "packages": package_versions(),
+            "counts": {**counts, **(more_counts or {})},
+            "first_error": first_error,
+            **(extra or {}),
+            "endpoints": endpoint_counts(self.record.client),
+            **totals(self.out, self.used, rows),
+        }
+        write_manifest(self.out, manifest)
+        return manifest
+
+
+def summary_head(manifest: dict[str, Any], queries: str, done: int, before: int, also: str = "") -> list[str]:
+    """A summary's first lines: the queries (`queries` says how many, `also` ends the line) and what became of
+    them; when some failed, by stage, the first error and where every error is."""
+    failed = manifest["counts"]["failed"]
+    lines = [f"queries: {queries}; {done} done now, {before} done before, {sum(failed.values())} failed{also}"]
+    if failed:
+        first = manifest["first_error"] or ""
+        errors = Path(manifest["output_dir"]) / "errors.jsonl"
+        lines.append(
+            f"failed by stage: {failed}; first error: {first[:300]}; every error: {errors} "
+            "(failed queries are retried by the next run)"
+        )
+    return lines
+
+
+def summary_tail(manifest: dict[str, Any], unit: str, where: str, files: str) -> list[str]:
+    """A summary's last lines: the settings the `unit` come from when there are several (`where` names each one's),
+    the model usage and time, and the output folder with its main `files`."""
+    out = Path(manifest["output_dir"])
+    lines = []
+    mixed = [f"{f['id']} ({f['rows']} {unit})" for f in manifest["fingerprints"]]
+    if len(mixed) > 1:
+        lines.append(
+            f"settings: the {unit} come from {len(mixed)} different settings: {', '.join(mixed)} "
+            f"({out / FINGERPRINT_FILE}; each {where} names its own)"
+        )
+    return lines + usage_lines(manifest) + [f"output: {out} ({files})"]
