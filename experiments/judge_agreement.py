@@ -64,6 +64,7 @@ from grading.study import (
     session_settings,
     summary_metrics,
 )
+from rubricrl import charts
 from rubricrl.config import add_config_arguments, parse_settings, resolved, write_resolved
 from rubricrl.errors import UserError
 from rubricrl.jsonl import write_jsonl, write_whole
@@ -239,27 +240,16 @@ def run(args: argparse.Namespace) -> int:
 
 def plot_confusion(table: dict[str, dict[str, int]], result, names: tuple[str, str], path: Path) -> Path | None:
     """A's verdict (rows) against B's (columns), undecided included, counts in the cells."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:  # the `train` extra brings matplotlib; without it the counts stay in results.json
+    if not charts.available():  # the `train` extra brings matplotlib; without it the counts stay in results.json
         return None
     labels = ["met", "not_met", "undecided"]
     counts = [[table[x][y] for y in labels] for x in labels]
-    figure, axis = plt.subplots(figsize=(5, 4.4))
+    figure, axis = charts.figure(5, 4.4)
     image = axis.imshow(counts, cmap="Blues")
     for i in range(3):
         for j in range(3):
-            axis.text(
-                j,
-                i,
-                str(counts[i][j]),
-                ha="center",
-                va="center",
-                color="white" if counts[i][j] > max(map(max, counts)) / 2 else "black",
-            )
+            dark = counts[i][j] > max(map(max, counts)) / 2
+            axis.text(j, i, str(counts[i][j]), ha="center", va="center", color="white" if dark else "black")
     ticks = ["met", "not met", "undecided"]
     axis.set_xticks(range(3), ticks)
     axis.set_yticks(range(3), ticks)
@@ -272,10 +262,7 @@ def plot_confusion(table: dict[str, dict[str, int]], result, names: tuple[str, s
         title=f"criteria: agreement {agreement}, kappa {kappa}\n{c.decided} decided, {c.undecided} undecided",
     )
     figure.colorbar(image, ax=axis, fraction=0.046)
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
-    return path
+    return charts.save_png(figure, path)
 
 
 def log_wandb(

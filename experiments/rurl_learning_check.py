@@ -73,25 +73,19 @@ def main() -> int:
 
 
 def write_plot(steps: list[tuple[int, float]], window: int, path: Path) -> None:
-    import matplotlib
+    from rubricrl import charts
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    x, y = zip(*steps)
-    smooth = [statistics.fmean(y[max(0, i - window + 1) : i + 1]) for i in range(len(y))]
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot(x, y, ".", alpha=0.5, label="mean reward per step (8 completions)")
-    ax.plot(x, smooth, label=f"running mean over {window} steps")
-    ax.set_xlabel("GRPO step")
-    ax.set_ylabel("rubric reward (rule checks)")
-    ax.set_title("RuRL learning check: SmolLM2-135M-Instruct, LoRA, CPU")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    rewards = [reward for _, reward in steps]
+    smooth = [statistics.fmean(rewards[max(0, i - window + 1) : i + 1]) for i in range(len(rewards))]
+    figure, axis = charts.figure(6, 3.5)
+    charts.curves(axis, {"mean reward per step (8 completions)": steps}, marker=".", linestyle="none", alpha=0.5)
+    charts.curves(
+        axis, {f"running mean over {window} steps": [(x, y) for (x, _), y in zip(steps, smooth)]}, marker=None
+    )
+    axis.set(xlabel="GRPO step", ylabel="rubric reward (rule checks)")
+    axis.set_title("RuRL learning check: SmolLM2-135M-Instruct, LoRA, CPU")
+    axis.legend()
+    charts.save_png(figure, path)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,10 @@
-"""The report's figures, drawn with matplotlib (Agg: `Figure` objects, no pyplot state, no display) and returned as
-`data:image/png;base64,...` URIs, so that the page opens offline, anywhere, as one file.
+"""The report's figures, drawn with rubricrl/charts.py and returned as `data:image/png;base64,...` URIs, so that the
+page opens offline, anywhere, as one file.
 
 matplotlib comes with the `train` extra; without it the page has its tables and examples and says why no charts
 (`available`)."""
 
 import base64
-import io
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -13,6 +12,8 @@ from typing import Any
 
 from reports.folder import BuildPoints, Folder
 from reports.tables import group_of, metric, metric_names
+from rubricrl import charts
+from rubricrl.charts import available  # noqa: F401  (html.py asks reports.charts; tests replace it here)
 
 MAX_BARS = 40
 """Metric groups with more entries than this (HealthBench's dozens of clusters) are left to the table."""
@@ -30,16 +31,13 @@ RATES = (
 @dataclass(frozen=True)
 class Chart:
     title: str
-    uri: str
-    """data:image/png;base64,..."""
+    """The figure's caption: it goes in the page, as text, not in the picture: said once, and legible at any scale."""
+    png: bytes
 
-
-def available() -> bool:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    @property
+    def uri(self) -> str:
+        """data:image/png;base64,..."""
+        return "data:image/png;base64," + base64.b64encode(self.png).decode("ascii")
 
 
 # --- what each kind of folder shows ---------------------------------------------------------------------------------
@@ -131,29 +129,13 @@ def metric_bars(reports: dict[str, dict[str, Any]], names: list[str], title: str
     reports = {label: r for label, r in reports.items() if any(metric(r, n) for n in names)}
     if not reports:
         return None
-    figure, axis = _figure(6.4, 1.0 + 0.28 * len(names) * max(1, len(reports)) ** 0.8)
-    height = 0.8 / len(reports)
-    for i, (label, report) in enumerate(reports.items()):
-        offset = (i - (len(reports) - 1) / 2) * height
-        # a metric the report does not define gets no bar (not a bar at 0)
-        found = [(j + offset, metric(report, n)) for j, n in enumerate(names) if metric(report, n)]
-        axis.barh(
-            [p for p, _ in found],
-            [f[0] for _, f in found],
-            height=height * 0.95,
-            xerr=[f[1] or 0.0 for _, f in found],
-            capsize=2,
-            label=label,
-            alpha=0.85,
-        )
-    axis.set_yticks(range(len(names)), [_short(n) for n in names])
-    axis.invert_yaxis()
+    figure, axis = charts.figure(6.4, 1.0 + 0.28 * len(names) * max(1, len(reports)) ** 0.8)
+    charts.bars(axis, names, {label: [metric(report, n) for n in names] for label, report in reports.items()})
     axis.set_xlim(0, 1.05)
     axis.set_xlabel("score (clipped mean)")
-    axis.grid(axis="x", alpha=0.3)
     if len(reports) > 1:
-        _legend_above(axis, list(reports))
-    return _chart(figure, title)
+        charts.legend_above(axis, list(reports))
+    return Chart(title, charts.png(figure))
 
 
 def histogram(
@@ -165,16 +147,12 @@ def histogram(
     low = min(0.0, math.floor(min(min(v) for v in values.values()) * 20) / 20)
     high = max(1.0, math.ceil(max(max(v) for v in values.values()) * 20) / 20)
     bins = [low + i * 0.05 for i in range(round((high - low) / 0.05) + 1)]
-    figure, axis = _figure(6.4, 3.6)
-    for label, v in values.items():
-        axis.hist(list(v), bins=bins, alpha=0.6, label=f"{label} (n {len(v)})")
-    if threshold is not None:
-        axis.axvline(threshold, color="black", linestyle="--", label=f"tau = {threshold:g}")
-    axis.set(xlabel=xlabel, ylabel="count")
-    axis.grid(alpha=0.3)
+    figure, axis = charts.figure(6.4, 3.6)
+    charts.histogram(axis, {f"{label} (n {len(v)})": v for label, v in values.items()}, bins, threshold)
+    axis.set_xlabel(xlabel)
     if len(values) > 1 or threshold is not None:
         axis.legend(fontsize=8)
-    return _chart(figure, title)
+    return Chart(title, charts.png(figure))
 
 
 def build_histogram(build: BuildPoints) -> Chart | None:
@@ -185,22 +163,22 @@ def build_histogram(build: BuildPoints) -> Chart | None:
 
 
 def length_scatter(build: BuildPoints) -> Chart | None:
-    figure, axis = _figure(6.4, 3.6)
-    axis.scatter(build.lengths, build.scores, s=10, alpha=0.5, label="all candidates")
+    figure, axis = charts.figure(6.4, 3.6)
+    charts.scatter(axis, build.lengths, build.scores, "all candidates", s=10, alpha=0.5)
     kept = [i for i, k in enumerate(build.kept) if k]
-    axis.scatter([build.lengths[i] for i in kept], [build.scores[i] for i in kept], s=16, label="kept")
+    charts.scatter(axis, [build.lengths[i] for i in kept], [build.scores[i] for i in kept], "kept", s=16)
     if build.threshold is not None:
         axis.axhline(build.threshold, color="black", linestyle="--", linewidth=1, label=f"tau = {build.threshold:g}")
     axis.set(xlabel="answer length (characters)", ylabel="rubric score")
     axis.grid(alpha=0.3)
     axis.legend(fontsize=8)
-    return _chart(figure, "score vs length (a verbosity bias shows as a rising cloud)")
+    return Chart("score vs length (a verbosity bias shows as a rising cloud)", charts.png(figure))
 
 
 def retention_bars(retention: dict[str, int]) -> Chart | None:
     if not retention.get("finished"):
         return None
-    figure, axis = _figure(6.4, 1.8)
+    figure, axis = charts.figure(6.4, 1.8)
     labels = ["kept", "below threshold"]
     counts = [retention.get(label, 0) for label in labels]
     left = 0
@@ -211,7 +189,7 @@ def retention_bars(retention: dict[str, int]) -> Chart | None:
     axis.set_xlim(0, max(1, retention["finished"]))
     axis.set_xlabel("queries")
     axis.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.45), ncol=2)
-    return _chart(figure, f"retention: {counts[0]} of {retention['finished']} queries kept")
+    return Chart(f"retention: {counts[0]} of {retention['finished']} queries kept", charts.png(figure))
 
 
 def curves(
@@ -221,53 +199,8 @@ def curves(
     lines = {label: points for label, points in lines.items() if points}
     if not lines:
         return None
-    figure, axis = _figure(6.4, 3.6)
-    for label, points in lines.items():
-        xs, ys = [p[0] for p in points], [p[1] for p in points]
-        marker = "o" if len(points) < 30 else None
-        (line,) = axis.plot(xs, ys, marker=marker, markersize=3, label=_short(label))
-        spread = (errors or {}).get(label) or []
-        if len(spread) == len(ys) and len(ys) > 1:
-            axis.fill_between(
-                xs,
-                [y - e for y, e in zip(ys, spread)],
-                [y + e for y, e in zip(ys, spread)],
-                color=line.get_color(),
-                alpha=0.15,
-            )
-        elif len(spread) == len(ys):
-            axis.errorbar(xs, ys, yerr=spread, color=line.get_color(), capsize=3, linestyle="none")
-    from matplotlib.ticker import MaxNLocator
-
-    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+    figure, axis = charts.figure(6.4, 3.6)
+    charts.curves(axis, lines, errors)
     axis.set(xlabel="step", ylabel=ylabel)
-    axis.grid(alpha=0.3)
-    _legend_above(axis, [_short(label) for label in lines])
-    return _chart(figure, title)
-
-
-def _figure(width: float, height: float):
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=(width, height), dpi=100)
-    return figure, figure.subplots()
-
-
-def _legend_above(axis, labels: list[str]) -> None:
-    """The legend in rows above the plot, not beside it: a legend beside it widens the picture, which the page then
-    scales down (to half a 1200px page, or a phone's width), and every label with it."""
-    longest = max(len(label) for label in labels)
-    columns = max(1, min(len(labels), 4, round(560 / (40 + 6 * longest))))
-    axis.legend(fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.01), ncol=columns, frameon=False)
-
-
-def _chart(figure, title: str) -> Chart:
-    """The title goes in the page (the figure's caption, as text), not in the picture: said once, and legible at any
-    scale."""
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", bbox_inches="tight")
-    return Chart(title, "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii"))
-
-
-def _short(label: str, width: int = 48) -> str:
-    return label if len(label) <= width else label[: width - 1] + "…"
+    charts.legend_above(axis, [charts.short(label) for label in lines])
+    return Chart(title, charts.png(figure))

@@ -186,27 +186,30 @@ def test_results_table_from_fake_reports(compare, tmp_path):
     assert "80 s + 8 s" in table[3] and "| 24 |" in table[3] and "eval 7 s" in table[2]
     assert "not comparable in level" in markdown
     assert all(c["criterion"] in markdown for c in compare.GENERIC_RUBRIC)
-    text = compare.results_text(rows)
-    assert "per_criterion" in text and "29.7" in text and "stopped at step 1" in text
+    assert "stopped at step 1: judge-failure guard" in table[4] and "not evaluated" in table[5]
 
-    chart = tmp_path / "results.png"
-    compare.write_chart(rows, chart, "test")
-    assert chart.stat().st_size > 1000
+    reports = compare.read_reports(tmp_path, ["base", "per_criterion", "likert", "uniform"])
+    assert list(reports) == ["base", "per_criterion"]  # a bar for each method the yardstick graded
+    chart = compare.write_chart(reports, tmp_path / "results.png")
+    assert chart.read_bytes().startswith(b"\x89PNG") and chart.stat().st_size > 1000
 
 
-def test_methods_name_the_paper_numbers_where_the_paper_has_them(compare):
-    methods = compare.METHODS
-    assert set(methods) == {
-        "per_criterion",
-        "batched",
-        "implicit",
-        "likert",
-        "reference_likert",
-        "predefined",
-        "uniform",
-    }
-    assert {m.name: m.mode for m in methods.values()}["implicit"] == "implicit"
-    assert (methods["implicit"].paper_healthbench, methods["implicit"].paper_gpqa) == (31.2, 37.6)
-    assert (methods["predefined"].mode, methods["predefined"].rubrics) == ("per_criterion", "predefined")
-    assert (methods["uniform"].mode, methods["uniform"].rubrics) == ("per_criterion", "uniform")
-    assert methods["batched"].paper is None and methods["uniform"].paper is None
+def test_each_method_trains_with_its_mode_on_its_rubrics_and_the_shared_budget(compare, tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(compare, "run_rubricrl", lambda argv, launcher=None, env=None: calls.append((argv, env)) or 0)
+    args = compare.parse_args(["--output-dir", str(tmp_path), "--max-steps", "2", "--train-args", "--beta 0.1"])
+    data = compare.prepare_data(TINY_DATA, tmp_path, 2, 0, None, "auto", list(compare.METHODS.values()))
+    comparison = compare.Comparison(args, tmp_path, data["files"], data["heldout"], "tiny", 8, ["--model", "j"], "g")
+    expected = {"implicit": ("implicit", "explicit"), "predefined": ("per_criterion", "predefined")}
+    expected["uniform"] = ("per_criterion", "uniform")
+    for name, (mode, rubrics) in expected.items():
+        record = {}
+        assert comparison.train(name, record) is None  # the fake run saved nothing: nothing to evaluate
+        assert record == {"mode": mode, "rubrics": rubrics, "train_code": 0}
+        argv, env = calls[-1]
+        flags = {argv[i]: argv[i + 1] for i in range(2, len(argv) - 1) if argv[i].startswith("--")}
+        assert argv[:2] == ["rurl", "train"] and flags["--mode"] == mode
+        assert Path(flags["--rubrics"]) == data["files"][rubrics] and data["files"][rubrics].is_file()
+        assert flags["--max_steps"] == "2" and flags["--dynamic_sampling"] == "false" and flags["--eval_size"] == "0"
+        assert flags["--run_name"] == f"g-{name}" and env == {"WANDB_RUN_GROUP": "g"}
+        assert argv[-4:] == ["--model", "j", "--beta", "0.1"]  # the judge's flags, then --train-args: they win
