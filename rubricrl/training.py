@@ -1,6 +1,6 @@
 """What the training commands (`ruft train`, `rurl train`) share around TRL's trainers: the CPU defaults, the checks
-made before a model loads (base model, checkpoint to resume), the resolved TRL settings, wandb (offline without a
-key) and saving a LoRA model merged.
+made before a model loads (base model, checkpoint to resume), the resolved TRL settings, the run's lifecycle
+(`run_training`), wandb (offline without a key) and saving a LoRA model merged.
 
 TRL, transformers and torch load only inside the functions: `rubricrl --help` imports this module.
 """
@@ -9,10 +9,13 @@ import json
 import os
 import re
 import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rubricrl.config import ConfigError
+from rubricrl.config import ConfigError, write_resolved
 
 if TYPE_CHECKING:
     from transformers import Trainer, TrainingArguments
@@ -128,6 +131,74 @@ def model_init_kwargs(trl_config: "TrainingArguments", model_config) -> dict[str
     }
     kwargs.update(trl_config.model_init_kwargs or {})
     return kwargs
+
+
+@dataclass
+class TrainingRun:
+    """A trained run, as `run_training` hands it to the command's hooks and returns it."""
+
+    trainer: "Trainer"
+    first_step: int
+    """The step it resumed from (0 for a fresh run)."""
+    seconds: float
+    """How long trainer.train took."""
+    training_loss: float
+    """trainer.train's mean loss over the run."""
+    main_process: bool
+    """Under `accelerate launch`, one process writes and reports."""
+    wandb_run: Any
+    """The wandb run, on the main process when report_to names wandb; else None."""
+
+
+def run_training(
+    command: str,
+    trl_config: "TrainingArguments",
+    config: dict[str, Any],
+    build: Callable[[], "Trainer"],
+    *,
+    run_settings: dict[str, Any],
+    resume: str | None,
+    merge: bool,
+    message: str,
+    write_inputs: Callable[[], None] = lambda: None,
+    trained: Callable[[TrainingRun], bool] = lambda run: True,
+    saved: Callable[[TrainingRun], None] = lambda run: None,
+    ending: Callable[["Trainer"], None] = lambda trainer: None,
+) -> TrainingRun:
+    """One run of a training command, checked beforehand (output_dir, `resume`, the base model). On the main process:
+    `config` in output_dir/config.yaml (first), `write_inputs` (the command's other files), `message` on stderr and
+    the wandb run, its config `run_settings`. Then on every process: the trainer `build` gives, trained from `resume`;
+    `trained` (every process) says whether to keep the model (false: a guard stopped the run, its checkpoint is
+    what is left), which is saved in output_dir (`merge`: LoRA merged); `saved` on the main process (what the run
+    leaves beside the model, its summary); `ending` just before Trainer.end. The wandb run is finished whatever
+    happens."""
+    output_dir = Path(trl_config.output_dir)
+    main_process = trl_config.process_index == 0
+    wandb_run = None
+    if main_process:
+        write_resolved(output_dir / "config.yaml", config)
+        write_inputs()
+        print(message, file=sys.stderr)
+        wandb_run = start_wandb(trl_config, run_settings, command)
+    try:
+        trainer = build()
+        if wandb_run is not None:
+            trainer.add_callback(keep_run_config(wandb_run, run_settings))
+        started, first_step = time.monotonic(), step_of(resume)
+        output = trainer.train(resume_from_checkpoint=resume)
+        seconds = time.monotonic() - started
+        run = TrainingRun(trainer, first_step, seconds, output.training_loss, main_process, wandb_run)
+        if trained(run):
+            save_model(trainer, output_dir, merge)
+        if main_process:
+            saved(run)
+        if hasattr(trainer, "end"):  # transformers >= 5.18: ends accelerate's trackers and the process group
+            ending(trainer)
+            trainer.end()
+    finally:
+        if wandb_run is not None:
+            wandb_run.finish()
+    return run
 
 
 def start_wandb(trl_config: "TrainingArguments", config: dict[str, Any], command: str):

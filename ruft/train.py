@@ -23,24 +23,21 @@ TRL, transformers, torch and datasets load only inside the functions: `rubricrl 
 import itertools
 import json
 import sys
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from rubricrl.config import ConfigError, parse_settings, resolved, write_resolved
+from rubricrl.config import ConfigError, parse_settings, resolved
 from rubricrl.records import InvalidRecord, RecordFileError, conversation, open_records
 from rubricrl.training import (
+    TrainingRun,
     base_model,
-    keep_run_config,
     model_init_kwargs,
     require_output_dir,
     resume_target,
-    save_model,
-    start_wandb,
-    step_of,
+    run_training,
     trl_defaults,
     trl_settings,
 )
@@ -49,6 +46,7 @@ if TYPE_CHECKING:
     from datasets import Dataset
     from trl import ModelConfig, SFTConfig, SFTTrainer
 
+COMMAND = "ruft train"
 PROVENANCE = {
     "threshold": "threshold tau",
     "k": "K candidates per query",
@@ -86,48 +84,40 @@ class SFTData:
 
 
 def run_train(args) -> int:
-    train_args, sft_config, model_config = parse_settings(args, command="ruft train", trl_defaults=trl_defaults())
-    output_dir = require_output_dir(sft_config, "ruft train")
+    train_args, sft_config, model_config = parse_settings(args, command=COMMAND, trl_defaults=trl_defaults())
+    output_dir = require_output_dir(sft_config, COMMAND)
     data = load_sft_data(train_args.dataset)
     resume = resume_target(sft_config)
     base_model(model_config)
 
-    main_process = sft_config.process_index == 0  # under `accelerate launch`, one process writes and reports
     config = run_config(train_args, sft_config, model_config)
-    run_settings = {**config, "dataset_manifest": data.manifest}
-    wandb_run = None
-    if main_process:
-        write_resolved(output_dir / "config.yaml", config)
+    merge = model_config.use_peft and train_args.merge_adapter
+
+    def final_loss(run: TrainingRun) -> float:
+        losses = [entry["loss"] for entry in run.trainer.state.log_history if "loss" in entry]
+        return losses[-1] if losses else run.training_loss
+
+    def write_card(run: TrainingRun) -> None:
+        write_model_card(run.trainer, output_dir, data, model_config.model_name_or_path, config, final_loss(run), merge)
+
+    run = run_training(
+        COMMAND,
+        sft_config,
+        config,
+        lambda: build_trainer(sft_config, model_config, data),
+        run_settings={**config, "dataset_manifest": data.manifest},
+        resume=resume,
+        merge=merge,
+        message=f"{COMMAND}: {model_config.model_name_or_path} on {len(data.dataset)} examples from {data.source}"
+        f"{' (LoRA)' if model_config.use_peft else ''} -> {output_dir}",
+        saved=write_card,
+    )
+    if run.main_process:
+        steps = run.trainer.state.global_step
+        run_steps, resumed = steps - run.first_step, f", resumed from {Path(resume).name}" if resume else ""
         print(
-            f"ruft train: {model_config.model_name_or_path} on {len(data.dataset)} examples from {data.source}"
-            f"{' (LoRA)' if model_config.use_peft else ''} -> {output_dir}",
-            file=sys.stderr,
-        )
-        wandb_run = start_wandb(sft_config, run_settings, "ruft train")
-    try:
-        trainer = build_trainer(sft_config, model_config, data)
-        if wandb_run is not None:
-            trainer.add_callback(keep_run_config(wandb_run, run_settings))
-        started, first_step = time.monotonic(), step_of(resume)
-        output = trainer.train(resume_from_checkpoint=resume)
-        seconds = time.monotonic() - started
-        losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
-        final_loss = losses[-1] if losses else output.training_loss
-        merge = model_config.use_peft and train_args.merge_adapter
-        save_model(trainer, output_dir, merge)
-        if main_process:
-            write_model_card(trainer, output_dir, data, model_config.model_name_or_path, config, final_loss, merge)
-        if hasattr(trainer, "end"):  # transformers >= 5.18: ends accelerate's trackers and the process group
-            trainer.end()
-    finally:
-        if wandb_run is not None:
-            wandb_run.finish()
-    if main_process:
-        steps = trainer.state.global_step
-        run_steps, resumed = steps - first_step, f", resumed from {Path(resume).name}" if resume else ""
-        print(
-            f"ruft train: {steps} steps ({run_steps} this run{resumed}) in {seconds:.1f} s "
-            f"({run_steps / seconds:.2f} steps/s), final loss {final_loss:.4f}; model: {output_dir}"
+            f"{COMMAND}: {steps} steps ({run_steps} this run{resumed}) in {run.seconds:.1f} s "
+            f"({run_steps / run.seconds:.2f} steps/s), final loss {final_loss(run):.4f}; model: {output_dir}"
         )
     return 0
 
@@ -231,9 +221,6 @@ def _completion(value: Any) -> list[dict[str, str]]:
     return [{"role": "assistant", "content": m["content"]} for m in value]
 
 
-# --- the checks before the model ------------------------------------------------------------------------------------
-
-
 # --- the run --------------------------------------------------------------------------------------------------------
 
 
@@ -265,7 +252,7 @@ def build_trainer(sft_config: "SFTConfig", model_config: "ModelConfig", data: SF
         )
     note = truncation_note(trainer.train_dataset, len(data.dataset), sft_config)
     if note:
-        print(f"ruft train: {note}", file=sys.stderr)
+        print(f"{COMMAND}: {note}", file=sys.stderr)
     return trainer
 
 

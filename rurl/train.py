@@ -30,7 +30,6 @@ What runs, in order (everything a user can get wrong is checked before the polic
 
 import asyncio
 import json
-import math
 import sys
 import time
 from dataclasses import asdict
@@ -42,27 +41,27 @@ import yaml
 from grading.dataset import RubricRow
 from grading.grader import Grader, GradingConfig
 from grading.reward import Overlong, make_rubric_reward
-from rubricrl.config import ConfigError, config_source, parse_settings, resolved, write_resolved
+from rubricrl import charts
+from rubricrl.config import ConfigError, config_source, parse_settings, resolved
 from rubricrl.errors import UserError
 from rubricrl.jsonl import write_whole
 from rubricrl.llm import LLMClient, Role, open_llm
 from rubricrl.manifest import package_versions, write_manifest
 from rubricrl.queries import write_rejected
 from rubricrl.training import (
+    TrainingRun,
     base_model,
-    keep_run_config,
     model_init_kwargs,
     require_output_dir,
     resume_target,
-    save_model,
-    start_wandb,
-    step_of,
+    run_training,
     trl_defaults,
     trl_settings,
 )
 from rurl.config import RurlConfig, TrainArgs, check_with_trl
 from rurl.data import RurlData, load_rurl_data
 from rurl.rewards import extra_reward_funcs
+from rurl.summary import log_criteria, run_summary, summary_text
 from rurl.vllm_cpu import close_colocated_engine
 
 if TYPE_CHECKING:
@@ -105,12 +104,15 @@ def run_train(args) -> int:
     config["model_name_or_path"] = model.model_name_or_path
     tokenizer = read_policy_template(grading, grpo, model, config)
     judged = first_judged_row(grading, data)
-    if judged is None:  # rule checks decide every criterion: no judge to start or ask
-        print(f"{COMMAND}: every criterion is a rule check: no judge, no server, no preflight", file=sys.stderr)
-        client = LLMClient({grading.judge_role: NO_JUDGE}, cache=None)
+
+    def run(client: LLMClient) -> int:
         return train(
             train_args, rurl, grading, grpo, model, data, client, config, output_dir, resume, tokenizer, extra_rewards
         )
+
+    if judged is None:  # rule checks decide every criterion: no judge to start or ask
+        print(f"{COMMAND}: every criterion is a rule check: no judge, no server, no preflight", file=sys.stderr)
+        return run(LLMClient({grading.judge_role: NO_JUDGE}, cache=None))
     with open_llm(
         llm, [grading.judge_role], source=config_source(args), cpu_budgets=grading.cpu_max_tokens()
     ) as llm_session:
@@ -118,20 +120,7 @@ def run_train(args) -> int:
             preflight(llm_session.roles, grading, judged)
         client = llm_session.client()
         try:
-            return train(
-                train_args,
-                rurl,
-                grading,
-                grpo,
-                model,
-                data,
-                client,
-                config,
-                output_dir,
-                resume,
-                tokenizer,
-                extra_rewards,
-            )
+            return run(client)
         finally:
             if client.cache is not None:
                 client.cache.flush()
@@ -233,13 +222,9 @@ def train(
     tokenizer=None,
     extra_rewards=(),
 ) -> int:
-    from trl import get_peft_config, get_quantization_config
-
     from rurl.evaluate import PolicyEvaluation
     from rurl.guards import FailureMonitor, StopOnJudgeFailures, StopOnRequest
-    from rurl.trainer import DynamicSampling, RubricGRPOTrainer
 
-    main_process = grpo.process_index == 0
     grader = Grader(client, grading)
     monitor = FailureMonitor(rurl.failure_window)
     overlong = (
@@ -258,11 +243,6 @@ def train(
     reward = make_rubric_reward(
         grader, overlong=overlong, on_batch=monitor.record, deadline=rurl.judge_deadline, **reading
     )
-    dynamic = (
-        DynamicSampling(rurl.dynamic_std_threshold, rurl.max_extra_rounds, rurl.on_exhausted)
-        if rurl.dynamic_sampling
-        else None
-    )
     data_info = {
         "source": data.source,
         "train_rows": len(data.train),
@@ -272,42 +252,22 @@ def train(
         "bad_rows": data.bad_rows or None,
         "judge": grader.metadata,
     }
-    run_settings = {**config, "data": data_info}
-    wandb_run = None
-    if main_process:
-        write_resolved(output_dir / "config.yaml", config)
+    # what the steps of the run (rubricrl.training.run_training's hooks below) make and read
+    trainer = guard = requested = evaluation = stopped = None
+    criteria: list[dict[str, Any]] = []
+
+    def write_inputs() -> None:
         if data.rejected:
             write_rejected(data.rejected, output_dir / "rejected.jsonl")
         if data.evaluation:
             (output_dir / "eval_ids.txt").write_text("".join(f"{row.id}\n" for row in data.evaluation))
-        print(
-            f"{COMMAND}: {model.model_name_or_path}{' (LoRA)' if model.use_peft else ''} on {len(data.train)} "
-            f"queries of {data.source} ({len(data.evaluation)} held out), {grpo.num_generations} completions "
-            f"each, judge {grader.metadata['judge_model']} ({grading.mode}) -> {output_dir}",
-            file=sys.stderr,
-        )
-        wandb_run = start_wandb(grpo, run_settings, COMMAND)
-    grpo.model_init_kwargs = model_init_kwargs(grpo, model)
-    if get_quantization_config(model) is not None:
-        raise ConfigError("load_in_4bit / load_in_8bit: not supported by `rurl train` yet")
-    trainer = None
-    try:
-        try:
-            trainer = RubricGRPOTrainer(
-                model=model.model_name_or_path,
-                reward_funcs=[reward, *extra_rewards],
-                args=grpo,
-                train_dataset=data.train_dataset(),
-                peft_config=get_peft_config(model),
-                dynamic=dynamic,
-                failure_monitor=monitor,
-            )
-        except OSError as error:  # transformers: not on the Hub, offline, no weights in the folder
-            raise ConfigError(f"model_name_or_path {model.model_name_or_path}: cannot load: {error}") from None
+
+    def build():
+        nonlocal trainer, guard, requested, evaluation
+        trainer = build_trainer(rurl, grpo, model, data, [reward, *extra_rewards], monitor)
         guard, requested = StopOnJudgeFailures(monitor, grading.max_failure_rate), StopOnRequest(trainer)
         for callback in (guard, requested):
             trainer.add_callback(callback)
-        evaluation = None
         if data.evaluation:
             evaluation = PolicyEvaluation(
                 trainer,
@@ -318,40 +278,51 @@ def train(
                 deadline=rurl.judge_deadline,
             )
             trainer.add_callback(evaluation)
-        if wandb_run is not None:
-            trainer.add_callback(keep_run_config(wandb_run, run_settings))
-        started, first_step = time.monotonic(), step_of(resume)
-        trainer.train(resume_from_checkpoint=resume)
-        seconds = time.monotonic() - started
+        return trainer
+
+    def keep_model(run: TrainingRun) -> bool:
+        nonlocal stopped, criteria
         stopped = guard.reason or requested.reason
-        merge = model.use_peft and train_args.merge_adapter
-        criteria = trainer.criteria_table()  # every process (it gathers), before the main process merges alone
-        if not stopped:
-            save_model(trainer, output_dir, merge)
-        if main_process:
-            write_whole(output_dir / "criteria.json", json.dumps(criteria, indent=1, ensure_ascii=False))
-            if wandb_run is not None and criteria:
-                log_criteria(wandb_run, criteria)
-            summary = run_summary(trainer, monitor, evaluation, first_step, seconds, stopped, criteria)
-            write_whole(output_dir / "log_history.json", json.dumps(trainer.state.log_history, indent=1))
-            write_reward_plot(trainer.state.log_history, output_dir / "reward.png")
-            write_manifest(
-                output_dir,
-                {
-                    "command": COMMAND,
-                    "config": config,
-                    "data": data_info,
-                    "versions": package_versions(),
-                    "summary": summary,
-                },
-            )
-            print(summary_text(summary, output_dir), file=sys.stderr)
-        if hasattr(trainer, "end"):  # transformers >= 5.18: ends accelerate's trackers and the process group
-            close_colocated_engine(trainer)  # first: a colocated vLLM engine tears down its groups while they exist
-            trainer.end()
+        criteria = run.trainer.criteria_table()  # every process (it gathers), before the main process merges alone
+        return not stopped
+
+    def write_outputs(run: TrainingRun) -> None:
+        write_whole(output_dir / "criteria.json", json.dumps(criteria, indent=1, ensure_ascii=False))
+        if run.wandb_run is not None and criteria:
+            log_criteria(run.wandb_run, criteria)
+        summary = run_summary(run.trainer, monitor, evaluation, run.first_step, run.seconds, stopped, criteria)
+        write_whole(output_dir / "log_history.json", json.dumps(run.trainer.state.log_history, indent=1))
+        write_reward_plot(run.trainer.state.log_history, output_dir / "reward.png")
+        write_manifest(
+            output_dir,
+            {
+                "command": COMMAND,
+                "config": config,
+                "data": data_info,
+                "versions": package_versions(),
+                "summary": summary,
+            },
+        )
+        print(f"{COMMAND}: {summary_text(summary, output_dir)}", file=sys.stderr)
+
+    try:
+        run_training(
+            COMMAND,
+            grpo,
+            config,
+            build,
+            run_settings={**config, "data": data_info},
+            resume=resume,
+            merge=model.use_peft and train_args.merge_adapter,
+            message=f"{COMMAND}: {model.model_name_or_path}{' (LoRA)' if model.use_peft else ''} on "
+            f"{len(data.train)} queries of {data.source} ({len(data.evaluation)} held out), {grpo.num_generations} "
+            f"completions each, judge {grader.metadata['judge_model']} ({grading.mode}) -> {output_dir}",
+            write_inputs=write_inputs,
+            trained=keep_model,
+            saved=write_outputs,
+            ending=close_colocated_engine,  # first: a colocated vLLM engine tears down its groups while they exist
+        )
     finally:
-        if wandb_run is not None:
-            wandb_run.finish()
         if trainer is not None:  # the client's HTTP sessions live on TRL's event loop
             asyncio.run_coroutine_threadsafe(client.aclose(), trainer.async_loop).result(timeout=60)
     if stopped:
@@ -361,6 +332,35 @@ def train(
             "fix the cause and rerun with --resume_from_checkpoint true"
         )
     return 0
+
+
+def build_trainer(rurl: RurlConfig, grpo: "GRPOConfig", model: "ModelConfig", data: RurlData, reward_funcs, monitor):
+    """RubricGRPOTrainer as `trl grpo` builds GRPOTrainer: the model's load settings from ModelConfig, the user's
+    model_init_kwargs on top; dynamic sampling when asked."""
+    from trl import get_peft_config, get_quantization_config
+
+    from rurl.trainer import DynamicSampling, RubricGRPOTrainer
+
+    grpo.model_init_kwargs = model_init_kwargs(grpo, model)
+    if get_quantization_config(model) is not None:
+        raise ConfigError("load_in_4bit / load_in_8bit: not supported by `rurl train` yet")
+    dynamic = (
+        DynamicSampling(rurl.dynamic_std_threshold, rurl.max_extra_rounds, rurl.on_exhausted)
+        if rurl.dynamic_sampling
+        else None
+    )
+    try:
+        return RubricGRPOTrainer(
+            model=model.model_name_or_path,
+            reward_funcs=reward_funcs,
+            args=grpo,
+            train_dataset=data.train_dataset(),
+            peft_config=get_peft_config(model),
+            dynamic=dynamic,
+            failure_monitor=monitor,
+        )
+    except OSError as error:  # transformers: not on the Hub, offline, no weights in the folder
+        raise ConfigError(f"model_name_or_path {model.model_name_or_path}: cannot load: {error}") from None
 
 
 def check_judge_wait(rurl: RurlConfig, grpo: "GRPOConfig") -> None:
@@ -376,113 +376,15 @@ def check_judge_wait(rurl: RurlConfig, grpo: "GRPOConfig") -> None:
         )
 
 
-def log_criteria(wandb_run, criteria: list[dict[str, Any]], shown: int = 10) -> None:
-    """The hardest and easiest criteria of the run as a wandb table (all of them are in criteria.json)."""
-    import wandb
-
-    ends = criteria if len(criteria) <= 2 * shown else criteria[:shown] + criteria[-shown:]
-    columns = ["criterion", "pass_rate", "met", "decided"]
-    wandb_run.log(
-        {"criteria_pass_rates": wandb.Table(columns=columns, data=[[row[c] for c in columns] for row in ends])}
-    )
-
-
-def run_summary(
-    trainer, monitor, evaluation, first_step: int, seconds: float, stopped: str | None, criteria: list[dict[str, Any]]
-) -> dict[str, Any]:
-    history = [entry for entry in trainer.state.log_history if "reward" in entry]
-    rewards = [entry["reward"] for entry in history if entry["reward"] is not None]
-    dynamic = {
-        key.split("/")[-1]: sum(entry.get(key) or 0 for entry in history)
-        for key in (
-            "dynamic_sampling/groups_generated",
-            "dynamic_sampling/groups_kept",
-            "dynamic_sampling/extra_rounds",
-            "dynamic_sampling/repeated_groups",
-        )
-        if any(key in entry for entry in history)
-    }
-    steps = trainer.state.global_step
-    return {
-        "steps": steps,
-        "steps_this_run": steps - first_step,
-        "seconds": round(seconds, 1),
-        "reward_first": rewards[0] if rewards else None,
-        "reward_last": rewards[-1] if rewards else None,
-        "judge": dict(monitor.totals, seconds=round(monitor.seconds, 1)),
-        "dynamic_sampling_logged": dynamic or None,
-        "eval": _headline((evaluation.last or {}).get("metrics", {})) if evaluation else None,
-        "hardest_criteria": criteria[:3],
-        "easiest_criteria": criteria[-3:][::-1],
-        "no_update_steps": trainer.no_update_steps,
-        "stopped": stopped,
-    }
-
-
-def summary_text(summary: dict[str, Any], output_dir: Path) -> str:
-    judge = summary["judge"]
-    rate = judge["unscored"] / judge["completions"] if judge["completions"] else 0.0
-    first, last = summary["reward_first"], summary["reward_last"]
-    lines = [
-        f"{COMMAND}: {summary['steps']} steps ({summary['steps_this_run']} this run) in {summary['seconds']} s",
-        f"  reward (mean per logged step): first {_num(first)}, last {_num(last)}",
-        f"  judge: {judge['judge_calls']} calls in {judge['seconds']} s of reward time, {judge['completions']} "
-        f"completions graded, {rate:.1%} unscored ({judge['timed_out']} past the deadline), "
-        f"{judge['failed_verdicts']} of {judge['verdicts']} verdicts failed",
-    ]
-    if summary["hardest_criteria"]:
-        lines.append("  hardest criteria: " + "; ".join(_criterion(row) for row in summary["hardest_criteria"]))
-        lines.append("  easiest criteria: " + "; ".join(_criterion(row) for row in summary["easiest_criteria"]))
-    if summary["no_update_steps"]:
-        lines.append(f"  {summary['no_update_steps']} step(s) without any learning signal left the weights unchanged")
-    if summary["dynamic_sampling_logged"]:
-        lines.append(f"  dynamic sampling (logged steps): {summary['dynamic_sampling_logged']}")
-    if summary["eval"]:
-        lines.append("  eval (last): " + ", ".join(f"{k} {v:.3f}" for k, v in summary["eval"].items() if v is not None))
-    lines.append(
-        f"  output: {output_dir} (config.yaml, manifest.json, reward.png{'' if summary['stopped'] else ', the model'})"
-    )
-    return "\n".join(lines)
-
-
-def _headline(metrics: dict[str, float]) -> dict[str, float]:
-    """The overall score and the per-axis scores of an eval report (not their n_samples and bootstrap_std)."""
-    return {
-        name: value
-        for name, value in metrics.items()
-        if name == "overall_score" or (name.startswith("axis:") and name.count(":") == 1)
-    }
-
-
-def _criterion(row: dict[str, Any]) -> str:
-    text = row["criterion"] if len(row["criterion"]) <= 50 else row["criterion"][:49] + "…"
-    return f"{row['pass_rate']:.0%} of {row['decided']} {text!r}"
-
-
-def _num(value: float | None) -> str:
-    return "n/a" if value is None or math.isnan(value) else f"{value:.3f}"
-
-
 def write_reward_plot(log_history: list[dict[str, Any]], path: Path) -> None:
     """The mean reward per logged step, and the eval overall score where there is one."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     train = [(e["step"], e["reward"]) for e in log_history if e.get("reward") is not None]
     evals = [(e["step"], e["eval/overall_score"]) for e in log_history if e.get("eval/overall_score") is not None]
     if not train and not evals:
         return
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    if train:
-        ax.plot(*zip(*train), marker=".", label="train reward (mean)")
-    if evals:
-        ax.plot(*zip(*evals), marker="o", label="eval overall score")
-    ax.set_xlabel("step")
-    ax.set_ylabel("rubric score")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    figure, axis = charts.figure(6, 3.5)
+    charts.curves(axis, {"train reward (mean)": train}, marker=".")
+    charts.curves(axis, {"eval overall score": evals}, marker="o")
+    axis.set(xlabel="step", ylabel="rubric score")
+    axis.legend()
+    charts.save_png(figure, path)

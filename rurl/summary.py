@@ -1,0 +1,94 @@
+"""What a `rurl train` run leaves about itself besides the model: the summary in manifest.json and on stderr, and the
+criteria's pass rates on wandb."""
+
+import math
+from pathlib import Path
+from typing import Any
+
+
+def log_criteria(wandb_run, criteria: list[dict[str, Any]], shown: int = 10) -> None:
+    """The hardest and easiest criteria of the run as a wandb table (all of them are in criteria.json)."""
+    import wandb
+
+    ends = criteria if len(criteria) <= 2 * shown else criteria[:shown] + criteria[-shown:]
+    columns = ["criterion", "pass_rate", "met", "decided"]
+    wandb_run.log(
+        {"criteria_pass_rates": wandb.Table(columns=columns, data=[[row[c] for c in columns] for row in ends])}
+    )
+
+
+def run_summary(
+    trainer, monitor, evaluation, first_step: int, seconds: float, stopped: str | None, criteria: list[dict[str, Any]]
+) -> dict[str, Any]:
+    history = [entry for entry in trainer.state.log_history if "reward" in entry]
+    rewards = [entry["reward"] for entry in history if entry["reward"] is not None]
+    dynamic = {
+        key.split("/")[-1]: sum(entry.get(key) or 0 for entry in history)
+        for key in (
+            "dynamic_sampling/groups_generated",
+            "dynamic_sampling/groups_kept",
+            "dynamic_sampling/extra_rounds",
+            "dynamic_sampling/repeated_groups",
+        )
+        if any(key in entry for entry in history)
+    }
+    steps = trainer.state.global_step
+    return {
+        "steps": steps,
+        "steps_this_run": steps - first_step,
+        "seconds": round(seconds, 1),
+        "reward_first": rewards[0] if rewards else None,
+        "reward_last": rewards[-1] if rewards else None,
+        "judge": dict(monitor.totals, seconds=round(monitor.seconds, 1)),
+        "dynamic_sampling_logged": dynamic or None,
+        "eval": _headline((evaluation.last or {}).get("metrics", {})) if evaluation else None,
+        "hardest_criteria": criteria[:3],
+        "easiest_criteria": criteria[-3:][::-1],
+        "no_update_steps": trainer.no_update_steps,
+        "stopped": stopped,
+    }
+
+
+def summary_text(summary: dict[str, Any], output_dir: Path) -> str:
+    """The summary as `rurl train` ends with it, after the command's name: steps, reward, judge, criteria, eval."""
+    judge = summary["judge"]
+    rate = judge["unscored"] / judge["completions"] if judge["completions"] else 0.0
+    first, last = summary["reward_first"], summary["reward_last"]
+    lines = [
+        f"{summary['steps']} steps ({summary['steps_this_run']} this run) in {summary['seconds']} s",
+        f"  reward (mean per logged step): first {_num(first)}, last {_num(last)}",
+        f"  judge: {judge['judge_calls']} calls in {judge['seconds']} s of reward time, {judge['completions']} "
+        f"completions graded, {rate:.1%} unscored ({judge['timed_out']} past the deadline), "
+        f"{judge['failed_verdicts']} of {judge['verdicts']} verdicts failed",
+    ]
+    if summary["hardest_criteria"]:
+        lines.append("  hardest criteria: " + "; ".join(_criterion(row) for row in summary["hardest_criteria"]))
+        lines.append("  easiest criteria: " + "; ".join(_criterion(row) for row in summary["easiest_criteria"]))
+    if summary["no_update_steps"]:
+        lines.append(f"  {summary['no_update_steps']} step(s) without any learning signal left the weights unchanged")
+    if summary["dynamic_sampling_logged"]:
+        lines.append(f"  dynamic sampling (logged steps): {summary['dynamic_sampling_logged']}")
+    if summary["eval"]:
+        lines.append("  eval (last): " + ", ".join(f"{k} {v:.3f}" for k, v in summary["eval"].items() if v is not None))
+    lines.append(
+        f"  output: {output_dir} (config.yaml, manifest.json, reward.png{'' if summary['stopped'] else ', the model'})"
+    )
+    return "\n".join(lines)
+
+
+def _headline(metrics: dict[str, float]) -> dict[str, float]:
+    """The overall score and the per-axis scores of an eval report (not their n_samples and bootstrap_std)."""
+    return {
+        name: value
+        for name, value in metrics.items()
+        if name == "overall_score" or (name.startswith("axis:") and name.count(":") == 1)
+    }
+
+
+def _criterion(row: dict[str, Any]) -> str:
+    text = row["criterion"] if len(row["criterion"]) <= 50 else row["criterion"][:49] + "…"
+    return f"{row['pass_rate']:.0%} of {row['decided']} {text!r}"
+
+
+def _num(value: float | None) -> str:
+    return "n/a" if value is None or math.isnan(value) else f"{value:.3f}"
