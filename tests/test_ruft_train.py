@@ -238,16 +238,20 @@ def test_what_max_length_did_is_said():
 
 
 def test_presets_are_valid_trl_settings():
-    """Both presets parse with TRL's own parser (unknown keys would fail); the GPU one with bf16 off, as this
-    machine has no GPU."""
+    """Both presets parse with TRL's own parser (unknown keys would fail) and every TRL key they set reaches TRL as
+    written; the GPU one with bf16 off, as this machine has no GPU."""
     from trl import ModelConfig, SFTConfig
 
     from rubricrl.config import load_yaml, parse_trl
 
-    sft, model = parse_trl([SFTConfig, ModelConfig], load_yaml(TINY_PRESET), [])
-    assert (model.use_peft, sft.max_steps, sft.use_cpu, sft.bf16, sft.report_to) == (True, 6, True, False, ["wandb"])
-    sft, model = parse_trl([SFTConfig, ModelConfig], load_yaml(GPU_PRESET), ["--bf16", "false", "--use_cpu"])
-    assert model.model_name_or_path == "Qwen/Qwen3-4B-Base" and sft.max_length == 4096 and sft.eos_token == "<|im_end|>"
+    for preset, flags in ((TINY_PRESET, []), (GPU_PRESET, ["--bf16", "false", "--use_cpu"])):
+        written = load_yaml(preset)
+        parsed = parse_trl([SFTConfig, ModelConfig], written, flags)
+        fields = {key: getattr(config, key) for config in parsed for key in vars(config)}
+        overridden = {"bf16", "use_cpu"} if flags else set()
+        for key, value in written.items():
+            if key in fields and key not in overridden:
+                assert fields[key] == (value if key != "report_to" else [value]), (preset.name, key)
 
 
 # --- slow: the embedded model -------------------------------------------------------------------------------------

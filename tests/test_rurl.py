@@ -45,10 +45,6 @@ def rurl_train(*args: str) -> list[str]:
 # --- presets ----------------------------------------------------------------------------------------------------------
 
 
-def test_there_are_the_five_presets():
-    assert {p.stem for p in PRESETS} >= {"tiny-cpu", "rar-grpo", "rubrichub-dapo", "ruscarl", "dapo"}
-
-
 @pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.stem)
 def test_every_preset_resolves_with_dry_run_and_its_output_loads_back(preset, tmp_path, capsys, no_model_load):
     assert main(rurl_train("--config", str(preset), "--dry_run", "--output_dir", str(tmp_path / "out"))) == 0
