@@ -13,8 +13,8 @@ evaluation, trained once per reward method, then every trained policy graded on 
         --launcher "accelerate launch --config_file configs/accelerate/zero3.yaml --num_processes 8 --gpu_ids all"
     # (--max-steps 0: the preset's own budget, one epoch; --launcher runs each training as its own process)
 
-Each method (METHODS below) is one `rubricrl rurl train` run on the same seeded split of --rubrics, config, seed and
---max-steps, with plain GRPO as in the paper (rurl's dynamic sampling, overlong shaping and own eval off; --train-args
+Each method (METHODS below) is one `rubricrl rurl train` run on the same seeded split of --rubrics (split as rurl
+splits off its eval rows), config, seed and --max-steps, with plain GRPO as in the paper (rurl's dynamic sampling, overlong shaping and own eval off; --train-args
 can turn them back on). Every trained policy and the base one are evaluated alike: greedy answers to the held-out rows
 (transformers' generate on one device: keep --heldout small on GPUs), graded with the explicit rubric by the
 per-criterion judge (`rubricrl eval --responses`: HealthBench-style scores with bootstrap std).
@@ -31,13 +31,13 @@ import contextlib
 import io
 import json
 import os
-import random
 import shlex
 import shutil
 import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -103,15 +103,6 @@ CAVEAT = (
 # --- data ------------------------------------------------------------------------------------------------------------
 
 
-def split_rows(rows: list[dict], heldout: float, seed: int) -> tuple[list[dict], list[dict]]:
-    """(train, held out), in input order: `heldout` is a share (0 < x < 1) or a count (>= 1); the choice seeded."""
-    count = max(1, round(len(rows) * heldout) if heldout < 1 else int(heldout))
-    if count >= len(rows):
-        raise SystemExit(f"--heldout {heldout}: holds out {count} of {len(rows)} rows, leaving none to train on")
-    chosen = set(random.Random(seed).sample(range(len(rows)), count))
-    return [r for i, r in enumerate(rows) if i not in chosen], [r for i, r in enumerate(rows) if i in chosen]
-
-
 def uniform_weights(row: dict) -> dict:
     """The row with every positive criterion worth 1 and every penalty -1 (rules, tags, categories kept)."""
     return {**row, "rubrics": [{**c, "points": 1 if c["points"] > 0 else -1} for c in row["rubrics"]]}
@@ -127,14 +118,19 @@ VARIANTS["uniform"] = ("train_uniform.jsonl", uniform_weights)
 
 
 def prepare_data(source: Path, out: Path, heldout: float, seed: int, limit: int | None, pitfalls: str, methods):
-    """Read --rubrics with the core reader (synthesis output, HealthBench, RaR rows), split it and write the rows
-    (rurl's trainer rows) of the held-out set and of each training variant the methods need."""
+    """Read --rubrics with the core reader (synthesis output, HealthBench, RaR rows), split it as `rurl train` splits
+    off its eval rows and write the rows (rurl's trainer rows) of the held-out set and of each training variant the
+    methods need."""
     from grading.dataset import iter_rubric_rows
+    from rubricrl.config import ConfigError
     from rubricrl.jsonl import write_jsonl
-    from rurl.data import trainer_row
+    from rurl.data import split_rows, trainer_row
 
     rows = [trainer_row(row) for row in iter_rubric_rows(source, pitfalls)][: limit or None]
-    train, held = split_rows(rows, heldout, seed)
+    try:
+        train, held = split_rows(rows, heldout, seed)
+    except ConfigError as error:
+        raise SystemExit(f"--heldout {heldout}: {error}") from None
     split = {"source": str(source), "rows": len(rows), "heldout": heldout, "seed": seed, "limit": limit}
     split |= {"train_ids": [r["id"] for r in train], "heldout_ids": [r["id"] for r in held]}
     if (out / "split.json").is_file() and json.loads((out / "split.json").read_text()) != split:
@@ -178,8 +174,9 @@ def eval_config(settings: dict[str, Any]) -> dict[str, Any]:
 def judge_server(settings: dict[str, Any], needed: bool):
     """Yields (flags, judge name). A local judge gets one vLLM server of this comparison's own, up for all its
     commands (else each would start and stop one, ~30 s each on a CPU), every command pinned to it by the flags. A
-    running server is not reused: one started by someone else can stop in the middle of a run (seen here: a run on a
-    shared machine lost every verdict of a step). A remote judge, or nothing left to grade: no flags."""
+    running server is not reused (so not rubricrl.serve.local_endpoint, which would): one started by someone else
+    can stop in the middle of a run (seen here: a run on a shared machine lost every verdict of a step). A remote
+    judge, or nothing left to grade: no flags."""
     from rubricrl.embedded_model import EMBEDDED_MODEL_NAME
     from rubricrl.llm import LLMSettings
     from rubricrl.llm.roles import resolve_roles
@@ -192,11 +189,8 @@ def judge_server(settings: dict[str, Any], needed: bool):
         return
     server = LocalServer(role.model)  # a free port; not advertised: the flags name it
     print(f"compare_rewards: starting a judge server (log {server.log_path})", file=sys.stderr)
-    endpoint = server.start()
-    try:
+    with server as endpoint:
         yield ["--roles", f"{name}.base_url={endpoint.base_url}", f"{name}.model={endpoint.model}"], endpoint.model
-    finally:
-        server.stop()
 
 
 def run_rubricrl(argv: list[str], launcher: str | None = None, env: dict[str, str] | None = None) -> int:
@@ -215,6 +209,16 @@ def run_rubricrl(argv: list[str], launcher: str | None = None, env: dict[str, st
             import torch
 
             torch.cuda.empty_cache()  # nothing to do where CUDA was never used
+
+
+def attempt(record: dict[str, Any], key: str, action: Callable[[], int]) -> None:
+    """record[key]: the action's exit code; a crash is exit 1 with its traceback in record["error"], and leaves the
+    other methods to run (the table says what happened)."""
+    try:
+        record[key] = action()
+    except Exception:
+        record[key], record["error"] = 1, traceback.format_exc(limit=3)
+        print(record["error"], file=sys.stderr)
 
 
 def trained_policy(run_dir: Path) -> Path | None:
@@ -245,11 +249,7 @@ class Comparison:
         out = self.out / "eval" / name
         out.mkdir(parents=True, exist_ok=True)
         if model is not None:
-            try:
-                self.evaluate(model, out, record)
-            except Exception:  # a crash in one method leaves the others to run; the table says what happened
-                record["eval_code"], record["error"] = 1, traceback.format_exc(limit=3)
-                print(record["error"], file=sys.stderr)
+            attempt(record, "eval_code", lambda: self.evaluate(model, out, record))
         record["wall_s"] = round(time.monotonic() - started, 1)
         (out / "run.json").write_text(json.dumps(record, indent=1))
 
@@ -263,15 +263,11 @@ class Comparison:
         flags = [*common_flags(self.args), "--rubrics", str(self.files[method.rubrics]), "--output_dir", str(run_dir)]
         flags += ["--mode", method.mode, "--run_name", f"{self.group}-{name}", *self.llm_args, *self.args.train_args]
         print(f"\n=== {name}: rurl train ({method.description}) -> {run_dir}", file=sys.stderr, flush=True)
-        try:
-            env = {"WANDB_RUN_GROUP": self.group}
-            record["train_code"] = run_rubricrl(["rurl", "train", *flags], self.args.launcher, env)
-        except Exception:
-            record["train_code"], record["error"] = 1, traceback.format_exc(limit=3)
-            print(record["error"], file=sys.stderr)
+        env = {"WANDB_RUN_GROUP": self.group}
+        attempt(record, "train_code", lambda: run_rubricrl(["rurl", "train", *flags], self.args.launcher, env))
         return trained_policy(run_dir)
 
-    def evaluate(self, model: Path, out: Path, record: dict[str, Any]) -> None:
+    def evaluate(self, model: Path, out: Path, record: dict[str, Any]) -> int:
         """Greedy answers to the held-out rows, then `rubricrl eval --responses` with the common yardstick."""
         from rubricrl.jsonl import write_jsonl
         from rurl.evaluate import answer_with
@@ -283,8 +279,9 @@ class Comparison:
         record["generate_s"], started = round(time.monotonic() - started, 1), time.monotonic()
         flags = ["--rubrics", str(self.files["heldout"]), "--responses", str(out / "responses.jsonl"), "--config"]
         flags += [str(self.out / "eval_config.yaml"), "--output-dir", str(out), "--mode", "per_criterion"]
-        record["eval_code"] = run_rubricrl(["eval", *flags, *self.llm_args])
+        code = run_rubricrl(["eval", *flags, *self.llm_args])
         record["grade_s"], record["evaluated"] = round(time.monotonic() - started, 1), str(model)
+        return code
 
 
 def common_flags(args: argparse.Namespace) -> list[str]:
@@ -292,10 +289,6 @@ def common_flags(args: argparse.Namespace) -> list[str]:
     flags = ["--config", str(args.config), "--seed", str(args.seed), "--eval_size", "0"]
     flags += ["--dynamic_sampling", "false", "--overlong_buffer", "0"]
     return flags + (["--max_steps", str(args.max_steps), "--save_steps", str(args.max_steps)] if args.max_steps else [])
-
-
-def done(name: str, output_dir: Path) -> bool:
-    return all((output_dir / "eval" / name / file).is_file() for file in ("report.json", "run.json"))
 
 
 # --- results ---------------------------------------------------------------------------------------------------------
@@ -314,6 +307,16 @@ def read_reports(output_dir: Path, names: list[str]) -> dict[str, dict[str, Any]
     return {name: report for name, report in reports.items() if report}
 
 
+def status(name: str, report: dict | None, run: dict[str, Any], summary: dict[str, Any]) -> str:
+    if summary.get("stopped"):
+        return f"stopped at step {summary.get('steps')}: {summary['stopped'].split(':')[0]}"
+    if run.get("train_code"):
+        return f"training failed (exit {run['train_code']})"
+    if not report:
+        return "not evaluated" if not run or name == BASE else f"eval failed (exit {run.get('eval_code')})"
+    return "ok"
+
+
 def collect_results(output_dir: Path, names: list[str]) -> list[dict[str, Any]]:
     """One row per method (and `base`) from what the runs left: eval/<name>/report.json (the common yardstick),
     eval/<name>/run.json (timings, exit codes) and runs/<name>/manifest.json (training reward, judge calls)."""
@@ -321,25 +324,14 @@ def collect_results(output_dir: Path, names: list[str]) -> list[dict[str, Any]]:
     for name in names:
         report, run = reports.get(name), _read_json(output_dir / "eval" / name / "run.json") or {}
         summary = (_read_json(output_dir / "runs" / name / "manifest.json") or {}).get("summary") or {}
-        if summary.get("stopped"):
-            status = f"stopped at step {summary.get('steps')}: {summary['stopped'].split(':')[0]}"
-        elif run.get("train_code"):
-            status = f"training failed (exit {run['train_code']})"
-        elif not report:
-            status = "not evaluated" if not run or name == BASE else f"eval failed (exit {run.get('eval_code')})"
-        else:
-            status = "ok"
-        overall = metric(report, "overall_score") or (None, None, None)
+        description = METHODS[name].description if name in METHODS else "the policy before training"
+        row = {"method": name, "description": description, "status": status(name, report, run, summary)}
+        row |= dict(zip(("overall", "overall_std", "n"), metric(report, "overall_score") or (None, None, None)))
         axes = [key for key in metric_names([report or {}]) if group_of(key) == "axes" and key.count(":") == 1]
-        times = [run[key] for key in ("generate_s", "grade_s") if run.get(key) is not None]
-        row = {
-            "method": name,
-            "description": METHODS[name].description if name in METHODS else "the policy before training",
-        }
-        row |= {"status": status, **dict(zip(("overall", "overall_std", "n"), overall))}
         row["axes"] = {key: dict(zip(("value", "std", "n"), metric(report, key))) for key in axes}
         row |= {key: summary.get(key) for key in ("steps", "reward_first", "reward_last")}
         row["judge_calls"] = (summary.get("judge") or {}).get("judge_calls")
+        times = [run[key] for key in ("generate_s", "grade_s") if run.get(key) is not None]
         row |= {"train_s": run.get("train_wall_s"), "eval_s": round(sum(times), 1) if times else None}
         rows.append({**row, "wall_s": run.get("wall_s"), "paper": PAPER.get(name)})
     return rows
@@ -349,26 +341,22 @@ def results_table(rows: list[dict[str, Any]]) -> list[str]:
     """The markdown table: one row per method, scores ± bootstrap std, the training reward, cost and the paper's."""
     axes = sorted({axis for row in rows for axis in row["axes"]})
     header = ["method", "training reward", "overall ± std", *axes, "reward first→last", "judge calls (train)"]
-    lines = []
-    for row in rows:
-        scores = [{"value": row["overall"], "std": row["overall_std"]}, *(row["axes"].get(a) for a in axes)]
-        paper, trained = row["paper"], row["method"] != BASE
-        wall = (
-            f"{_seconds(row['train_s'])} + {_seconds(row['eval_s'])}" if trained else f"eval {_seconds(row['eval_s'])}"
-        )
-        lines.append(
-            [
-                f"**{row['method']}**",
-                row["description"],
-                *("–" if s is None or s["value"] is None else f"{num(s['value'])} ± {num(s['std'])}" for s in scores),
-                f"{num(row['reward_first'])} → {num(row['reward_last'])}" if trained else "–",
-                "–" if row["judge_calls"] is None else str(row["judge_calls"]),
-                wall,
-                row["status"],
-                f"{paper['name']}: {paper['healthbench']} / {paper['gpqa_diamond']}" if paper else "–",
-            ]
-        )
-    return md_table([*header, "wall: train + eval", "status", "RaR paper HB / GPQA-D"], lines)
+    return md_table([*header, "wall: train + eval", "status", "RaR paper HB / GPQA-D"], [_cells(r, axes) for r in rows])
+
+
+def _cells(row: dict[str, Any], axes: list[str]) -> list[str]:
+    scores = [{"value": row["overall"], "std": row["overall_std"]}, *(row["axes"].get(a) for a in axes)]
+    paper, trained = row["paper"], row["method"] != BASE
+    return [
+        f"**{row['method']}**",
+        row["description"],
+        *("–" if s is None or s["value"] is None else f"{num(s['value'])} ± {num(s['std'])}" for s in scores),
+        f"{num(row['reward_first'])} → {num(row['reward_last'])}" if trained else "–",
+        "–" if row["judge_calls"] is None else str(row["judge_calls"]),
+        f"{_seconds(row['train_s'])} + {_seconds(row['eval_s'])}" if trained else f"eval {_seconds(row['eval_s'])}",
+        row["status"],
+        f"{paper['name']}: {paper['healthbench']} / {paper['gpqa_diamond']}" if paper else "–",
+    ]
 
 
 def results_markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
@@ -398,10 +386,9 @@ def write_chart(reports: dict[str, dict[str, Any]], path: Path) -> Path | None:
     """The overall and per-axis scores ± bootstrap std, one bar per method (the report page's metric bars)."""
     names = [name for name in metric_names(reports.values()) if group_of(name) in ("overall", "axes")]
     chart = metric_bars(reports, names, "held-out score per training reward")
-    if chart is None:
-        return None
-    path.write_bytes(chart.png)
-    return path
+    if chart is not None:
+        path.write_bytes(chart.png)
+    return path if chart is not None else None
 
 
 def log_to_wandb(rows: list[dict[str, Any]], chart: Path | None, group: str, output_dir: Path) -> None:
@@ -410,12 +397,11 @@ def log_to_wandb(rows: list[dict[str, Any]], chart: Path | None, group: str, out
 
     from rubricrl.training import wandb_init
 
-    run = wandb_init("compare_rewards", output_dir, name=f"{group}-table", group=group, job_type="comparison")
     columns = ["method", "overall", "overall_std", "reward_first", "reward_last", "judge_calls", "train_s", "eval_s"]
     data = [[row[c] for c in columns] + [row["status"], (row["paper"] or {}).get("healthbench")] for row in rows]
     logged: dict[str, Any] = {"comparison": wandb.Table(columns=[*columns, "status", "paper_healthbench"], data=data)}
-    if chart is not None:
-        logged["chart"] = wandb.Image(str(chart))
+    logged |= {"chart": wandb.Image(str(chart))} if chart is not None else {}
+    run = wandb_init("compare_rewards", output_dir, name=f"{group}-table", group=group, job_type="comparison")
     try:
         run.log(logged)
     finally:
@@ -452,6 +438,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     unknown = [m for m in args.methods if m not in METHODS] + [m for m in args.redo if m not in (*METHODS, BASE)]
     if unknown or not args.methods:
         parser.error(f"--methods / --redo: unknown {unknown}; choose from {','.join(METHODS)} (and {BASE} for --redo)")
+    if args.heldout <= 0:
+        parser.error("--heldout: a share (0 < x < 1) or a count (>= 1) of rows to evaluate on")
     return args
 
 
@@ -480,15 +468,15 @@ def main(argv: list[str] | None = None) -> int:
         file=sys.stderr,
     )
     names = ([] if args.skip_base else [BASE]) + args.methods
-    pending = [name for name in names if not done(name, out)]
-    with judge_server(settings, needed=bool(pending)) as (judge_flags, judge):
+    done = [name for name in names if all((out / "eval" / name / f).is_file() for f in ("report.json", "run.json"))]
+    with judge_server(settings, needed=len(done) < len(names)) as (judge_flags, judge):
         llm_args, tokens = [*args.llm_args, *judge_flags], int(settings["max_completion_length"])
         comparison = Comparison(args, out, data["files"], data["heldout"], policy, tokens, llm_args, group)
         for name in names:
-            if name in pending:
-                comparison.run(name)
-            else:
+            if name in done:
                 print(f"\n=== {name}: done earlier (--force redoes it)", file=sys.stderr)
+            else:
+                comparison.run(name)
     rows = collect_results(out, names)
     meta = {"policy": policy, "source": str(args.rubrics), "seed": args.seed, "train_rows": len(data["train"])}
     meta |= {"heldout_rows": len(data["heldout"]), "budget": budget, "judge": judge, "config": str(args.config)}

@@ -147,19 +147,14 @@ def load_rurl_data(
         budget = prompt_budget(grpo, model)
     main_process = grpo is None or grpo.process_index == 0  # every rank loads the data; one says what it left out
     rows, rejected, bad_counts = untrainable(rows, mode, budget, config.bad_rows, path, announce=main_process)
-    held = _held_out(len(rows), config.eval_size)
-    order = list(range(len(rows)))
-    random.Random(seed).shuffle(order)
-    held_ids = set(order[:held])
-    evaluation = [row for i, row in enumerate(rows) if i in held_ids]
-    train = [row for i, row in enumerate(rows) if i not in held_ids]
+    train, evaluation = split_rows(rows, config.eval_size, seed)
     counts: dict[str, int] = {}
     role = None
     if config.prefilter is not None:
         train, counts, role = prefilter(train, config)
     if not train:
         raise ConfigError(
-            f"{path}: no row left to train on ({len(rows)} rows, {held} held out"
+            f"{path}: no row left to train on ({len(rows)} rows, {len(evaluation)} held out"
             + (f", {sum(bad_counts.values())} left out as bad rows" if bad_counts else "")
             + (f", prefilter: {counts}" if counts else "")
             + ")"
@@ -215,13 +210,18 @@ def untrainable(
     return kept, rejected, counts
 
 
-def _held_out(total: int, size: float) -> int:
-    if size <= 0:
-        return 0
-    held = round(total * size) if size < 1 else int(size)
-    if held >= total:
-        raise ConfigError(f"eval_size {size}: holds out {held} of {total} rows, leaving none to train on")
-    return max(1, held)
+def split_rows(rows: list[Any], eval_size: float, seed: int) -> tuple[list[Any], list[Any]]:
+    """(train, held out), each in input order: `eval_size` is a share (0 < x < 1, at least one row) or a count
+    (>= 1), 0 holds out none; which rows, seeded. ConfigError when it would leave none to train on."""
+    if eval_size <= 0:
+        return list(rows), []
+    held = round(len(rows) * eval_size) if eval_size < 1 else int(eval_size)
+    if held >= len(rows):
+        raise ConfigError(f"eval_size {eval_size}: holds out {held} of {len(rows)} rows, leaving none to train on")
+    order = list(range(len(rows)))
+    random.Random(seed).shuffle(order)
+    held_out = set(order[: max(1, held)])
+    return [r for i, r in enumerate(rows) if i not in held_out], [r for i, r in enumerate(rows) if i in held_out]
 
 
 def prefilter(rows: list[RubricRow], config: RurlConfig) -> tuple[list[RubricRow], dict[str, int], str | None]:

@@ -1,5 +1,5 @@
 """experiments/compare_rewards.py without a model: the data transformations (uniform weights, the predefined generic
-rubric, the seeded split), and the results table built from fake report.json / manifest.json / run.json files."""
+rubric, rurl's seeded split), and the results table built from fake report.json / manifest.json / run.json files."""
 
 import importlib.util
 import json
@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from grading.dataset import load_rubric_rows
+from rurl.config import RurlConfig
+from rurl.data import load_rurl_data, split_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_DATA = ROOT / "experiments" / "data" / "rurl_tiny.jsonl"
@@ -59,15 +61,19 @@ def test_predefined_rubric_is_the_same_generic_list_for_every_row(compare):
     assert all(c["points"] > 0 for c in first["rubrics"])  # phrased so that "met" is good: no penalty
 
 
-def test_split_is_seeded_disjoint_and_complete(compare):
+def test_held_out_rows_are_rurls_seeded_split(compare, tmp_path):
     rows = [{"id": str(i)} for i in range(10)]
-    train, held = compare.split_rows(rows, 0.3, seed=0)
-    assert len(held) == 3 and len(train) == 7
+    train, held = split_rows(rows, 0.3, seed=0)
+    assert len(held) == 3 and len(train) == 7 and split_rows(rows, 0.3, seed=0) == (train, held)
     assert {r["id"] for r in train} | {r["id"] for r in held} == {str(i) for i in range(10)}
-    assert compare.split_rows(rows, 0.3, seed=0) == (train, held)
-    assert compare.split_rows(rows, 2, seed=0)[1] != [] and len(compare.split_rows(rows, 2, seed=0)[1]) == 2
-    with pytest.raises(SystemExit):
-        compare.split_rows(rows, 10, seed=0)
+    assert len(split_rows(rows, 2, seed=0)[1]) == 2 and split_rows(rows, 0.3, seed=1) != (train, held)
+    # the comparison holds out what `rurl train` would with the same size and seed
+    data = compare.prepare_data(TINY_DATA, tmp_path, 2, 3, None, "auto", [compare.METHODS["likert"]])
+    rurl = load_rurl_data(TINY_DATA, RurlConfig(eval_size=2), seed=3)
+    assert [r["id"] for r in data["heldout"]] == [r.id for r in rurl.evaluation]
+    assert [r["id"] for r in data["train"]] == [r.id for r in rurl.train]
+    with pytest.raises(SystemExit, match="--heldout 8: eval_size 8: holds out 8 of 8 rows"):
+        compare.prepare_data(TINY_DATA, tmp_path / "all", 8, 0, None, "auto", [compare.METHODS["likert"]])
 
 
 def test_prepared_files_load_back_with_the_core_reader(compare, tmp_path):
