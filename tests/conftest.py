@@ -1,4 +1,5 @@
 import os
+import time
 
 import pytest
 
@@ -8,6 +9,26 @@ from rubricrl.server_discovery import LOCAL_SERVER_ENV, find_running
 from tests.fault_server import FaultServer
 from tests.helpers import SECRET
 
+_launched: LocalServer | None = None
+"""The suite's server, launched once collection shows a test that needs it; `local_server` waits for it."""
+
+
+def pytest_collection_modifyitems(items):
+    """The tests that need the model run last, so that the server's start-up (~60 s on 2 cores) overlaps the others."""
+    items.sort(key=lambda item: item.get_closest_marker("model") is not None)  # stable: file order otherwise
+
+
+def pytest_collection_finish(session):
+    global _launched
+    if any(item.get_closest_marker("model") for item in session.items) and find_running() is None:
+        _launched = LocalServer()
+        _launched.launch()  # from the main thread: the server dies with the process that launched it
+
+
+def pytest_sessionfinish(session):
+    if _launched is not None:  # no test asked for it (all skipped, or the run stopped first)
+        _launched.stop()
+
 
 @pytest.fixture(scope="session")
 def local_server():
@@ -16,14 +37,18 @@ def local_server():
     if running is not None:
         yield running
         return
-    with LocalServer() as endpoint:
+    server = _launched or LocalServer()
+    if server.process is None:
+        server.launch()
+    try:
+        endpoint = server.wait_ready(time.monotonic() + 600, 600)
         # Commands under test run with a RUBRICRL_HOME of their own, where nothing advertises this server (it is on a
         # free port): without this each would start a server of its own, ~40 s apiece.
         os.environ[LOCAL_SERVER_ENV] = endpoint.base_url
-        try:
-            yield endpoint
-        finally:
-            del os.environ[LOCAL_SERVER_ENV]
+        yield endpoint
+    finally:
+        os.environ.pop(LOCAL_SERVER_ENV, None)
+        server.stop()
 
 
 @pytest.fixture
