@@ -10,7 +10,18 @@ from tests.fault_server import FaultServer
 from tests.helpers import SECRET
 
 _launched: LocalServer | None = None
-"""The suite's server, launched once collection shows a test that needs it; `local_server` waits for it."""
+"""The suite's server, launched by this process: the one process of a plain run (once collection shows a test that
+needs it), or the controller of a `pytest -n N` run (xdist), whose workers inherit its address."""
+
+
+def pytest_configure(config):
+    if hasattr(config, "workerinput"):
+        # An xdist worker, beside another: torch's default of an OpenMP thread per core in each process puts 4
+        # spin-waiting threads on 2 cores (an in-process training step took 6x as long). Set before torch is imported.
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+    controller = config.getoption("numprocesses", None) and not hasattr(config, "workerinput")
+    if controller and "not model" not in (config.option.markexpr or ""):  # xdist's controller collects nothing
+        _launch()
 
 
 def pytest_collection_modifyitems(items):
@@ -19,36 +30,44 @@ def pytest_collection_modifyitems(items):
 
 
 def pytest_collection_finish(session):
-    global _launched
-    if any(item.get_closest_marker("model") for item in session.items) and find_running() is None:
-        _launched = LocalServer()
-        _launched.launch()  # from the main thread: the server dies with the process that launched it
+    worker = hasattr(session.config, "workerinput")
+    if not worker and any(item.get_closest_marker("model") for item in session.items):
+        _launch()
 
 
 def pytest_sessionfinish(session):
-    if _launched is not None:  # no test asked for it (all skipped, or the run stopped first)
+    if _launched is not None:
         _launched.stop()
+        os.environ.pop(LOCAL_SERVER_ENV, None)
+
+
+def _launch() -> None:
+    """Launch the suite's server now and name it in RUBRICRL_LOCAL_SERVER before it is ready (`local_server` waits):
+    commands under test run with a RUBRICRL_HOME of their own, where nothing advertises it, and would otherwise each
+    start a server of their own (~40 s apiece). A running `rubricrl serve` is reused instead."""
+    global _launched
+    if _launched is not None or find_running() is not None:
+        return
+    _launched = LocalServer()
+    _launched.launch()  # from the main thread: the server dies with the process that launched it
+    os.environ[LOCAL_SERVER_ENV] = _launched.endpoint.base_url
 
 
 @pytest.fixture(scope="session")
 def local_server():
-    """The real vLLM server on the embedded model, started once per session (a running `rubricrl serve` is reused)."""
-    running = find_running()
-    if running is not None:
-        yield running
-        return
-    server = _launched or LocalServer()
-    if server.process is None:
-        server.launch()
-    try:
-        endpoint = server.wait_ready(time.monotonic() + 600, 600)
-        # Commands under test run with a RUBRICRL_HOME of their own, where nothing advertises this server (it is on a
-        # free port): without this each would start a server of its own, ~40 s apiece.
-        os.environ[LOCAL_SERVER_ENV] = endpoint.base_url
-        yield endpoint
-    finally:
-        os.environ.pop(LOCAL_SERVER_ENV, None)
-        server.stop()
+    """The real vLLM server on the embedded model, started once per run (a running `rubricrl serve` is reused)."""
+    if not os.environ.get(LOCAL_SERVER_ENV) and find_running() is None:
+        _launch()  # asked for though collection showed no test marked `model`
+    deadline = time.monotonic() + 600
+    while (running := find_running()) is None:  # launched, still starting
+        if _launched is not None and not _launched.alive():
+            pytest.fail(
+                f"the suite's vLLM server exited during start-up; log {_launched.log_path}:\n{_launched.log_tail()}"
+            )
+        if time.monotonic() > deadline:
+            pytest.fail(f"the suite's vLLM server at {os.environ[LOCAL_SERVER_ENV]} did not answer within 600 s")
+        time.sleep(0.5)
+    return running
 
 
 @pytest.fixture

@@ -336,7 +336,7 @@ def test_tiny_preset_trains_with_the_real_judge_and_resumes_after_a_kill(tmp_pat
         "--output_dir",
         str(out),
         "--max_steps",
-        "3",
+        "2",
         "--save_steps",
         "1",
         "--eval_every",
@@ -359,7 +359,7 @@ def test_tiny_preset_trains_with_the_real_judge_and_resumes_after_a_kill(tmp_pat
     assert second.returncode == 0, second.stderr[-3000:]
     manifest = json.loads((out / "manifest.json").read_text())
     summary = manifest["summary"]
-    assert summary["steps"] == 3 and 1 <= summary["steps_this_run"] <= 2 and summary["stopped"] is None
+    assert summary["steps"] == 2 and summary["steps_this_run"] == 1 and summary["stopped"] is None
     assert summary["eval"]["overall_score"] is not None  # the held-out rows, graded at the end
     assert (out / "model.safetensors").is_file() and (out / "reward.png").is_file()
     criteria = json.loads((out / "criteria.json").read_text())  # the resumed run's criteria, the hardest first
