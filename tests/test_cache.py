@@ -107,6 +107,7 @@ def cached_questions(cache_path, questions):
         cache.close()
 
 
+@pytest.mark.slow  # a subprocess SIGKILLed mid-run: out of make test-fast
 def test_sigkill_leaves_a_readable_cache_with_every_finished_call(tmp_path):
     cache_path = tmp_path / "responses"
     with FaultServer(latency=0.02) as server:

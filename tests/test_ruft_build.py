@@ -235,6 +235,7 @@ main(["ruft", "build", "--rubrics", sys.argv[1], "--output-dir", sys.argv[2], "-
 """
 
 
+@pytest.mark.slow  # a subprocess SIGKILLed mid-run: out of make test-fast
 def test_sigkill_then_rerun_finishes_without_repeating_a_finished_call(tmp_path, home):
     input_path = rubrics(tmp_path / "rubrics.jsonl", 40)
     out = tmp_path / "out"
