@@ -46,14 +46,16 @@ demo: setup
 	$(PY) experiments/demo.py
 
 # The linter and the formatter's check come first: they take a second and fail before the suite's minutes.
-# Two pytest processes (xdist), a test file each at a time: one waits on the model server, a subprocess or a
-# deadline while the other computes (the suite kept 2 cores 41% busy alone). They share the one model server.
+# Two pytest processes (xdist): one waits on the model server, a subprocess or a deadline while the other computes
+# (the suite kept 2 cores 41% busy alone). They share the one model server. Tests are handed out one by one, except
+# those of a file marked with an xdist_group, which share a module fixture.
 TEST_WORKERS ?= 2
+PYTEST = $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 test: lint
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=25
+	$(PYTEST) --durations=25
 
 test-fast: lint
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not model and not slow"
+	$(PYTEST) -m "not model and not slow"
 
 lint: setup
 	$(VENV)/bin/ruff check .

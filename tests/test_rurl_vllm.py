@@ -123,6 +123,8 @@ def test_tiny_preset_trains_with_colocated_vllm_rollouts(tmp_path, quiet_env, lo
         "100",
         "--report_to",
         "none",
+        "--dynamic_sampling",  # one generation round a step: extra rounds repeat what tests/test_rurl_train.py covers
+        "false",
     ]
     run = subprocess.run(command, env={**os.environ, **VLLM_ENV}, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
