@@ -30,8 +30,6 @@ from rubricrl.server_discovery import free_port
 from tests.fault_server import FaultServer
 from tests.helpers import SECRET
 
-# One xdist worker runs this file: its tests share one `reward serve` process (the module fixture `service`).
-pytestmark = pytest.mark.xdist_group("reward_service")
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "test-token-0123456789abcdef"
 RUBRICS = [
