@@ -1,4 +1,5 @@
 import os
+import threading
 import time
 
 import pytest
@@ -35,22 +36,38 @@ def pytest_collection_finish(session):
         _launch()
 
 
-def pytest_sessionfinish(session):
-    if _launched is not None:
-        _launched.stop()
-        os.environ.pop(LOCAL_SERVER_ENV, None)
-
-
 def _launch() -> None:
-    """Launch the suite's server now and name it in RUBRICRL_LOCAL_SERVER before it is ready (`local_server` waits):
-    commands under test run with a RUBRICRL_HOME of their own, where nothing advertises it, and would otherwise each
-    start a server of their own (~40 s apiece). A running `rubricrl serve` is reused instead."""
+    """Launch the suite's server now, in the background, and name it in RUBRICRL_LOCAL_SERVER before it is ready
+    (`local_server` waits): commands under test run with a RUBRICRL_HOME of their own, where nothing advertises it,
+    and would otherwise each start a server of their own (~40 s apiece). A running `rubricrl serve` is reused."""
     global _launched
     if _launched is not None or find_running() is not None:
         return
     _launched = LocalServer()
-    _launched.launch()  # from the main thread: the server dies with the process that launched it
-    os.environ[LOCAL_SERVER_ENV] = _launched.endpoint.base_url
+    os.environ[LOCAL_SERVER_ENV] = _launched.endpoint.base_url  # its port is chosen already
+    threading.Thread(target=_keep_launched, name="suite-server", daemon=True).start()
+
+
+_launch_failed: list[BaseException] = []
+_stopped = threading.Event()
+
+
+def _keep_launched() -> None:
+    """Prepare the model (a conversion on a fresh home, ~27 s) and start vLLM off the main thread, so that tests go on
+    meanwhile; then stay alive: the server dies with the thread that started it (PR_SET_PDEATHSIG)."""
+    try:
+        _launched.launch()
+    except BaseException as error:  # said by `local_server`, to the tests that need the server
+        _launch_failed.append(error)
+        return
+    _stopped.wait()
+
+
+def pytest_sessionfinish(session):
+    if _launched is not None:
+        _launched.stop()
+        _stopped.set()
+        os.environ.pop(LOCAL_SERVER_ENV, None)
 
 
 @pytest.fixture(scope="session")
@@ -60,7 +77,9 @@ def local_server():
         _launch()  # asked for though collection showed no test marked `model`
     deadline = time.monotonic() + 600
     while (running := find_running()) is None:  # launched, still starting
-        if _launched is not None and not _launched.alive():
+        if _launch_failed:
+            pytest.fail(f"the suite's vLLM server could not start: {_launch_failed[0]}")
+        if _launched is not None and _launched.process is not None and not _launched.alive():
             pytest.fail(
                 f"the suite's vLLM server exited during start-up; log {_launched.log_path}:\n{_launched.log_tail()}"
             )
