@@ -45,28 +45,33 @@ def _launch() -> None:
         return
     _launched = LocalServer()
     os.environ[LOCAL_SERVER_ENV] = _launched.endpoint.base_url  # its port is chosen already
-    threading.Thread(target=_keep_launched, name="suite-server", daemon=True).start()
+    _keeper.start()
 
 
 _launch_failed: list[BaseException] = []
-_stopped = threading.Event()
+_stopping = threading.Event()
 
 
 def _keep_launched() -> None:
     """Prepare the model (a conversion on a fresh home, ~27 s) and start vLLM off the main thread, so that tests go on
-    meanwhile; then stay alive: the server dies with the thread that started it (PR_SET_PDEATHSIG)."""
+    meanwhile; then stay alive until the session ends, and stop it: the server dies with the thread that started it
+    (PR_SET_PDEATHSIG). One owner: a session ending while the model is still being prepared stops what follows too."""
     try:
         _launched.launch()
     except BaseException as error:  # said by `local_server`, to the tests that need the server
         _launch_failed.append(error)
         return
-    _stopped.wait()
+    _stopping.wait()
+    _launched.stop()
+
+
+_keeper = threading.Thread(target=_keep_launched, name="suite-server", daemon=True)
 
 
 def pytest_sessionfinish(session):
     if _launched is not None:
-        _launched.stop()
-        _stopped.set()
+        _stopping.set()
+        _keeper.join(timeout=660)  # a conversion still running (~27 s), then vLLM's stop (20 s grace, then SIGKILL)
         os.environ.pop(LOCAL_SERVER_ENV, None)
 
 
