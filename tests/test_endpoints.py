@@ -130,9 +130,11 @@ def test_an_endpoint_that_never_answers_is_taken_out_and_its_calls_finish_elsewh
 
 
 def test_calls_out_on_an_endpoint_when_it_is_taken_out_move_to_the_others_at_once():
-    with FaultServer(reply=schema_reply) as good, FaultServer() as sick:
+    with FaultServer(reply=schema_reply, latency=0.2) as good, FaultServer() as sick:
         # Two calls hang there, then it answers 503 at once: three of those take it out, and the two hung calls
-        # are resent to the good endpoint then, not after their 30 s timeout.
+        # are resent to the good endpoint then, not after their 30 s timeout. The good one answers in 0.2 s, so its
+        # slots stay busy while the sick one's free at once: calls keep going to the sick one until it is out (with
+        # instant answers the good one took every call on a busy machine, and the hung ones answered after 20 s).
         sick.script = [Fault(delay=20.0)] * 2 + [Fault(503)] * 10
         role = Role(base_url=[sick.base_url, good.base_url], model="fake")
         started = time.monotonic()
