@@ -48,9 +48,10 @@ demo: setup
 # The linter and the formatter's check come first: they take a second and fail before the suite's minutes.
 # Three pytest processes (xdist), a test file each at a time: while one waits on the model server, a subprocess or
 # a deadline the others compute (the suite kept 2 cores 41% busy alone). They share the one model server.
-# (Handing out single tests instead, --dist loadgroup, measured 37 s slower: more heavy tests at once.)
+# (Handing out single tests instead, --dist loadgroup, measured 37 s slower: more heavy tests at once.) The files go
+# out in tests/conftest.py's order, the longest first, not xdist's (most tests first).
 TEST_WORKERS ?= 3
-PYTEST = $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
+PYTEST = $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 test: lint
 	$(PYTEST) --durations=25
 
