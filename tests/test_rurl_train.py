@@ -24,7 +24,7 @@ TINY = ROOT / "configs" / "rurl" / "tiny-cpu.yaml"
 GENERATIONS = 4
 WEIGHTS = (1, 2, 4, 8, 16)
 """Binary points: a completion's reward is its 5 verdicts read as a binary number over 31."""
-VARIED = ["Write one sentence about the sea.", "Name an animal and describe it in a few words."]
+VARIED = ["Write one sentence about the sea."]
 FLAT = ["FLAT: say hello.", "FLAT: name a colour."]
 """The scripted judge says "met" to every criterion of these: every completion scores 1, the group's std is 0."""
 
@@ -95,11 +95,12 @@ def rubric_trainer(
 def test_dynamic_sampling_keeps_flat_groups_out_of_the_batch(tmp_path, quiet_env):
     """Two of the three prompts score 1 on every completion (std 0), so every first round has a flat group. With
     dynamic sampling, the batch that reaches the loss holds only groups of the other prompt, whole and at full size,
-    drawing extra rounds until it is full, and never drawing again a prompt found flat."""
+    drawing extra rounds until it is full, and never drawing again a prompt found flat. That step has signal, so its
+    update goes through: the no-update gate (test_on_exhausted_stop_...) holds only signal-free steps."""
     batches = []
     with (
         FaultServer(reply=scripted_verdict) as judge,
-        rubric_trainer(tmp_path, judge, VARIED[:1] + FLAT, max_extra_rounds=8) as trainer,
+        rubric_trainer(tmp_path, judge, VARIED + FLAT, max_extra_rounds=8) as trainer,
     ):
         original = trainer._generate_and_score_completions
 
@@ -117,7 +118,9 @@ def test_dynamic_sampling_keeps_flat_groups_out_of_the_batch(tmp_path, quiet_env
             return rows
 
         trainer._more_prompts = recorded
+        before = {name: p.detach().clone() for name, p in trainer.model.named_parameters() if p.requires_grad}
         trainer.train()
+        after = dict(trainer.model.named_parameters())
         tokenizer = trainer.processing_class
     (batch,) = batches
     prompts = tokenizer.batch_decode(batch["prompt_ids"], skip_special_tokens=True)
@@ -133,6 +136,7 @@ def test_dynamic_sampling_keeps_flat_groups_out_of_the_batch(tmp_path, quiet_env
     assert logs["dynamic_sampling/groups_kept"] >= 2
     assert logs["dynamic_sampling/groups_generated"] == 2 * (1 + logs["dynamic_sampling/extra_rounds"])
     assert trainer.stop_reason is None and trainer.state.global_step == 1
+    assert trainer.no_update_steps == 0 and not all(torch_equal(before[name], after[name]) for name in before)
 
 
 def test_dynamic_sampling_stops_with_a_checkpoint_when_no_group_has_a_spread(tmp_path, quiet_env):
@@ -166,7 +170,7 @@ def test_on_exhausted_stop_ends_the_run_without_moving_the_weights(tmp_path, qui
         rubric_trainer(
             tmp_path,
             judge,
-            VARIED[:1] + FLAT[:1],
+            VARIED + FLAT[:1],
             max_extra_rounds=0,
             max_steps=3,
             on_exhausted="stop",
@@ -180,19 +184,6 @@ def test_on_exhausted_stop_ends_the_run_without_moving_the_weights(tmp_path, qui
     assert all(torch_equal(before[name], after[name]) for name in before)
     assert trainer.no_update_steps == 1 and trainer.state.log_history[0]["no_update"] == 1.0
     assert trainer.optimizer.param_groups[0]["lr"] > 0  # the learning rate is back for a resumed run
-
-
-def test_a_step_with_signal_moves_the_weights(tmp_path, quiet_env):
-    """The counterpart: the gate holds only signal-free steps."""
-    with (
-        FaultServer(reply=scripted_verdict) as judge,
-        rubric_trainer(tmp_path, judge, VARIED, max_extra_rounds=2, weight_decay=0.5) as trainer,
-    ):
-        before = {name: p.detach().clone() for name, p in trainer.model.named_parameters() if p.requires_grad}
-        trainer.train()
-        after = dict(trainer.model.named_parameters())
-    assert not all(torch_equal(before[name], after[name]) for name in before)
-    assert trainer.no_update_steps == 0
 
 
 def torch_equal(a, b) -> bool:
