@@ -1,8 +1,11 @@
 """TRL's colocated vLLM rollouts (`use_vllm: true`, `vllm_mode: colocate`, the GPU presets' path) on vLLM's CPU
 build: the weight push that fails there without rurl/vllm_cpu.py, checked for what it pushes, and the tiny preset
-trained through it with the real judge. Both run in a subprocess: the in-process engine sets up torch.distributed
-and holds ~2 GB, which must not outlive the test."""
+trained through it. Both run in a subprocess: the in-process engine sets up torch.distributed and holds ~2 GB, which
+must not outlive the test. The training is graded by a scripted judge: the rollouts are what is tested here, and the
+real judge's ~18 verdicts cost ~70 CPU-s of the suite's server (the real judge trains the tiny preset in
+tests/test_rurl_train_real_judge.py)."""
 
+import hashlib
 import json
 import os
 import subprocess
@@ -12,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from rurl.vllm_cpu import check_versions
+from tests.fault_server import FaultServer
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs" / "rurl" / "tiny-cpu.yaml"
@@ -64,6 +68,12 @@ print(json.dumps({"patched": patched, "changed": before != after,
 """
 
 
+def scripted_verdict(body: dict) -> str:
+    """Met or not from a hash of the request (response and criterion): groups with a spread, so the policy moves."""
+    met = hashlib.sha256(body["messages"][-1]["content"].encode()).digest()[0] % 2 == 1
+    return json.dumps({"explanation": "scripted", "criteria_met": met})
+
+
 def test_the_weight_sync_patch_refuses_versions_it_was_not_checked_on():
     check_versions("1.16.0", "0.32.0")
     with pytest.raises(RuntimeError, match=r"this is TRL 1\.17\.0: install those versions, or .*vllm_mode: server"):
@@ -94,12 +104,11 @@ def test_the_weight_sync_pushes_the_policy_into_the_colocated_cpu_engine():
 
 
 @pytest.mark.slow
-@pytest.mark.model
-def test_tiny_preset_trains_with_colocated_vllm_rollouts(tmp_path, quiet_env, local_server):
+def test_tiny_preset_trains_with_colocated_vllm_rollouts(tmp_path, quiet_env):
     """`rubricrl rurl train --config configs/rurl/tiny-cpu.yaml --use_vllm true --vllm_mode colocate`: 2 GRPO steps
-    whose completions come from the in-process vLLM engine (the weights pushed before each step's rollouts), graded
-    by the real judge, then the held-out rows answered greedily by the same engine, ending with the model and the
-    manifest, and no traceback from the engine's teardown."""
+    whose completions come from the in-process vLLM engine (the weights pushed before each step's rollouts), then
+    the held-out rows answered greedily by the same engine, ending with the model and the manifest, and no
+    traceback from the engine's teardown."""
     out = tmp_path / "run"
     command = [
         str(Path(sys.executable).with_name("rubricrl")),
@@ -126,7 +135,9 @@ def test_tiny_preset_trains_with_colocated_vllm_rollouts(tmp_path, quiet_env, lo
         "--dynamic_sampling",  # one generation round a step: extra rounds repeat what tests/test_rurl_train.py covers
         "false",
     ]
-    run = subprocess.run(command, env={**os.environ, **VLLM_ENV}, capture_output=True, text=True, timeout=600)
+    with FaultServer(reply=scripted_verdict) as judge:
+        command += ["--base-url", judge.base_url, "--model", "scripted-judge", "--no-cache", "--no-preflight"]
+        run = subprocess.run(command, env={**os.environ, **VLLM_ENV}, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "Traceback" not in run.stderr, run.stderr[-3000:]  # the engine shut down before the process group
     manifest = json.loads((out / "manifest.json").read_text())
