@@ -59,27 +59,28 @@ def test_client_error_is_not_retried(fault_server):
 def test_persistent_503_is_still_retried_the_default_max_retries_times(fault_server):
     fault_server.script = [Fault(503, headers={"Retry-After": "0"})] * 10
     with pytest.raises(LLMError, match="503"):
-        run(ask(roles_for(fault_server), "judge", "hi", timeout=0.3))
+        run(ask(roles_for(fault_server), "judge", "hi", timeout=5.0))
     assert fault_server.count == 6  # 1 + the default max_retries (5)
 
 
 def test_timed_out_request_is_resent_once_with_twice_the_time(fault_server):
-    fault_server.script = [Fault(delay=0.6), Fault(delay=0.6)]  # past the first limit (0.4 s), within the second
+    # Seconds, not tenths: three test processes load the 2 cores, and a request can wait 0.3 s to be read at all.
+    fault_server.script = [Fault(delay=3.0), Fault(delay=3.0)]  # past the first limit (2 s), within the second
     started = time.monotonic()
-    result, _ = run(ask(roles_for(fault_server), "judge", "hi", timeout=0.4))
+    result, _ = run(ask(roles_for(fault_server), "judge", "hi", timeout=2.0))
     assert result.text == "ok" and fault_server.count == 2
-    assert time.monotonic() - started >= 1.0  # 0.4 s given up on, then the 0.6 s answer waited for
+    assert time.monotonic() - started >= 5.0  # 2 s given up on, then the 3 s answer waited for
 
 
 def test_always_slow_endpoint_is_sent_twice_and_the_error_names_the_knobs(fault_server):
-    fault_server.script = [Fault(delay=2.0)] * 5
+    fault_server.script = [Fault(delay=10.0)] * 5
     started = time.monotonic()
     with pytest.raises(LLMError) as error:
-        run(ask(roles_for(fault_server, max_tokens=64), "judge", "hi", timeout=0.3))  # max_retries 5: not used up
-    assert fault_server.count == 2 and time.monotonic() - started < 1.5
+        run(ask(roles_for(fault_server, max_tokens=64), "judge", "hi", timeout=1.0))  # max_retries 5: not used up
+    assert fault_server.count == 2 and time.monotonic() - started < 6.0  # 1 s + 2 s, not 5 retries of 10 s
     message = str(error.value)
     assert (
-        f"role 'judge' (fake at {fault_server.base_url}): no answer within 0.3 s, nor within 0.6 s on a second "
+        f"role 'judge' (fake at {fault_server.base_url}): no answer within 1 s, nor within 2 s on a second "
         "try: the server is slow or the answer long" in message
     )
     assert "raise the timeout (--timeout, or `timeout:` in the config's llm section)" in message
@@ -87,9 +88,9 @@ def test_always_slow_endpoint_is_sent_twice_and_the_error_names_the_knobs(fault_
 
 
 def test_timeout_without_retries_is_not_resent(fault_server):
-    fault_server.script = [Fault(delay=2.0)] * 5
-    with pytest.raises(LLMError, match=r"no answer within 0\.3 s: .* max_tokens \(now not set\)"):
-        run(ask(roles_for(fault_server), "judge", "hi", timeout=0.3, max_retries=0))
+    fault_server.script = [Fault(delay=5.0)] * 5
+    with pytest.raises(LLMError, match=r"no answer within 1 s: .* max_tokens \(now not set\)"):
+        run(ask(roles_for(fault_server), "judge", "hi", timeout=1.0, max_retries=0))
     assert fault_server.count == 1
 
 
