@@ -49,9 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
-from reports.charts import metric_bars  # noqa: E402
-from reports.markdown import md_table  # noqa: E402
-from reports.tables import group_of, metric, metric_names, num  # noqa: E402
+from reports.comparison import collect_rows, log_to_wandb, read_reports, results_table, seconds, write_chart  # noqa: E402
 from rubricrl.cli import main as rubricrl  # noqa: E402
 
 
@@ -83,6 +81,7 @@ PAPER = {
 }
 """RaR's numbers: Qwen2.5-7B trained with GRPO under each reward, HealthBench / GPQA-Diamond (0-100). The paper
 reports uniform weights about as good as categorical ones, without a number we carry here."""
+PAPER_COLUMN = "RaR paper HB / GPQA-D"
 
 # The predefined generic rubric: OUR wording and weights, not the paper's list (RaR's predefined-rubric baseline
 # uses generic criteria shared by every prompt; its exact text is not reproduced here). Phrased so that "met" is
@@ -294,69 +293,8 @@ def common_flags(args: argparse.Namespace) -> list[str]:
 # --- results ---------------------------------------------------------------------------------------------------------
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def read_reports(output_dir: Path, names: list[str]) -> dict[str, dict[str, Any]]:
-    """The common yardstick's report (eval/<name>/report.json) of each method that has one."""
-    reports = {name: _read_json(output_dir / "eval" / name / "report.json") for name in names}
-    return {name: report for name, report in reports.items() if report}
-
-
-def status(name: str, report: dict | None, run: dict[str, Any], summary: dict[str, Any]) -> str:
-    if summary.get("stopped"):
-        return f"stopped at step {summary.get('steps')}: {summary['stopped'].split(':')[0]}"
-    if run.get("train_code"):
-        return f"training failed (exit {run['train_code']})"
-    if not report:
-        return "not evaluated" if not run or name == BASE else f"eval failed (exit {run.get('eval_code')})"
-    return "ok"
-
-
-def collect_results(output_dir: Path, names: list[str]) -> list[dict[str, Any]]:
-    """One row per method (and `base`) from what the runs left: eval/<name>/report.json (the common yardstick),
-    eval/<name>/run.json (timings, exit codes) and runs/<name>/manifest.json (training reward, judge calls)."""
-    reports, rows = read_reports(output_dir, names), []
-    for name in names:
-        report, run = reports.get(name), _read_json(output_dir / "eval" / name / "run.json") or {}
-        summary = (_read_json(output_dir / "runs" / name / "manifest.json") or {}).get("summary") or {}
-        description = METHODS[name].description if name in METHODS else "the policy before training"
-        row = {"method": name, "description": description, "status": status(name, report, run, summary)}
-        row |= dict(zip(("overall", "overall_std", "n"), metric(report, "overall_score") or (None, None, None)))
-        axes = [key for key in metric_names([report or {}]) if group_of(key) == "axes" and key.count(":") == 1]
-        row["axes"] = {key: dict(zip(("value", "std", "n"), metric(report, key))) for key in axes}
-        row |= {key: summary.get(key) for key in ("steps", "reward_first", "reward_last")}
-        row["judge_calls"] = (summary.get("judge") or {}).get("judge_calls")
-        times = [run[key] for key in ("generate_s", "grade_s") if run.get(key) is not None]
-        row |= {"train_s": run.get("train_wall_s"), "eval_s": round(sum(times), 1) if times else None}
-        rows.append({**row, "wall_s": run.get("wall_s"), "paper": PAPER.get(name)})
-    return rows
-
-
-def results_table(rows: list[dict[str, Any]]) -> list[str]:
-    """The markdown table: one row per method, scores ± bootstrap std, the training reward, cost and the paper's."""
-    axes = sorted({axis for row in rows for axis in row["axes"]})
-    header = ["method", "training reward", "overall ± std", *axes, "reward first→last", "judge calls (train)"]
-    return md_table([*header, "wall: train + eval", "status", "RaR paper HB / GPQA-D"], [_cells(r, axes) for r in rows])
-
-
-def _cells(row: dict[str, Any], axes: list[str]) -> list[str]:
-    scores = [{"value": row["overall"], "std": row["overall_std"]}, *(row["axes"].get(a) for a in axes)]
-    paper, trained = row["paper"], row["method"] != BASE
-    return [
-        f"**{row['method']}**",
-        row["description"],
-        *("–" if s is None or s["value"] is None else f"{num(s['value'])} ± {num(s['std'])}" for s in scores),
-        f"{num(row['reward_first'])} → {num(row['reward_last'])}" if trained else "–",
-        "–" if row["judge_calls"] is None else str(row["judge_calls"]),
-        f"{_seconds(row['train_s'])} + {_seconds(row['eval_s'])}" if trained else f"eval {_seconds(row['eval_s'])}",
-        row["status"],
-        f"{paper['name']}: {paper['healthbench']} / {paper['gpqa_diamond']}" if paper else "–",
-    ]
+def descriptions(names: list[str]) -> dict[str, str]:
+    return {name: METHODS[name].description if name in METHODS else "the policy before training" for name in names}
 
 
 def results_markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
@@ -371,41 +309,12 @@ def results_markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     )
     foot = (
         f"The generic rubric of `predefined` (ours, not the paper's list): {generic}.\nChart: `results.png`. Wall "
-        f"time: {_seconds(sum(walls) if walls else None)} for the rows above (train + eval, summed over the "
-        f"invocations that made them), {_seconds(meta.get('wall_s'))} for the last invocation."
+        f"time: {seconds(sum(walls) if walls else None)} for the rows above (train + eval, summed over the "
+        f"invocations that made them), {seconds(meta.get('wall_s'))} for the last invocation."
     )
     title = "# Reward-method comparison (Rubrics as Rewards, arXiv 2507.17746)"
-    return "\n".join([title, "", head, "", f"**Caveat.** {CAVEAT}", "", *results_table(rows), "", foot]) + "\n"
-
-
-def _seconds(value: float | None) -> str:
-    return "–" if value is None else f"{value:.0f} s"
-
-
-def write_chart(reports: dict[str, dict[str, Any]], path: Path) -> Path | None:
-    """The overall and per-axis scores ± bootstrap std, one bar per method (the report page's metric bars)."""
-    names = [name for name in metric_names(reports.values()) if group_of(name) in ("overall", "axes")]
-    chart = metric_bars(reports, names, "held-out score per training reward")
-    if chart is not None:
-        path.write_bytes(chart.png)
-    return path if chart is not None else None
-
-
-def log_to_wandb(rows: list[dict[str, Any]], chart: Path | None, group: str, output_dir: Path) -> None:
-    """A `<group>-table` run beside the training runs: the table and the chart (offline without WANDB_API_KEY)."""
-    import wandb
-
-    from rubricrl.training import wandb_init
-
-    columns = ["method", "overall", "overall_std", "reward_first", "reward_last", "judge_calls", "train_s", "eval_s"]
-    data = [[row[c] for c in columns] + [row["status"], (row["paper"] or {}).get("healthbench")] for row in rows]
-    logged: dict[str, Any] = {"comparison": wandb.Table(columns=[*columns, "status", "paper_healthbench"], data=data)}
-    logged |= {"chart": wandb.Image(str(chart))} if chart is not None else {}
-    run = wandb_init("compare_rewards", output_dir, name=f"{group}-table", group=group, job_type="comparison")
-    try:
-        run.log(logged)
-    finally:
-        run.finish()
+    table = results_table(rows, PAPER_COLUMN)
+    return "\n".join([title, "", head, "", f"**Caveat.** {CAVEAT}", "", *table, "", foot]) + "\n"
 
 
 # --- main ------------------------------------------------------------------------------------------------------------
@@ -477,17 +386,17 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"\n=== {name}: done earlier (--force redoes it)", file=sys.stderr)
             else:
                 comparison.run(name)
-    rows = collect_results(out, names)
+    rows = collect_rows(out, descriptions(names), trained=set(args.methods), paper=PAPER)
     meta = {"policy": policy, "source": str(args.rubrics), "seed": args.seed, "train_rows": len(data["train"])}
     meta |= {"heldout_rows": len(data["heldout"]), "budget": budget, "judge": judge, "config": str(args.config)}
     meta |= {"methods": args.methods, "experiment": group, "wall_s": round(time.monotonic() - started, 1)}
     meta |= {"caveat": CAVEAT, "generic_rubric": GENERIC_RUBRIC}
     (out / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     (out / "results.md").write_text(results_markdown(rows, meta))
-    chart = write_chart(read_reports(out, names), out / "results.png")
+    chart = write_chart(read_reports(out, names), out / "results.png", "held-out score per training reward")
     if "wandb" in (settings.get("report_to") or []):
-        log_to_wandb(rows, chart, group, out)
-    print("\n" + "\n".join(results_table(rows)))
+        log_to_wandb(rows, chart, group, out, command="compare_rewards")
+    print("\n" + "\n".join(results_table(rows, PAPER_COLUMN)))
     print(f"\n{CAVEAT}\nwall time {meta['wall_s']:.0f} s; table: {out / 'results.md'}, chart: {chart}")
     return 0 if all(row["status"] == "ok" for row in rows) else 1
 

@@ -31,6 +31,7 @@ from reports.read import (
     scoring_rule,
 )
 from reports.ruft_build import read_ruft_build
+from reports.tables import num
 
 LOOKED_FOR = (
     "report.json (eval), candidates.jsonl or queries.jsonl (ruft build), manifest.json, log_history.json, "
@@ -145,8 +146,7 @@ def read_rurl(folder: Folder, max_examples: int) -> None:
             "data": facts.training_data(data, config),
             "judge": facts.judge(config, data.get("judge") or {}),
             "steps": summary and f"{summary.get('steps')} in {summary.get('seconds')} s",
-            "reward": summary
-            and f"first {facts.num(summary.get('reward_first'))}, last {facts.num(summary.get('reward_last'))}",
+            "reward": summary and f"first {num(summary.get('reward_first'))}, last {num(summary.get('reward_last'))}",
             "judge totals": facts.judge_totals(summary.get("judge") or {}),
             "dynamic sampling": (config.get("rurl") or {}).get("dynamic_sampling")
             and (", ".join(f"{k} {v:g}" for k, v in dynamic.items()) or "on"),

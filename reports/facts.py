@@ -78,7 +78,3 @@ def judge_totals(totals: dict[str, Any]) -> str | None:
 
 def pct(value: float | None) -> str | None:
     return None if value is None else f"{value:.1%}"
-
-
-def num(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f}"

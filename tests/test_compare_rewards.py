@@ -162,7 +162,8 @@ def test_results_table_from_fake_reports(compare, tmp_path):
             }
         },
     )
-    rows = compare.collect_results(tmp_path, ["base", "per_criterion", "likert", "uniform"])
+    names, trained = ["base", "per_criterion", "likert", "uniform"], {"per_criterion", "likert", "uniform"}
+    rows = compare.collect_rows(tmp_path, compare.descriptions(names), trained, compare.PAPER)
     base, explicit, likert, uniform = rows
     assert base["status"] == "ok" and base["overall"] == 0.25 and base["paper"] is None and base["eval_s"] == 7.0
     assert explicit["status"] == "ok" and explicit["overall_std"] == 0.1 and explicit["judge_calls"] == 24
@@ -196,7 +197,7 @@ def test_results_table_from_fake_reports(compare, tmp_path):
 
     reports = compare.read_reports(tmp_path, ["base", "per_criterion", "likert", "uniform"])
     assert list(reports) == ["base", "per_criterion"]  # a bar for each method the yardstick graded
-    chart = compare.write_chart(reports, tmp_path / "results.png")
+    chart = compare.write_chart(reports, tmp_path / "results.png", "held-out score per training reward")
     assert chart.read_bytes().startswith(b"\x89PNG") and chart.stat().st_size > 1000
 
 
