@@ -2,8 +2,8 @@
 build: the weight push that fails there without rurl/vllm_cpu.py, checked for what it pushes, and the tiny preset
 trained through it. Both run in a subprocess: the in-process engine sets up torch.distributed and holds ~2 GB, which
 must not outlive the test. The training is graded by a scripted judge: the rollouts are what is tested here, and the
-real judge's ~18 verdicts cost ~70 CPU-s of the suite's server (the real judge trains the tiny preset in
-tests/test_rurl_train_real_judge.py)."""
+real judge's ~18 verdicts kept the suite's server busy for ~70 CPU-s (measured with this test alone) on cores the
+suite is short of. The real judge trains the tiny preset in tests/test_rurl_train_real_judge.py."""
 
 import hashlib
 import json
