@@ -41,6 +41,7 @@ files in collection order (`--dist loadfile --no-loadscope-reorder`): a two-minu
 suite's tail (it was: 70 s of idle workers), one handed out first overlaps the rest. An outdated list costs speed only."""
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: a run without xdist installed has no such hook
 def pytest_xdist_make_scheduler(config, log):
     """xdist's file scheduler, handing a worker its next file only when it starts its current file's last test.
     xdist's own does so one test earlier (a heuristic: at most 2 pending tests), which is a whole file earlier for
@@ -65,13 +66,15 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def pytest_collection_modifyitems(items):
-    """The longest files first (above); then the others in file order, those that need the model last, so that the
-    server's start-up (~60 s on 2 cores) overlaps the rest."""
+    """The longest files first (above), while the server starts (~60-90 s on a fresh home); then the tests that need
+    the model, while the longest files keep the cores busy (they wait on the server's answers, and run last they
+    left a core idle for a minute); then the rest, many short files that fill the end evenly."""
 
     def order(item):
-        name = item.path.name
-        rank = LONGEST_FILES_FIRST.index(name) if name in LONGEST_FILES_FIRST else len(LONGEST_FILES_FIRST)
-        return rank, item.get_closest_marker("model") is not None
+        name, needs_model = item.path.name, item.get_closest_marker("model") is not None
+        if name in LONGEST_FILES_FIRST:
+            return LONGEST_FILES_FIRST.index(name), needs_model
+        return len(LONGEST_FILES_FIRST) + (0 if needs_model else 1), False
 
     items.sort(key=order)  # stable: file order otherwise
 

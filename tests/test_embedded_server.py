@@ -39,7 +39,9 @@ def test_structured_output_is_schema_valid_every_time(roles):
         async with LLMClient(roles, concurrency=10) as client:
             questions = [f"In JSON, answer: what is {i} + {i}?" for i in range(10)]
             return await asyncio.gather(
-                *(client.chat("chat", q, schema=ANSWER_SCHEMA, max_tokens=120) for q in questions)
+                # 250: room for the longest answer the schema allows (80 + 3 x 20 characters, a token each at worst,
+                # and the JSON around them); at 120 an unlucky sample was cut, and asked again (one fresh-clone run)
+                *(client.chat("chat", q, schema=ANSWER_SCHEMA, max_tokens=250) for q in questions)
             ), client.usage["chat"]
 
     results, usage = run(many())
