@@ -26,23 +26,21 @@ def pytest_configure(config):
 
 
 LONGEST_FILES_FIRST = (
+    "test_rurl_train_real_judge.py",
     "test_rurl_vllm.py",
     "test_rurl_train.py",
-    "test_rurl_train_real_judge.py",
-    "test_rurl_multiprocess_eval.py",
     "test_serve.py",
     "test_rurl_ranks.py",
     "test_launch_race.py",
     "test_reward_trl.py",
     "test_embedded_model.py",
+    "test_rurl_multiprocess_eval.py",
 )
 """The files of 40 s or more (CI's --durations, fresh clone, three workers), longest first. xdist hands out whole
 files in collection order (`--dist loadfile --no-loadscope-reorder`): a two-minute file handed out last is the
-suite's tail (it was: 70 s of idle workers), one handed out first overlaps the rest. The real-judge test goes out
-with the first three: it waits on the server's start and then on its answers more than it computes, and handed out
-fourth it ended the suite alone (110-190 s). A file of one test gets its successor at once (its worker must know the
-next test to start one), so a short file follows it, not the 2-3 min of test_serve.py. An outdated list costs speed
-only."""
+suite's tail (it was: 70 s of idle workers), one handed out first overlaps the rest. The real-judge test goes first of
+all: it waits on the server's start and then on its answers more than it computes, and handed out fourth it still
+ended the suite alone (110-190 s). An outdated list costs speed only."""
 
 
 @pytest.hookimpl(optionalhook=True)  # xdist's hook: a run without xdist installed has no such hook
