@@ -27,21 +27,13 @@ the group --experiment, and a `<experiment>-table` run with the table and chart.
 """
 
 import argparse
-import contextlib
-import io
 import json
-import os
 import shlex
 import shutil
-import subprocess
 import sys
 import time
-import traceback
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
-from unittest import mock
 
 import yaml
 
@@ -50,7 +42,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
 from reports.comparison import collect_rows, log_to_wandb, read_reports, results_table, seconds, write_chart  # noqa: E402
-from rubricrl.cli import main as rubricrl  # noqa: E402
+from reports.comparison_runs import ComparisonRuns, eval_config, judge_server, resolved_settings  # noqa: E402
 
 
 class Method(NamedTuple):
@@ -150,137 +142,7 @@ def prepare_data(source: Path, out: Path, heldout: float, seed: int, limit: int 
     return {"files": files, "train": train, "heldout": held, "split": split}
 
 
-# --- settings, judge, the runs ---------------------------------------------------------------------------------------
-
-
-def resolved_settings(flags: list[str]) -> dict[str, Any]:
-    """`rurl train FLAGS --dry_run`: the settings every run resolves to (policy, max_completion_length, judge)."""
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        code = rubricrl(["rurl", "train", *flags, "--dry_run"])
-    if code:
-        raise SystemExit(f"the settings do not resolve (rurl train --dry_run: exit {code})")
-    return yaml.safe_load(printed.getvalue())
-
-
-def eval_config(settings: dict[str, Any]) -> dict[str, Any]:
-    """The config of every `rubricrl eval`: the runs' judge (llm section), grading per criterion on the explicit
-    rubric; the training grading's judge, samples and coverage rules kept, its mode-specific prompt not."""
-    return {"llm": settings["llm"], "grading": {**settings["grading"], "mode": "per_criterion", "judge_prompt": None}}
-
-
-@contextlib.contextmanager
-def judge_server(settings: dict[str, Any], needed: bool):
-    """Yields (flags, judge name). A local judge gets one vLLM server of this comparison's own, up for all its
-    commands (else each would start and stop one, ~30 s each on a CPU), every command pinned to it by the flags. A
-    running server is not reused (so not rubricrl.serve.local_endpoint, which would): one started by someone else
-    can stop in the middle of a run (seen here: a run on a shared machine lost every verdict of a step). A remote
-    judge, or nothing left to grade: no flags."""
-    from rubricrl.embedded_model import EMBEDDED_MODEL_NAME
-    from rubricrl.llm import LLMSettings
-    from rubricrl.llm.roles import resolve_roles
-    from rubricrl.serve import LocalServer
-
-    llm, name = LLMSettings(**settings["llm"]), settings["grading"]["judge_role"]
-    role = resolve_roles([name], llm.role_defaults(), {name: llm.roles.get(name)}, source="compare_rewards")[name]
-    if not role.is_local or not needed:
-        yield [], (role.model or EMBEDDED_MODEL_NAME) if role.is_local else f"{role.model} at {role.base_url}"
-        return
-    server = LocalServer(role.model)  # a free port; not advertised: the flags name it
-    print(f"compare_rewards: starting a judge server (log {server.log_path})", file=sys.stderr)
-    with server as endpoint:
-        yield ["--roles", f"{name}.base_url={endpoint.base_url}", f"{name}.model={endpoint.model}"], endpoint.model
-
-
-def run_rubricrl(argv: list[str], launcher: str | None = None, env: dict[str, str] | None = None) -> int:
-    """`rubricrl ARGV` in this process, or as its own under `launcher` (e.g. `accelerate launch ...`)."""
-    if launcher:
-        command = [*shlex.split(launcher), "-m", "rubricrl.cli", *argv]
-        return subprocess.run(command, cwd=ROOT, env={**os.environ, **(env or {})}).returncode
-    try:
-        with mock.patch.dict(os.environ, env or {}):
-            return rubricrl(argv)
-    finally:  # what the run left on the device, before the next one loads its model
-        import gc
-
-        gc.collect()
-        with contextlib.suppress(ImportError):
-            import torch
-
-            torch.cuda.empty_cache()  # nothing to do where CUDA was never used
-
-
-def attempt(record: dict[str, Any], key: str, action: Callable[[], int]) -> None:
-    """record[key]: the action's exit code; a crash is exit 1 with its traceback in record["error"], and leaves the
-    other methods to run (the table says what happened)."""
-    try:
-        record[key] = action()
-    except Exception:
-        record[key], record["error"] = 1, traceback.format_exc(limit=3)
-        print(record["error"], file=sys.stderr)
-
-
-def trained_policy(run_dir: Path) -> Path | None:
-    """What a run left to evaluate: the saved model, else the latest checkpoint (a run a guard stopped saves one and
-    no model; complete ones only: a kill while saving leaves a half-written folder)."""
-    from rubricrl.training import latest_checkpoint
-
-    return run_dir if (run_dir / "config.json").is_file() else latest_checkpoint(run_dir)
-
-
-@dataclass
-class Comparison:
-    args: argparse.Namespace
-    out: Path
-    files: dict[str, Path]
-    heldout: list[dict]
-    policy: str
-    max_new_tokens: int
-    llm_args: list[str]
-    group: str
-
-    def run(self, name: str) -> None:
-        """Train the method (the base policy: nothing), evaluate what it left, write eval/<name>/run.json."""
-        started, record = time.monotonic(), {"method": name, "train_wall_s": None}
-        model = self.train(name, record) if name in METHODS else Path(self.policy)
-        if name in METHODS:
-            record["train_wall_s"] = round(time.monotonic() - started, 1)
-        out = self.out / "eval" / name
-        out.mkdir(parents=True, exist_ok=True)
-        if model is not None:
-            attempt(record, "eval_code", lambda: self.evaluate(model, out, record))
-        record["wall_s"] = round(time.monotonic() - started, 1)
-        (out / "run.json").write_text(json.dumps(record, indent=1))
-
-    def train(self, name: str, record: dict[str, Any]) -> Path | None:
-        method, run_dir = METHODS[name], self.out / "runs" / name
-        record |= {"mode": method.mode, "rubrics": method.rubrics, "train_code": 0}
-        if trained_policy(run_dir) == run_dir:
-            print(f"\n=== {name}: trained earlier ({run_dir})", file=sys.stderr)
-            return run_dir
-        shutil.rmtree(run_dir, ignore_errors=True)  # no saved model: train (again)
-        flags = [*common_flags(self.args), "--rubrics", str(self.files[method.rubrics]), "--output_dir", str(run_dir)]
-        flags += ["--mode", method.mode, "--run_name", f"{self.group}-{name}", *self.llm_args, *self.args.train_args]
-        print(f"\n=== {name}: rurl train ({method.description}) -> {run_dir}", file=sys.stderr, flush=True)
-        env = {"WANDB_RUN_GROUP": self.group}
-        attempt(record, "train_code", lambda: run_rubricrl(["rurl", "train", *flags], self.args.launcher, env))
-        return trained_policy(run_dir)
-
-    def evaluate(self, model: Path, out: Path, record: dict[str, Any]) -> int:
-        """Greedy answers to the held-out rows, then `rubricrl eval --responses` with the common yardstick."""
-        from rubricrl.jsonl import write_jsonl
-        from rurl.evaluate import answer_with
-
-        print(f"=== {out.name}: evaluating {model} on {len(self.heldout)} held-out rows", file=sys.stderr)
-        started = time.monotonic()
-        answers = answer_with(model, [r["prompt"] for r in self.heldout], self.max_new_tokens, self.policy)
-        write_jsonl(out / "responses.jsonl", [{"id": r["id"], "response": a} for r, a in zip(self.heldout, answers)])
-        record["generate_s"], started = round(time.monotonic() - started, 1), time.monotonic()
-        flags = ["--rubrics", str(self.files["heldout"]), "--responses", str(out / "responses.jsonl"), "--config"]
-        flags += [str(self.out / "eval_config.yaml"), "--output-dir", str(out), "--mode", "per_criterion"]
-        code = run_rubricrl(["eval", *flags, *self.llm_args])
-        record["grade_s"], record["evaluated"] = round(time.monotonic() - started, 1), str(model)
-        return code
+# --- the runs --------------------------------------------------------------------------------------------------------
 
 
 def common_flags(args: argparse.Namespace) -> list[str]:
@@ -288,6 +150,12 @@ def common_flags(args: argparse.Namespace) -> list[str]:
     flags = ["--config", str(args.config), "--seed", str(args.seed), "--eval_size", "0"]
     flags += ["--dynamic_sampling", "false", "--overlong_buffer", "0"]
     return flags + (["--max_steps", str(args.max_steps), "--save_steps", str(args.max_steps)] if args.max_steps else [])
+
+
+def train_flags(args: argparse.Namespace, name: str, files: dict[str, Path]) -> list[str]:
+    """The method's `rurl train` flags: the shared ones, its training rubrics and its reward's grading mode."""
+    method = METHODS[name]
+    return [*common_flags(args), "--rubrics", str(files[method.rubrics]), "--mode", method.mode]
 
 
 # --- results ---------------------------------------------------------------------------------------------------------
@@ -342,6 +210,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--redo", default="", help="comma-separated methods (or base) to train and evaluate again")
     add("--force", action="store_true", help="redo every run and eval, even those done")
     args = parser.parse_args(argv)
+    args.config = args.config.resolve()  # the same file for a run under --launcher, whatever its directory
     args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     args.redo = [m.strip() for m in args.redo.split(",") if m.strip()]
     unknown = [m for m in args.methods if m not in METHODS] + [m for m in args.redo if m not in (*METHODS, BASE)]
@@ -378,14 +247,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     names = ([] if args.skip_base else [BASE]) + args.methods
     done = [name for name in names if all((out / "eval" / name / f).is_file() for f in ("report.json", "run.json"))]
-    with judge_server(settings, needed=len(done) < len(names)) as (judge_flags, judge):
-        llm_args, tokens = [*args.llm_args, *judge_flags], int(settings["max_completion_length"])
-        comparison = Comparison(args, out, data["files"], data["heldout"], policy, tokens, llm_args, group)
+    with judge_server(settings, len(done) < len(names), "compare_rewards") as (judge_flags, judge):
+        tokens, files = int(settings["max_completion_length"]), data["files"]
+        llm_args = [*args.llm_args, *judge_flags]
+        heldout = (data["heldout"], files["heldout"])
+        runs = ComparisonRuns(out, *heldout, policy, tokens, llm_args, group, args.train_args, args.launcher)
         for name in names:
             if name in done:
                 print(f"\n=== {name}: done earlier (--force redoes it)", file=sys.stderr)
+            elif name == BASE:
+                runs.run(name, None)
             else:
-                comparison.run(name)
+                method = METHODS[name]
+                print(f"\n=== {name}: {method.description}", file=sys.stderr)
+                runs.run(name, train_flags(args, name, files), {"mode": method.mode, "rubrics": method.rubrics})
     rows = collect_rows(out, descriptions(names), trained=set(args.methods), paper=PAPER)
     meta = {"policy": policy, "source": str(args.rubrics), "seed": args.seed, "train_rows": len(data["train"])}
     meta |= {"heldout_rows": len(data["heldout"]), "budget": budget, "judge": judge, "config": str(args.config)}

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from grading.dataset import load_rubric_rows
+from reports import comparison_runs
 from rurl.config import RurlConfig
 from rurl.data import load_rurl_data, split_rows
 
@@ -203,20 +204,29 @@ def test_results_table_from_fake_reports(compare, tmp_path):
 
 def test_each_method_trains_with_its_mode_on_its_rubrics_and_the_shared_budget(compare, tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(compare, "run_rubricrl", lambda argv, launcher=None, env=None: calls.append((argv, env)) or 0)
+
+    def fake_run(argv, launcher=None, env=None):
+        calls.append((argv, env))
+        return 0
+
+    monkeypatch.setattr(comparison_runs, "run_rubricrl", fake_run)
     args = compare.parse_args(["--output-dir", str(tmp_path), "--max-steps", "2", "--train-args", "--beta 0.1"])
     data = compare.prepare_data(TINY_DATA, tmp_path, 2, 0, None, "auto", list(compare.METHODS.values()))
-    comparison = compare.Comparison(args, tmp_path, data["files"], data["heldout"], "tiny", 8, ["--model", "j"], "g")
+    files = data["files"]
+    heldout, judge = (data["heldout"], files["heldout"]), ["--model", "j"]
+    runs = comparison_runs.ComparisonRuns(tmp_path, *heldout, "tiny", 8, judge, "g", args.train_args)
     expected = {"implicit": ("implicit", "explicit"), "predefined": ("per_criterion", "predefined")}
     expected["uniform"] = ("per_criterion", "uniform")
     for name, (mode, rubrics) in expected.items():
-        record = {}
-        assert comparison.train(name, record) is None  # the fake run saved nothing: nothing to evaluate
-        assert record == {"mode": mode, "rubrics": rubrics, "train_code": 0}
+        runs.run(name, compare.train_flags(args, name, files), {"mode": mode})
+        record = json.loads((tmp_path / "eval" / name / "run.json").read_text())
+        assert record["mode"] == mode and record["train_code"] == 0
+        assert "eval_code" not in record  # the fake run saved nothing: nothing to evaluate
         argv, env = calls[-1]
         flags = {argv[i]: argv[i + 1] for i in range(2, len(argv) - 1) if argv[i].startswith("--")}
         assert argv[:2] == ["rurl", "train"] and flags["--mode"] == mode
-        assert Path(flags["--rubrics"]) == data["files"][rubrics] and data["files"][rubrics].is_file()
+        assert Path(flags["--rubrics"]) == files[rubrics] and files[rubrics].is_file()
         assert flags["--max_steps"] == "2" and flags["--dynamic_sampling"] == "false" and flags["--eval_size"] == "0"
+        assert flags["--output_dir"] == str(tmp_path / "runs" / name)
         assert flags["--run_name"] == f"g-{name}" and env == {"WANDB_RUN_GROUP": "g"}
         assert argv[-4:] == ["--model", "j", "--beta", "0.1"]  # the judge's flags, then --train-args: they win

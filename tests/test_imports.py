@@ -1,7 +1,7 @@
 """Imports run one way: the core (`rubricrl/`) at the bottom, then `grading/`, then the stages in pipeline order
 (`synthesis/`, `ruft/`, `rurl/`), then `reports/`. A module may import its own layer and those below, never one
 above (imports inside functions count too). Only the entry point, `rubricrl/cli.py`, knows every stage. Read
-from the source with `ast`: nothing is imported to check it."""
+from the source with `ast`: nothing is imported to check it. And no module outgrows a read: 400 lines at most."""
 
 import ast
 from pathlib import Path
@@ -44,3 +44,17 @@ def test_the_walk_sees_imports_inside_functions(tmp_path):
     source = tmp_path / "m.py"
     source.write_text("import json\n\ndef f():\n    from ruft.select import select\n    import rurl.train\n")
     assert imported_packages(source) == {("ruft", 4), ("rurl", 5)}
+
+
+MAX_LINES = 400
+
+
+def test_no_module_is_over_400_lines():
+    folders = [*LAYERS, "experiments", "benches"]
+    long = [
+        f"{path.relative_to(ROOT)}: {lines} lines"
+        for folder in folders
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    ]
+    assert not long, f"split these by idea (at most {MAX_LINES} lines a module):\n" + "\n".join(long)
