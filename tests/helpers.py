@@ -17,6 +17,8 @@ SECRET = "sk-test-do-not-write-me-anywhere"
 """An API key in the environment of training tests (conftest.quiet_env): no output may hold it."""
 HEALTHBENCH_SAMPLE = DATA / "healthbench_sample" / "healthbench_oss_eval_30.jsonl"
 """The first 30 examples of OpenAI's public HealthBench set (MIT); see tests/data/healthbench_sample/README.md."""
+TINY_RURL = DATA.parents[1] / "configs" / "rurl" / "tiny-cpu.yaml"
+"""The tiny RuRL preset: the embedded model as LoRA policy (and as judge, unless a test names another)."""
 
 
 @dataclass(frozen=True)
@@ -55,3 +57,13 @@ def requests_served(local_server) -> float:
     """vLLM's own count of finished requests, from its Prometheus metrics."""
     metrics = urllib.request.urlopen(local_server.base_url.removesuffix("/v1") + "/metrics").read().decode()
     return sum(float(m) for m in re.findall(r"^vllm:request_success_total\{[^}]*\} ([0-9.e+]+)$", metrics, re.M))
+
+
+def tiny_rurl_train(out: Path, *flags: str, judge_url: str | None = None) -> list[str]:
+    """`rurl train` of the tiny preset into `out`, then `flags`. With `judge_url` (a FaultServer's), graded by that
+    scripted judge: no verdict cache, no preflight, its answers capped at 50 tokens."""
+    argv = ["rurl", "train", "--config", str(TINY_RURL), "--output_dir", str(out)]
+    if judge_url is not None:
+        argv += ["--base-url", judge_url, "--model", "scripted-judge", "--no-cache", "--no-preflight"]
+        argv += ["--roles", "judge.max_tokens=50"]
+    return argv + list(flags)

@@ -17,9 +17,9 @@ import pytest
 from rubricrl.cli import main
 from rurl.evaluate import GREEDY, greedy_sampling, share
 from tests.fault_server import FaultServer
+from tests.helpers import tiny_rurl_train
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ROOT / "configs" / "rurl" / "tiny-cpu.yaml"
 RUNNER = ROOT / "tests" / "rurl_eval_runner.py"
 HELD_OUT = 3
 DEADLINE = 600
@@ -61,20 +61,7 @@ def test_two_processes_split_the_held_out_rows_and_write_each_answer_once(tmp_pa
             "2",
             str(RUNNER),
             str(record),
-            "rurl",
-            "train",
-            "--config",
-            str(TINY),
-            "--output_dir",
-            str(out),
-            "--base-url",
-            judge.base_url,
-            "--model",
-            "scripted-judge",
-            "--no-cache",
-            "--no-preflight",
-            "--roles",
-            "judge.max_tokens=50",
+            *tiny_rurl_train(out, judge_url=judge.base_url),
             "--eval_size",
             str(HELD_OUT),
             "--eval_every",

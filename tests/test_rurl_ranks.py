@@ -20,11 +20,10 @@ import pytest
 
 from rubricrl.embedded_model import prepare_embedded_model
 from tests.fault_server import FaultServer
+from tests.helpers import tiny_rurl_train
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
-TINY = ROOT / "configs" / "rurl" / "tiny-cpu.yaml"
 DEADLINE = 600
 RUBRIC = [{"criterion": f"Criterion {i + 1}.", "points": w} for i, w in enumerate((1, 2, 4, 8, 16))]
 
@@ -66,22 +65,7 @@ def launch(tmp_path: Path, judge: FaultServer, prompts: list[str], *flags: str) 
         "3",
         "-m",
         "rubricrl.cli",
-        "rurl",
-        "train",
-        "--config",
-        str(TINY),
-        "--rubrics",
-        str(data),
-        "--output_dir",
-        str(out),
-        "--base-url",
-        judge.base_url,
-        "--model",
-        "scripted-judge",
-        "--no-cache",
-        "--no-preflight",
-        "--roles",
-        "judge.max_tokens=50",
+        *tiny_rurl_train(out, "--rubrics", str(data), judge_url=judge.base_url),
         "--eval_size",
         "0",
         "--report_to",

@@ -16,11 +16,10 @@ from rubricrl.cli import main
 from rubricrl.embedded_model import prepare_embedded_model
 from rubricrl.llm import LLMClient, Role
 from tests.fault_server import FaultServer
+from tests.helpers import tiny_rurl_train
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
-TINY = ROOT / "configs" / "rurl" / "tiny-cpu.yaml"
 GENERATIONS = 4
 WEIGHTS = (1, 2, 4, 8, 16)
 """Binary points: a completion's reward is its 5 verdicts read as a binary number over 31."""
@@ -192,37 +191,18 @@ def torch_equal(a, b) -> bool:
     return torch.equal(a.detach(), b.detach())
 
 
+def rurl_train(judge: FaultServer, out: Path, *flags: str) -> int:
+    """One step at a time of plain GRPO (no dynamic sampling, no eval, no wandb) graded by the scripted judge."""
+    plain = ["--eval_size", "0", "--dynamic_sampling", "false", "--report_to", "none"]
+    return main(tiny_rurl_train(out, *plain, *flags, judge_url=judge.base_url))
+
+
 def test_the_failure_guard_stops_a_run_whose_judge_fails(tmp_path, quiet_env, capsys):
     """Every judge call returns garbage: the rewards are None (no update), and the guard stops the run after the
     first step with a checkpoint and a one-line error, instead of training on for max_steps."""
     out = tmp_path / "run"
     with FaultServer(reply="garbage, not a verdict") as judge:
-        code = main(
-            [
-                "rurl",
-                "train",
-                "--config",
-                str(TINY),
-                "--output_dir",
-                str(out),
-                "--base-url",
-                judge.base_url,
-                "--model",
-                "scripted-judge",
-                "--no-cache",
-                "--no-preflight",
-                "--max_steps",
-                "4",
-                "--eval_size",
-                "0",
-                "--dynamic_sampling",
-                "false",
-                "--report_to",
-                "none",
-                "--roles",
-                "judge.max_tokens=50",
-            ]
-        )
+        code = rurl_train(judge, out, "--max_steps", "4")
     err = capsys.readouterr().err
     assert code == 2, err
     assert "judge-failure guard" in err and "100%" in err and "--resume_from_checkpoint true" in err
@@ -237,34 +217,6 @@ def varied_reward(completions, **kwargs) -> list[float]:
     """A second reward function for the tests below (imported by its dotted path, as trl grpo does): a number that
     differs between completions, so that alone it would give every group a spread."""
     return [float(len(str(c)) % 7) for c in completions]
-
-
-def rurl_train(judge: FaultServer, out: Path, *flags: str) -> int:
-    return main(
-        [
-            "rurl",
-            "train",
-            "--config",
-            str(TINY),
-            "--output_dir",
-            str(out),
-            "--base-url",
-            judge.base_url,
-            "--model",
-            "scripted-judge",
-            "--no-cache",
-            "--no-preflight",
-            "--eval_size",
-            "0",
-            "--dynamic_sampling",
-            "false",
-            "--report_to",
-            "none",
-            "--roles",
-            "judge.max_tokens=50",
-            *flags,
-        ]
-    )
 
 
 def test_trls_reward_table_trains_and_logs_each_reward(tmp_path, quiet_env, capsys):

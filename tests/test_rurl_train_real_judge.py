@@ -12,12 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import SECRET
+from tests.helpers import SECRET, tiny_rurl_train
 
 pytestmark = pytest.mark.slow
-
-ROOT = Path(__file__).resolve().parents[1]
-TINY = ROOT / "configs" / "rurl" / "tiny-cpu.yaml"
 
 
 @pytest.mark.model
@@ -26,21 +23,8 @@ def test_tiny_preset_trains_with_the_real_judge_and_resumes_after_a_kill(tmp_pat
     then resumed: the run ends at max_steps with the model, eval, wandb offline files holding the rubric metrics and
     the completions table with each completion's verdicts."""
     out = tmp_path / "run"
-    command = [
-        str(Path(sys.executable).with_name("rubricrl")),
-        "rurl",
-        "train",
-        "--config",
-        str(TINY),
-        "--output_dir",
-        str(out),
-        "--max_steps",
-        "2",
-        "--save_steps",
-        "1",
-        "--eval_every",
-        "0",
-    ]
+    steps = ["--max_steps", "2", "--save_steps", "1", "--eval_every", "0"]
+    command = [str(Path(sys.executable).with_name("rubricrl")), *tiny_rurl_train(out, *steps)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 600

@@ -16,9 +16,9 @@ import pytest
 
 from rurl.vllm_cpu import check_versions
 from tests.fault_server import FaultServer
+from tests.helpers import tiny_rurl_train
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ROOT / "configs" / "rurl" / "tiny-cpu.yaml"
 VLLM_ENV = {
     "OMP_NUM_THREADS": "1",
     "VLLM_CPU_KVCACHE_SPACE": "1",
@@ -110,33 +110,14 @@ def test_tiny_preset_trains_with_colocated_vllm_rollouts(tmp_path, quiet_env):
     the held-out rows answered greedily by the same engine, ending with the model and the manifest, and no
     traceback from the engine's teardown."""
     out = tmp_path / "run"
-    command = [
-        str(Path(sys.executable).with_name("rubricrl")),
-        "rurl",
-        "train",
-        "--config",
-        str(TINY),
-        "--output_dir",
-        str(out),
-        "--use_vllm",
-        "true",
-        "--vllm_mode",
-        "colocate",
-        "--vllm_gpu_memory_utilization",
-        "0.1",
-        "--max_steps",
-        "2",
-        "--eval_every",
-        "0",
-        "--save_steps",
-        "100",
-        "--report_to",
-        "none",
-        "--dynamic_sampling",  # one generation round a step: extra rounds repeat what tests/test_rurl_train.py covers
-        "false",
-    ]
+    flags = ["--use_vllm", "true", "--vllm_mode", "colocate", "--vllm_gpu_memory_utilization", "0.1"]
+    flags += ["--max_steps", "2", "--eval_every", "0", "--save_steps", "100", "--report_to", "none"]
+    flags += ["--dynamic_sampling", "false"]  # one generation round a step: more repeat what test_rurl_train covers
     with FaultServer(reply=scripted_verdict) as judge:
-        command += ["--base-url", judge.base_url, "--model", "scripted-judge", "--no-cache", "--no-preflight"]
+        command = [
+            str(Path(sys.executable).with_name("rubricrl")),
+            *tiny_rurl_train(out, *flags, judge_url=judge.base_url),
+        ]
         run = subprocess.run(command, env={**os.environ, **VLLM_ENV}, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "Traceback" not in run.stderr, run.stderr[-3000:]  # the engine shut down before the process group
