@@ -4,6 +4,8 @@ Everything the tests read lives in this repository: the HealthBench sample is in
 """
 
 import asyncio
+import hashlib
+import json
 import re
 import urllib.request
 from dataclasses import dataclass
@@ -57,6 +59,14 @@ def requests_served(local_server) -> float:
     """vLLM's own count of finished requests, from its Prometheus metrics."""
     metrics = urllib.request.urlopen(local_server.base_url.removesuffix("/v1") + "/metrics").read().decode()
     return sum(float(m) for m in re.findall(r"^vllm:request_success_total\{[^}]*\} ([0-9.e+]+)$", metrics, re.M))
+
+
+def hashed_verdict(body: dict) -> str:
+    """The scripted judge: met or not from a hash of its request (response and criterion), so each completion gets
+    a pseudo-random, reproducible verdict per criterion; on the training tests' 5 criteria two different completions
+    tie with chance 1/32 (all 4 of a group with chance 1/32**3)."""
+    digest = hashlib.sha256(body["messages"][-1]["content"].encode()).digest()
+    return json.dumps({"explanation": "scripted", "criteria_met": digest[0] % 2 == 1})
 
 
 def tiny_rurl_train(out: Path, *flags: str, judge_url: str | None = None) -> list[str]:

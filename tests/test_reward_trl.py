@@ -4,7 +4,6 @@ within a group, the update is checked, and TRL's treatment of unscorable complet
 
 import asyncio
 import contextlib
-import hashlib
 import inspect
 import json
 from collections import defaultdict
@@ -17,7 +16,7 @@ from grading.reward import make_rubric_reward, rubric_reward
 from rubricrl.embedded_model import prepare_embedded_model
 from rubricrl.llm import LLMClient, Role
 from tests.fault_server import FaultServer
-from tests.helpers import run
+from tests.helpers import hashed_verdict, run
 
 pytestmark = pytest.mark.slow
 
@@ -83,14 +82,6 @@ GENERATIONS = 4
 
 def binary_rubric(topic: str) -> list[dict]:
     return [{"criterion": f"Criterion {i + 1} on: {topic}", "points": w, "tags": None} for i, w in enumerate(WEIGHTS)]
-
-
-def hashed_verdict(body: dict) -> str:
-    """The scripted judge: met or not from a hash of its request (response and criterion), so each completion gets
-    5 pseudo-random, reproducible verdicts, and two different completions tie with chance 1/32 (all 4 of a group
-    with chance 1/32**3)."""
-    digest = hashlib.sha256(body["messages"][-1]["content"].encode()).digest()
-    return json.dumps({"explanation": "scripted", "criteria_met": digest[0] % 2 == 1})
 
 
 def recorded(reward, calls: list, before=None):

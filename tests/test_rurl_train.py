@@ -4,7 +4,6 @@ scripted judge: what a real one cannot do on demand), and the tiny preset runs a
 and resumes (the `model` test)."""
 
 import contextlib
-import hashlib
 import json
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from rubricrl.cli import main
 from rubricrl.embedded_model import prepare_embedded_model
 from rubricrl.llm import LLMClient, Role
 from tests.fault_server import FaultServer
-from tests.helpers import tiny_rurl_train
+from tests.helpers import hashed_verdict, tiny_rurl_train
 
 pytestmark = pytest.mark.slow
 
@@ -30,9 +29,9 @@ FLAT = ["FLAT: say hello.", "FLAT: name a colour."]
 
 def scripted_verdict(body: dict) -> str:
     """Met for FLAT prompts; otherwise met or not from a hash of the request (response and criterion)."""
-    content = body["messages"][-1]["content"]
-    met = "FLAT:" in content or hashlib.sha256(content.encode()).digest()[0] % 2 == 1
-    return json.dumps({"explanation": "scripted", "criteria_met": met})
+    if "FLAT:" in body["messages"][-1]["content"]:
+        return json.dumps({"explanation": "scripted", "criteria_met": True})
+    return hashed_verdict(body)
 
 
 @contextlib.contextmanager

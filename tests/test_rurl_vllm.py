@@ -5,7 +5,6 @@ must not outlive the test. The training is graded by a scripted judge: the rollo
 real judge's ~18 verdicts kept the suite's server busy for ~70 CPU-s (measured with this test alone) on cores the
 suite is short of. The real judge trains the tiny preset in tests/test_rurl_train_real_judge.py."""
 
-import hashlib
 import json
 import os
 import subprocess
@@ -16,7 +15,7 @@ import pytest
 
 from rurl.vllm_cpu import check_versions
 from tests.fault_server import FaultServer
-from tests.helpers import tiny_rurl_train
+from tests.helpers import hashed_verdict, tiny_rurl_train
 
 ROOT = Path(__file__).resolve().parents[1]
 VLLM_ENV = {
@@ -68,12 +67,6 @@ print(json.dumps({"patched": patched, "changed": before != after,
 """
 
 
-def scripted_verdict(body: dict) -> str:
-    """Met or not from a hash of the request (response and criterion): groups with a spread, so the policy moves."""
-    met = hashlib.sha256(body["messages"][-1]["content"].encode()).digest()[0] % 2 == 1
-    return json.dumps({"explanation": "scripted", "criteria_met": met})
-
-
 def test_the_weight_sync_patch_refuses_versions_it_was_not_checked_on():
     check_versions("1.16.0", "0.32.0")
     with pytest.raises(RuntimeError, match=r"this is TRL 1\.17\.0: install those versions, or .*vllm_mode: server"):
@@ -113,7 +106,7 @@ def test_tiny_preset_trains_with_colocated_vllm_rollouts(tmp_path, quiet_env):
     flags = ["--use_vllm", "true", "--vllm_mode", "colocate", "--vllm_gpu_memory_utilization", "0.1"]
     flags += ["--max_steps", "2", "--eval_every", "0", "--save_steps", "100", "--report_to", "none"]
     flags += ["--dynamic_sampling", "false"]  # one generation round a step: more repeat what test_rurl_train covers
-    with FaultServer(reply=scripted_verdict) as judge:
+    with FaultServer(reply=hashed_verdict) as judge:
         command = [
             str(Path(sys.executable).with_name("rubricrl")),
             *tiny_rurl_train(out, *flags, judge_url=judge.base_url),
