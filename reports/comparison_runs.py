@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -113,7 +113,7 @@ class ComparisonRuns:
     """Judge flags of every command (after the run's own: they win)."""
     group: str
     """The wandb group of every run."""
-    train_args: list[str] = ()
+    train_args: Sequence[str] = ()
     """More flags for every `rurl train`, last: they win over the run's and the judge's."""
     launcher: str | None = None
     """Run each training under this launcher (e.g. `accelerate launch ...`), else in this process."""
