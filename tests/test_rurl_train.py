@@ -191,7 +191,8 @@ def torch_equal(a, b) -> bool:
 
 
 def rurl_train(judge: FaultServer, out: Path, *flags: str) -> int:
-    """One step at a time of plain GRPO (no dynamic sampling, no eval, no wandb) graded by the scripted judge."""
+    """`rurl train` of the tiny preset as plain GRPO (no dynamic sampling, no eval, no wandb), graded by the scripted
+    judge."""
     plain = ["--eval_size", "0", "--dynamic_sampling", "false", "--report_to", "none"]
     return main(tiny_rurl_train(out, *plain, *flags, judge_url=judge.base_url))
 
