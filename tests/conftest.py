@@ -30,6 +30,7 @@ LONGEST_FILES_FIRST = (
     "test_rurl_vllm.py",
     "test_rurl_train.py",
     "test_serve.py",
+    "test_gpu_smoke.py",
     "test_rurl_ranks.py",
     "test_launch_race.py",
     "test_reward_trl.py",
