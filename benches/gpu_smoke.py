@@ -57,7 +57,7 @@ def prepare(folder: Path) -> dict:
     """The wheels the GPU machine lacks and the model's config and tokenizer into `folder`, checked to fit."""
     from importlib.metadata import version
 
-    from rubricrl.embedded_model import prepare_embedded_model
+    from rubricrl.serving.embedded_model import prepare_embedded_model
 
     shutil.rmtree(folder, ignore_errors=True)
     (folder / "wheels").mkdir(parents=True)

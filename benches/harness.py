@@ -10,7 +10,7 @@ import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
-from rubricrl.server_discovery import free_port
+from rubricrl.serving.discovery import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = """

@@ -69,7 +69,7 @@ def grpo_step_times(base_url: str, args, rubric_reward_on: bool) -> list[float]:
     from peft import LoraConfig
     from trl import GRPOConfig
 
-    from rubricrl.embedded_model import prepare_embedded_model
+    from rubricrl.serving.embedded_model import prepare_embedded_model
     from rurl.trainer import RubricGRPOTrainer
 
     def constant_reward(completions, **kwargs):

@@ -114,7 +114,7 @@ def prepare_data(source: Path, out: Path, heldout: float, seed: int, limit: int 
     methods need."""
     from grading.dataset import iter_rubric_rows
     from rubricrl.config import ConfigError
-    from rubricrl.jsonl import write_jsonl
+    from rubricrl.runs.jsonl import write_jsonl
     from rurl.data import split_rows, trainer_row
 
     rows = [trainer_row(row) for row in iter_rubric_rows(source, pitfalls)][: limit or None]
@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = resolved_settings([*common_flags(args), *dry_run, *args.llm_args, *args.train_args])
     (out / "eval_config.yaml").write_text(yaml.safe_dump(eval_config(settings), sort_keys=False))
     if settings.get("model_name_or_path") is None:
-        from rubricrl.embedded_model import prepare_embedded_model
+        from rubricrl.serving.embedded_model import prepare_embedded_model
 
         settings["model_name_or_path"] = str(prepare_embedded_model(log=lambda m: print(m, file=sys.stderr)))
     policy = settings["model_name_or_path"]

@@ -41,8 +41,8 @@ from rubrichub_chain import (  # beside this script
     report_folders,
 )
 
-from rubricrl.embedded_model import prepare_embedded_model
 from rubricrl.llm import LLMClient, LLMSettings, open_llm
+from rubricrl.serving.embedded_model import prepare_embedded_model
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -67,8 +67,8 @@ from grading.study import (
 from rubricrl import charts
 from rubricrl.config import add_config_arguments, parse_settings, resolved, write_resolved
 from rubricrl.errors import UserError
-from rubricrl.jsonl import write_jsonl, write_whole
 from rubricrl.llm import open_llm
+from rubricrl.runs.jsonl import write_jsonl, write_whole
 
 JUDGE_FLAGS = ("base_url", "model", "mode", "temperature", "samples", "prompt")
 
@@ -270,7 +270,7 @@ def log_wandb(
 ) -> None:
     import wandb
 
-    from rubricrl.training import wandb_init
+    from rubricrl.runs.training import wandb_init
 
     run = wandb_init("judge_agreement", out, group="judge-agreement", config=config, job_type="judge-agreement")
     numbers = {**summary_metrics(result), **{k: v for k, v in extra.items() if v is not None}}

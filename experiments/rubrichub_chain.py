@@ -227,8 +227,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     chain_arguments(parser)
     args = parser.parse_args()
-    from rubricrl.embedded_model import prepare_embedded_model
     from rubricrl.llm import LLMSettings, open_llm
+    from rubricrl.serving.embedded_model import prepare_embedded_model
 
     started = time.monotonic()
     with open_llm(LLMSettings(base_url=args.base_url, model=args.model), ["judge"]) as session:

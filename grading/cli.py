@@ -17,12 +17,12 @@ from grading.grader import GradeItem, Grader, GradingConfig
 from grading.report import build_report, first_judge_error, format_report, provenance
 from grading.rubric import RubricError
 from rubricrl.config import ConfigError, add_config_arguments, config_source, parse_settings, resolved, write_resolved
-from rubricrl.hub_datasets import describe_input
-from rubricrl.jsonl import write_jsonl
 from rubricrl.llm import LLMError, LLMSession, LLMSettings, open_llm
-from rubricrl.reasoning import as_written
+from rubricrl.llm.reasoning import as_written
 from rubricrl.records import iter_rows
-from rubricrl.shards import parse_shard
+from rubricrl.records.hub import describe_input
+from rubricrl.runs.jsonl import write_jsonl
+from rubricrl.runs.shards import parse_shard
 
 Pitfalls = Literal["auto", "mistake", "avoidance"]
 
@@ -300,7 +300,7 @@ def read_graded(path: Path) -> list[dict]:
 
 def _print_endpoints(client) -> None:
     """Per-endpoint counts on stderr when there are several endpoints or one failed."""
-    from rubricrl.manifest import endpoint_counts, endpoint_lines
+    from rubricrl.runs.manifest import endpoint_counts, endpoint_lines
 
     for line in endpoint_lines(endpoint_counts(client)):
         print(line.strip(), file=sys.stderr)

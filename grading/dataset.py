@@ -1,4 +1,4 @@
-"""Reading what grading consumes, through the one record reader (rubricrl/records.py): rubric datasets and
+"""Reading what grading consumes, through the one record reader (rubricrl/records/reader.py): rubric datasets and
 response files (JSONL, Parquet, dataset folders, Hub ids such as `org/name:test`). Errors name the file (or the
 dataset and split), the line or row, and the problem.
 

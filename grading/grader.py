@@ -28,11 +28,13 @@ from grading.scores import (
 from rubricrl.aio import gather_or_cancel
 from rubricrl.config import ConfigError
 from rubricrl.llm import LLMClient
+from rubricrl.llm.reasoning import DEFAULT_DELIMITERS, split_reasoning
 from rubricrl.prompts import Prompt
-from rubricrl.reasoning import DEFAULT_DELIMITERS, split_reasoning
 
 Mode = Literal["per_criterion", "batched", "implicit", "likert", "reference_likert"]
 MODES: tuple[str, ...] = Mode.__args__
+EXPLICIT_MODES = ("per_criterion", "batched")
+"""The modes that decide each criterion (a verdict per criterion, weighted); the others rate the whole answer."""
 
 
 @dataclass
@@ -79,7 +81,7 @@ class GradingConfig:
     judge manages and are biased, while min_coverage (0.8) still scores most examples and hides it. 1: never."""
 
     reasoning_delimiters: list[str] = field(default_factory=lambda: list(DEFAULT_DELIMITERS))
-    """The two delimiters around a response's reasoning (rubricrl/reasoning.py), removed before any judging: the
+    """The two delimiters around a response's reasoning (rubricrl/llm/reasoning.py), removed before any judging: the
     judge, the rule checks and the integrity check see the answer alone, and a response whose reasoning never
     closed (cut off while thinking) has no answer: the floor score (0), recorded as `no_answer`, no judge call.
     [] judges the whole response."""
@@ -229,7 +231,7 @@ class Grader:
             ]
             floor = self._lowest_score(rubric)
             return Graded(floor, floor, not_graded, integrity_flag=found.veto, integrity_note=found.note)
-        if config.mode in ("implicit", "likert", "reference_likert"):
+        if config.mode not in EXPLICIT_MODES:
             graded = await self._rate(conversation, response, rubric, reference)
         else:
             graded = await self._explicit(conversation, response, rubric)

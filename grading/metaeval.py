@@ -3,7 +3,7 @@
 Each row is one criterion judged on one completion by several physicians (simple-evals' `oss_meta_eval.jsonl`):
 `prompt` (chat messages), `completion` (text), `rubric` (the criterion's text), `binary_labels` (one true/false per
 physician), and optionally `category` (`cluster:...`), `prompt_id`, `completion_id`, `anonymized_physician_ids`.
-Rows are read with the one record reader (rubricrl/records.py), so JSONL, Parquet and saved datasets all work and
+Rows are read with the one record reader (rubricrl/records/reader.py), so JSONL, Parquet and saved datasets all work and
 every error names the file and the line or row.
 
 The human verdict of a row is the majority of its labels; a tie is undecided (None), never a guess. Rows of the

@@ -42,7 +42,7 @@ from grading.grader import GradeItem, Grader
 from grading.rubric import Rubric, rubric_from_items
 from grading.scores import pearson
 from rubricrl.llm import EndpointUnreachable
-from rubricrl.reasoning import as_written, split_reasoning
+from rubricrl.llm.reasoning import as_written, split_reasoning
 
 
 def make_rubric_reward(grader: Grader, **options: Any) -> Callable:

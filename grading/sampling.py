@@ -7,7 +7,7 @@ from grading.grader import Graded, GradeItem, Grader
 from grading.rubric import Rubric
 from grading.select import Candidate
 from rubricrl.llm import ChatResult, LLMClient
-from rubricrl.reasoning import as_written
+from rubricrl.llm.reasoning import as_written
 
 
 async def sample_and_grade(

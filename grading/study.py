@@ -22,13 +22,12 @@ from typing import Any
 
 from grading.agreement import DEFAULT_SAMPLES, AgreementResult, Met, Pair, compare
 from grading.dataset import load_responses, load_rubric_rows
-from grading.grader import Graded, GradeItem, Grader, GradingConfig
+from grading.grader import EXPLICIT_MODES, Graded, GradeItem, Grader, GradingConfig
 from grading.metaeval import MetaEvalUnit
 from grading.rubric import RubricError
 from rubricrl.config import ConfigError, dataclass_from_dict, load_yaml
 from rubricrl.llm import LLMSession, LLMSettings
 
-EXPLICIT_MODES = ("per_criterion", "batched")
 DEFAULT_TEMPERATURE = 0.0
 
 

@@ -58,7 +58,7 @@ def run_report(args: argparse.Namespace) -> int:
     from reports.markdown import render_markdown
     from reports.tables import cell
     from rubricrl import __version__
-    from rubricrl.jsonl import write_whole
+    from rubricrl.runs.jsonl import write_whole
 
     (settings,) = parse_settings(args, command="report")
     dirs: list[Path] = args.dirs

@@ -89,7 +89,7 @@ def log_to_wandb(rows: list[dict[str, Any]], chart: Path | None, group: str, out
     """A `<group>-table` run beside the training runs: the table and the chart (offline without WANDB_API_KEY)."""
     import wandb
 
-    from rubricrl.training import wandb_init
+    from rubricrl.runs.training import wandb_init
 
     columns = ["method", "overall", "overall_std", "reward_first", "reward_last", "judge_calls", "train_s", "eval_s"]
     published = list(dict.fromkeys(key for row in rows for key in row["paper"] or {}))

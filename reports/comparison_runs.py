@@ -44,13 +44,13 @@ def eval_config(settings: dict[str, Any]) -> dict[str, Any]:
 def judge_server(settings: dict[str, Any], needed: bool, command: str) -> Iterator[tuple[list[str], str]]:
     """Yields (flags, judge name). A local judge gets one vLLM server of this comparison's own, up for all its
     commands (else each would start and stop one, ~30 s each on a CPU), every command pinned to it by the flags. A
-    running server is not reused (so not rubricrl.serve.local_endpoint, which would): one started by someone else
+    running server is not reused (so not rubricrl.serving.server.local_endpoint, which would): one started by someone else
     can stop in the middle of a run (seen here: a run on a shared machine lost every verdict of a step). A remote
     judge, or nothing left to grade: no flags."""
-    from rubricrl.embedded_model import EMBEDDED_MODEL_NAME
     from rubricrl.llm import LLMSettings
     from rubricrl.llm.roles import resolve_roles
-    from rubricrl.serve import LocalServer
+    from rubricrl.serving.embedded_model import EMBEDDED_MODEL_NAME
+    from rubricrl.serving.server import LocalServer
 
     llm, name = LLMSettings(**settings["llm"]), settings["grading"]["judge_role"]
     role = resolve_roles([name], llm.role_defaults(), {name: llm.roles.get(name)}, source=command)[name]
@@ -94,7 +94,7 @@ def attempt(record: dict[str, Any], key: str, action: Callable[[], int]) -> None
 def trained_policy(run_dir: Path) -> Path | None:
     """What a run left to evaluate: the saved model, else the latest checkpoint (a run a guard stopped saves one and
     no model; complete ones only: a kill while saving leaves a half-written folder)."""
-    from rubricrl.training import latest_checkpoint
+    from rubricrl.runs.training import latest_checkpoint
 
     return run_dir if (run_dir / "config.json").is_file() else latest_checkpoint(run_dir)
 
@@ -149,7 +149,7 @@ class ComparisonRuns:
 
     def evaluate(self, model: Path, out: Path, record: dict[str, Any]) -> int:
         """Greedy answers to the held-out rows, then `rubricrl eval --responses` with the common yardstick."""
-        from rubricrl.jsonl import write_jsonl
+        from rubricrl.runs.jsonl import write_jsonl
         from rurl.evaluate import answer_with
 
         print(f"=== {out.name}: evaluating {model} on {len(self.heldout)} held-out rows", file=sys.stderr)

@@ -11,7 +11,7 @@ import yaml
 
 from grading.scores import DEFAULT_MIN_COVERAGE
 from rubricrl.errors import UserError
-from rubricrl.training import latest_checkpoint
+from rubricrl.runs.training import latest_checkpoint
 
 
 class ReportError(UserError):

@@ -136,8 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_ruft_commands(commands)
     add_rurl_commands(commands)
     add_report_commands(commands)
-    from rubricrl.merge import MergeKind
-    from rubricrl.merge import add_command as add_merge_command
+    from rubricrl.runs.merge import MergeKind
+    from rubricrl.runs.merge import add_command as add_merge_command
 
     add_merge_command(
         commands,
@@ -146,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
             "ruft build": MergeKind("queries.jsonl", _when_called("ruft.merge", "merge_ruft")),
         },
     )
-    from rubricrl.publish import add_command as add_publish_command
+    from rubricrl.runs.publish import add_command as add_publish_command
 
     add_publish_command(
         commands,
@@ -189,14 +189,14 @@ def _synth_defaults() -> str:
 
 
 def run_model_prepare(args: argparse.Namespace) -> int:
-    from rubricrl.embedded_model import prepare_embedded_model
+    from rubricrl.serving.embedded_model import prepare_embedded_model
 
     print(prepare_embedded_model(args.gguf, force=args.force, log=lambda m: print(m, file=sys.stderr)))
     return 0
 
 
 def run_model_path(args: argparse.Namespace) -> int:
-    from rubricrl.embedded_model import embedded_model_dir, is_prepared
+    from rubricrl.serving.embedded_model import embedded_model_dir, is_prepared
 
     if not is_prepared():
         print("the embedded model is not prepared: run `rubricrl model prepare`", file=sys.stderr)
@@ -228,9 +228,9 @@ def _raise_stop(signum, frame):
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    from rubricrl.replicas import Replicas
-    from rubricrl.serve import LocalServer
-    from rubricrl.server_discovery import DEFAULT_PORT, advertise, port_is_free, served_models, withdraw
+    from rubricrl.serving.discovery import DEFAULT_PORT, advertise, port_is_free, served_models, withdraw
+    from rubricrl.serving.replicas import Replicas
+    from rubricrl.serving.server import LocalServer
 
     port = args.port or DEFAULT_PORT
     for taken in range(port, port + args.replicas):

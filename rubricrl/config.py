@@ -33,7 +33,7 @@ import yaml
 
 from rubricrl.config_flags import add_field, bounds_of, default_of, field_docs
 from rubricrl.errors import UserError
-from rubricrl.jsonl import write_whole
+from rubricrl.runs.jsonl import write_whole
 
 # Sections a shared config file may hold; a command skips those it does not use.
 SECTIONS = ("llm", "synthesis", "grading", "ruft", "rurl")

@@ -1,5 +1,5 @@
 """Queries for rubric synthesis (and any stage that starts from queries), read with the one record reader
-(rubricrl/records.py: JSONL, Parquet, a saved or repository-layout dataset folder, or a Hub dataset id such as
+(rubricrl/records/reader.py: JSONL, Parquet, a saved or repository-layout dataset folder, or a Hub dataset id such as
 `org/name:test`; errors name the file or dataset split, the line or row, and the problem). Every row is checked
 before any model call.
 

@@ -8,7 +8,7 @@ the response cache, whatever the input order):
 - `candidates.jsonl`: every candidate with its role, model, finish reason, length, score, verdicts and whether kept;
 - `sft.jsonl`: the kept answers; `queries.jsonl`: one line per finished query (written last: its presence means done),
   with the `fingerprint` of the settings that made it;
-- `fingerprint.json` and `runs.jsonl` (rubricrl/provenance.py, rubricrl/run_folder.py): the settings the rows come
+- `fingerprint.json` and `runs.jsonl` (rubricrl/runs/provenance.py, rubricrl/runs/folder.py): the settings the rows come
   from, checked before a rerun makes any call, and each run's usage and time, which the manifest adds up;
 - when the run ends (ruft/build_output.py): `sft.parquet` and `sft/` (`datasets.load_from_disk`) in TRL's
   conversational prompt-completion format with provenance columns, `below_threshold.jsonl` (queries with no
@@ -16,6 +16,7 @@ the response cache, whatever the input order):
 """
 
 import argparse
+import asyncio
 import hashlib
 import itertools
 import json
@@ -26,25 +27,23 @@ from pathlib import Path
 from typing import Any, Literal
 
 from grading.dataset import RubricRow, iter_rubric_rows
-from grading.grader import Grader, GradingConfig, judge_prompt
+from grading.grader import EXPLICIT_MODES, Grader, GradingConfig, judge_prompt
 from grading.judge import SYSTEM as JUDGE_SYSTEM
 from grading.rubric import RubricError
 from grading.sampling import candidates, sample_and_grade
 from grading.select import eligible, select
 from rubricrl.config import parse_settings, resolved
-from rubricrl.hub_datasets import describe_input
-from rubricrl.jsonl import complete_rows, json_line
 from rubricrl.llm import EndpointUnreachable, LLMClient, LLMError
-from rubricrl.provenance import role_settings
+from rubricrl.llm.reasoning import split_reasoning
 from rubricrl.queries import Rejected
-from rubricrl.reasoning import split_reasoning
-from rubricrl.run_folder import FolderRun, RunCounts
-from rubricrl.shards import parse_shard
-from rubricrl.streaming import for_each
+from rubricrl.records.hub import describe_input
+from rubricrl.runs.folder import FolderRun, RunCounts
+from rubricrl.runs.jsonl import complete_rows, json_line
+from rubricrl.runs.provenance import role_settings
+from rubricrl.runs.shards import parse_shard
+from rubricrl.runs.streaming import for_each
 from ruft.build_output import finish, summary_text
 from ruft.config import RuftConfig
-
-EXPLICIT_MODES = ("per_criterion", "batched")
 
 
 @dataclass
@@ -96,28 +95,15 @@ def run_build(args: argparse.Namespace) -> int:
     rows = lambda: (row for row in selected() if row.id not in left_out)  # noqa: E731
     run = FolderRun("ruft build", settings, out, done_file="queries.jsonl", allow_changed=build.allow_changed_settings)
 
-    async def sample_and_select(client, slots: int, fingerprint_id: str) -> tuple[RunCounts, dict[str, Any]]:
-        builder = Builder(
-            out,
-            config,
-            Grader(client, grading),
-            client,
-            fingerprint=fingerprint_id,
-            in_flight=max(8, 2 * slots // config.k),
+    roles = list(dict.fromkeys([*config.candidates, grading.judge_role]))
+    with run.roles(args, llm, roles, cpu_budgets={**config.cpu_max_tokens(), **grading.cpu_max_tokens()}) as resolved:
+        settings_id = run.prepare(
+            build_settings(build, config, grading, resolved),
+            rejected=rejected if build.skip_bad_rows else None,
+            rejected_said=f"left out {len(rejected)} rows no candidate could be scored on",
+            stale=("manifest.json", "sft.parquet", "sft"),
         )
-        return await builder.run(rows(), total), builder.grader.metadata
-
-    counts, judge = run.run(
-        args,
-        llm,
-        list(dict.fromkeys([*config.candidates, grading.judge_role])),
-        cpu_budgets={**config.cpu_max_tokens(), **grading.cpu_max_tokens()},
-        row_settings=lambda roles: build_settings(build, config, grading, roles),
-        work=sample_and_select,
-        rejected=rejected if build.skip_bad_rows else None,
-        rejected_said=f"left out {len(rejected)} rows no candidate could be scored on",
-        stale=("manifest.json", "sft.parquet", "sft"),
-    )
+        counts, judge = asyncio.run(sample_and_select(run, config, grading, rows(), total, settings_id))
     stats = finish(out, config, judge)
     run_counts = {
         "queries": total,
@@ -138,8 +124,20 @@ def run_build(args: argparse.Namespace) -> int:
     return 0 if not counts.failed else 1
 
 
+async def sample_and_select(
+    run: FolderRun, config: RuftConfig, grading: GradingConfig, rows, total: int, settings_id: str
+) -> tuple[RunCounts, dict[str, Any]]:
+    """K candidates per query, graded, the best kept; the judge's metadata."""
+    async with run.client() as client:
+        grader = Grader(client, grading)
+        builder = Builder(
+            run.out, config, grader, client, fingerprint=settings_id, in_flight=max(8, 2 * run.slots // config.k)
+        )
+        return await builder.run(rows, total), grader.metadata
+
+
 def build_settings(build: BuildArgs, config: RuftConfig, grading: GradingConfig, roles: dict) -> dict[str, Any]:
-    """What determines the rows (rubricrl/provenance.py): the selection, the grading settings, how RaR pitfalls
+    """What determines the rows (rubricrl/runs/provenance.py): the selection, the grading settings, how RaR pitfalls
     read, each role as resolved, the judge's prompts (by hash: a copied prompt file is the same prompt). Not
     concurrency, timeouts, the limit or paths."""
     # not the judge prompt's path (its hash is below), nor max_failure_rate (grade and eval's exit code, not rows)
@@ -206,7 +204,7 @@ class Builder:
     ):
         self.out, self.config, self.grader, self.client, self.in_flight = out, config, grader, client, in_flight
         self.fingerprint = fingerprint
-        """The id of the settings this run makes rows with (rubricrl/provenance.py), in each queries.jsonl line."""
+        """The id of the settings this run makes rows with (rubricrl/runs/provenance.py), in each queries.jsonl line."""
         self.counts = RunCounts()
         self.done = {row["id"] for _, row in complete_rows(out / "queries.jsonl")}
         for name in ("candidates.jsonl", "sft.jsonl"):
@@ -322,9 +320,7 @@ class Builder:
 
     def _failed(self, query_id: str, message: str) -> None:
         """Recorded in errors.jsonl and retried by the next run; never stops the other queries."""
-        self.counts.failed["sample and grade"] += 1
-        self.counts.first_error = self.counts.first_error or f"{query_id} at sample and grade: {message}"
-        self._write("errors", [{"id": query_id, "stage": "sample and grade", "error": message[:1000]}])
+        self.counts.fail(self.files["errors"], query_id, "sample and grade", message)
 
     def _write(self, name: str, rows: list[dict[str, Any]]) -> None:
         """One write per query and file, flushed: a kill loses at most the query in hand (its done line comes last)."""

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rubricrl import charts
-from rubricrl.jsonl import ParquetTable, complete_rows, json_line, write_whole
-from rubricrl.provenance import UNKNOWN
-from rubricrl.run_folder import summary_head, summary_tail
+from rubricrl.runs.folder import summary_head, summary_tail
+from rubricrl.runs.jsonl import ParquetTable, complete_rows, json_line, write_whole
+from rubricrl.runs.provenance import UNKNOWN
 from ruft.config import RuftConfig
 
 if TYPE_CHECKING:

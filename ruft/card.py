@@ -5,7 +5,7 @@ import json
 import shutil
 from pathlib import Path
 
-from rubricrl.provenance import card_note
+from rubricrl.runs.provenance import card_note
 
 CARD = """---
 license: other

@@ -1,15 +1,15 @@
 """`rubricrl merge` for RuFT builds: shard folders joined into one, the statistics recomputed from the joined
-candidates (rubricrl/merge.py checks the folders and writes what every kind shares)."""
+candidates (rubricrl/runs/merge.py checks the folders and writes what every kind shares)."""
 
 import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from rubricrl.jsonl import complete_rows
-from rubricrl.manifest import package_versions
-from rubricrl.merge import merged_from
-from rubricrl.provenance import totals
+from rubricrl.runs.jsonl import complete_rows
+from rubricrl.runs.manifest import package_versions
+from rubricrl.runs.merge import merged_from
+from rubricrl.runs.provenance import totals
 
 
 def merge_ruft(folders, manifests, out: Path, used, config) -> tuple[dict[str, Any], str]:

@@ -31,15 +31,19 @@ import yaml
 
 from rubricrl.config import ConfigError, parse_settings, resolved
 from rubricrl.records import InvalidRecord, RecordFileError, conversation, open_records
-from rubricrl.training import (
-    TrainingRun,
+from rubricrl.runs.training import (
     base_model,
+    begin_run,
+    end_trainer,
+    is_main_process,
     model_init_kwargs,
     require_output_dir,
     resume_target,
-    run_training,
+    save_model,
+    train,
     trl_defaults,
     trl_settings,
+    wandb_run,
 )
 
 if TYPE_CHECKING:
@@ -92,32 +96,30 @@ def run_train(args) -> int:
 
     config = run_config(train_args, sft_config, model_config)
     merge = model_config.use_peft and train_args.merge_adapter
+    run_settings = {**config, "dataset_manifest": data.manifest}
 
-    def final_loss(run: TrainingRun) -> float:
-        losses = [entry["loss"] for entry in run.trainer.state.log_history if "loss" in entry]
-        return losses[-1] if losses else run.training_loss
-
-    def write_card(run: TrainingRun) -> None:
-        write_model_card(run.trainer, output_dir, data, model_config.model_name_or_path, config, final_loss(run), merge)
-
-    run = run_training(
-        COMMAND,
+    begin_run(
         sft_config,
         config,
-        lambda: build_trainer(sft_config, model_config, data),
-        run_settings={**config, "dataset_manifest": data.manifest},
-        resume=resume,
-        merge=merge,
-        message=f"{COMMAND}: {model_config.model_name_or_path} on {len(data.dataset)} examples from {data.source}"
+        f"{COMMAND}: {model_config.model_name_or_path} on {len(data.dataset)} examples from {data.source}"
         f"{' (LoRA)' if model_config.use_peft else ''} -> {output_dir}",
-        saved=write_card,
     )
-    if run.main_process:
-        steps = run.trainer.state.global_step
-        run_steps, resumed = steps - run.first_step, f", resumed from {Path(resume).name}" if resume else ""
+    with wandb_run(sft_config, run_settings, COMMAND) as wandb:
+        trainer = build_trainer(sft_config, model_config, data)
+        trained = train(trainer, resume, wandb, run_settings)
+        save_model(trainer, output_dir, merge)
+        losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+        final_loss = losses[-1] if losses else trained.training_loss
+        if is_main_process(sft_config):
+            write_model_card(trainer, output_dir, data, model_config.model_name_or_path, config, final_loss, merge)
+        end_trainer(trainer)
+    if is_main_process(sft_config):
+        steps = trainer.state.global_step
+        run_steps = steps - trained.first_step
+        resumed = f", resumed from {Path(resume).name}" if resume else ""
         print(
-            f"{COMMAND}: {steps} steps ({run_steps} this run{resumed}) in {run.seconds:.1f} s "
-            f"({run_steps / run.seconds:.2f} steps/s), final loss {final_loss(run):.4f}; model: {output_dir}"
+            f"{COMMAND}: {steps} steps ({run_steps} this run{resumed}) in {trained.seconds:.1f} s "
+            f"({run_steps / trained.seconds:.2f} steps/s), final loss {final_loss:.4f}; model: {output_dir}"
         )
     return 0
 
@@ -285,7 +287,7 @@ def write_model_card(
 ) -> None:
     """README.md in output_dir: what the model was trained from, on what, how, and how to load it. (TRL's own card
     names a local base model `None`, and its Quick start points at the Hub; each checkpoint rewrites it.)"""
-    from rubricrl.manifest import package_versions
+    from rubricrl.runs.manifest import package_versions
 
     hub_base = not Path(base_model).expanduser().exists()
     kind = "full fine-tuning" if not config.get("use_peft") else "LoRA, merged" if merged else "LoRA adapter"

@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grading.dataset import RubricRow, iter_rubric_rows
+from grading.grader import EXPLICIT_MODES
 from grading.rubric import Rubric, RubricError
 from rubricrl.config import ConfigError
-from rubricrl.hub_datasets import describe_input
-from rubricrl.jsonl import complete_rows
 from rubricrl.queries import Rejected
+from rubricrl.records.hub import describe_input
+from rubricrl.runs.jsonl import complete_rows
 from rurl.config import RurlConfig
 
 if TYPE_CHECKING:
@@ -66,7 +67,6 @@ def rubric_items(rubric: Rubric) -> list[dict[str, Any]]:
     ]
 
 
-EXPLICIT_MODES = ("per_criterion", "batched")
 """Grading modes that score Σ met points / Σ positive points: a rubric without positive points has no score."""
 
 
@@ -95,10 +95,10 @@ def prompt_budget(grpo, model) -> PromptBudget | None:
     """The policy's prompt budget: its context minus max_completion_length. TRL 1.16 has no max_prompt_length and
     cuts no prompt: the context is vllm_max_model_length when use_vllm sets it (vLLM refuses a longer input), else
     the model config's max_position_embeddings (what vLLM and TRL fall back to). None when the config has neither.
-    Prepares the embedded model when model_name_or_path is unset (rubricrl.training.base_model)."""
+    Prepares the embedded model when model_name_or_path is unset (rubricrl.runs.training.base_model)."""
     from transformers import AutoConfig, AutoTokenizer
 
-    from rubricrl.training import base_model
+    from rubricrl.runs.training import base_model
 
     path = base_model(model)
     load = {"revision": model.model_revision, "trust_remote_code": grpo.trust_remote_code}

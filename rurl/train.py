@@ -2,30 +2,19 @@
 
     rubricrl rurl train --config configs/rurl/tiny-cpu.yaml --output_dir runs/rurl
 
-What runs, in order (everything a user can get wrong is checked before the policy loads):
-1. settings: `TrainArgs` and the `rurl:`, `grading:`, `llm:` sections (ours), then TRL's `GRPOConfig` and
-   `ModelConfig` as `trl grpo --config` reads them (flat keys, flags win; TRL checks its batch divisibility rules
-   here); on a machine without CUDA, rubricrl.training.CPU_DEFAULTS first; the overlong buffer within
-   max_completion_length, the judge's deadline within half of ddp_timeout, one reward weight per reward function
-   (`reward_funcs` after the rubric reward, as `trl grpo` resolves them: rurl/rewards.py). `--dry_run` prints them
-   and exits;
-2. the rubric dataset (rurl/data.py): every row checked, rows that can never train refused or left out (a rubric of
-   penalties only, a prompt over the policy's budget), held-out rows split off, the RuFT prefilter;
-3. the policy's tokenizer: whether its chat template opens the reasoning in the prompt (then a completion without
-   the closing delimiter has no answer), and the token counts of reasoning and answer the reward logs;
-4. the judge: the `grading.judge_role` role of `llm:` (the local vLLM server when it names no endpoint), reachable,
-   then one preflight call that must come back with a verdict;
-5. RubricGRPOTrainer (rurl/trainer.py: GRPOTrainer, plus dynamic sampling when asked) with the rubric reward
-   (grading/reward.py: all judge calls of a batch concurrent and bounded, identical ones once, cached), the
-   judge-failure guard and the in-training evaluation as callbacks; wandb when report_to names it (offline without
-   a key), its config the resolved settings;
-6. in output_dir: config.yaml (first), rejected.jsonl (rows left out by rurl.bad_rows: skip), checkpoints (each
-   with rurl_state.json), eval.jsonl (one report per eval) and eval_answers.jsonl (each held-out row's graded answer
-   per eval), the final model (LoRA merged unless merge_adapter is false), log_history.json (every logged step),
-   criteria.json (every criterion's pass rate over the run, resumed runs included, the hardest first), reward.png,
-   and manifest.json (last: versions, models, counts, the summary).
-   `--resume_from_checkpoint true` continues from the latest complete checkpoint after a kill; the judge calls it
-   replays come from the response cache.
+In order, everything a user can get wrong checked before the policy loads:
+1. settings: ours (`TrainArgs`, `rurl:`, `grading:`, `llm:`), then GRPOConfig and ModelConfig as `trl grpo --config`
+   reads them; the overlong buffer, the judge's deadline against ddp_timeout, one weight per reward function
+   (rurl/rewards.py). `--dry_run` prints them and exits;
+2. the rubric dataset (rurl/data.py): rows checked, rows that can never train refused or left out, held-out rows
+   split off, the RuFT prefilter;
+3. the policy's tokenizer: whether its chat template opens the reasoning in the prompt;
+4. the judge (`grading.judge_role`, the local server when it names no endpoint), reachable, and one preflight call;
+5. `train`: config.yaml, the wandb run, RubricGRPOTrainer (rurl/trainer.py) with the rubric reward
+   (grading/reward.py), the judge-failure guard and the in-training evaluation; the model saved (LoRA merged),
+   then criteria.json, log_history.json, reward.png and manifest.json (last). docs/outputs.md lists the folder.
+   `--resume_from_checkpoint true` goes on from the latest complete checkpoint; replayed judge calls come from the
+   response cache.
 """
 
 import asyncio
@@ -39,25 +28,29 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from grading.dataset import RubricRow
-from grading.grader import Grader, GradingConfig
+from grading.grader import EXPLICIT_MODES, Grader, GradingConfig
 from grading.reward import Overlong, make_rubric_reward
 from rubricrl import charts
 from rubricrl.config import ConfigError, config_source, parse_settings, resolved
 from rubricrl.errors import UserError
-from rubricrl.jsonl import write_whole
 from rubricrl.llm import LLMClient, Role, open_llm
-from rubricrl.manifest import package_versions, write_manifest
 from rubricrl.queries import write_rejected
-from rubricrl.training import (
-    TrainingRun,
+from rubricrl.runs.jsonl import write_whole
+from rubricrl.runs.manifest import package_versions, write_manifest
+from rubricrl.runs.training import (
     base_model,
+    begin_run,
+    end_trainer,
+    is_main_process,
     model_init_kwargs,
     require_output_dir,
     resume_target,
-    run_training,
+    save_model,
     trl_defaults,
     trl_settings,
+    wandb_run,
 )
+from rubricrl.runs.training import train as train_model
 from rurl.config import RurlConfig, TrainArgs, check_with_trl
 from rurl.data import RurlData, load_rurl_data
 from rurl.rewards import extra_reward_funcs
@@ -179,7 +172,7 @@ def read_policy_template(
 def first_judged_row(grading: GradingConfig, data: RurlData) -> RubricRow | None:
     """The first row that needs the judge: any row in a rating mode, else one with a criterion that is no rule."""
     rows = data.train + data.evaluation
-    if grading.mode not in ("per_criterion", "batched"):
+    if grading.mode not in EXPLICIT_MODES:
         return rows[0]
     return next((row for row in rows if any(c.rule is None for c in row.rubric.criteria)), None)
 
@@ -222,7 +215,6 @@ def train(
     tokenizer=None,
     extra_rewards=(),
 ) -> int:
-    from rurl.evaluate import PolicyEvaluation
     from rurl.guards import FailureMonitor, StopOnJudgeFailures, StopOnRequest
 
     grader = Grader(client, grading)
@@ -252,76 +244,38 @@ def train(
         "bad_rows": data.bad_rows or None,
         "judge": grader.metadata,
     }
-    # what the steps of the run (rubricrl.training.run_training's hooks below) make and read
-    trainer = guard = requested = evaluation = stopped = None
-    criteria: list[dict[str, Any]] = []
+    run_settings = {**config, "data": data_info}
+    main_process = is_main_process(grpo)
 
-    def write_inputs() -> None:
-        if data.rejected:
-            write_rejected(data.rejected, output_dir / "rejected.jsonl")
-        if data.evaluation:
-            (output_dir / "eval_ids.txt").write_text("".join(f"{row.id}\n" for row in data.evaluation))
-
-    def build():
-        nonlocal trainer, guard, requested, evaluation
-        trainer = build_trainer(rurl, grpo, model, data, [reward, *extra_rewards], monitor)
-        guard, requested = StopOnJudgeFailures(monitor, grading.max_failure_rate), StopOnRequest(trainer)
-        for callback in (guard, requested):
-            trainer.add_callback(callback)
-        if data.evaluation:
-            evaluation = PolicyEvaluation(
-                trainer,
-                grader,
-                data.evaluation[: rurl.eval_max_examples],
-                rurl.eval_every,
-                output_dir,
-                deadline=rurl.judge_deadline,
-            )
-            trainer.add_callback(evaluation)
-        return trainer
-
-    def keep_model(run: TrainingRun) -> bool:
-        nonlocal stopped, criteria
-        stopped = guard.reason or requested.reason
-        criteria = run.trainer.criteria_table()  # every process (it gathers), before the main process merges alone
-        return not stopped
-
-    def write_outputs(run: TrainingRun) -> None:
-        write_whole(output_dir / "criteria.json", json.dumps(criteria, indent=1, ensure_ascii=False))
-        if run.wandb_run is not None and criteria:
-            log_criteria(run.wandb_run, criteria)
-        summary = run_summary(run.trainer, monitor, evaluation, run.first_step, run.seconds, stopped, criteria)
-        write_whole(output_dir / "log_history.json", json.dumps(run.trainer.state.log_history, indent=1))
-        write_reward_plot(run.trainer.state.log_history, output_dir / "reward.png")
-        write_manifest(
-            output_dir,
-            {
-                "command": COMMAND,
-                "config": config,
-                "data": data_info,
-                "versions": package_versions(),
-                "summary": summary,
-            },
-        )
-        print(f"{COMMAND}: {summary_text(summary, output_dir)}", file=sys.stderr)
-
+    begin_run(
+        grpo,
+        config,
+        f"{COMMAND}: {model.model_name_or_path}{' (LoRA)' if model.use_peft else ''} on {len(data.train)} queries "
+        f"of {data.source} ({len(data.evaluation)} held out), {grpo.num_generations} completions each, judge "
+        f"{grader.metadata['judge_model']} ({grading.mode}) -> {output_dir}",
+    )
+    if main_process:
+        write_inputs(data, output_dir)
+    trainer = None
     try:
-        run_training(
-            COMMAND,
-            grpo,
-            config,
-            build,
-            run_settings={**config, "data": data_info},
-            resume=resume,
-            merge=model.use_peft and train_args.merge_adapter,
-            message=f"{COMMAND}: {model.model_name_or_path}{' (LoRA)' if model.use_peft else ''} on "
-            f"{len(data.train)} queries of {data.source} ({len(data.evaluation)} held out), {grpo.num_generations} "
-            f"completions each, judge {grader.metadata['judge_model']} ({grading.mode}) -> {output_dir}",
-            write_inputs=write_inputs,
-            trained=keep_model,
-            saved=write_outputs,
-            ending=close_colocated_engine,  # first: a colocated vLLM engine tears down its groups while they exist
-        )
+        with wandb_run(grpo, run_settings, COMMAND) as wandb:
+            trainer = build_trainer(rurl, grpo, model, data, [reward, *extra_rewards], monitor)
+            guard, requested = StopOnJudgeFailures(monitor, grading.max_failure_rate), StopOnRequest(trainer)
+            trainer.add_callback(guard)
+            trainer.add_callback(requested)
+            evaluation = add_evaluation(trainer, grader, data, rurl, output_dir)
+            trained = train_model(trainer, resume, wandb, run_settings)
+            stopped = guard.reason or requested.reason
+            criteria = trainer.criteria_table()  # every process (it gathers), before the main process merges alone
+            if not stopped:
+                save_model(trainer, output_dir, model.use_peft and train_args.merge_adapter)
+            if main_process:
+                summary = run_summary(
+                    trainer, monitor, evaluation, trained.first_step, trained.seconds, stopped, criteria
+                )
+                write_outputs(trainer, output_dir, config, data_info, criteria, summary, wandb)
+            close_colocated_engine(trainer)  # first: a colocated vLLM engine tears down its groups while they exist
+            end_trainer(trainer)
     finally:
         if trainer is not None:  # the client's HTTP sessions live on TRL's event loop
             asyncio.run_coroutine_threadsafe(client.aclose(), trainer.async_loop).result(timeout=60)
@@ -332,6 +286,55 @@ def train(
             "fix the cause and rerun with --resume_from_checkpoint true"
         )
     return 0
+
+
+def write_inputs(data: RurlData, output_dir: Path) -> None:
+    """The rows left out (rurl.bad_rows: skip) and the held-out ids, before training."""
+    if data.rejected:
+        write_rejected(data.rejected, output_dir / "rejected.jsonl")
+    if data.evaluation:
+        (output_dir / "eval_ids.txt").write_text("".join(f"{row.id}\n" for row in data.evaluation))
+
+
+def add_evaluation(trainer, grader: Grader, data: RurlData, rurl: RurlConfig, output_dir: Path) -> Any:
+    """The in-training evaluation of the held-out rows, as a callback; None without held-out rows."""
+    from rurl.evaluate import PolicyEvaluation
+
+    if not data.evaluation:
+        return None
+    evaluation = PolicyEvaluation(
+        trainer,
+        grader,
+        data.evaluation[: rurl.eval_max_examples],
+        rurl.eval_every,
+        output_dir,
+        deadline=rurl.judge_deadline,
+    )
+    trainer.add_callback(evaluation)
+    return evaluation
+
+
+def write_outputs(
+    trainer,
+    output_dir: Path,
+    config: dict[str, Any],
+    data_info: dict[str, Any],
+    criteria: list[dict[str, Any]],
+    summary: dict[str, Any],
+    wandb: Any,
+) -> None:
+    """What the run leaves beside the model (main process): criteria.json, log_history.json, reward.png and the
+    manifest, last; the summary on stderr."""
+    write_whole(output_dir / "criteria.json", json.dumps(criteria, indent=1, ensure_ascii=False))
+    if wandb is not None and criteria:
+        log_criteria(wandb, criteria)
+    write_whole(output_dir / "log_history.json", json.dumps(trainer.state.log_history, indent=1))
+    write_reward_plot(trainer.state.log_history, output_dir / "reward.png")
+    write_manifest(
+        output_dir,
+        {"command": COMMAND, "config": config, "data": data_info, "versions": package_versions(), "summary": summary},
+    )
+    print(f"{COMMAND}: {summary_text(summary, output_dir)}", file=sys.stderr)
 
 
 def build_trainer(rurl: RurlConfig, grpo: "GRPOConfig", model: "ModelConfig", data: RurlData, reward_funcs, monitor):

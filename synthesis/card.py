@@ -1,5 +1,5 @@
 """A synthesis output folder as a Hugging Face Hub dataset folder: the parquet data and a dataset card (YAML
-metadata, schema, statistics, provenance from the manifest). `rubricrl publish` (rubricrl/publish.py) uploads it;
+metadata, schema, statistics, provenance from the manifest). `rubricrl publish` (rubricrl/runs/publish.py) uploads it;
 ruft/card.py does the same for a `ruft build` folder."""
 
 import json
@@ -7,7 +7,7 @@ import shutil
 import statistics
 from pathlib import Path
 
-from rubricrl.provenance import card_note
+from rubricrl.runs.provenance import card_note
 
 CARD = """---
 {metadata}---

@@ -1,6 +1,7 @@
 """`rubricrl synth`: queries in, a RubricHub-compatible rubric dataset out."""
 
 import argparse
+import asyncio
 import itertools
 import statistics
 from dataclasses import dataclass, field
@@ -9,12 +10,12 @@ from pathlib import Path
 from grading import judge
 from grading.grader import GradingConfig, judge_prompt
 from rubricrl.config import add_config_arguments, parse_settings, resolved
-from rubricrl.hub_datasets import describe_input
 from rubricrl.llm import LLMSettings
-from rubricrl.provenance import role_settings
 from rubricrl.queries import iter_queries
-from rubricrl.run_folder import FolderRun, summary_head, summary_tail
-from rubricrl.shards import parse_shard
+from rubricrl.records.hub import describe_input
+from rubricrl.runs.folder import FolderRun, summary_head, summary_tail
+from rubricrl.runs.provenance import role_settings
+from rubricrl.runs.shards import parse_shard
 from synthesis import stages
 from synthesis.config import SynthesisConfig
 from synthesis.pipeline import RunSummary, SynthesisRun
@@ -79,22 +80,14 @@ def run_synth(args: argparse.Namespace) -> int:
     total = sum(1 for _ in read(reject))
     run = FolderRun("synth", settings, out, done_file="final.jsonl", allow_changed=synth.allow_changed_settings)
 
-    async def synthesize(client, slots: int, fingerprint_id: str) -> RunSummary:
-        pipeline = SynthesisRun(out, config, client, in_flight=max(16, 2 * slots), fingerprint=fingerprint_id)
+    with run.roles(args, llm, config.roles, cpu_budgets=config.cpu_max_tokens()) as roles:
+        settings_id = run.prepare(
+            synthesis_settings(synth, config, roles),
+            rejected=rejected if synth.skip_bad_rows else None,
+            rejected_said=f"rejected {len(rejected)} invalid rows",
+        )
         # Pass 2: the same rows again, streamed into the pipeline (rejected ones were recorded in pass 1).
-        return await pipeline.run(read(lambda _: None), total)
-
-    summary = run.run(
-        args,
-        llm,
-        config.roles,
-        cpu_budgets=config.cpu_max_tokens(),
-        row_settings=lambda roles: synthesis_settings(synth, config, roles),
-        work=synthesize,
-        client_options={"invalid_answer_retries": config.attempts - 1},
-        rejected=rejected if synth.skip_bad_rows else None,
-        rejected_said=f"rejected {len(rejected)} invalid rows",
-    )
+        summary = asyncio.run(synthesize(run, config, read(lambda _: None), total, settings_id))
     counts = {
         "valid_queries": total,
         "rejected_rows": len(rejected),
@@ -114,8 +107,14 @@ def run_synth(args: argparse.Namespace) -> int:
     return 0 if not summary.failed else 1
 
 
+async def synthesize(run: FolderRun, config: SynthesisConfig, queries, total: int, settings_id: str) -> RunSummary:
+    async with run.client(invalid_answer_retries=config.attempts - 1) as client:
+        pipeline = SynthesisRun(run.out, config, client, in_flight=max(16, 2 * run.slots), fingerprint=settings_id)
+        return await pipeline.run(queries, total)
+
+
 def synthesis_settings(synth: SynthArgs, config: SynthesisConfig, roles: dict) -> dict:
-    """What determines the rows (rubricrl/provenance.py): the method and its settings, the query column, each role
+    """What determines the rows (rubricrl/runs/provenance.py): the method and its settings, the query column, each role
     as resolved, the prompts. Not `attempts` (it bounds retries of malformed answers, not what a good one is), nor
     concurrency, timeouts, the limit or paths."""
     method = {key: value for key, value in resolved([config])["synthesis"].items() if key != "attempts"}

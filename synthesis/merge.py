@@ -1,4 +1,4 @@
-"""`rubricrl merge` for synthesis: shard folders joined into one, as if one run had made them (rubricrl/merge.py
+"""`rubricrl merge` for synthesis: shard folders joined into one, as if one run had made them (rubricrl/runs/merge.py
 checks the folders and writes what every kind shares)."""
 
 from collections import Counter
@@ -6,10 +6,10 @@ from pathlib import Path
 from typing import Any
 
 from rubricrl.errors import UserError
-from rubricrl.jsonl import complete_rows
-from rubricrl.manifest import package_versions
-from rubricrl.merge import merged_from
-from rubricrl.provenance import totals
+from rubricrl.runs.jsonl import complete_rows
+from rubricrl.runs.manifest import package_versions
+from rubricrl.runs.merge import merged_from
+from rubricrl.runs.provenance import totals
 
 
 def merge_synthesis(folders, manifests, out: Path, used, config) -> tuple[dict[str, Any], str]:

@@ -22,8 +22,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from rubricrl.jsonl import ParquetTable, complete_rows, json_line
-from rubricrl.provenance import UNKNOWN
+from rubricrl.runs.jsonl import ParquetTable, complete_rows, json_line
+from rubricrl.runs.provenance import UNKNOWN
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -80,12 +80,11 @@ class OutputFolder:
         again, so its last details line is the one its final line follows)."""
         self.rows_by_fingerprint: Counter = Counter()
         """Rows in the Parquet files by the fingerprint of the settings that made them (after close)."""
-        self.first_error: str | None = None
         self._final_size = self._index(path / "final.jsonl", self.done, keep_first=True)
         self._details_size = self._index(path / "details.jsonl", self.details_at, keep_first=False)
         self._details = open(path / "details.jsonl", "ab")
         self._final = open(path / "final.jsonl", "ab")
-        self._errors = open(path / "errors.jsonl", "wb")
+        self.errors = open(path / "errors.jsonl", "wb")
 
     def _index(self, path: Path, offsets: dict[str, int], keep_first: bool) -> int:
         """Offsets of the finished ids' lines (final.jsonl: every id is finished); returns the file's size."""
@@ -109,17 +108,11 @@ class OutputFolder:
         self.done[final_row["id"]] = self._final_size
         self._final_size += len(line)
 
-    def error(self, query_id: str, stage: str, message: str) -> None:
-        self._errors.write(json_line({"id": query_id, "stage": stage, "error": message[:1000]}))
-        self._errors.flush()
-        if self.first_error is None:
-            self.first_error = f"{query_id} at {stage}: {message}"
-
     def close(self, finished: bool = True, order: Iterable[str] = ()) -> int:
         """Writes the Parquet files, both or neither: neither when the run did not finish or when writing one fails
         (the files of an earlier finished run then stay). Rows in `order` (the input's ids) first, then the other
         finished ones in the order they finished. Returns the rows in final.parquet."""
-        for f in (self._details, self._final, self._errors):
+        for f in (self._details, self._final, self.errors):
             f.close()
         if not finished:
             return len(self.done)

@@ -3,7 +3,7 @@ and each finished query is written to the output folder at once (see output.py f
 
 Resume: a rerun skips the ids already in final.jsonl (a line cut off by a kill is dropped first) and replays the
 rest through the response cache, so no finished model call is made twice, whatever the input order. A rerun with
-other settings is refused before it starts (rubricrl/run_folder.py, rubricrl/provenance.py). Memory holds
+other settings is refused before it starts (rubricrl/runs/folder.py, rubricrl/runs/provenance.py). Memory holds
 only the set of finished ids, the queries in flight and one batch of Parquet rows.
 """
 
@@ -17,8 +17,8 @@ from grading.grader import Grader, GradingConfig
 from rubricrl.llm import EndpointUnreachable, LLMClient, LLMError
 from rubricrl.prompts import format_conversation
 from rubricrl.queries import Query
-from rubricrl.run_folder import RunCounts
-from rubricrl.streaming import for_each
+from rubricrl.runs.folder import RunCounts
+from rubricrl.runs.streaming import for_each
 from synthesis import stages
 from synthesis.config import SynthesisConfig
 from synthesis.criteria import export
@@ -52,7 +52,7 @@ class SynthesisRun:
     ):
         self.config = config
         self.fingerprint = fingerprint
-        """The id of the settings this run makes rows with (rubricrl/provenance.py), written in each details line."""
+        """The id of the settings this run makes rows with (rubricrl/runs/provenance.py), written in each details line."""
         self.client = client
         self.grader = Grader(client, GradingConfig()) if config.contrast_pool else None  # the judge role, per criterion
         self.in_flight = in_flight
@@ -79,10 +79,8 @@ class SynthesisRun:
                 desc="synthesis",
             )
         except BaseException:
-            self.summary.first_error = self.output.first_error
             self.output.close(finished=False)
             raise
-        self.summary.first_error = self.output.first_error
         self.summary.rows_in_final = self.output.close(order=order)
         self.summary.rows_by_fingerprint = self.output.rows_by_fingerprint
         return self.summary
@@ -137,5 +135,4 @@ class SynthesisRun:
 
     def _fail(self, query_id: str, stage: str, message: str) -> None:
         """A failed query: counted, written to errors.jsonl, retried by the next run."""
-        self.summary.failed[stage] += 1
-        self.output.error(query_id, stage, message)
+        self.summary.fail(self.output.errors, query_id, stage, message)

@@ -9,7 +9,7 @@
 The single-pass Rubrics-as-Rewards method is stages 1 and 3 with categories (see config.py).
 Malformed model output is sampled again by the client (bounded); what still fails raises LLMError.
 The reference and the contrast responses reach the rubric writers as answers only: a reasoning model's
-`<think>…</think>` is removed (rubricrl/reasoning.py), and one cut off while reasoning fails its query.
+`<think>…</think>` is removed (rubricrl/llm/reasoning.py), and one cut off while reasoning fails its query.
 """
 
 import math
@@ -21,8 +21,8 @@ from grading.rubric import rubric_from_items
 from grading.sampling import candidates, sample_and_grade
 from grading.select import select
 from rubricrl.llm import LLMClient
+from rubricrl.llm.reasoning import answer_of
 from rubricrl.prompts import format_conversation, load_prompt
-from rubricrl.reasoning import answer_of
 from synthesis.config import SynthesisConfig
 from synthesis.criteria import criteria_schema, export, listing, require_usable, usable, weight_rules
 

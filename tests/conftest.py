@@ -5,8 +5,8 @@ import time
 import pytest
 
 from rubricrl.llm import ResponseCache
-from rubricrl.serve import LocalServer
-from rubricrl.server_discovery import LOCAL_SERVER_ENV, find_running
+from rubricrl.serving.discovery import LOCAL_SERVER_ENV, find_running
+from rubricrl.serving.server import LocalServer
 from tests.fault_server import FaultServer
 from tests.helpers import SECRET
 

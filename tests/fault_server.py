@@ -10,6 +10,7 @@ the choice and, summed over the choices as vLLM does, to `usage.completion_token
 """
 
 import json
+import select
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +34,31 @@ class Fault:
 Reply = str | dict[str, Any]
 
 
+class _CountingServer(ThreadingHTTPServer):
+    """Counts its open connections, accepting and counting under one lock: a connection is always either waiting
+    to be accepted or counted, so `FaultServer.wait_idle` can tell when none is left."""
+
+    def __init__(self, address, handler):
+        super().__init__(address, handler)
+        self.idle = threading.Condition()
+        self.open_connections = 0
+        self.socket.settimeout(1.0)  # accept, under the lock, never blocks for long (accepted sockets stay blocking)
+
+    def get_request(self):
+        with self.idle:
+            request = super().get_request()
+            self.open_connections += 1
+        return request
+
+    def shutdown_request(self, request):  # once a connection is done, in its own thread
+        try:
+            super().shutdown_request(request)
+        finally:
+            with self.idle:
+                self.open_connections -= 1
+                self.idle.notify_all()
+
+
 class FaultServer:
     def __init__(self, reply: Reply | Callable[[dict], Reply] = "ok", latency: float = 0.0):
         self.reply = reply
@@ -42,7 +68,7 @@ class FaultServer:
         self.headers: list[dict[str, str]] = []
         self._lock = threading.Lock()
         self.down = False
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._httpd = _CountingServer(("127.0.0.1", 0), self._handler())
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
 
@@ -62,6 +88,18 @@ class FaultServer:
         if not self.down:
             self._httpd.shutdown()
             self._httpd.server_close()
+
+    def wait_idle(self, timeout: float = 30.0) -> None:
+        """Wait until no connection is open or waiting to be accepted: every request its clients sent (a client since
+        killed included) has been read and answered. A client keeping a connection alive keeps it from being idle.
+        Raises TimeoutError after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        with self._httpd.idle:
+            while self._httpd.open_connections or select.select([self._httpd.socket], [], [], 0)[0]:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"{self._httpd.open_connections} connections still open after {timeout} s")
+                self._httpd.idle.wait(min(left, 0.05))  # a connection waiting to be accepted notifies nothing
 
     def go_down(self) -> None:
         """As a crashed server: new connections are refused, and a request on a kept-alive one is dropped unanswered.

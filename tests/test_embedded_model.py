@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from safetensors import safe_open
 
-from rubricrl.embedded_model import EMBEDDED_MODEL_NAME, MARKER
+from rubricrl.serving.embedded_model import EMBEDDED_MODEL_NAME, MARKER
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,6 +10,7 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -17,8 +18,8 @@ from rubricrl.cli import main
 from rubricrl.config import ConfigError
 from rubricrl.llm import EndpointUnreachable, LLMClient, LLMError, LLMSettings, Role, open_llm, resolve_roles
 from rubricrl.llm import endpoints as endpoints_module
-from rubricrl.replicas import Replicas
-from rubricrl.server_discovery import LOCAL_SERVER_ENV, find_running, free_port, port_is_free
+from rubricrl.serving.discovery import LOCAL_SERVER_ENV, find_running, free_port, port_is_free
+from rubricrl.serving.replicas import Replicas
 from tests.fault_server import Fault, FaultServer, schema_reply
 from tests.helpers import DATA, run
 
@@ -94,7 +95,8 @@ def test_a_dead_endpoint_is_taken_out_and_its_calls_finish_elsewhere():
 
 
 def test_an_endpoint_answering_5xx_is_taken_out_and_comes_back_after_its_cool_down(monkeypatch):
-    monkeypatch.setattr(endpoints_module, "COOL_DOWN", 1.5)
+    clock = [time.monotonic()]  # the clock the cool-down is read on: it moves only when the test moves it
+    monkeypatch.setattr(endpoints_module, "time", SimpleNamespace(monotonic=lambda: clock[0]))
     with FaultServer() as good, FaultServer() as flaky:
         flaky.script = [Fault(503)] * 3  # then healthy again
         role = Role(base_url=[good.base_url, flaky.base_url], model="fake")
@@ -104,9 +106,12 @@ def test_an_endpoint_answering_5xx_is_taken_out_and_comes_back_after_its_cool_do
                 await asyncio.gather(*(client.chat("judge", f"first {i}") for i in range(10)))
                 taken_out = client.endpoint_stats()[flaky.base_url].in_rotation is False
                 served_before = flaky.count
-                await asyncio.sleep(1.5)
+                taken_out_at = clock[0]
+                clock[0] = taken_out_at + endpoints_module.COOL_DOWN / 2
+                still_out = client.endpoint_stats()[flaky.base_url].in_rotation is False
+                clock[0] = taken_out_at + endpoints_module.COOL_DOWN  # the cool-down is over, to the last bit
                 await asyncio.gather(*(client.chat("judge", f"second {i}") for i in range(10)))
-                return taken_out, served_before, client.endpoint_stats()[flaky.base_url]
+                return taken_out and still_out, served_before, client.endpoint_stats()[flaky.base_url]
 
         taken_out, served_before, stats = run(two_rounds())
     assert taken_out and served_before == 3  # three 503s in a row, then no more calls during the cool-down
@@ -403,8 +408,8 @@ def fake_vllm(self):
 
 
 def test_replicas_start_on_consecutive_ports_and_serve_as_one_endpoint(monkeypatch, tmp_path):
-    from rubricrl.serve import LocalServer
-    from rubricrl.server_discovery import advertise, withdraw
+    from rubricrl.serving.discovery import advertise, withdraw
+    from rubricrl.serving.server import LocalServer
 
     monkeypatch.setenv("RUBRICRL_HOME", str(tmp_path))
     monkeypatch.setattr(LocalServer, "command", fake_vllm)
@@ -429,7 +434,7 @@ def test_replicas_start_on_consecutive_ports_and_serve_as_one_endpoint(monkeypat
 
 
 def test_a_server_the_environment_names_is_reused_though_this_home_advertises_none(monkeypatch, tmp_path):
-    from rubricrl.serve import LocalServer
+    from rubricrl.serving.server import LocalServer
 
     monkeypatch.setenv("RUBRICRL_HOME", str(tmp_path))
     monkeypatch.setattr(LocalServer, "command", fake_vllm)
@@ -459,8 +464,8 @@ def test_cancelled_calls_give_their_slots_back():
 
 
 def test_gpu_replicas_get_equal_shares_of_the_visible_gpus(monkeypatch):
-    from rubricrl import replicas
     from rubricrl.errors import UserError
+    from rubricrl.serving import replicas
 
     monkeypatch.setattr(replicas, "vllm_on_cpu", lambda: False)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")

@@ -16,8 +16,8 @@ import pytest
 
 from grading.dataset import iter_rubric_rows
 from rubricrl.cli import main
-from rubricrl.hub_datasets import describe_input
 from rubricrl.records import RecordFileError, iter_rows
+from rubricrl.records.hub import describe_input
 from rurl.config import RurlConfig
 from rurl.data import load_rurl_data
 from tests.fault_server import FaultServer, schema_reply

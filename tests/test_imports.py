@@ -1,7 +1,8 @@
 """Imports run one way: the core (`rubricrl/`) at the bottom, then `grading/`, then the stages in pipeline order
 (`synthesis/`, `ruft/`, `rurl/`), then `reports/`. A module may import its own layer and those below, never one
-above (imports inside functions count too). Only the entry point, `rubricrl/cli.py`, knows every stage. Read
-from the source with `ast`: nothing is imported to check it. And no module outgrows a read: 400 lines at most."""
+above (imports inside functions count too), and no two modules import each other, however indirectly. Only the entry
+point, `rubricrl/cli.py`, knows every stage. Read from the source with `ast`: nothing is imported to check it. And
+no module outgrows a read: 400 lines at most."""
 
 import ast
 from pathlib import Path
@@ -44,6 +45,66 @@ def test_the_walk_sees_imports_inside_functions(tmp_path):
     source = tmp_path / "m.py"
     source.write_text("import json\n\ndef f():\n    from ruft.select import select\n    import rurl.train\n")
     assert imported_packages(source) == {("ruft", 4), ("rurl", 5)}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path, modules: set[str]) -> set[str]:
+    """The project modules the file imports, anywhere in it: `from a.b import c` names the module `a.b.c` when there
+    is one, else `a.b` (a package's `__init__`)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found |= {
+                f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module for a in node.names
+            }
+    return found & modules
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Each strongly connected group of more than one module (Tarjan), as a sorted list: every module in it reaches
+    every other through imports."""
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for other in sorted(graph.get(module, ())):
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in on_stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            group = []
+            while not group or group[-1] != module:
+                group.append(stack.pop())
+                on_stack.discard(group[-1])
+            if len(group) > 1 or module in graph.get(module, ()):
+                cycles.append(sorted(group))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return cycles
+
+
+def test_no_import_cycles():
+    paths = {module_name(path): path for layer in LAYERS for path in (ROOT / layer).rglob("*.py")}
+    graph = {module: imported_modules(path, set(paths)) - {module} for module, path in paths.items()}
+    cycles = import_cycles(graph)
+    assert not cycles, "modules that import each other:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_cycle_check_finds_an_indirect_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert import_cycles(graph) == [["a", "b", "c"]]
 
 
 MAX_LINES = 400

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rubricrl.embedded_model import EMBEDDED_MODEL_NAME, MARKER
-from rubricrl.server_discovery import served_models
+from rubricrl.serving.discovery import served_models
+from rubricrl.serving.embedded_model import EMBEDDED_MODEL_NAME, MARKER
 from tests.test_rurl_multiprocess_eval import run_launch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,8 +24,8 @@ RANK_SCRIPT = """
 import os, sys
 import torch.distributed as dist
 from trl import GRPOConfig, ModelConfig
-import rubricrl.embedded_model as embedded
-from rubricrl.training import base_model
+import rubricrl.serving.embedded_model as embedded
+from rubricrl.runs.training import base_model
 
 rank = int(os.environ["RANK"])
 def say(line):  # one write of the whole line: print's text and newline can interleave with the other rank's
@@ -98,7 +98,7 @@ HTTPServer(("127.0.0.1", port), Models).serve_forever()
 # then checks the server still answers (another process may have started it, and may be done already).
 USER_SCRIPT = """
 import sys
-import rubricrl.serve as serve
+import rubricrl.serving.server as serve
 serve.LocalServer.command = lambda self: [sys.executable, sys.argv[2], str(self.port), self.served_name]
 with serve.local_endpoint(sys.argv[1]) as endpoint:
     print(endpoint.base_url, flush=True)
@@ -151,7 +151,7 @@ def _line(process: subprocess.Popen, timeout: float = 60) -> str:
 def test_a_gpu_launch_does_not_start_a_local_server_beside_its_policies(tmp_path, monkeypatch):
     """On GPUs the launch's processes would share a server that inherits their GPUs and takes GPU 0 beside process
     0's policy (out of memory on an 8-GPU node): refused in one line saying how to serve the judge instead."""
-    import rubricrl.serve as serve
+    import rubricrl.serving.server as serve
     from rubricrl.errors import UserError
 
     monkeypatch.setenv("RUBRICRL_HOME", str(tmp_path))  # no advertised server

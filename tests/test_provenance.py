@@ -1,4 +1,4 @@
-"""An output folder's provenance over resumed runs (rubricrl/provenance.py), through `rubricrl synth` against a
+"""An output folder's provenance over resumed runs (rubricrl/runs/provenance.py), through `rubricrl synth` against a
 scripted endpoint: a rerun with other settings is refused before any call unless forced, a forced one is recorded
 as such down to the dataset card, usage adds up over runs, and the summary says where the output and errors are.
 `ruft build`'s side is in test_ruft_build.py."""

@@ -12,7 +12,7 @@ from grading.reward import rubric_reward
 from grading.rubric import rubric_from_items
 from rubricrl.cli import main
 from rubricrl.llm import LLMClient, Role
-from rubricrl.reasoning import ReasoningNeverClosed, split_reasoning
+from rubricrl.llm.reasoning import ReasoningNeverClosed, split_reasoning
 from tests.fault_server import FaultServer, schema_reply
 from tests.helpers import run
 
@@ -288,7 +288,7 @@ def test_synthesis_grounds_rubrics_in_answers_not_reasoning(tmp_path, home, monk
 
 def test_reasoning_never_closed_names_the_way_out():
     with pytest.raises(ReasoningNeverClosed, match="raise its max_tokens or lower its reasoning effort"):
-        from rubricrl.reasoning import answer_of
+        from rubricrl.llm.reasoning import answer_of
 
         answer_of(CUT_OFF, what="the reference answer")
 
@@ -299,7 +299,7 @@ def test_rurl_reads_from_the_policys_template_whether_it_opens_the_reasoning(tmp
     from transformers import AutoTokenizer
     from trl import GRPOConfig, ModelConfig
 
-    from rubricrl.embedded_model import prepare_embedded_model
+    from rubricrl.serving.embedded_model import prepare_embedded_model
     from rurl.train import read_policy_template
 
     tokenizer = AutoTokenizer.from_pretrained(prepare_embedded_model())

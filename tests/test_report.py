@@ -19,8 +19,8 @@ from grading.scores import explicit_score
 from reports.html import TEMPLATE
 from rubricrl.cli import main
 from rubricrl.config import resolved, write_resolved
-from rubricrl.jsonl import write_jsonl
 from rubricrl.llm import LLMSettings
+from rubricrl.runs.jsonl import write_jsonl
 
 JUDGE = {
     "judge_model": "judge-model-x",

@@ -26,7 +26,7 @@ from grading.openrlhf_query import split_response
 from grading.service import RewardService, serve
 from rubricrl.cli import main
 from rubricrl.llm import LLMClient, Role
-from rubricrl.server_discovery import free_port
+from rubricrl.serving.discovery import free_port
 from tests.fault_server import FaultServer
 from tests.helpers import SECRET
 

@@ -253,7 +253,7 @@ def test_sigkill_then_rerun_finishes_without_repeating_a_finished_call(tmp_path,
             time.sleep(0.05)
         killed.send_signal(signal.SIGKILL)
         killed.wait()
-        time.sleep(1.0)  # let the server finish reading what the killed process had sent
+        server.wait_idle(timeout=30)  # every request the killed process had sent is read and answered
         done_before = done()
         assert 10 <= done_before < 40 and not (out / "manifest.json").exists()
         cache = ResponseCache(home / "cache" / "responses")

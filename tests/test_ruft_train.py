@@ -81,7 +81,7 @@ def no_model_load(monkeypatch):
         raise AssertionError("a model was loaded before the input was checked")
 
     monkeypatch.setattr(transformers.PreTrainedModel, "from_pretrained", classmethod(refuse))
-    monkeypatch.setattr("rubricrl.embedded_model.prepare_embedded_model", refuse)
+    monkeypatch.setattr("rubricrl.serving.embedded_model.prepare_embedded_model", refuse)
 
 
 def error_line(capsys) -> str:
@@ -185,7 +185,7 @@ def test_resolved_config_loads_back_and_holds_no_secret(tmp_path):
     """config.yaml: ours, SFTConfig's and ModelConfig's fields, flat; `--config` it and the settings are the same.
     hub_token is left out (TrainingArguments.to_dict masks every `*_token`, eos_token too: that one is kept)."""
     from rubricrl.config import write_resolved
-    from rubricrl.training import CPU_DEFAULTS
+    from rubricrl.runs.training import CPU_DEFAULTS
     from ruft.train import run_config
 
     def settings(argv):
@@ -259,7 +259,7 @@ def test_presets_are_valid_trl_settings():
 
 @pytest.fixture(scope="module")
 def base_model() -> str:
-    from rubricrl.embedded_model import prepare_embedded_model
+    from rubricrl.serving.embedded_model import prepare_embedded_model
 
     return str(prepare_embedded_model())
 
@@ -469,7 +469,7 @@ def test_resume_from_checkpoint_continues_the_run(tmp_path, capsys, base_model, 
 def test_resume_true_takes_the_latest_complete_checkpoint(tmp_path):
     from types import SimpleNamespace
 
-    from rubricrl.training import resume_target
+    from rubricrl.runs.training import resume_target
 
     for step, complete in ((2, True), (3, False), (10, True), (11, False)):
         (tmp_path / f"checkpoint-{step}").mkdir()

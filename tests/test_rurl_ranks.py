@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from rubricrl.embedded_model import prepare_embedded_model
+from rubricrl.serving.embedded_model import prepare_embedded_model
 from tests.fault_server import FaultServer
 from tests.helpers import tiny_rurl_train
 

@@ -12,8 +12,8 @@ import pytest
 from grading.grader import Grader, GradingConfig
 from grading.reward import make_rubric_reward
 from rubricrl.cli import main
-from rubricrl.embedded_model import prepare_embedded_model
 from rubricrl.llm import LLMClient, Role
+from rubricrl.serving.embedded_model import prepare_embedded_model
 from tests.fault_server import FaultServer
 from tests.helpers import hashed_verdict, tiny_rurl_train
 

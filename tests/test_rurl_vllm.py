@@ -33,7 +33,7 @@ from accelerate import Accelerator
 from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl.generation.vllm_generation import VLLMGeneration
-from rubricrl.embedded_model import prepare_embedded_model
+from rubricrl.serving.embedded_model import prepare_embedded_model
 from rurl.vllm_cpu import patch_generation
 
 path = str(prepare_embedded_model())

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rubricrl.embedded_model import embedded_model_dir, prepare_embedded_model
-from rubricrl.server_discovery import DEFAULT_PORT, LOCAL_SERVER_ENV, free_port, port_is_free, served_models
+from rubricrl.serving.discovery import DEFAULT_PORT, LOCAL_SERVER_ENV, free_port, port_is_free, served_models
+from rubricrl.serving.embedded_model import embedded_model_dir, prepare_embedded_model
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,7 +81,7 @@ def test_serve_answers_advertises_and_sigterm_leaves_no_process(home):
 
 
 def test_a_folder_is_served_under_a_name_that_changes_with_its_weights(tmp_path):
-    from rubricrl.serve import served_name_for
+    from rubricrl.serving.server import served_name_for
 
     (tmp_path / "config.json").write_text("{}")
     (tmp_path / "model.safetensors").write_bytes(b"v1")

@@ -10,7 +10,7 @@ import pytest
 
 from rubricrl.cli import main
 from rubricrl.config import ConfigError
-from rubricrl.shards import Shard, parse_shard, shard_of
+from rubricrl.runs.shards import Shard, parse_shard, shard_of
 from tests.fault_server import FaultServer, schema_reply
 
 

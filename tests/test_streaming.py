@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from rubricrl.streaming import for_each
+from rubricrl.runs.streaming import for_each
 from tests.helpers import run
 
 

@@ -149,7 +149,7 @@ def test_sigkill_then_rerun_finishes_without_repeating_a_finished_call(tmp_path,
             time.sleep(0.05)
         killed.send_signal(signal.SIGKILL)
         killed.wait()
-        time.sleep(1.0)  # let the server finish reading the requests the killed process had already sent
+        server.wait_idle(timeout=30)  # every request the killed process had sent is read and answered
         done_before = len((out / "final.jsonl").read_text().splitlines())
         assert 30 <= done_before < 120 and not (out / "manifest.json").exists()
 
@@ -541,7 +541,7 @@ def test_output_folder_of_a_run_that_did_not_finish_leaves_the_parquet_files_alo
 
 
 def test_parquet_batches_are_bounded_in_bytes(tmp_path):
-    from rubricrl.jsonl import ParquetTable, json_line
+    from rubricrl.runs.jsonl import ParquetTable, json_line
 
     table = ParquetTable(tmp_path / "t.parquet", final_schema, batch_rows=1000, batch_bytes=100)
     for i in range(3):  # each line is over 100 bytes: one batch, one row group, per line

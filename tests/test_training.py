@@ -1,4 +1,4 @@
-"""rubricrl/training.py's save_model with LoRA: the merged model is built from the saved adapter on the base model
+"""rubricrl/runs/training.py's save_model with LoRA: the merged model is built from the saved adapter on the base model
 loaded on the CPU (what still works under ZeRO-3/FSDP, where the trained parameters are shards), and it is the
 folder that merging the trained model in memory gives, in the dtype it trained in."""
 
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from rubricrl.training import save_model
+from rubricrl.runs.training import save_model
 from tests.test_ruft_train import tensors
 
 
@@ -18,7 +18,7 @@ def test_a_lora_model_merged_from_its_saved_adapter_equals_the_one_merged_in_mem
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
 
-    from rubricrl.embedded_model import prepare_embedded_model
+    from rubricrl.serving.embedded_model import prepare_embedded_model
 
     base_path = prepare_embedded_model()  # stored in bf16; the tiny presets train it in float32
     tokenizer = AutoTokenizer.from_pretrained(base_path)

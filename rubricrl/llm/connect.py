@@ -16,13 +16,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from rubricrl.config import ConfigError
-from rubricrl.embedded_model import EMBEDDED_MODEL_NAME
 from rubricrl.llm.cache import ResponseCache
 from rubricrl.llm.client import LLMClient
 from rubricrl.llm.endpoints import endpoint_urls
 from rubricrl.llm.roles import Role, bind_local, resolve_roles
-from rubricrl.serve import local_endpoint
-from rubricrl.server_discovery import listed_models
+from rubricrl.serving.discovery import listed_models
+from rubricrl.serving.embedded_model import EMBEDDED_MODEL_NAME
+from rubricrl.serving.server import local_endpoint
 
 DEFAULT_CPU_MAX_TOKENS = 256
 REACHABLE_TIMEOUT = 10.0  # seconds for an endpoint to accept a connection and answer GET /models

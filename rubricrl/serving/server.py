@@ -11,7 +11,6 @@ Several such servers for one model, advertised as one endpoint, are `Replicas` (
 """
 
 import contextlib
-import ctypes
 import fcntl
 import hashlib
 import importlib.metadata
@@ -26,11 +25,12 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
-from rubricrl.embedded_model import EMBEDDED_MODEL_NAME, prepare_embedded_model
 from rubricrl.errors import UserError
 from rubricrl.home import rubricrl_home
-from rubricrl.jsonl import write_whole
-from rubricrl.server_discovery import HOST, Endpoint, find_running, free_port, served_models
+from rubricrl.runs.jsonl import write_whole
+from rubricrl.serving.discovery import HOST, Endpoint, find_running, free_port, served_models
+from rubricrl.serving.embedded_model import EMBEDDED_MODEL_NAME, prepare_embedded_model
+from rubricrl.serving.processes import die_with_parent
 
 # Compact JSON for `response_format` answers. vLLM's default grammar (xgrammar, any_whitespace) allows any run of
 # whitespace between JSON tokens, so a schema's bounds (maxLength, maxItems) do not bound an answer: SmolLM2 sometimes
@@ -38,7 +38,6 @@ from rubricrl.server_discovery import HOST, Endpoint, find_running, free_port, s
 # disable_any_whitespace is honoured only with a named backend; xgrammar is the one "auto" picks for our bounded
 # schemas, named here it refuses (400) a schema feature it cannot enforce instead of falling back to another backend.
 STRUCTURED_OUTPUTS = json.dumps({"backend": "xgrammar", "disable_any_whitespace": True})
-PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
 def vllm_on_cpu() -> bool:
@@ -201,15 +200,6 @@ class LocalServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-
-def die_with_parent() -> None:
-    """In the child before exec: have Linux send it SIGTERM if we die, even by SIGKILL, so no server is orphaned.
-    Linux ties this to the thread that started the server: start servers from a thread that outlives them."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):  # not Linux: a killed parent may leave the server running
-        pass
 
 
 @contextmanager

@@ -4,38 +4,33 @@ in this order, around the work that differs.
 1. before any model call or change to the folder: the input is checked (by the stage) and the folder's finished rows
    are read (a bad line in them is an error now);
 2. the roles are opened (a local server started if one is needed), and the settings that determine the rows are
-   checked against the folder's earlier runs (rubricrl/provenance.py): a change is refused before the folder changes;
+   checked against the folder's earlier runs (rubricrl/runs/provenance.py): a change is refused before the folder changes;
 3. the folder is prepared: rejected.jsonl (with --skip-bad-rows), what says "finished" removed (it is only true again
    at the end), config.yaml written;
 4. the stage's work, through one client; an exception still appends its run to runs.jsonl (what it spent counts in
    the folder's totals);
 5. the run's line in runs.jsonl with its counts, then manifest.json, written last (its presence means finished).
 
-Each stage supplies its settings, its work, its counts and its summary lines; `summary_head` and `summary_tail`
+Each stage calls these steps in order with its settings, does its work, and gives its counts and summary lines; `summary_head` and `summary_tail`
 are the lines every summary shares.
 """
 
 import argparse
-import asyncio
 import shutil
 import sys
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO
 
 from rubricrl.config import config_source, resolved, write_resolved
-from rubricrl.llm import LLMClient, LLMSession, LLMSettings, open_llm
-from rubricrl.manifest import endpoint_counts, package_versions, usage_lines, write_manifest
-from rubricrl.provenance import FINGERPRINT_FILE, RunRecord, check_settings, fingerprint, finished_rows, totals
+from rubricrl.llm import LLMClient, LLMSession, LLMSettings, Role, open_llm
 from rubricrl.queries import Rejected, write_rejected
-
-T = TypeVar("T")
-
-Work = Callable[[LLMClient, int, str], Awaitable[T]]
-"""A stage's work: (the run's client, the calls the endpoints take at once, the id of this run's settings, which each
-row it writes names) -> what it did."""
+from rubricrl.runs.jsonl import json_line
+from rubricrl.runs.manifest import endpoint_counts, package_versions, usage_lines, write_manifest
+from rubricrl.runs.provenance import FINGERPRINT_FILE, RunRecord, check_settings, fingerprint, finished_rows, totals
 
 
 @dataclass
@@ -50,10 +45,18 @@ class RunCounts:
     first_error: str | None = None
     """`id at stage: message` of the first failure (all of them are in errors.jsonl)."""
 
+    def fail(self, errors: BinaryIO, query_id: str, stage: str, message: str) -> None:
+        """A failed query: counted, its line in errors.jsonl (`errors`, flushed), retried by the next run."""
+        self.failed[stage] += 1
+        self.first_error = self.first_error or f"{query_id} at {stage}: {message}"
+        errors.write(json_line({"id": query_id, "stage": stage, "error": message[:1000]}))
+        errors.flush()
+
 
 class FolderRun:
     """One run of `command` into `out`. Made after the stage has checked its input: it reads the folder's finished
-    rows (`done_file`) at once; then `run` does steps 2 to 4 and `finish` step 5. `settings`: the command's parsed
+    rows (`done_file`) at once; then the stage calls `roles` (step 2), `prepare` (steps 2 and 3), works through
+    `client` (step 4) and calls `finish` (step 5). `settings`: the command's parsed
     settings, as config.yaml saves them."""
 
     def __init__(self, command: str, settings: list[Any], out: Path, *, done_file: str, allow_changed: bool):
@@ -65,54 +68,59 @@ class FolderRun:
         self.record: RunRecord | None = None
         self.used: list[dict[str, Any]] = []
 
-    def run(
+    @contextmanager
+    def roles(
+        self, args: argparse.Namespace, llm: LLMSettings, roles: list[str], *, cpu_budgets: dict[str, int]
+    ) -> Iterator[dict[str, Role]]:
+        """Step 2: the roles at live endpoints (a local server started if one is needed), closed after the block."""
+        with open_llm(llm, roles, source=config_source(args), cpu_budgets=cpu_budgets) as session:
+            self.session = session
+            yield session.roles
+
+    def prepare(
         self,
-        args: argparse.Namespace,
-        llm: LLMSettings,
-        roles: list[str],
+        row_settings: dict[str, Any],
         *,
-        cpu_budgets: dict[str, int],
-        row_settings: Callable[[dict[str, Any]], dict[str, Any]],
-        work: Work[T],
-        client_options: dict[str, Any] | None = None,
         rejected: list[Rejected] | None = None,
         rejected_said: str = "",
         stale: tuple[str, ...] = ("manifest.json",),
-    ) -> T:
-        """Steps 2 to 4, the roles closed after them. `row_settings`: what determines the rows, from the resolved
-        roles (rubricrl/provenance.py); `rejected`: the rows left out, for rejected.jsonl (None: no
-        --skip-bad-rows), said on stderr as `rejected_said: PATH`; `stale`: the files and folders that say the folder
-        is finished."""
-        with open_llm(llm, roles, source=config_source(args), cpu_budgets=cpu_budgets) as session:
-            self.session = session
-            # Before anything in the folder changes: are its rows made with these settings?
-            current = fingerprint(row_settings(session.roles))
-            self.used = check_settings(self.out, current, rows=self.finished_before, allow_changed=self.allow_changed)
-            self.out.mkdir(parents=True, exist_ok=True)  # every check passed: now the folder may change
-            if rejected is not None:
-                write_rejected(rejected, self.out / "rejected.jsonl")
-                if rejected:
-                    print(f"{rejected_said}: {self.out / 'rejected.jsonl'}", file=sys.stderr)
-            for name in stale:  # what says "finished": only true again at the end
-                if (self.out / name).is_dir():
-                    shutil.rmtree(self.out / name, ignore_errors=True)
-                else:
-                    (self.out / name).unlink(missing_ok=True)
-            write_resolved(self.out / "config.yaml", self.config)
-            self.record = RunRecord(self.out, current["id"])
+    ) -> str:
+        """Steps 2 and 3: `row_settings` (what determines the rows, rubricrl/runs/provenance.py) checked against the
+        folder's earlier runs before anything in it changes, then the folder prepared. `rejected`: the rows left out,
+        for rejected.jsonl (None: no --skip-bad-rows), said as `rejected_said: PATH`; `stale`: what says the folder
+        is finished. Returns the id of this run's settings, which each row it writes names."""
+        current = fingerprint(row_settings)
+        self.used = check_settings(self.out, current, rows=self.finished_before, allow_changed=self.allow_changed)
+        self.out.mkdir(parents=True, exist_ok=True)  # every check passed: now the folder may change
+        if rejected is not None:
+            write_rejected(rejected, self.out / "rejected.jsonl")
+            if rejected:
+                print(f"{rejected_said}: {self.out / 'rejected.jsonl'}", file=sys.stderr)
+        for name in stale:  # only true again at the end
+            if (self.out / name).is_dir():
+                shutil.rmtree(self.out / name, ignore_errors=True)
+            else:
+                (self.out / name).unlink(missing_ok=True)
+        write_resolved(self.out / "config.yaml", self.config)
+        self.record = RunRecord(self.out, current["id"])
+        return current["id"]
+
+    @asynccontextmanager
+    async def client(self, **options: Any) -> AsyncIterator[LLMClient]:
+        """Step 4: the run's one client. An exception (an interrupt too) still writes the run's line in runs.jsonl:
+        what it spent counts in the folder's totals."""
+        async with self.session.client(**options) as client:
+            self.record.client = client
             try:
-                return asyncio.run(self._work(work, client_options or {}))
-            except BaseException:  # interrupted: what it spent still counts in the folder's totals
+                yield client
+            except BaseException:
                 self.record.write(finished=False)
                 raise
 
-    async def _work(self, work: Work[T], client_options: dict[str, Any]) -> T:
-        session = self.session
-        async with session.client(**client_options) as client:
-            self.record.client = client
-            # calls in flight: concurrency on each endpoint of the role with the most (several judge servers fill up)
-            slots = session.settings.concurrency * max(len(role.endpoints) for role in session.roles.values())
-            return await work(client, slots, self.record.entry["fingerprint"])
+    @property
+    def slots(self) -> int:
+        """Calls in flight: the concurrency on each endpoint of the role with the most (several judge servers)."""
+        return self.session.settings.concurrency * max(len(role.endpoints) for role in self.session.roles.values())
 
     def finish(
         self,

@@ -1,6 +1,7 @@
 """What the training commands (`ruft train`, `rurl train`) share around TRL's trainers: the CPU defaults, the checks
-made before a model loads (base model, checkpoint to resume), the resolved TRL settings, the run's lifecycle
-(`run_training`), wandb (offline without a key) and saving a LoRA model merged.
+made before a model loads (base model, checkpoint to resume), the resolved TRL settings, and the steps each command
+calls in order: `begin_run` (config.yaml, first), `wandb_run` (offline without a key), `train`, `save_model` (LoRA
+merged), `end_trainer`.
 
 TRL, transformers and torch load only inside the functions: `rubricrl --help` imports this module.
 """
@@ -10,7 +11,8 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -65,7 +67,7 @@ def check_base_model(name: str) -> None:
 def base_model(model_config) -> str:
     """ModelConfig's model_name_or_path, the embedded model when unset (prepared on first use), checked."""
     if model_config.model_name_or_path is None:
-        from rubricrl.embedded_model import prepare_embedded_model
+        from rubricrl.serving.embedded_model import prepare_embedded_model
 
         model_config.model_name_or_path = str(prepare_embedded_model(log=lambda m: print(m, file=sys.stderr)))
     check_base_model(model_config.model_name_or_path)
@@ -134,71 +136,54 @@ def model_init_kwargs(trl_config: "TrainingArguments", model_config) -> dict[str
 
 
 @dataclass
-class TrainingRun:
-    """A trained run, as `run_training` hands it to the command's hooks and returns it."""
+class Trained:
+    """What `train` gives back."""
 
-    trainer: "Trainer"
     first_step: int
     """The step it resumed from (0 for a fresh run)."""
     seconds: float
     """How long trainer.train took."""
     training_loss: float
     """trainer.train's mean loss over the run."""
-    main_process: bool
-    """Under `accelerate launch`, one process writes and reports."""
-    wandb_run: Any
-    """The wandb run, on the main process when report_to names wandb; else None."""
 
 
-def run_training(
-    command: str,
-    trl_config: "TrainingArguments",
-    config: dict[str, Any],
-    build: Callable[[], "Trainer"],
-    *,
-    run_settings: dict[str, Any],
-    resume: str | None,
-    merge: bool,
-    message: str,
-    write_inputs: Callable[[], None] = lambda: None,
-    trained: Callable[[TrainingRun], bool] = lambda run: True,
-    saved: Callable[[TrainingRun], None] = lambda run: None,
-    ending: Callable[["Trainer"], None] = lambda trainer: None,
-) -> TrainingRun:
-    """One run of a training command, checked beforehand (output_dir, `resume`, the base model). On the main process:
-    `config` in output_dir/config.yaml (first), `write_inputs` (the command's other files), `message` on stderr and
-    the wandb run, its config `run_settings`. Then on every process: the trainer `build` gives, trained from `resume`;
-    `trained` (every process) says whether to keep the model (false: a guard stopped the run, its checkpoint is
-    what is left), which is saved in output_dir (`merge`: LoRA merged); `saved` on the main process (what the run
-    leaves beside the model, its summary); `ending` just before Trainer.end. The wandb run is finished whatever
-    happens."""
-    output_dir = Path(trl_config.output_dir)
-    main_process = trl_config.process_index == 0
-    wandb_run = None
-    if main_process:
-        write_resolved(output_dir / "config.yaml", config)
-        write_inputs()
+def is_main_process(trl_config: "TrainingArguments") -> bool:
+    """Under `accelerate launch`, one process writes files and reports."""
+    return trl_config.process_index == 0
+
+
+def begin_run(trl_config: "TrainingArguments", config: dict[str, Any], message: str) -> None:
+    """On the main process: the resolved settings in output_dir/config.yaml, first, then `message` on stderr."""
+    if is_main_process(trl_config):
+        write_resolved(Path(trl_config.output_dir) / "config.yaml", config)
         print(message, file=sys.stderr)
-        wandb_run = start_wandb(trl_config, run_settings, command)
+
+
+@contextmanager
+def wandb_run(trl_config: "TrainingArguments", run_settings: dict[str, Any], command: str) -> Iterator[Any]:
+    """The run's wandb run on the main process when report_to names wandb (else None), finished however the block
+    ends."""
+    run = start_wandb(trl_config, run_settings, command) if is_main_process(trl_config) else None
     try:
-        trainer = build()
-        if wandb_run is not None:
-            trainer.add_callback(keep_run_config(wandb_run, run_settings))
-        started, first_step = time.monotonic(), step_of(resume)
-        output = trainer.train(resume_from_checkpoint=resume)
-        seconds = time.monotonic() - started
-        run = TrainingRun(trainer, first_step, seconds, output.training_loss, main_process, wandb_run)
-        if trained(run):
-            save_model(trainer, output_dir, merge)
-        if main_process:
-            saved(run)
-        if hasattr(trainer, "end"):  # transformers >= 5.18: ends accelerate's trackers and the process group
-            ending(trainer)
-            trainer.end()
+        yield run
     finally:
-        if wandb_run is not None:
-            wandb_run.finish()
-    return run
+        if run is not None:
+            run.finish()
+
+
+def train(trainer: "Trainer", resume: str | None, wandb: Any, run_settings: dict[str, Any]) -> Trained:
+    """trainer.train from `resume` (None: from scratch), timed; the wandb run's config kept as `run_settings`."""
+    if wandb is not None:
+        trainer.add_callback(keep_run_config(wandb, run_settings))
+    started, first_step = time.monotonic(), step_of(resume)
+    output = trainer.train(resume_from_checkpoint=resume)
+    return Trained(first_step, time.monotonic() - started, output.training_loss)
+
+
+def end_trainer(trainer: "Trainer") -> None:
+    """transformers >= 5.18: Trainer.end ends accelerate's trackers and the process group."""
+    if hasattr(trainer, "end"):
+        trainer.end()
 
 
 def start_wandb(trl_config: "TrainingArguments", config: dict[str, Any], command: str):

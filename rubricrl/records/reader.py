@@ -1,5 +1,5 @@
 """The one reader for every record a stage consumes (queries, rubric rows, responses): JSONL, Parquet, a saved
-Hugging Face dataset folder, a dataset repository folder or a Hugging Face Hub dataset id (see `rubricrl.hub_datasets`),
+Hugging Face dataset folder, a dataset repository folder or a Hugging Face Hub dataset id (see `rubricrl.records.hub`),
 streamed, with errors that name the file, the place and the problem:
 `queries.jsonl: line 3: ...` or `rubrics.parquet: row 3: ...`. Every place counts from 1: a JSONL line number is
 the one an editor shows (blank lines counted), a Parquet or dataset row number N is the Nth row
@@ -18,10 +18,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rubricrl.errors import UserError
+from rubricrl.records.files import (
+    InvalidRecord,
+    Record,
+    RecordFileError,
+    jsonl_rows,
+    parquet_rows,
+)
 
 if TYPE_CHECKING:
-    import pyarrow as pa
+    pass
 
 ROLES = ("system", "user", "assistant")
 QUERY_COLUMNS = ("prompt", "question")
@@ -30,26 +36,6 @@ QUERY_COLUMNS = ("prompt", "question")
 # the messages themselves beside it, in the details file written in step with each export file: details.jsonl
 # line by line before final.jsonl, final_details.parquet with final.parquet.
 DETAILS_FILES = {"final.parquet": "final_details.parquet", "final.jsonl": "details.jsonl"}
-BATCH_ROWS = 1024  # rows per Arrow batch: large enough to be fast, small enough to keep memory flat
-
-
-class RecordFileError(UserError, ValueError):
-    """A file is unreadable or has a bad record; the message names the file, the line or row, and the problem."""
-
-
-class InvalidRecord(Exception):
-    """A record's problem, without its location (the reader adds it, since it knows it)."""
-
-
-@dataclass(frozen=True)
-class Record:
-    location: str
-    """`line 3` (JSONL) or `row 3` (Parquet, dataset), counting from 1."""
-    raw: Any
-    """The parsed row, or the raw line text when the line is not a JSON object."""
-    row: dict[str, Any] | None = None
-    problem: str | None = None
-    """Why the line is not a record (invalid JSON or UTF-8, not an object)."""
 
 
 @dataclass(frozen=True)
@@ -191,7 +177,7 @@ def _open(path: Path) -> tuple[str, list[str] | None, Iterator[Record]]:
     """(name for messages, column names or None for JSONL, raw rows). A path that exists is read as it is; else it
     may name a dataset and what to read of it (`hub_datasets.dataset_source`)."""
     # imported here: the dataset reader builds on this module's records (one way), and only a dataset needs it
-    from rubricrl.hub_datasets import dataset_source, folder_rows, named_rows
+    from rubricrl.records.hub import dataset_source, folder_rows, named_rows
 
     if path.is_dir():
         return folder_rows(path, None)
@@ -206,60 +192,13 @@ def _open(path: Path) -> tuple[str, list[str] | None, Iterator[Record]]:
             f = open(path, "rb")
         except OSError as error:
             raise RecordFileError(f"{path}: cannot read: {error.strerror}") from error
-        return str(path), None, _jsonl_rows(f)
+        return str(path), None, jsonl_rows(f)
     if suffix == ".parquet":
-        return _parquet_rows(path)
+        return parquet_rows(path)
     raise RecordFileError(
         f"{path}: unknown file type {suffix or '(no extension)'!r}; "
         "expected .jsonl, .parquet, a dataset folder or a Hugging Face Hub dataset id"
     )
-
-
-def _jsonl_rows(f) -> Iterator[Record]:
-    # Bytes, not text mode: an undecodable line is then reported with its number instead of failing the file,
-    # and only "\n" ends a line (text mode would also split on "\r" and Unicode line separators).
-    with f:
-        for number, data in enumerate(f, 1):
-            if number == 1:
-                data = data.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte order mark some editors write
-            location = f"line {number}"
-            try:
-                line = data.decode("utf-8")
-            except UnicodeDecodeError as error:
-                raw = data.decode("utf-8", errors="backslashreplace").rstrip("\r\n")
-                yield Record(location, raw, problem=f"invalid UTF-8 at byte {error.start}: {error.reason}")
-                continue
-            if line.strip():
-                yield _parse_line(line.rstrip("\r\n"), location)
-
-
-def _parse_line(line: str, location: str) -> Record:
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as error:
-        return Record(location, line, problem=f"invalid JSON: {error.msg} at column {error.colno}")
-    if not isinstance(row, dict):
-        return Record(location, line, problem=f"expected a JSON object, got {type(row).__name__}")
-    return Record(location, row, row=row)
-
-
-def _parquet_rows(path: Path) -> tuple[str, list[str], Iterator[Record]]:
-    import pyarrow as pa  # only here: it takes a tenth of a second to load, and JSONL needs none of it
-    import pyarrow.parquet as pq
-
-    try:
-        parquet = pq.ParquetFile(path)
-    except (OSError, pa.ArrowException) as error:
-        raise RecordFileError(f"{path}: cannot read as Parquet: {error}") from error
-    return str(path), parquet.schema_arrow.names, table_rows(parquet.iter_batches(batch_size=BATCH_ROWS))
-
-
-def table_rows(batches: "Iterable[pa.RecordBatch | pa.Table]") -> Iterator[Record]:
-    index = 1  # rows count from 1, as JSONL lines do: one convention in every message
-    for batch in batches:
-        for row in batch.to_pylist():
-            yield Record(f"row {index}", row, row=row)
-            index += 1
 
 
 def conversation(value: Any, key: str) -> list[dict[str, str]]:

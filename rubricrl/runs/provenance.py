@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rubricrl.errors import UserError
-from rubricrl.jsonl import complete_rows, json_line, write_whole
+from rubricrl.runs.jsonl import complete_rows, json_line, write_whole
 
 FINGERPRINT_FILE = "fingerprint.json"
 RUNS_FILE = "runs.jsonl"

@@ -10,9 +10,9 @@ import urllib.request
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from rubricrl.embedded_model import EMBEDDED_MODEL_NAME
 from rubricrl.home import rubricrl_home
-from rubricrl.jsonl import write_whole
+from rubricrl.runs.jsonl import write_whole
+from rubricrl.serving.embedded_model import EMBEDDED_MODEL_NAME
 
 DEFAULT_PORT = 8750
 HOST = "127.0.0.1"

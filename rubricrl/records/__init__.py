@@ -1,0 +1,37 @@
+"""Records: the one reader for every record a stage consumes (queries, rubric rows, responses), from JSONL, Parquet,
+dataset folders and Hub ids, with errors that name the file, the place and the problem.
+
+- `files.py`: the rows of one file, each with its place or the reason it is no record;
+- `hub.py`: saved and repository-layout dataset folders and Hub ids, through `datasets`;
+- `reader.py`: any of these by one path, the conversation of a record and its id.
+"""
+
+from rubricrl.records.files import InvalidRecord, Record, RecordFileError
+from rubricrl.records.reader import (
+    RecordFile,
+    conversation,
+    conversation_of,
+    generated_id,
+    id_column_of,
+    iter_rows,
+    open_records,
+    query_column,
+    record_id,
+    rows_of,
+)
+
+__all__ = [
+    "InvalidRecord",
+    "Record",
+    "RecordFile",
+    "RecordFileError",
+    "conversation",
+    "conversation_of",
+    "generated_id",
+    "id_column_of",
+    "iter_rows",
+    "open_records",
+    "query_column",
+    "record_id",
+    "rows_of",
+]
