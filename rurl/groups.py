@@ -1,4 +1,4 @@
-"""The groups of a generation batch that dynamic sampling keeps (rurl/trainer.py), as plain data: which keys of
+"""The groups of a generation batch that dynamic sampling keeps (rurl/dynamic_sampling.py), as plain data: which keys of
 TRL's `_generate_and_score_completions` output are cut by row and how they are padded, a group cut out of a batch,
 trimmed of its padding to be sent to another process, and which kept groups each process trains on. No trainer
 state: every process computes the same from the same inputs."""
@@ -41,7 +41,7 @@ def assign(order: list[tuple], wanted: int, processes: int) -> list[list[tuple]]
 
 def trimmed(group: dict[str, Any]) -> dict[str, Any]:
     """A group on the CPU without the padding its batch gave it (prompts are padded on the left, completions on the
-    right): what is sent to another process. `RubricGRPOTrainer._joined` pads it again."""
+    right): what is sent to another process. `DynamicSampler._joined` pads it again."""
     prompt = int(group["prompt_mask"].sum(dim=1).max())
     completion = max(1, int(group["completion_mask"].sum(dim=1).max()))
     out = {}

@@ -55,7 +55,7 @@ from rurl.config import RurlConfig, TrainArgs, check_with_trl
 from rurl.data import RurlData, load_rurl_data
 from rurl.rewards import extra_reward_funcs
 from rurl.summary import log_criteria, run_summary, summary_text
-from rurl.vllm_cpu import close_colocated_engine
+from rurl.vllm_cpu import close_colocated_engine, patch_cpu_colocate
 
 if TYPE_CHECKING:
     from trl import GRPOConfig, ModelConfig
@@ -342,7 +342,8 @@ def build_trainer(rurl: RurlConfig, grpo: "GRPOConfig", model: "ModelConfig", da
     model_init_kwargs on top; dynamic sampling when asked."""
     from trl import get_peft_config, get_quantization_config
 
-    from rurl.trainer import DynamicSampling, RubricGRPOTrainer
+    from rurl.dynamic_sampling import DynamicSampling
+    from rurl.trainer import RubricGRPOTrainer
 
     grpo.model_init_kwargs = model_init_kwargs(grpo, model)
     if get_quantization_config(model) is not None:
@@ -353,7 +354,7 @@ def build_trainer(rurl: RurlConfig, grpo: "GRPOConfig", model: "ModelConfig", da
         else None
     )
     try:
-        return RubricGRPOTrainer(
+        trainer = RubricGRPOTrainer(
             model=model.model_name_or_path,
             reward_funcs=reward_funcs,
             args=grpo,
@@ -364,6 +365,9 @@ def build_trainer(rurl: RurlConfig, grpo: "GRPOConfig", model: "ModelConfig", da
         )
     except OSError as error:  # transformers: not on the Hub, offline, no weights in the folder
         raise ConfigError(f"model_name_or_path {model.model_name_or_path}: cannot load: {error}") from None
+    if grpo.use_vllm:  # TRL's colocated weight push fails on vLLM's CPU build: rurl/vllm_cpu.py
+        patch_cpu_colocate(trainer)
+    return trainer
 
 
 def check_judge_wait(rurl: RurlConfig, grpo: "GRPOConfig") -> None:

@@ -50,7 +50,8 @@ def rubric_trainer(
     from trl import GRPOConfig
 
     from rurl.guards import StopOnRequest
-    from rurl.trainer import DynamicSampling, RubricGRPOTrainer
+    from rurl.dynamic_sampling import DynamicSampling
+    from rurl.trainer import RubricGRPOTrainer
 
     rubric = [{"criterion": f"Criterion {i + 1}.", "points": w, "tags": None} for i, w in enumerate(WEIGHTS)]
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": p}], "rubrics": rubric} for p in prompts])
@@ -108,14 +109,14 @@ def test_dynamic_sampling_keeps_flat_groups_out_of_the_batch(tmp_path, quiet_env
             return output
 
         trainer._generate_and_score_completions = keep
-        draw, draws = trainer._more_prompts, []
+        draw, draws = trainer.sampler._more_prompts, []
 
         def recorded(groups, round_, seen):
             rows = draw(groups, round_, seen)
-            draws.append(({trainer._key(row) for row in rows}, set(trainer._flat)))
+            draws.append(({trainer.sampler._key(row) for row in rows}, set(trainer.sampler.flat)))
             return rows
 
-        trainer._more_prompts = recorded
+        trainer.sampler._more_prompts = recorded
         before = {name: p.detach().clone() for name, p in trainer.model.named_parameters() if p.requires_grad}
         trainer.train()
         after = dict(trainer.model.named_parameters())
@@ -156,7 +157,7 @@ def test_dynamic_sampling_stops_with_a_checkpoint_when_no_group_has_a_spread(tmp
         rubric_trainer(tmp_path, judge, FLAT, max_extra_rounds=1, max_steps=1) as resumed,
     ):
         resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-1"))  # at max_steps already: no step
-    assert resumed._flat == set(state["flat"])  # a resumed run's extra rounds skip them as the first run's did
+    assert resumed.sampler.flat == set(state["flat"])  # a resumed run's extra rounds skip them as the first run's did
 
 
 def test_on_exhausted_stop_ends_the_run_without_moving_the_weights(tmp_path, quiet_env):
