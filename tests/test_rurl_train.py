@@ -49,8 +49,8 @@ def rubric_trainer(
     from peft import LoraConfig
     from trl import GRPOConfig
 
-    from rurl.guards import StopOnRequest
     from rurl.dynamic_sampling import DynamicSampling
+    from rurl.guards import StopOnRequest
     from rurl.trainer import RubricGRPOTrainer
 
     rubric = [{"criterion": f"Criterion {i + 1}.", "points": w, "tags": None} for i, w in enumerate(WEIGHTS)]
