@@ -49,14 +49,16 @@ demo: setup
 # Three pytest processes (xdist), a test file each at a time: while one waits on the model server, a subprocess or
 # a deadline the others compute (the suite kept 2 cores 41% busy alone). They share the one model server.
 # (Handing out single tests instead, --dist loadgroup, measured 37 s slower: more heavy tests at once.) The files go
-# out in tests/conftest.py's order, the longest first, not xdist's (most tests first).
+# out in tests/conftest.py's order (the slow ones first), not xdist's (most tests first).
 TEST_WORKERS ?= 3
 PYTEST = $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 test: lint
 	$(PYTEST) --durations=25
 
+# The pure tier, for every change: the domain alone (score math, rules, configs, parsing, records, prompts), one
+# process, no model, server, subprocess, vLLM or TRL (tests/conftest.py fails the run if either is imported).
 test-fast: lint
-	$(PYTEST) -m "not model and not slow"
+	$(PY) -m pytest -m pure -q
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -1,4 +1,5 @@
 import os
+import sys
 import threading
 import time
 
@@ -21,65 +22,25 @@ def pytest_configure(config):
         # spin-waiting threads on 2 cores (an in-process training step took 6x as long). Set before torch is imported.
         os.environ.setdefault("OMP_NUM_THREADS", "1")
     controller = config.getoption("numprocesses", None) and not hasattr(config, "workerinput")
-    if controller and "not model" not in (config.option.markexpr or ""):  # xdist's controller collects nothing
-        _launch()
-
-
-LONGEST_FILES_FIRST = (
-    "test_rurl_train_real_judge.py",
-    "test_rurl_vllm.py",
-    "test_rurl_train.py",
-    "test_serve.py",
-    "test_gpu_smoke.py",
-    "test_rurl_ranks.py",
-    "test_launch_race.py",
-    "test_reward_trl.py",
-    "test_embedded_model.py",
-    "test_rurl_multiprocess_eval.py",
-)
-"""The files of 40 s or more (CI's --durations, fresh clone, three workers), longest first. xdist hands out whole
-files in collection order (`--dist loadfile --no-loadscope-reorder`): a two-minute file handed out last is the
-suite's tail (it was: 70 s of idle workers), one handed out first overlaps the rest. The real-judge test goes first of
-all: it waits on the server's start and then on its answers more than it computes, and handed out fourth it still
-ended the suite alone (110-190 s). An outdated list costs speed only."""
-
-
-@pytest.hookimpl(optionalhook=True)  # xdist's hook: a run without xdist installed has no such hook
-def pytest_xdist_make_scheduler(config, log):
-    """xdist's file scheduler, handing a worker its next file only when it starts its current file's last test.
-    xdist's own does so one test earlier (a heuristic: at most 2 pending tests), which is a whole file earlier for
-    the files of one or two long tests: a worker starting the 2-min real-judge test was handed the next long file at
-    once, and ran both while another worker sat idle (~60 s of a core in a fresh-clone run). The one method replaced
-    is xdist's private `_reschedule`: tests/test_suite_order.py checks it is still there and still the heuristic."""
-    if config.getvalue("dist") != "loadfile":
-        return None
-    from xdist.scheduler import LoadFileScheduling
-
-    class JustInTimeFiles(LoadFileScheduling):
-        def _reschedule(self, node) -> None:
-            if node.shutting_down:
-                return
-            if not self.workqueue:
-                node.shutdown()
-                return
-            if self._pending_of(self.assigned_work[node]) <= 1:  # its last test waits for a next one: now
-                self._assign_work_unit(node)
-
-    return JustInTimeFiles(config, log)
+    markexpr = config.option.markexpr or ""
+    if controller and (not markexpr or ("model" in markexpr and "not model" not in markexpr)):
+        _launch()  # xdist's controller collects nothing: launched now, in case the workers' tests need it
 
 
 def pytest_collection_modifyitems(items):
-    """The longest files first (above), while the server starts (~60-90 s on a fresh home); then the tests that need
-    the model, while the longest files keep the cores busy (they wait on the server's answers, and run last they
-    left a core idle for a minute); then the rest, many short files that fill the end evenly."""
+    """The files go out to xdist's workers (`--dist loadfile --no-loadscope-reorder`) in this order: first those with
+    a test that needs the model and is slow (they wait on the server's start, ~60-90 s on a fresh home, and on its
+    answers more than they compute), then the other slow ones, then the other model tests (while the slow files keep
+    the cores busy), then the many short files, which fill the end evenly."""
 
-    def order(item):
-        name, needs_model = item.path.name, item.get_closest_marker("model") is not None
-        if name in LONGEST_FILES_FIRST:
-            return LONGEST_FILES_FIRST.index(name), needs_model
-        return len(LONGEST_FILES_FIRST) + (0 if needs_model else 1), False
+    def rank(item) -> int:
+        model, slow = item.get_closest_marker("model") is not None, item.get_closest_marker("slow") is not None
+        return 0 if model and slow else 1 if slow else 2 if model else 3
 
-    items.sort(key=order)  # stable: file order otherwise
+    files: dict = {}
+    for item in items:
+        files[item.path] = min(files.get(item.path, 3), rank(item))
+    items.sort(key=lambda item: files[item.path])  # stable: the order within a file, and between files of a rank
 
 
 def pytest_collection_finish(session):
@@ -120,7 +81,16 @@ def _keep_launched() -> None:
 _keeper = threading.Thread(target=_keep_launched, name="suite-server", daemon=True)
 
 
+HEAVY = ("vllm", "trl")
+"""What the pure tier (`make test-fast`: `-m pure`) must never import: it tests the domain alone."""
+
+
 def pytest_sessionfinish(session):
+    if session.config.getoption("markexpr", "") == "pure":
+        loaded = [name for name in HEAVY if name in sys.modules]
+        if loaded:  # a pure test reached for a model library: the tier would slow down unseen
+            print(f"\nthe pure tier imported {', '.join(loaded)}: mark the test that did otherwise", file=sys.stderr)
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if _launched is not None:
         _stopping.set()
         _keeper.join(timeout=660)  # a conversion still running (~27 s), then vLLM's stop (20 s grace, then SIGKILL)

@@ -9,9 +9,11 @@ from typing import ClassVar, Literal
 import pytest
 import yaml
 
-from rubricrl.config import ConfigError, add_config_arguments, parse_settings, parse_trl, resolved
+from rubricrl.config import ConfigError, add_config_arguments, parse_settings, resolved
 from rubricrl.config_flags import field_docs
 from rubricrl.llm import LLMSettings, resolve_roles
+
+pytestmark = pytest.mark.pure  # the config system alone: TRL's configs are parsed in tests/test_training.py
 
 
 @dataclass
@@ -187,57 +189,6 @@ def test_roles_combine_the_same_way_for_every_command(tmp_path):
     assert (roles["judge"].model, roles["judge"].base_url) == ("file-judge", "http://judge/v1")  # more specific
     _, _, llm = parse(["--input", "q", "--roles", "judge.model=cli-judge"], tmp_path, config)
     assert resolve_roles(["judge"], llm.role_defaults(), llm.roles)["judge"].model == "cli-judge"
-
-
-def test_trl_fields_parse_as_trl_sft_reads_them(tmp_path):
-    """A TRL user's flat YAML (SFTConfig and ModelConfig fields) works beside our sections; flags win."""
-    from trl import ModelConfig, SFTConfig
-
-    file = {
-        "learning_rate": 2.0e-5,
-        "num_train_epochs": 2,
-        "model_name_or_path": "some/model",
-        "output_dir": str(tmp_path / "out"),
-        "use_cpu": True,
-        "bf16": False,
-        "knobs": {"mode": "b"},
-    }
-    sft, model = parse_trl([SFTConfig, ModelConfig], file, ["--learning_rate", "1e-5", "--use_peft"])
-    assert sft.learning_rate == 1e-5 and sft.num_train_epochs == 2 and sft.output_dir == str(tmp_path / "out")
-    assert model.model_name_or_path == "some/model" and model.use_peft is True
-    with pytest.raises(ConfigError, match="learning_rat"):
-        parse_trl([SFTConfig, ModelConfig], {"learning_rat": 1.0}, [])
-    with pytest.raises(ConfigError, match="not_a_field"):
-        parse_trl([SFTConfig, ModelConfig], {"use_cpu": True, "bf16": False}, ["--not_a_field", "1.0"])
-
-
-def test_a_training_command_takes_our_sections_and_trl_fields_from_one_file_and_the_flags(tmp_path):
-    """What `rubricrl ruft train` / `rurl train` get: our groups, then SFTConfig/ModelConfig, one --config."""
-    file = {
-        "input": "data",
-        "knobs": {"samples": 2},
-        "learning_rate": 3.0e-5,
-        "output_dir": str(tmp_path / "out"),
-        "use_cpu": True,
-        "bf16": False,
-        "model_name_or_path": "base",
-    }
-    (tmp_path / "train.yaml").write_text(yaml.safe_dump(file))
-    parser = argparse.ArgumentParser(prog="test", exit_on_error=False)
-    add_config_arguments(parser, [Paths, Knobs], trl_types=["trl.SFTConfig", "trl.ModelConfig"])
-    args, rest = parser.parse_known_args(
-        ["--config", str(tmp_path / "train.yaml"), "--samples", "3", "--learning_rate", "1e-5", "--lora_r", "8"]
-    )
-    args.trl_argv = rest
-    paths, knobs, sft, model = parse_settings(args, command="test")
-    assert (paths.input, knobs.samples, sft.learning_rate, model.lora_r, sft.use_cpu) == (
-        Path("data"),
-        3,
-        1e-5,
-        8,
-        True,
-    )
-    assert "SFTConfig" in parser.epilog
 
 
 @dataclass

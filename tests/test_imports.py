@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.pure
+
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ["rubricrl", "grading", "synthesis", "ruft", "rurl", "reports"]
 ENTRY_POINT = ROOT / "rubricrl" / "cli.py"

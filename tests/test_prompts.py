@@ -7,6 +7,8 @@ import pytest
 from grading import judge
 from rubricrl.prompts import PromptError, load_prompt
 
+pytestmark = pytest.mark.pure
+
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT_FILES = sorted(ROOT.glob("*/prompts/*.txt"))
 SAMPLE = {

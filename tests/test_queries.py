@@ -10,6 +10,8 @@ import pytest
 from rubricrl.queries import Query, QueryFileError, generated_id, iter_queries, write_rejected
 from tests.helpers import HEALTHBENCH_SAMPLE, read_queries
 
+pytestmark = pytest.mark.pure
+
 CHAT = [
     {"role": "system", "content": "You are a careful physician."},
     {"role": "user", "content": "I have a headache."},

@@ -10,6 +10,8 @@ from grading.rar import criteria_from_rar
 from grading.rubric import RubricError, rubric_from_items
 from grading.scores import explicit_score
 
+pytestmark = pytest.mark.pure
+
 MEDICINE = [  # RaR-Medicine style: the pitfall text names the mistake
     {
         "title": "Urgent care",

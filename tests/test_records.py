@@ -13,6 +13,8 @@ from rubricrl.records import RecordFileError, generated_id, iter_rows
 from synthesis.output import details_schema, final_schema
 from tests.helpers import read_queries
 
+pytestmark = pytest.mark.pure
+
 CHAT = [
     {"role": "system", "content": "Be brief."},
     {"role": "user", "content": "I cough."},

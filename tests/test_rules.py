@@ -8,6 +8,8 @@ from grading import rules
 from grading.rubric import RubricError, rubric_from_items
 from grading.rules import RULE_CHECKS, RuleError, check_rule, validate_rule
 
+pytestmark = pytest.mark.pure
+
 CASES = [
     # (rule, response, expected)
     ({"type": "max_words", "value": 5}, "one two three four five", True),

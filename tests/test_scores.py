@@ -13,6 +13,8 @@ from grading.scores import aggregate, bootstrap_std, explicit_score, tag_scores,
 from rubricrl.errors import UserError
 from tests.helpers import HEALTHBENCH_SAMPLE as SAMPLE
 
+pytestmark = pytest.mark.pure
+
 
 def test_reference_check():
     assert explicit_score([7, 5, 10, -6], [True, False, True, True]).score == pytest.approx(11 / 22)

@@ -9,6 +9,8 @@ import pytest
 from rubricrl.runs.streaming import for_each
 from tests.helpers import run
 
+pytestmark = pytest.mark.pure
+
 
 @dataclass
 class Item:

@@ -4,6 +4,8 @@ import pytest
 
 from rubricrl.llm import StructuredOutputError, json_schema_format, parse_structured
 
+pytestmark = pytest.mark.pure
+
 RUBRIC_SCHEMA = {
     "type": "array",
     "maxItems": 20,

@@ -1,14 +1,76 @@
-"""rubricrl/runs/training.py's save_model with LoRA: the merged model is built from the saved adapter on the base model
+"""What the training commands share: TRL's configs parsed beside our sections (rubricrl/config.py), and
+rubricrl/runs/training.py's save_model with LoRA: the merged model is built from the saved adapter on the base model
 loaded on the CPU (what still works under ZeRO-3/FSDP, where the trained parameters are shards), and it is the
 folder that merging the trained model in memory gives, in the dtype it trained in."""
 
-import inspect
+import argparse
 import json
+from pathlib import Path
 
 import pytest
+import yaml
 
+from rubricrl.config import ConfigError, add_config_arguments, parse_settings, parse_trl
 from rubricrl.runs.training import save_model
+from tests.test_config import Knobs, Paths
 from tests.test_ruft_train import tensors
+
+
+@pytest.fixture
+def knobs_section(monkeypatch):
+    """The sections of tests/test_config.py's groups (its autouse `sections`)."""
+    monkeypatch.setattr("rubricrl.config.SECTIONS", ("knobs", "llm", "other"))
+
+
+def test_trl_fields_parse_as_trl_sft_reads_them(tmp_path, knobs_section):
+    """A TRL user's flat YAML (SFTConfig and ModelConfig fields) works beside our sections; flags win."""
+    from trl import ModelConfig, SFTConfig
+
+    file = {
+        "learning_rate": 2.0e-5,
+        "num_train_epochs": 2,
+        "model_name_or_path": "some/model",
+        "output_dir": str(tmp_path / "out"),
+        "use_cpu": True,
+        "bf16": False,
+        "knobs": {"mode": "b"},
+    }
+    sft, model = parse_trl([SFTConfig, ModelConfig], file, ["--learning_rate", "1e-5", "--use_peft"])
+    assert sft.learning_rate == 1e-5 and sft.num_train_epochs == 2 and sft.output_dir == str(tmp_path / "out")
+    assert model.model_name_or_path == "some/model" and model.use_peft is True
+    with pytest.raises(ConfigError, match="learning_rat"):
+        parse_trl([SFTConfig, ModelConfig], {"learning_rat": 1.0}, [])
+    with pytest.raises(ConfigError, match="not_a_field"):
+        parse_trl([SFTConfig, ModelConfig], {"use_cpu": True, "bf16": False}, ["--not_a_field", "1.0"])
+
+
+def test_a_training_command_takes_our_sections_and_trl_fields_from_one_file_and_the_flags(tmp_path, knobs_section):
+    """What `rubricrl ruft train` / `rurl train` get: our groups, then SFTConfig/ModelConfig, one --config."""
+    file = {
+        "input": "data",
+        "knobs": {"samples": 2},
+        "learning_rate": 3.0e-5,
+        "output_dir": str(tmp_path / "out"),
+        "use_cpu": True,
+        "bf16": False,
+        "model_name_or_path": "base",
+    }
+    (tmp_path / "train.yaml").write_text(yaml.safe_dump(file))
+    parser = argparse.ArgumentParser(prog="test", exit_on_error=False)
+    add_config_arguments(parser, [Paths, Knobs], trl_types=["trl.SFTConfig", "trl.ModelConfig"])
+    args, rest = parser.parse_known_args(
+        ["--config", str(tmp_path / "train.yaml"), "--samples", "3", "--learning_rate", "1e-5", "--lora_r", "8"]
+    )
+    args.trl_argv = rest
+    paths, knobs, sft, model = parse_settings(args, command="test")
+    assert (paths.input, knobs.samples, sft.learning_rate, model.lora_r, sft.use_cpu) == (
+        Path("data"),
+        3,
+        1e-5,
+        8,
+        True,
+    )
+    assert "SFTConfig" in parser.epilog
 
 
 @pytest.mark.slow
@@ -54,10 +116,19 @@ def test_a_lora_model_merged_from_its_saved_adapter_equals_the_one_merged_in_mem
     assert AutoModelForCausalLM.from_pretrained(out).dtype == getattr(torch, dtype)
 
 
-def test_the_deepspeed_switch_the_merge_hides_still_exists():
+def test_the_deepspeed_switch_the_merge_hides_still_switches_zero3(monkeypatch):
     """merge_saved_adapter hides transformers' ZeRO-3 config (a private module variable) while the main process
-    loads the base model alone; if transformers renames it, the merge would load partitioned and hang."""
+    loads the base model alone; if transformers stopped reading it, the merge would load partitioned and hang."""
+    import weakref
+
     from transformers.integrations import deepspeed
 
-    assert hasattr(deepspeed, "_hf_deepspeed_config_weak_ref")
-    assert "_hf_deepspeed_config_weak_ref" in inspect.getsource(deepspeed.is_deepspeed_zero3_enabled)
+    class Zero3Config:
+        def is_zero3(self) -> bool:
+            return True
+
+    config = Zero3Config()
+    monkeypatch.setattr(deepspeed, "_hf_deepspeed_config_weak_ref", weakref.ref(config))
+    assert deepspeed.is_deepspeed_zero3_enabled()
+    monkeypatch.setattr(deepspeed, "_hf_deepspeed_config_weak_ref", None)  # what the merge sets meanwhile
+    assert not deepspeed.is_deepspeed_zero3_enabled()
