@@ -44,8 +44,9 @@ def eval_config(settings: dict[str, Any]) -> dict[str, Any]:
 def judge_server(settings: dict[str, Any], needed: bool, command: str) -> Iterator[tuple[list[str], str]]:
     """Yields (flags, judge name). A local judge gets one vLLM server of this comparison's own, up for all its
     commands (else each would start and stop one, ~30 s each on a CPU), every command pinned to it by the flags. A
-    running server is not reused (so not rubricrl.serving.server.local_endpoint, which would): one started by someone else
-    can stop in the middle of a run (seen here: a run on a shared machine lost every verdict of a step). A remote
+    running server is not reused (so not rubricrl.serving.server.local_endpoint, which would): one started by
+    someone else can stop in the middle of a run (seen here: a run on a shared machine lost every verdict of a
+    step). A remote
     judge, or nothing left to grade: no flags."""
     from rubricrl.llm import LLMSettings
     from rubricrl.llm.roles import resolve_roles

@@ -204,7 +204,8 @@ class Builder:
     ):
         self.out, self.config, self.grader, self.client, self.in_flight = out, config, grader, client, in_flight
         self.fingerprint = fingerprint
-        """The id of the settings this run makes rows with (rubricrl/runs/provenance.py), in each queries.jsonl line."""
+        """The id of the settings this run makes rows with (rubricrl/runs/provenance.py), in each queries.jsonl
+        line."""
         self.counts = RunCounts()
         self.done = {row["id"] for _, row in complete_rows(out / "queries.jsonl")}
         for name in ("candidates.jsonl", "sft.jsonl"):

@@ -61,8 +61,8 @@ def sync_weights_by_reload(generation) -> None:
 
 
 def patch_cpu_colocate(trainer: Any) -> bool:
-    """Call once after GRPOTrainer.__init__ (`rurl train` does, with use_vllm): when the trainer colocates vLLM on the CPU
-    platform, its weight sync goes through vLLM's in-place reload. Returns whether it patched."""
+    """Call once after GRPOTrainer.__init__ (`rurl train` does, with use_vllm): when the trainer colocates vLLM on
+    the CPU platform, its weight sync goes through vLLM's in-place reload. Returns whether it patched."""
     generation = getattr(trainer, "vllm_generation", None)
     return generation is not None and patch_generation(generation)
 

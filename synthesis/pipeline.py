@@ -52,7 +52,7 @@ class SynthesisRun:
     ):
         self.config = config
         self.fingerprint = fingerprint
-        """The id of the settings this run makes rows with (rubricrl/runs/provenance.py), written in each details line."""
+        """The id of the settings this run makes rows with (rubricrl/runs/provenance.py), in each details line."""
         self.client = client
         self.grader = Grader(client, GradingConfig()) if config.contrast_pool else None  # the judge role, per criterion
         self.in_flight = in_flight

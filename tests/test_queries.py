@@ -97,7 +97,8 @@ def test_saved_dataset_bad_row_names_row_and_split(tmp_path):
 
 
 def test_default_column_is_prompt_when_present(tmp_path):
-    """One precedence for every reader (rubricrl/records/reader.py): where both exist, `question` is the flattened form."""
+    """One precedence for every reader (rubricrl/records/reader.py): where both exist, `question` is the flattened
+    form."""
     rows = [{"question": "system: ...\n\nuser: I have a headache. ...", "prompt": CHAT}]
     (query,) = read_queries(write_jsonl(tmp_path / "q.jsonl", rows)).queries
     assert query.messages == CHAT and query.question == "Three days."

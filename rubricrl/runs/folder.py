@@ -4,15 +4,16 @@ in this order, around the work that differs.
 1. before any model call or change to the folder: the input is checked (by the stage) and the folder's finished rows
    are read (a bad line in them is an error now);
 2. the roles are opened (a local server started if one is needed), and the settings that determine the rows are
-   checked against the folder's earlier runs (rubricrl/runs/provenance.py): a change is refused before the folder changes;
+   checked against the folder's earlier runs (rubricrl/runs/provenance.py): a change is refused before the folder
+   changes;
 3. the folder is prepared: rejected.jsonl (with --skip-bad-rows), what says "finished" removed (it is only true again
    at the end), config.yaml written;
 4. the stage's work, through one client; an exception still appends its run to runs.jsonl (what it spent counts in
    the folder's totals);
 5. the run's line in runs.jsonl with its counts, then manifest.json, written last (its presence means finished).
 
-Each stage calls these steps in order with its settings, does its work, and gives its counts and summary lines; `summary_head` and `summary_tail`
-are the lines every summary shares.
+Each stage calls these steps in order with its settings, does its work, and gives its counts and summary lines;
+`summary_head` and `summary_tail` are the lines every summary shares.
 """
 
 import argparse
@@ -56,8 +57,8 @@ class RunCounts:
 class FolderRun:
     """One run of `command` into `out`. Made after the stage has checked its input: it reads the folder's finished
     rows (`done_file`) at once; then the stage calls `roles` (step 2), `prepare` (steps 2 and 3), works through
-    `client` (step 4) and calls `finish` (step 5). `settings`: the command's parsed
-    settings, as config.yaml saves them."""
+    `client` (step 4) and calls `finish` (step 5). `settings`: the command's parsed settings, as config.yaml saves
+    them."""
 
     def __init__(self, command: str, settings: list[Any], out: Path, *, done_file: str, allow_changed: bool):
         self.command, self.out, self.allow_changed = command, out, allow_changed
