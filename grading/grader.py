@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Literal
 
 from tqdm import tqdm
 
-from grading import integrity, judge
+from grading import judge
 from grading.rubric import Rubric
 from grading.rules import check_rule
 from grading.scores import (
@@ -216,6 +216,8 @@ class Grader:
                 no_answer=reason,
             )
         response = split.answer
+        from grading import integrity  # ~25 ms of regex compiling: paid where answers are graded, not by `synth`
+
         found = integrity.check(response, rubric) if config.integrity_check else integrity.Integrity()
         if found.note and config.integrity_judge:
             asked = await integrity.ask_judge(self.client, config.judge_role, conversation, response, config.samples)
