@@ -1,32 +1,22 @@
 """The rubric reward for TRL's GRPOTrainer.
 
-TRL runs `async def` reward functions concurrently with each other on its own event loop; it detects them with
-`inspect.iscoroutinefunction`, which sees through `functools.partial` but not through an object with an async
-`__call__`. So the reward is a module-level coroutine function bound to its grader with `partial`:
+A module-level coroutine function bound to its grader with `partial`, which TRL's `inspect.iscoroutinefunction`
+sees through (an object with an async `__call__` it does not), so that TRL runs it concurrently on its own loop:
 
     reward = make_rubric_reward(Grader(LLMClient(roles, cache=ResponseCache()), GradingConfig()))
     GRPOTrainer(..., reward_funcs=[reward], train_dataset=dataset_with_a_rubrics_column)
 
-Each dataset row carries its rubric in the `rubrics` column (`[{criterion, points, tags?}]`, as in the rubric
-dataset); TRL repeats it once per generation. A completion whose grade could not be obtained gets `None` (TRL:
-NaN, left out of the advantage), never 0, and the failure is counted in `rubric/judge_failure_rate`; that
-includes a penalty left undecided, unless `GradingConfig.undecided_penalty` is "met" (grading/scores.py).
+Each row carries its rubric in the `rubrics` column (TRL repeats it per generation). A completion that could not be
+graded gets `None` (TRL: NaN, out of the advantage), never 0, and counts in `rubric/judge_failure_rate` (a penalty
+left undecided too, unless `undecided_penalty` is "met": grading/scores.py). DAPO's soft overlong penalty is applied
+here, on the whole completion as DAPO does, not as a second reward function: TRL's nansum would make a None beside
+a number a scored completion. The reasoning (`reasoning_delimiters`, or TRL's `reasoning_content`) never reaches the
+judge; a completion whose reasoning never closed gets the floor without a judge call.
+Per batch it logs failure, unscored and integrity rates, judge latency and calls, pass rates (overall, per tag and
+category), reasoning and answer lengths, the reward-length correlation, and each completion's verdicts.
 
-Length shaping (DAPO's soft overlong penalty) is applied here, inside the one reward, not as a second reward
-function: TRL sums reward functions with nansum, so a number from a second one beside a None would turn an unscored
-completion into a scored one. Per batch, besides the reward, it logs (TRL's `log_metric`): judge failure, unscored
-and integrity-flag rates, judge latency and calls, criteria pass rates overall, per tag and per category, completion
-length and the correlation of reward with length; and each completion's verdicts into the completions table.
-
-A completion's reasoning (`<think>…</think>`, `GradingConfig.reasoning_delimiters`; TRL's response parsing may put
-it in `reasoning_content`, beside `content`) never reaches the judge: the grader judges the answer alone, and a
-completion whose reasoning never closed gets the floor score without a judge call (`rubric/no_answer_rate`). The
-overlong penalty counts the whole completion, as DAPO does; reasoning and answer lengths are logged apart
-(`rubric/reasoning_length`, `rubric/answer_length`: tokens when `count_tokens` is given, else characters).
-
-Under several processes each one grades its own completions; `on_batch` hands the batch's counts to the run
-(rurl/guards.py), which adds them up over the processes before anything is decided on them. A per-batch deadline
-bounds how long a step waits for its judge (completions unjudged by then are None, counted as timed out).
+Each process grades its own completions; `on_batch` hands the counts to rurl/guards.py, which sums them over the
+processes. A per-batch deadline bounds a step's wait for its judge (unjudged completions: None, timed out).
 """
 
 import functools
