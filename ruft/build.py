@@ -95,10 +95,11 @@ def run_build(args: argparse.Namespace) -> int:
     rows = lambda: (row for row in selected() if row.id not in left_out)  # noqa: E731
     run = FolderRun("ruft build", settings, out, done_file="queries.jsonl", allow_changed=build.allow_changed_settings)
 
-    roles = list(dict.fromkeys([*config.candidates, grading.judge_role]))
-    with run.roles(args, llm, roles, cpu_budgets={**config.cpu_max_tokens(), **grading.cpu_max_tokens()}) as resolved:
+    role_names = list(dict.fromkeys([*config.candidates, grading.judge_role]))
+    budgets = {**config.cpu_max_tokens(), **grading.cpu_max_tokens()}
+    with run.roles(args, llm, role_names, cpu_budgets=budgets) as roles:
         settings_id = run.prepare(
-            build_settings(build, config, grading, resolved),
+            build_settings(build, config, grading, roles),
             rejected=rejected if build.skip_bad_rows else None,
             rejected_said=f"left out {len(rejected)} rows no candidate could be scored on",
             stale=("manifest.json", "sft.parquet", "sft"),
