@@ -3,7 +3,7 @@ response files (JSONL, Parquet, dataset folders, Hub ids such as `org/name:test`
 dataset and split), the line or row, and the problem.
 
 Rubric datasets come as synthesis's export (`final.parquet` / `.jsonl`: `id, question, rubrics: [{criterion,
-points}]`, with the chat messages of multi-turn queries read from `final_details.parquet` beside it), in
+points}]`, with the messages and reference answer its companion file or its lines carry), in
 HealthBench's format (`prompt_id, prompt` (chat messages), `rubrics: [{criterion, points, tags}]`, `example_tags`,
 `ideal_completions_data`), or as RaR rows (`question, reference_answer, rubric`); all become `RubricRow`s."""
 

@@ -2,13 +2,15 @@
 
 - `details.jsonl`: one line per finished query with every stage's output (`reference_answer`, `responses`,
   `candidates`, `merged`, `evolved`), per-criterion detail, and the `fingerprint` of the settings that made it;
-- `final.jsonl`: `{id, question, rubrics: [{criterion, points}]}`, written after the query's details line, so a line
-  here means the query is complete. Both are in the order the queries finished;
+- `final.jsonl`: `{id, question, rubrics: [{criterion, points}]}` with the query's `prompt` messages and
+  `reference_answer`, written after the query's details line, so a line here means the query is complete and is
+  whole to every reader. Both are in the order the queries finished;
 - `errors.jsonl`: the queries that failed in this run (they are retried next run);
 - `final.parquet` (RubricHub's exact schema) and `final_details.parquet` (id, prompt, reference answer, criteria
   with detail, fingerprint), written when the run ends, in input order, from the lines of every finished query
   (read back by offset), under `.tmp` names until both are whole. During a run, or after a kill, they are those of
-  the last run that ended.
+  the last run that ended. final.parquet names final_details.parquet as its companion in its metadata, so readers
+  get the messages that RubricHub's `question` flattens.
 
 Appending line by line writes each byte once; memory holds the finished ids with the offsets of their lines and one
 batch of rows. Parquet batches are converted by pyarrow's JSON reader from the lines themselves: `pa.array` on
@@ -22,6 +24,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
+from rubricrl.prompts import format_conversation
+from rubricrl.records import COMPANION_KEY
 from rubricrl.runs.jsonl import ParquetTable, complete_rows, json_line
 from rubricrl.runs.provenance import UNKNOWN
 
@@ -38,6 +42,13 @@ def final_schema() -> "pa.Schema":
 
     criterion = pa.struct([("criterion", pa.string()), ("points", pa.int32())])
     return pa.schema([("id", pa.string()), ("question", pa.string()), ("rubrics", pa.list_(criterion))])
+
+
+@functools.cache
+def exported_schema() -> "pa.Schema":
+    """final.parquet's: RubricHub's fields exactly, and in its metadata the companion that completes its rows."""
+    companion = {"file": "final_details.parquet", "key": "id", "columns": ["prompt", "reference_answer"]}
+    return final_schema().with_metadata({COMPANION_KEY: json.dumps(companion)})
 
 
 @functools.cache
@@ -64,6 +75,13 @@ def details_schema() -> "pa.Schema":
             ("fingerprint", pa.string()),
         ]
     )
+
+
+def final_line(query_id: str, messages: list[dict[str, str]], rubrics: list[dict], reference: str | None) -> dict:
+    """A final.jsonl row: RubricHub's three keys (its `question` is a string: the question itself, or the whole
+    transcript of a multi-turn query), then what final.parquet leaves to its companion."""
+    question = messages[0]["content"] if len(messages) == 1 else format_conversation(messages)
+    return {"id": query_id, "question": question, "rubrics": rubrics, "prompt": messages, "reference_answer": reference}
 
 
 class OutputFolder:
@@ -120,7 +138,7 @@ class OutputFolder:
         listed_set = set(listed)
         ids = listed + [i for i in self.done if i not in listed_set]  # self.done is in final.jsonl's order
         tables = (
-            ParquetTable(self.path / "final.parquet", final_schema, self.batch_rows),
+            ParquetTable(self.path / "final.parquet", exported_schema, self.batch_rows),
             ParquetTable(self.path / "final_details.parquet", details_schema, self.batch_rows),
         )
         self.rows_by_fingerprint.clear()

@@ -15,14 +15,13 @@ from typing import Any
 
 from grading.grader import Grader, GradingConfig
 from rubricrl.llm import EndpointUnreachable, LLMClient, LLMError
-from rubricrl.prompts import format_conversation
 from rubricrl.queries import Query
 from rubricrl.runs.folder import RunCounts
 from rubricrl.runs.streaming import for_each
 from synthesis import stages
 from synthesis.config import SynthesisConfig
 from synthesis.criteria import export
-from synthesis.output import OutputFolder
+from synthesis.output import OutputFolder, final_line
 
 
 @dataclass
@@ -34,11 +33,6 @@ class RunSummary(RunCounts):
     rows_in_final: int = 0
     rows_by_fingerprint: Counter = field(default_factory=Counter)
     """Rows in final.parquet by the fingerprint of the settings that made them."""
-
-
-def question_text(messages: list[dict[str, str]]) -> str:
-    """RubricHub's `question` is a string: the question itself, or the whole transcript for multi-turn queries."""
-    return messages[0]["content"] if len(messages) == 1 else format_conversation(messages)
 
 
 class SynthesisRun:
@@ -129,7 +123,7 @@ class SynthesisRun:
             return
         record["criteria"] = criteria
         rubrics = [{"criterion": c["criterion"], "points": c["points"]} for c in criteria]
-        self.output.add(record, {"id": query.id, "question": question_text(query.messages), "rubrics": rubrics})
+        self.output.add(record, final_line(query.id, query.messages, rubrics, record["reference_answer"]))
         self.summary.done += 1
         self.summary.criteria.append(len(criteria))
 

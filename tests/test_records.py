@@ -10,7 +10,7 @@ import pytest
 from grading.dataset import load_responses, load_rubric_rows
 from grading.rubric import RubricError
 from rubricrl.records import RecordFileError, generated_id, iter_rows
-from synthesis.output import details_schema, final_schema
+from synthesis.output import OutputFolder, final_line, final_schema
 from tests.helpers import read_queries
 
 pytestmark = pytest.mark.pure
@@ -25,32 +25,26 @@ RUBRIC = [{"criterion": "Asks about fever.", "points": 5}]
 
 
 def synthesis_output(folder, details: bool = True):
-    """final.parquet in RubricHub's schema (a multi-turn question is its transcript) and final_details beside it."""
-    folder.mkdir()
-    final = [
-        {"id": "chat", "question": "system: Be brief.\n\nuser: I cough.\n\n...", "rubrics": RUBRIC},
-        {"id": "single", "question": "What is a fever?", "rubrics": RUBRIC},
-    ]
-    pq.write_table(pa.Table.from_pylist(final, schema=final_schema()), folder / "final.parquet")
-    (folder / "final.jsonl").write_text("".join(json.dumps(r) + "\n" for r in final))
-    if details:
-        rows = [
-            {"id": "chat", "prompt": CHAT, "criteria": [], "reference_answer": "Ask about fever and duration."},
-            {
-                "id": "single",
-                "prompt": [{"role": "user", "content": "What is a fever?"}],
-                "criteria": [],
-                "reference_answer": "A body temperature above 38 C.",
-            },
-        ]
-        pq.write_table(pa.Table.from_pylist(rows, schema=details_schema()), folder / "final_details.parquet")
-        (folder / "details.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    """A synthesis output folder written by synthesis's own writer: final.parquet in RubricHub's schema (a
+    multi-turn question is its transcript), final.jsonl, and the details files; `details=False` keeps final.parquet
+    alone, as a copy of it would be."""
+    output = OutputFolder(folder)
+    for query_id, prompt, reference in (
+        ("chat", CHAT, "Ask about fever and duration."),
+        ("single", [{"role": "user", "content": "What is a fever?"}], "A body temperature above 38 C."),
+    ):
+        record = {"id": query_id, "prompt": prompt, "reference_answer": reference, "criteria": []}
+        output.add(record, final_line(query_id, prompt, RUBRIC, reference))
+    output.close()
+    if not details:
+        (folder / "final_details.parquet").unlink()
     return folder
 
 
 @pytest.mark.parametrize("name", ["final.parquet", "final.jsonl"])
 def test_a_synthesis_output_is_read_with_its_messages(tmp_path, name):
     path = synthesis_output(tmp_path / "out") / name
+    assert pq.read_schema(path.with_name("final.parquet")).equals(final_schema())  # RubricHub's fields, exactly
     rows = load_rubric_rows(path)
     assert rows["chat"].conversation == CHAT  # not one user message holding "user: ..." text
     assert rows["single"].conversation == [{"role": "user", "content": "What is a fever?"}]
@@ -60,36 +54,42 @@ def test_a_synthesis_output_is_read_with_its_messages(tmp_path, name):
     assert rows["single"].reference == "A body temperature above 38 C."
 
 
-def test_details_written_before_reference_answer_was_the_key_still_give_the_reference(tmp_path):
+def test_a_folder_from_before_the_companion_is_whole_again_once_rewritten(tmp_path):
+    """Older runs wrote final.jsonl with RubricHub's three keys only and the reference as `reference`; closing the
+    folder again (what a rerun of synth does when every query is done) writes a final.parquet every reader reads whole."""
     out = synthesis_output(tmp_path / "out")
-    lines = [json.loads(line) for line in (out / "details.jsonl").read_text().splitlines()]
-    (out / "details.jsonl").write_text(
-        "".join(
-            json.dumps({**{k: v for k, v in r.items() if k != "reference_answer"}, "reference": "old key"}) + "\n"
-            for r in lines
-        )
-    )
-    assert load_rubric_rows(out / "final.jsonl")["chat"].reference == "old key"
+    finals = [json.loads(line) for line in (out / "final.jsonl").read_text().splitlines()]
+    three_keys = [{k: r[k] for k in ("id", "question", "rubrics")} for r in finals]
+    (out / "final.jsonl").write_text("".join(json.dumps(r) + "\n" for r in three_keys))
+    details = [json.loads(line) for line in (out / "details.jsonl").read_text().splitlines()]
+    old = [{**{k: v for k, v in r.items() if k != "reference_answer"}, "reference": "old key"} for r in details]
+    (out / "details.jsonl").write_text("".join(json.dumps(r) + "\n" for r in old))
+    OutputFolder(out).close()
+    rows = load_rubric_rows(out / "final.parquet")
+    assert rows["chat"].conversation == CHAT and rows["chat"].reference == "old key"
 
 
-def test_a_run_cut_short_reads_final_jsonl_with_the_details_written_in_step(tmp_path):
-    """After a kill, final.jsonl and details.jsonl hold queries the Parquet files (written when a run ends) lack."""
+def test_a_run_cut_short_reads_final_jsonl_whole(tmp_path):
+    """After a kill, final.jsonl holds queries the Parquet files (written when a run ends) lack; its lines are whole."""
     out = synthesis_output(tmp_path / "out")
-    late = {"id": "late", "prompt": CHAT[:2] + [{"role": "user", "content": "And now?"}], "criteria": []}
-    with open(out / "details.jsonl", "a") as f:
-        f.write(json.dumps(late) + "\n")
-    with open(out / "final.jsonl", "a") as f:
-        f.write(json.dumps({"id": "late", "question": "transcript", "rubrics": RUBRIC}) + "\n")
-    assert load_rubric_rows(out / "final.jsonl")["late"].conversation == late["prompt"]
-    with open(out / "final.jsonl", "a") as f:  # a row no details file knows: an error, never the transcript
-        f.write(json.dumps({"id": "stray", "question": "transcript", "rubrics": RUBRIC}) + "\n")
-    with pytest.raises(RecordFileError, match=r"details.jsonl: no messages for id 'stray' of line 4"):
-        load_rubric_rows(out / "final.jsonl")
+    late = CHAT[:2] + [{"role": "user", "content": "And now?"}]
+    OutputFolder(out).add({"id": "late", "prompt": late, "criteria": []}, final_line("late", late, RUBRIC, None))
+    assert load_rubric_rows(out / "final.jsonl")["late"].conversation == late
+    assert "late" not in load_rubric_rows(out / "final.parquet")
+
+
+def test_a_row_its_companion_lacks_is_an_error_never_the_transcript(tmp_path):
+    out = synthesis_output(tmp_path / "out")
+    details = pq.read_table(out / "final_details.parquet")
+    pq.write_table(details.slice(1), out / "final_details.parquet")  # the "chat" row gone: a folder mixed by hand
+    with pytest.raises(RecordFileError, match=r"final_details.parquet: no row for id 'chat' of row 1 beside it"):
+        load_rubric_rows(out / "final.parquet")
 
 
 def test_without_details_the_question_is_the_conversation(tmp_path):
     rows = load_rubric_rows(synthesis_output(tmp_path / "out", details=False) / "final.parquet")
-    assert rows["chat"].conversation == [{"role": "user", "content": "system: Be brief.\n\nuser: I cough.\n\n..."}]
+    assert rows["chat"].conversation[0]["content"].startswith("system: Be brief.")
+    assert len(rows["chat"].conversation) == 1
 
 
 def test_rubric_rows_and_queries_agree_on_precedence_and_ids(tmp_path):

@@ -8,6 +8,7 @@ dataset folders and Hub ids, with errors that name the file, the place and the p
 
 from rubricrl.records.files import InvalidRecord, Record, RecordFileError
 from rubricrl.records.reader import (
+    COMPANION_KEY,
     RecordFile,
     conversation,
     conversation_of,
@@ -21,6 +22,7 @@ from rubricrl.records.reader import (
 )
 
 __all__ = [
+    "COMPANION_KEY",
     "InvalidRecord",
     "Record",
     "RecordFile",

@@ -16,7 +16,7 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rubricrl.records.files import (
     InvalidRecord,
@@ -26,16 +26,12 @@ from rubricrl.records.files import (
     parquet_rows,
 )
 
-if TYPE_CHECKING:
-    pass
-
 ROLES = ("system", "user", "assistant")
 QUERY_COLUMNS = ("prompt", "question")
 """Where the conversation is, in order of precedence."""
-# RubricHub's schema keeps a query as a string (`question`, a transcript for a multi-turn chat); synthesis writes
-# the messages themselves beside it, in the details file written in step with each export file: details.jsonl
-# line by line before final.jsonl, final_details.parquet with final.parquet.
-DETAILS_FILES = {"final.parquet": "final_details.parquet", "final.jsonl": "details.jsonl"}
+COMPANION_KEY = b"rubricrl.companion"
+"""A Parquet file whose schema must stay exact (RubricHub's `final.parquet`) names, in this key of its metadata, a
+file beside it that completes its rows: `{"file": ..., "key": "id", "columns": [...]}` (what synthesis writes)."""
 
 
 @dataclass(frozen=True)
@@ -49,13 +45,14 @@ class RecordFile:
 
 def open_records(path: str | Path) -> RecordFile:
     """The records of a file, streamed; file-level problems (missing, unreadable, unknown type) raise here.
-    A synthesis output (`final.parquet` / `final.jsonl` beside `final_details.parquet`) comes with its `prompt`."""
+    A Parquet file that names a companion (COMPANION_KEY) comes with the companion's columns."""
     path = Path(path)
     source, columns, records = _open(path)
-    details = path.parent / DETAILS_FILES.get(path.name, "-")
-    if details.is_file() and (columns is None or "prompt" not in columns):
-        columns = None if columns is None else [*columns, "prompt"]
-        records = _with_prompts(records, details)
+    companion = _companion(path) if columns is not None and path.suffix.lower() == ".parquet" else None
+    if companion is not None:
+        file, key, more = companion
+        columns = [*columns, *(c for c in more if c not in columns)]
+        records = _completed(records, file, key, more)
     return RecordFile(source, columns, records)
 
 
@@ -116,61 +113,39 @@ def generated_id(messages: list[dict[str, str]]) -> str:
     return "q-" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
 
 
-def _with_prompts(records: Iterator[Record], details: Path) -> Iterator[Record]:
-    """Each record with the `prompt` messages synthesis stored for its id, and its `reference_answer` (the
-    reference stage's answer: reference-based judging needs it). Only multi-turn prompts and the references are
-    held in memory (a one-message prompt is the record's own `question`), and the ids, to tell "one message" from
-    "not in the details file" (which would be a folder mixed up by hand: an error, never the transcript as one
-    message)."""
-    ids, chats, references = _detail_prompts(details)
+def _companion(path: Path) -> tuple[Path, str, list[str]] | None:
+    """(file, key column, columns) of the companion a Parquet file names, if that file is beside it (a copy of the
+    file alone, e.g. on the Hub, reads as it is)."""
+    import pyarrow.parquet as pq
+
+    declared = (pq.read_schema(path).metadata or {}).get(COMPANION_KEY)
+    if declared is None:
+        return None
+    companion = json.loads(declared)
+    file = path.parent / companion["file"]
+    return (file, companion["key"], companion["columns"]) if file.is_file() else None
+
+
+def _completed(records: Iterator[Record], file: Path, key: str, columns: list[str]) -> Iterator[Record]:
+    """Each record with the companion's values for its key, where its own are null. A key the companion lacks is
+    an error (a folder mixed up by hand), never a row read without them."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(file, columns=[key, *columns])
+    values = {column: table[column].to_pylist() for column in columns}
+    index = {k: i for i, k in enumerate(table[key].to_pylist())}
     for record in records:
         row = record.row
-        if row is not None and "prompt" not in row and isinstance(row.get("id"), str):
-            if row["id"] not in ids:
+        if row is not None:
+            at = index.get(row.get(key))
+            if at is None:
                 raise RecordFileError(
-                    f"{details}: no messages for id {row['id']!r} of {record.location} beside it; "
+                    f"{file}: no row for {key} {row.get(key)!r} of {record.location} beside it; "
                     "was the folder changed by hand?"
                 )
-            question = row.get("question")
-            prompt = chats.get(row["id"]) or (
-                [{"role": "user", "content": question}] if isinstance(question, str) else question
-            )
-            row = {**row, "prompt": prompt}
-            if row.get("reference_answer") is None and references.get(row["id"]):
-                row["reference_answer"] = references[row["id"]]
+            row = {**row, **{c: values[c][at] for c in columns if row.get(c) is None}}
             record = Record(record.location, row, row=row)
         yield record
-
-
-def _detail_prompts(details: Path) -> tuple[set[str], dict[str, list], dict[str, str]]:
-    """(every id, the prompts of more than one message by id, the reference answers by id) of a synthesis details
-    file (details lines written before the key was `reference_answer` hold it as `reference`)."""
-    if details.suffix == ".parquet":
-        import pyarrow.compute as pc
-        import pyarrow.parquet as pq
-
-        names = pq.ParquetFile(details).schema_arrow.names
-        table = pq.read_table(details, columns=[c for c in ("id", "prompt", "reference_answer") if c in names])
-        chats = table.filter(pc.greater(pc.list_value_length(table["prompt"]), 1))
-        references = {}
-        if "reference_answer" in names:
-            known = table.filter(pc.is_valid(table["reference_answer"]))
-            references = dict(zip(known["id"].to_pylist(), known["reference_answer"].to_pylist()))
-        return set(table["id"].to_pylist()), dict(zip(chats["id"].to_pylist(), chats["prompt"].to_pylist())), references
-    ids, chats, references = set(), {}, {}
-    with open(details, "rb") as f:
-        for line in f:
-            try:
-                row = json.loads(line)
-            except ValueError:  # the last line of a killed run may be cut off; its query is not in final.jsonl
-                continue
-            ids.add(row["id"])
-            if len(row.get("prompt") or ()) > 1:
-                chats[row["id"]] = row["prompt"]
-            reference = row.get("reference_answer", row.get("reference"))
-            if isinstance(reference, str) and reference:
-                references[row["id"]] = reference  # the last line of a query redone after a kill wins
-    return ids, chats, references
 
 
 def _open(path: Path) -> tuple[str, list[str] | None, Iterator[Record]]:
