@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from reports.audit_summary import FIGURES, figures
 from reports.folder import BuildPoints, Folder
 from reports.tables import group_of, metric, metric_names
 from rubricrl import charts
@@ -52,6 +53,8 @@ def folder_charts(folder: Folder) -> list[Chart]:
         charts.append(length_scatter(folder.build))
     if folder.history:
         charts += training_curves(folder)
+    if folder.audit:
+        charts += [Chart(FIGURES[name], png) for name, png in figures(folder.audit).items()]
     for group in ("axes", "themes", "other tags"):
         names = [n for n in metric_names(folder.reports.values()) if group_of(n) == group]
         if 0 < len(names) <= MAX_BARS:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from reports.audit import add_commands as add_audit_command
 from rubricrl.config import ConfigError, add_config_arguments, parse_settings
 
 
@@ -50,6 +51,7 @@ def add_commands(commands) -> None:
     )
     add_config_arguments(report, [ReportArgs])
     report.set_defaults(run=run_report)
+    add_audit_command(commands)
 
 
 def run_report(args: argparse.Namespace) -> int:

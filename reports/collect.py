@@ -4,7 +4,8 @@
 - RuRL run (`rubricrl rurl train`): manifest.json saying so, or log_history.json, eval.jsonl, or a config.yaml with
   a `rurl:` section (a run still going, or killed, has only that and its checkpoints);
 - RuFT build (`rubricrl ruft build`): manifest.json saying so, or candidates.jsonl or queries.jsonl;
-- SFT run (`rubricrl ruft train`): a config.yaml naming a `dataset:` (losses in checkpoint-*/trainer_state.json).
+- SFT run (`rubricrl ruft train`): a config.yaml naming a `dataset:` (losses in checkpoint-*/trainer_state.json);
+- rubric audit (`rubricrl audit`): manifest.json saying so, with summary.json.
 
 A build is read in ruft_build.py; graded records become Examples in graded.py.
 
@@ -40,7 +41,7 @@ LOOKED_FOR = (
 )
 EVAL_ANSWERS = "eval_answers.jsonl"
 """A RuRL run's graded eval answers (rurl/evaluate.py writes them)."""
-COMMANDS: dict[str, Kind] = {"rurl train": "rurl", "ruft build": "ruft_build"}
+COMMANDS: dict[str, Kind] = {"rurl train": "rurl", "ruft build": "ruft_build", "audit": "audit"}
 """manifest.json's `command` for the kinds that write one."""
 
 
@@ -304,4 +305,26 @@ def read_ruft_train(folder: Folder, max_examples: int) -> None:
     )
 
 
-READERS = {"eval": read_eval, "rurl": read_rurl, "ruft_build": read_ruft_build, "ruft_train": read_ruft_train}
+def read_audit(folder: Folder, max_examples: int) -> None:
+    manifest = read_manifest(folder.path)
+    folder.audit = read_json(folder.path / "summary.json")
+    audit, pruned = folder.audit, (manifest.get("counts") or {}).get("pruned")
+    folder.facts = facts.present(
+        {
+            "graded answers": ", ".join(manifest.get("inputs") or []),
+            "rubric dataset": manifest.get("rubrics"),
+            "counted": f"{audit['queries']} queries, {audit['criteria']} criteria, {audit['graded_answers']} answers, "
+            f"{audit['verdicts']} verdicts",
+            "not flagged": f"{audit['queries_with_too_few_answers']} queries with too few answers",
+            "pruned": pruned and f"{pruned['criteria_dropped']} criteria dropped over {pruned['queries']} queries",
+        }
+    )
+
+
+READERS = {
+    "eval": read_eval,
+    "rurl": read_rurl,
+    "ruft_build": read_ruft_build,
+    "ruft_train": read_ruft_train,
+    "audit": read_audit,
+}

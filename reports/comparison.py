@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from reports.charts import metric_bars
-from reports.markdown import md_table
-from reports.tables import group_of, metric, metric_names, num
+from reports.tables import group_of, md_table, metric, metric_names, num
 
 
 def read_reports(output_dir: Path, names: list[str]) -> dict[str, dict[str, Any]]:

@@ -5,13 +5,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-Kind = Literal["eval", "rurl", "ruft_build", "ruft_train"]
-KIND_NAMES: dict[str, str] = {"eval": "eval", "rurl": "RuRL run", "ruft_build": "RuFT build", "ruft_train": "SFT run"}
+Kind = Literal["eval", "rurl", "ruft_build", "ruft_train", "audit"]
+KIND_NAMES: dict[str, str] = {
+    "eval": "eval",
+    "rurl": "RuRL run",
+    "ruft_build": "RuFT build",
+    "ruft_train": "SFT run",
+    "audit": "rubric audit",
+}
 COMMANDS: dict[str, str] = {
     "eval": "rubricrl eval",
     "rurl": "rubricrl rurl train",
     "ruft_build": "rubricrl ruft build",
     "ruft_train": "rubricrl ruft train",
+    "audit": "rubricrl audit",
 }
 """The command that writes each kind of folder."""
 
@@ -88,6 +95,8 @@ class Folder:
     examples_source: str = ""
     notes: list[str] = field(default_factory=list)
     """What is missing or was left out, said on the page."""
+    audit: dict[str, Any] | None = None
+    """A rubric audit's summary.json (grading/audit.py's DatasetAudit.summary)."""
 
     @property
     def kind_name(self) -> str:

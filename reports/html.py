@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from reports import charts
+from reports.audit_summary import audit_tables
 from reports.folder import Example, Folder, Verdict
 from reports.tables import (
     comparison_table,
@@ -86,6 +87,8 @@ def folder_section(folder: Folder, anchor: str, draw: bool) -> str:
         ]
     if folder.retention:
         parts += ["<h3>Retention</h3>", table(*retention_table(folder), numeric_from=1)]
+    for title, (header, rows) in audit_tables(folder.audit).items() if folder.audit else ():
+        parts += [f"<h3>{esc(title)}</h3>", table(header, rows, numeric_from=1)]
     if folder.history:
         header, rows = training_table(folder)
         if rows:

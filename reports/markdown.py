@@ -3,8 +3,18 @@ charts and examples, for a pull request, a wiki or a terminal."""
 
 from collections.abc import Sequence
 
+from reports.audit_summary import audit_tables
 from reports.folder import Folder
-from reports.tables import comparison_table, eval_table, metric_table, report_line, retention_table, training_table
+from reports.tables import (
+    comparison_table,
+    eval_table,
+    md_cell,
+    md_table,
+    metric_table,
+    report_line,
+    retention_table,
+    training_table,
+)
 
 
 def render_markdown(folders: Sequence[Folder], title: str, subtitle: str, page_name: str) -> str:
@@ -25,8 +35,8 @@ def render_markdown(folders: Sequence[Folder], title: str, subtitle: str, page_n
 
 def folder_summary(folder: Folder) -> list[str]:
     lines = [f"## {folder.label}: {folder.kind_name} (`{folder.command}`)", "", f"`{folder.path}`", ""]
-    lines += [f"- **{key}**: {_cell(value)}" for key, value in folder.facts.items()]
-    lines += [f"- note: {_cell(note)}" for note in folder.notes]
+    lines += [f"- **{key}**: {md_cell(value)}" for key, value in folder.facts.items()]
+    lines += [f"- note: {md_cell(note)}" for note in folder.notes]
     lines.append("")
     if folder.reports:
         lines += ["### Metrics", "", *md_table(*metric_table(folder.reports)), ""]
@@ -36,6 +46,8 @@ def folder_summary(folder: Folder) -> list[str]:
         lines += ["### Evals", "", *md_table(*eval_table(folder)), ""]
     if folder.retention:
         lines += ["### Retention", "", *md_table(*retention_table(folder)), ""]
+    for title, (header, rows) in audit_tables(folder.audit).items() if folder.audit else ():
+        lines += [f"### {title}", "", *md_table(header, rows), ""]
     header, rows = training_table(folder)
     if rows:
         lines += [f"### Training ({folder.history_source})", "", *md_table(header, rows), ""]
@@ -46,17 +58,3 @@ def folder_summary(folder: Folder) -> list[str]:
             "",
         ]
     return lines
-
-
-def md_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    numeric = ["---:" if i else "---" for i in range(len(header))]
-    return [
-        "| " + " | ".join(_cell(h) for h in header) + " |",
-        "| " + " | ".join(numeric) + " |",
-        *("| " + " | ".join(_cell(c) for c in row) + " |" for row in rows),
-    ]
-
-
-def _cell(text: str) -> str:
-    """A table cell or list item on one line: pipes escaped, line breaks as spaces."""
-    return " ".join(str(text).split()).replace("|", "\\|")

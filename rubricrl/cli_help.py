@@ -83,6 +83,10 @@ EXAMPLES = {
         "rubricrl rurl train --config configs/rurl/tiny-cpu.yaml --dry_run   # print the resolved config",
     ],
     "merge": ["rubricrl merge rubrics-0 rubrics-1 rubrics-2 rubrics-3 --output-dir rubrics/   # synth --shard i/4"],
+    "audit": [
+        "rubricrl audit sft/ --output-dir audit/             # a RuFT build's graded candidates, no judge call",
+        "rubricrl audit eval-a/ eval-b/ --rubrics rubrics/final.parquet --prune duplicate suspect_sign --output-dir a/",
+    ],
     "report": [
         "rubricrl report eval/                                  # eval/report.html and .md",
         "rubricrl report base/ tuned/ --labels base tuned --output compare.html",

@@ -1,0 +1,101 @@
+"""An audit's summary as a person reads it: audit.md, its charts, and the tables `rubricrl report` shows."""
+
+from pathlib import Path
+from typing import Any
+
+from grading.audit import FLAGS, AuditSettings
+from reports.tables import md_table
+from rubricrl import charts
+
+MEANING = {
+    "saturated": "met by every answer of its query",
+    "dead": "met by no answer of its query",
+    "duplicate": "the same verdict on every answer as an earlier criterion of its query",
+    "unreliable": "undecided, or its votes disputed, too often",
+    "suspect_sign": "its verdicts run against the rest of its rubric",
+}
+MAX_TAGS = 20
+
+
+def pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
+def flag_table(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    rows = [
+        [flag, str(summary["flag_counts"][flag]), pct(summary["flag_shares"][flag]), MEANING[flag]] for flag in FLAGS
+    ]
+    return ["flag", "criteria", "share", "meaning"], rows
+
+
+def discriminating_table(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    counts = {int(k): v for k, v in summary["discriminating_per_query"].items()}
+    total = sum(counts.values())
+    return ["criteria that separate answers", "queries", "share"], [
+        [str(k), str(v), pct(v / total)] for k, v in sorted(counts.items())
+    ]
+
+
+def tag_table(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    tags = sorted(summary["by_tag"].items(), key=lambda item: -item[1]["criteria"])[:MAX_TAGS]
+    return ["tag", "criteria", *FLAGS], [[tag, str(t["criteria"]), *(pct(t[f]) for f in FLAGS)] for tag, t in tags]
+
+
+def markdown(summary: dict[str, Any], config: AuditSettings, files: list[Path], rubrics, pruned) -> str:
+    lines = [
+        "# Rubric audit",
+        "",
+        f"- graded answers: {', '.join(str(f) for f in files)}",
+        f"- rubric dataset: {rubrics or 'not given (only criteria with verdicts are counted)'}",
+        f"- {summary['queries']} queries, {summary['criteria']} criteria, {summary['graded_answers']} answers, "
+        f"{summary['verdicts']} verdicts",
+        f"- flagged on the {summary['criteria_flagged_on']} criteria of queries with at least {config.min_answers} "
+        f"answers; {summary['queries_with_too_few_answers']} queries had fewer and are not flagged",
+        f"- unreliable: undecided on more than {pct(config.max_undecided)} of answers or votes disputed on more than "
+        f"{pct(config.max_disagreement)}; suspect sign: correlation with the rest of the rubric at or below "
+        f"-{config.sign_correlation}",
+    ]
+    if pruned is not None:
+        lines.append(f"- pruned: {pruned['criteria_dropped']} criteria dropped over {pruned['queries']} queries")
+    for title, (header, rows) in audit_tables(summary).items():
+        lines += ["", f"## {title}", "", *md_table(header, rows)]
+    return "\n".join(lines) + "\n"
+
+
+def audit_tables(summary: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]]]]:
+    """{title: (header, rows)} of the tables with rows, for audit.md and `rubricrl report`."""
+    tables = {
+        "Rubric audit: flags": flag_table(summary),
+        "Criteria that separate answers, per query": discriminating_table(summary),
+        "Flags by tag": tag_table(summary),
+    }
+    return {title: table for title, table in tables.items() if table[1]}
+
+
+FIGURES = {"flags.png": "flags: share of criteria", "discriminating.png": "criteria that separate answers, per query"}
+
+
+def figures(summary: dict[str, Any]) -> dict[str, bytes]:
+    """{file name: PNG} (FIGURES names them): the flag shares, and how many criteria separate answers per query."""
+    if not charts.available() or not summary["criteria_flagged_on"]:
+        return {}
+    drawn, axis = charts.figure(6.4, 2.8)
+    shares = [summary["flag_shares"][f] or 0 for f in FLAGS]
+    axis.barh(list(FLAGS)[::-1], [100 * s for s in shares][::-1])
+    axis.set_xlabel("% of criteria")
+    out = {"flags.png": charts.png(drawn)}
+    counts = {int(k): v for k, v in summary["discriminating_per_query"].items()}
+    drawn, axis = charts.figure(6.4, 2.8)
+    axis.bar(list(counts), list(counts.values()))
+    axis.set_xlabel("criteria that separate answers")
+    axis.set_ylabel("queries")
+    out["discriminating.png"] = charts.png(drawn)
+    return out
+
+
+def draw(summary: dict[str, Any], out: Path) -> list[Path]:
+    written = []
+    for name, png in figures(summary).items():
+        (out / name).write_bytes(png)
+        written.append(out / name)
+    return written
