@@ -1,5 +1,5 @@
-"""Reward-method comparison, as in Rubrics as Rewards (RaR, arXiv 2507.17746): the same data, policy, budget and
-evaluation, trained once per reward method, then every trained policy graded on one yardstick.
+"""Reward-method comparison as in Rubrics as Rewards (RaR, arXiv 2507.17746): one GRPO run per reward method.
+The same data, policy, budget and evaluation for each method; every trained policy is graded on one yardstick.
 
     # this CPU (tiny preset: SmolLM2-135M-Instruct as LoRA policy and as judge, on the local vLLM server): 7 methods
     # x 3 GRPO steps on experiments/data/rurl_tiny.jsonl (6 rows train, 2 held out), plus the evals; ~15-25 min
@@ -8,22 +8,22 @@ evaluation, trained once per reward method, then every trained policy graded on 
     python experiments/compare_rewards.py --output-dir runs/compare-smoke --methods per_criterion,likert --max-steps 1
 
     # GPUs (the rar-grpo preset: Qwen2.5-7B, 16 rollouts, judge gpt-4o-mini through OPENAI_API_KEY) on RaR rows:
-    python experiments/compare_rewards.py --config configs/rurl/rar-grpo.yaml --rubrics <RaR-Medicine rows> \
-        --output-dir runs/compare-rar --heldout 128 --max-steps 0 \
+    python experiments/compare_rewards.py --config configs/rurl/rar-grpo.yaml --rubrics <RaR-Medicine rows> \\
+        --output-dir runs/compare-rar --heldout 128 --max-steps 0 \\
         --launcher "accelerate launch --config_file configs/accelerate/zero3.yaml --num_processes 8 --gpu_ids all"
     # (--max-steps 0: the preset's own budget, one epoch; --launcher runs each training as its own process)
 
-Each method (METHODS below) is one `rubricrl rurl train` run on the same seeded split of --rubrics (split as rurl
-splits off its eval rows), config, seed and --max-steps, with plain GRPO as in the paper (rurl's dynamic sampling, overlong shaping and own eval off; --train-args
-can turn them back on). Every trained policy and the base one are evaluated alike: greedy answers to the held-out rows
-(transformers' generate on one device: keep --heldout small on GPUs), graded with the explicit rubric by the
-per-criterion judge (`rubricrl eval --responses`: HealthBench-style scores with bootstrap std).
+Each method (METHODS) is a `rubricrl rurl train` on the same seeded split of --rubrics (as rurl splits off eval rows),
+config, seed and --max-steps, plain GRPO as in the paper (rurl's dynamic sampling, overlong shaping and own eval off;
+--train-args turns them on). The base and trained policies answer the held-out rows greedily (transformers' generate
+on one device: keep --heldout small on GPUs), graded by the per-criterion judge with the explicit rubric
+(`rubricrl eval --responses`: HealthBench-style scores with bootstrap std).
 
-Output folder: train*.jsonl, heldout.jsonl, split.json, eval_config.yaml; runs/<method>/ (rurl train's output_dir);
-eval/<method>/ (responses.jsonl, graded.jsonl, report.json, run.json: timings and exit codes); results.json,
-results.md, results.png. Rerunning skips what is done (--redo METHODS, --force: all); a run stopped by rurl's
-judge-failure guard is evaluated at its last checkpoint. wandb (when the config reports to it): one run per method in
-the group --experiment, and a `<experiment>-table` run with the table and chart.
+Output: train*.jsonl, heldout.jsonl, split.json, eval_config.yaml; runs/<method>/ (rurl train's output_dir);
+eval/<method>/ (responses.jsonl, graded.jsonl, report.json, run.json: timings and exit codes); results.json, .md and
+.png. Reruns skip what is done (--redo METHODS, --force: all); a run stopped by rurl's judge-failure guard is evaluated
+at its last checkpoint. wandb (when the config reports to it): a run per method in the group --experiment, and an
+`<experiment>-table` run with the table and chart.
 """
 
 import argparse

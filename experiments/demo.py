@@ -2,24 +2,17 @@
 
     python experiments/demo.py [--output-dir runs/demo]
 
-Prepares SmolLM2-135M-Instruct (once), reuses a running `rubricrl serve` or starts a local vLLM server for the
-demo's duration, then:
-1. sends a few chat requests concurrently and one structured-output request through the one LLM client;
-2. synthesizes a rubric for each query of experiments/data/demo_queries.jsonl (Coarse-to-Fine, configs/
-   synthesis/tiny-cpu.yaml) and shows them;
-3. grades the two contrast responses that synthesis wrote for each query (A and B) against those rubrics,
-   criterion by criterion, and prints a score table for each;
-4. RuFT: samples 4 answers per query, grades them against the new rubrics, keeps the best at or above tau
-   (configs/ruft/tiny-cpu.yaml), and fine-tunes the model on them (LoRA, a few SFT steps);
-5. RuRL: a few GRPO steps from the RuFT model, rewarded by the same rubrics and the same judge
-   (configs/rurl/tiny-cpu.yaml);
-6. evaluates the base model, the RuFT model and the RuFT->RuRL model on a held-out rubric set
-   (experiments/data/rurl_tiny.jsonl), HealthBench-style, prints one comparison table, and writes one HTML report
-   (`rubricrl report`: the evaluations, the RuFT build and the RuRL run; runs/demo/report.html).
-Every stage is a real `rubricrl` command; a second run replays the model calls from the response cache. The model
-is tiny: the rubrics and verdicts are often wrong and a few steps teach it little; the demo shows the machinery,
-not quality. The chain itself (stages 4-6 after synthesis) is experiments/rubrichub_chain.py, which also runs it at
-paper scale with the GPU configs.
+Prepares SmolLM2-135M-Instruct (once) and a local vLLM server (or reuses a running `rubricrl serve`), then:
+1. a few concurrent chat requests and a structured-output one through the one LLM client;
+2. a Coarse-to-Fine rubric per query of experiments/data/demo_queries.jsonl (configs/synthesis/tiny-cpu.yaml);
+3. a score table per query, grading synthesis's contrast responses A and B against it criterion by criterion;
+4. RuFT: 4 answers per query, the best at or above tau kept, a few LoRA SFT steps (configs/ruft/tiny-cpu.yaml);
+5. RuRL: a few GRPO steps from the RuFT model, same rubrics and judge (configs/rurl/tiny-cpu.yaml);
+6. the base, RuFT and RuFT->RuRL models evaluated HealthBench-style on experiments/data/rurl_tiny.jsonl: one
+   comparison table, and runs/demo/report.html (`rubricrl report` of the evaluations, the build and the run).
+Every stage is a real `rubricrl` command; a second run replays from the response cache. The model is tiny: rubrics
+and verdicts are often wrong and a few steps teach little; the demo shows the machinery, not quality. Stages 4-6 are
+experiments/rubrichub_chain.py, which also runs them at paper scale with the GPU configs.
 """
 
 import argparse

@@ -5,35 +5,34 @@
         [--judge-b CONFIG] [--b-model ... (the same overrides for judge B)] [--limit N]
     python experiments/judge_agreement.py --metaeval FILE --output-dir DIR [--judge-a CONFIG] [--a-...] [--limit N]
 
-A judge is a config file in `rubricrl grade --config`'s format (its `llm:` and `grading:` sections; the role that
-`grading.judge_role` names is the judge), with the --a-* / --b-* flags winning over it. Judge A defaults to the
-embedded model, per_criterion, temperature 0; judge B has to be given (a file or a --b-* flag), except with
---metaeval, where the reference is the physicians' majority label. Both judges grade the same (conversation,
-response, rubric) items through the one client (grading/study.py); the responses are --responses ({id, response}
-rows) or, without it, the rubric rows' ideal completions (HealthBench's physician-written ones). Judge A is the
-judge under study, B the reference: precision and recall are A's against B.
+A judge is a `rubricrl grade --config` file (its `llm:` and `grading:` sections; the role `grading.judge_role` names
+judges), --a-* / --b-* flags winning. A, under study, defaults to the embedded model, per_criterion, temperature 0; B,
+the reference, must be given, except with --metaeval (the physicians' majority label). Precision and recall are A's
+against B. Both grade the same items (grading/study.py) on --responses ({id, response} rows), else on the rubric rows'
+ideal completions (HealthBench's physician-written ones).
 
-Prints the agreement per criterion (overall and per axis tag: raw agreement, Cohen's kappa with its bootstrap std,
-macro F1) and per example (Spearman, mean absolute score difference), and writes into --output-dir:
-results.json (both judges, the agreement, usage, wall time), per_criterion.jsonl (both verdicts and explanations
-per criterion), per_example.jsonl (both scores), confusion.png and config.yaml (rerun with --config it). Logs to
-wandb (project rubricrl, group judge-agreement; offline without WANDB_API_KEY; --no-wandb skips it).
+Prints agreement per criterion (overall and per axis tag: raw, Cohen's kappa with bootstrap std, macro F1) and per
+example (Spearman, mean absolute score difference). Writes to --output-dir results.json (both judges, agreement,
+usage, wall time), per_criterion.jsonl (both verdicts and explanations), per_example.jsonl (both scores),
+confusion.png and config.yaml (rerun with --config). Logs to wandb (project rubricrl, group judge-agreement; offline
+without WANDB_API_KEY; --no-wandb skips it).
 
-On this CPU, both judges the embedded model (a local server is reused or started; keep it small, 2 cores):
+On this CPU, the embedded model as both judges (a local server is reused or started; keep it small, 2 cores):
 
     OMP_NUM_THREADS=1 python experiments/judge_agreement.py \\
         --rubrics tests/data/healthbench_sample/healthbench_oss_eval_30.jsonl --limit 3 \\
         --a-mode per_criterion --b-mode batched --output-dir runs/agreement-modes
     # or temperature 0 against 1: --b-mode per_criterion --b-temperature 1.0
 
-On a GPU box or an API, the embedded judge against gpt-4.1-mini (OPENAI_API_KEY), or a served model against it:
+On a GPU box or an API: the embedded judge, then a served model, against gpt-4.1-mini (OPENAI_API_KEY); gpt-4.1-mini
+against the physicians (simple-evals' 2025-05-07-06-14-12_oss_meta_eval.jsonl):
 
     python experiments/judge_agreement.py --rubrics tests/data/healthbench_sample/healthbench_oss_eval_30.jsonl \\
         --b-base-url https://api.openai.com/v1 --b-model gpt-4.1-mini --output-dir runs/agreement-gpt41mini
     python experiments/judge_agreement.py --rubrics ... --a-base-url http://gpu:8000/v1 \\
         --b-base-url https://api.openai.com/v1 --b-model gpt-4.1-mini --output-dir runs/agreement-qwen
     python experiments/judge_agreement.py --metaeval oss_meta_eval.jsonl --a-base-url https://api.openai.com/v1 \\
-        --a-model gpt-4.1-mini --output-dir runs/metaeval-gpt41mini   # simple-evals' 2025-05-07-06-14-12_oss_meta_eval.jsonl
+        --a-model gpt-4.1-mini --output-dir runs/metaeval-gpt41mini
 """
 
 import argparse

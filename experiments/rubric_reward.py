@@ -1,27 +1,21 @@
-"""The rubric reward for verl (and OpenRLHF), from a running `rubricrl reward serve`: standard library only, since it
-runs inside the engine's environment, which cannot hold rubricrl's (verl 0.9 pins transformers < 5.11).
+"""The rubric reward for verl (and OpenRLHF) from a running `rubricrl reward serve`, standard library only: it runs in
+the engine's environment, which cannot hold rubricrl's (verl 0.9 pins transformers < 5.11).
 
-verl (custom_reward_function.path=experiments/rubric_reward.py):
-- `compute_score(data_source, solution_str, ground_truth, extra_info=None)`: verl's documented signature, one
-  completion per call (reward managers `naive`, `dapo`, `prime`);
-- `compute_score_batch(data_sources, solution_strs, ground_truths, extra_infos)`: one request for the whole batch
-  (reward_model.reward_manager=batch, custom_reward_function.name=compute_score_batch);
-- `compute_score_async(...)`: as compute_score, a coroutine, for verl's reward loop (reward_model.use_reward_loop,
-  which awaits coroutine functions and runs plain ones in threads).
-`ground_truth` is the rubric row id (`rubricrl export verl` puts it there). Each returns {"score": reward,
-"rubric_scored": 1.0 or 0.0} (verl takes "score" as the reward and logs the other keys); a completion the service
-could not score has the service's --unscored-reward (0.0 by default) and rubric_scored 0.0.
+verl (custom_reward_function.path=experiments/rubric_reward.py): `compute_score(data_source, solution_str, ground_truth,
+extra_info=None)`, verl's documented signature, one completion a call (reward managers `naive`, `dapo`, `prime`);
+`compute_score_batch`, one request a batch (reward_model.reward_manager=batch,
+custom_reward_function.name=compute_score_batch); `compute_score_async` for the reward loop
+(reward_model.use_reward_loop). `ground_truth` is the rubric row id (`rubricrl export verl`). Each returns {"score":
+reward, "rubric_scored": 1.0 or 0.0} (verl logs keys beyond "score"); one the service could not score gets its
+--unscored-reward (0.0 by default) and rubric_scored 0.0. OpenRLHF (--remote_rm_url experiments/rubric_reward.py):
+`reward_func(queries, prompts, labels)` forwards the request with the token, which OpenRLHF's client cannot send
+(without it the service must be on 127.0.0.1).
 
-OpenRLHF (--remote_rm_url experiments/rubric_reward.py): `reward_func(queries, prompts, labels)`, which
-forwards OpenRLHF's own request to the service with the token (OpenRLHF's HTTP client sends no Authorization
-header; pointed straight at the service, it needs one on 127.0.0.1).
-
-Environment: RUBRICRL_REWARD_URL (default http://127.0.0.1:8760), RUBRICRL_REWARD_TOKEN (the service's bearer
-token, when it has one), RUBRICRL_REWARD_TIMEOUT (seconds per request, default 900: a batch waits for its judge),
-RUBRICRL_REWARD_RETRIES (default 3: a connection refused or a 503, e.g. a judge restarting, is retried with
-backoff), RUBRICRL_REWARD_CHUNK (completions per request, default 1024; chunks of a batch go concurrently).
-A service that does not answer, or refuses a request, raises RewardServiceError naming the URL and the reason:
-training stops rather than learn from rewards that are not there.
+Environment: RUBRICRL_REWARD_URL (default http://127.0.0.1:8760); RUBRICRL_REWARD_TOKEN (bearer token, if any);
+RUBRICRL_REWARD_TIMEOUT (seconds a request, default 900: a batch waits for its judge); RUBRICRL_REWARD_RETRIES
+(default 3, with backoff, on a refused connection or a 503 such as a restarting judge); RUBRICRL_REWARD_CHUNK
+(completions a request, default 1024; chunks go concurrently). A service that does not answer, or refuses, raises
+RewardServiceError naming the URL and reason: training stops rather than learn from missing rewards.
 """
 
 import asyncio

@@ -1,12 +1,11 @@
-"""The RuRL learning check: does GRPO with the rubric reward move a policy on this CPU? (An experiment anyone can
-rerun, not a timed test.)
+"""The RuRL learning check: does GRPO with the rubric reward move a policy on this CPU? (Rerunnable; not a timed test.)
 
     python experiments/rurl_learning_check.py [--steps 40] [--output-dir runs/rurl-learning-check]
 
-The tiny preset (configs/rurl/tiny-cpu.yaml: SmolLM2-135M-Instruct, LoRA) on experiments/data/rurl_rules.jsonl:
-16 short questions, each rubric made of rule checks decided in code (at most 10 words: 3 points, one sentence: 1,
-no comma: 1), so the reward is exact and no judge is asked. The mean reward of the first and last fifth of the steps
-is compared; the curve goes to docs/rurl_learning_check.png. Exit status 1 when the reward did not rise.
+The tiny preset (configs/rurl/tiny-cpu.yaml: SmolLM2-135M-Instruct, LoRA) on experiments/data/rurl_rules.jsonl: 16
+short questions whose rubrics are rule checks decided in code (at most 10 words: 3 points, one sentence: 1, no comma:
+1), so the reward is exact with no judge. Compares the mean reward of the first and last fifth of the steps, draws
+the curve to docs/rurl_learning_check.png, and exits 1 when the reward did not rise.
 """
 
 import argparse

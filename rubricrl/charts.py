@@ -1,9 +1,7 @@
 """The one place that draws: matplotlib's Agg `Figure` objects (no pyplot state, no display, nothing shared between
-threads), the plot kinds the package uses, and PNG out, as bytes (the report's data: URIs) or as a file.
-
-matplotlib comes with the `train` extra; without it a caller checks `available()` and leaves the picture out (its
-numbers are in a table or a JSON file beside it). It is imported inside the functions, so importing this module never
-needs it."""
+threads), the package's plot kinds, and PNG out as bytes (the report's data: URIs) or a file. matplotlib comes with
+the `train` extra and is imported inside the functions; without it a caller checks `available()` and leaves the
+picture out (its numbers are in a table or a JSON file beside it)."""
 
 from collections.abc import Sequence
 from pathlib import Path

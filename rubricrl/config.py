@@ -1,22 +1,14 @@
 """Settings for every command, one way: dataclasses, a YAML file for values, the command line last.
 
-A command's settings are a few dataclasses (its own arguments, and groups such as `SynthesisConfig`,
-`GradingConfig`, `LLMSettings`). Each field gets its value from, later winning:
-1. the dataclass default;
-2. `--config FILE` (YAML). A group that names a `config_section` reads that section (`synthesis:`, `grading:`,
-   `llm:`); the command's own arguments (and, for training commands, TRL's `SFTConfig`/`GRPOConfig`/`ModelConfig`
-   fields, as `trl sft --config` reads them) are top-level keys. One file can serve several commands: a command
-   skips the sections it does not use, and refuses top-level keys it does not know;
-3. the command line: `--field value` for every field (`--field-name` works too), `--no-field` turns a boolean off,
-   a list takes several values, and a mapping takes `KEY=VALUE` items merged into the file's mapping
-   (`--roles judge.model=gpt-4.1-mini judge.temperature=0`; values read as YAML).
-
-This is TRL's `TrlParser` (itself `HfArgumentParser`) behaviour, with the same flag conventions, written out here
-because the core install has neither TRL nor transformers (and importing transformers' parser alone costs ~0.9 s,
-measured). Training commands hand their TRL dataclasses to `TrlParser` itself (`parse_trl`).
-
-The resolved values (defaults, then file, then flags; API keys are only ever named, never held) are written
-beside every output (`resolved`, `write_resolved`) and can be passed back with `--config`.
+A command's settings are a few dataclasses (its arguments; groups such as `SynthesisConfig`, `LLMSettings`), each
+field set by, later winning: 1. the default; 2. `--config FILE` (YAML), where a group reads its `config_section`
+(`synthesis:`, `llm:`, ...) and the command's arguments, with a training command's TRL `SFTConfig`/`GRPOConfig`/
+`ModelConfig` fields as `trl sft --config` reads them, are top-level keys (sections a command does not use are
+skipped, unknown top-level keys refused); 3. the command line: `--field value` (or `--field-name`), `--no-field`,
+several values for a list, `KEY=VALUE` items merged into a mapping (`--roles judge.model=gpt-4.1-mini`; YAML values).
+This is `TrlParser`'s (`HfArgumentParser`'s) behaviour, written out as the core install lacks TRL and transformers
+(whose parser alone costs ~0.9 s to import); training commands use `TrlParser` itself (`parse_trl`). The resolved
+values (API keys named, never held) go beside every output (`resolved`, `write_resolved`), loadable with `--config`.
 """
 
 import argparse

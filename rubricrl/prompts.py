@@ -1,9 +1,7 @@
-"""Prompt files, rendered one way, strictly.
-
-Prompts live as text files beside the stage that uses them (`synthesis/prompts/`, `grading/prompts/`).
-Placeholders are `{{name}}`: JSON examples inside a prompt keep their single braces untouched, and rendering
-fails on a placeholder without a value or a value without a placeholder, so a typo never ships a half-filled
-prompt. Each prompt carries the hash of its text, recorded with every output it produces.
+"""Prompt files, rendered one way, strictly: text files beside their stage (`synthesis/prompts/`, `grading/prompts/`)
+with `{{name}}` placeholders, so JSON examples keep their single braces. A placeholder without a value, or a value
+without a placeholder, fails rendering, so a typo never ships a half-filled prompt. The hash of each prompt's text is
+recorded with every output it produces.
 """
 
 import hashlib

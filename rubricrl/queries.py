@@ -1,21 +1,15 @@
-"""Queries for rubric synthesis (and any stage that starts from queries), read with the one record reader
-(rubricrl/records/reader.py: JSONL, Parquet, a saved or repository-layout dataset folder, or a Hub dataset id such as
-`org/name:test`; errors name the file or dataset split, the line or row, and the problem). Every row is checked
-before any model call.
+"""Queries for rubric synthesis (and any stage that starts from queries), via the one record reader
+(rubricrl/records/reader.py: JSONL, Parquet, dataset folders, Hub ids such as `org/name:test`; errors name file or
+split, line or row, and problem), every row checked before any model call.
 
-Columns:
-- The query column is `prompt` (text, or chat messages ending with a user message, as HealthBench stores them), or
-  `question` (text, as RubricHub's export stores it) when the row has no `prompt` (records.py says why in this
-  order). Any other column named with `query_column` takes text or messages, and every row must have it.
-- The id column is `id`, or HealthBench's `prompt_id` in rows without `id`. An id is a non-empty string or an
-  integer (converted with `str`, so `7` and `"7"` are the same id and collide). A missing or null id is generated
-  from the content: `q-` + the first 16 hex digits of the sha256 of the canonical JSON of the messages. Reruns and
-  reordered files get the same ids, and a plain question shares its id with the one-message prompt of the same text.
-- Every other column passes through untouched in `Query.extra`.
-
-`iter_queries` streams (memory grows only with the set of ids seen, for duplicate detection). With `skip_bad_rows` / `on_reject`, a bad row becomes a `Rejected`
-(location, reason, raw row) instead of an error; `write_rejected` writes them to `rejected.jsonl`. An empty file, an
-unreadable file, a missing column in a Parquet/dataset schema, or a file with no valid row stays fatal.
+Query: `prompt` (text, or chat messages ending with a user message, as in HealthBench), else `question` (text, as in
+RubricHub's export; records.py says why), or the column `query_column` names (text or messages, in every row). Id: `id`,
+else HealthBench's `prompt_id`, a non-empty string or an integer (`str`-ed: `7` and `"7"` collide); if missing or null,
+`q-` + the first 16 hex digits of the sha256 of the messages' canonical JSON, stable across reruns and reorderings (a
+question and a one-message prompt of its text share it). Other columns go to `Query.extra`. `iter_queries` streams
+(memory grows only with the ids seen). With `skip_bad_rows` / `on_reject` a bad row becomes a `Rejected` (location,
+reason, raw row) for `write_rejected` (`rejected.jsonl`); an empty or unreadable file, a column missing from a
+Parquet/dataset schema, or no valid row stays fatal.
 """
 
 import json

@@ -1,18 +1,12 @@
-"""`rubricrl ruft build`: a rubric dataset in, SFT data out. For each query, K candidate answers from the candidate
-roles (one n-sample call per distinct request, through the one client and its cache), each graded against the
-query's rubric, the best at or above tau kept (grading/select.py). Queries stream through sampling and grading on their
-own, with no barrier between the stages, as in synthesis.
-
-The output folder (append-only while running; a rerun skips the queries in queries.jsonl and replays the rest from
-the response cache, whatever the input order):
-- `candidates.jsonl`: every candidate with its role, model, finish reason, length, score, verdicts and whether kept;
-- `sft.jsonl`: the kept answers; `queries.jsonl`: one line per finished query (written last: its presence means done),
-  with the `fingerprint` of the settings that made it;
-- `fingerprint.json` and `runs.jsonl` (rubricrl/runs/provenance.py, rubricrl/runs/folder.py): the settings the rows come
-  from, checked before a rerun makes any call, and each run's usage and time, which the manifest adds up;
-- when the run ends (ruft/build_output.py): `sft.parquet` and `sft/` (`datasets.load_from_disk`) in TRL's
-  conversational prompt-completion format with provenance columns, `below_threshold.jsonl` (queries with no
-  candidate >= tau), `scores.png` and `length_vs_score.png`, `config.yaml`, and `manifest.json` (written last).
+"""`rubricrl ruft build`: a rubric dataset in, SFT data out. Per query, K candidate answers from the candidate roles
+(one n-sample call per distinct request, through the one client and its cache) are graded against its rubric and the
+best at or above tau kept (grading/select.py); as in synthesis, queries stream with no barrier between stages.
+The folder is append-only while running; a rerun skips the queries in queries.jsonl and replays the rest from the
+cache. `candidates.jsonl`: every candidate (role, model, finish reason, length, score, verdicts, kept); `sft.jsonl`:
+the kept answers; `queries.jsonl`: a line per finished query with its `fingerprint`, written last (it means done);
+`fingerprint.json` and `runs.jsonl`: rubricrl/runs/provenance.py. At the end (ruft/build_output.py): `sft.parquet`
+and `sft/` (`datasets.load_from_disk`) in TRL's conversational prompt-completion format with provenance columns,
+`below_threshold.jsonl` (no candidate >= tau), `scores.png`, `length_vs_score.png`, `config.yaml`, `manifest.json` last.
 """
 
 import argparse

@@ -2,22 +2,18 @@
 
     rubricrl ruft train --config configs/ruft/tiny-cpu.yaml --dataset runs/ruft --output_dir runs/ruft-sft
 
-What runs, in order (everything a user can get wrong is checked before a model is loaded):
-1. settings: `TrainArgs` (ours), then TRL's `SFTConfig` and `ModelConfig` as `trl sft --config` reads them (flat
-   keys, flags win); on a machine without CUDA, `CPU_DEFAULTS` first (SFTConfig's bf16 default fails on a CPU);
-2. the dataset: a `ruft build` folder (its `sft/`), a saved HF dataset, a .parquet or a .jsonl in TRL's
-   conversational prompt-completion format, read with the one record reader (`rubricrl.records`) into memory, each
-   row checked; its provenance columns (id, score, judge, ...) ride along and SFTTrainer drops them;
-3. SFTTrainer on `model_name_or_path` (default: the embedded model), LoRA when `use_peft`. The loss is on the
-   completion only: TRL's default for prompt-completion data (`completion_only_loss=None`);
-4. wandb when `report_to` names it: offline without WANDB_API_KEY (a WANDB_MODE of the user's wins); the run's
-   config is config.yaml's plus the build's manifest.json;
-5. the model and tokenizer in `output_dir` (LoRA merged in unless `merge_adapter` is false), `config.yaml` (the
-   resolved settings, loadable with --config, written first) and a model card `README.md` naming the dataset and
-   base model. `resume_from_checkpoint` (a checkpoint folder, or true: the latest in output_dir) goes to
-   `trainer.train`.
-
-TRL, transformers, torch and datasets load only inside the functions: `rubricrl --help` imports this module.
+All a user can get wrong is checked before a model loads. Settings: `TrainArgs`, then TRL's `SFTConfig` and
+`ModelConfig` as `trl sft --config` reads them (flat keys, flags win), over `CPU_DEFAULTS` without CUDA (SFTConfig's
+bf16 default fails on a CPU). Dataset: a `ruft build` folder's `sft/`, a saved HF dataset, or a .parquet or .jsonl
+in TRL's conversational prompt-completion format, read by `rubricrl.records`, each row checked; provenance columns
+(id, score, judge, ...) ride along and SFTTrainer drops them. `model_name_or_path` defaults to the embedded model;
+LoRA when `use_peft`; loss on the completion only (TRL's default for prompt-completion data,
+`completion_only_loss=None`). wandb when `report_to` names it (offline without WANDB_API_KEY unless WANDB_MODE is
+set), with config.yaml and the build's manifest.json as its config. `output_dir`
+gets `config.yaml` first (loadable with --config), the model and tokenizer (LoRA merged unless `merge_adapter` is
+false) and a model card naming dataset and base model. `resume_from_checkpoint` (a folder, or true: the latest) goes
+to `trainer.train`. TRL, transformers, torch and datasets load only inside the functions: `rubricrl --help` imports
+this module.
 """
 
 import itertools

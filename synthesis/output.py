@@ -1,20 +1,15 @@
-"""The output folder of a synthesis run, written as queries finish:
-
-- `details.jsonl`: one line per finished query with every stage's output (`reference_answer`, `responses`,
+"""The output folder of a synthesis run, appended to as queries finish (each byte written once):
+- `details.jsonl`: a line per finished query with every stage's output (`reference_answer`, `responses`,
   `candidates`, `merged`, `evolved`), per-criterion detail, and the `fingerprint` of the settings that made it;
-- `final.jsonl`: `{id, question, rubrics: [{criterion, points}]}` with the query's `prompt` messages and
-  `reference_answer`, written after the query's details line, so a line here means the query is complete and is
-  whole to every reader. Both are in the order the queries finished;
-- `errors.jsonl`: the queries that failed in this run (they are retried next run);
-- `final.parquet` (RubricHub's exact schema) and `final_details.parquet` (id, prompt, reference answer, criteria
-  with detail, fingerprint), written when the run ends, in input order, from the lines of every finished query
-  (read back by offset), under `.tmp` names until both are whole. During a run, or after a kill, they are those of
-  the last run that ended. final.parquet names final_details.parquet as its companion in its metadata, so readers
-  get the messages that RubricHub's `question` flattens.
-
-Appending line by line writes each byte once; memory holds the finished ids with the offsets of their lines and one
-batch of rows. Parquet batches are converted by pyarrow's JSON reader from the lines themselves: `pa.array` on
-Python objects would import pandas (a quarter of a second) and convert object by object.
+- `final.jsonl`: `{id, question, rubrics: [{criterion, points}]}` with the `prompt` messages and `reference_answer`,
+  written after the details line, so a line here means the query is whole. Both in the order queries finished;
+- `errors.jsonl`: the queries that failed in this run (retried next run);
+- `final.parquet` (RubricHub's schema; its metadata names `final_details.parquet`, which keeps the messages that
+  `question` flattens) and `final_details.parquet` (id, prompt, reference answer, criteria with detail,
+  fingerprint): built at the run's end, in input order, from the finished lines (read back by offset), under `.tmp`
+  names until both are whole. During a run or after a kill they are the last ended run's.
+Memory holds finished ids with their line offsets and one batch of rows, which pyarrow's JSON reader converts from
+the lines (`pa.array` on Python objects would import pandas, a quarter of a second, and go object by object).
 """
 
 import functools

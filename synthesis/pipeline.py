@@ -1,10 +1,8 @@
-"""The synthesis run: queries stream in, each moves through the stages on its own (no barrier between stages),
-and each finished query is written to the output folder at once (see output.py for its files).
-
-Resume: a rerun skips the ids already in final.jsonl (a line cut off by a kill is dropped first) and replays the
-rest through the response cache, so no finished model call is made twice, whatever the input order. A rerun with
-other settings is refused before it starts (rubricrl/runs/folder.py, rubricrl/runs/provenance.py). Memory holds
-only the set of finished ids, the queries in flight and one batch of Parquet rows.
+"""The synthesis run: queries stream in, each moves through the stages on its own (no barrier between stages) and is
+written to the output folder as it finishes (output.py). A rerun skips the ids in final.jsonl (a line cut off by a
+kill dropped first) and replays the rest through the response cache, whatever the input order; one with other
+settings is refused before it starts (rubricrl/runs/folder.py, rubricrl/runs/provenance.py). Memory holds only the
+finished ids, the queries in flight and one batch of Parquet rows.
 """
 
 import asyncio

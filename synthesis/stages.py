@@ -1,15 +1,12 @@
 """The stages of Coarse-to-Fine rubric synthesis, one function each; the pipeline runs them per query.
-
 1. reference: a model writes a reference answer (response grounding);
-2. contrast: two roles write responses A and B (or, with contrast_pool, the two best of a pool graded against the
-   merged rubric, after stage 4);
+2. contrast: two roles write responses A and B (with contrast_pool: the two best of a pool, graded after stage 4);
 3. candidates: N rubric roles each write a principle-guided rubric grounded in the reference;
-4. aggregate: the N candidates are merged conservatively (one candidate passes through, no call);
-5. evolve: stricter criteria are added that would separate an excellent answer from A and B.
-The single-pass Rubrics-as-Rewards method is stages 1 and 3 with categories (see config.py).
-Malformed model output is sampled again by the client (bounded); what still fails raises LLMError.
-The reference and the contrast responses reach the rubric writers as answers only: a reasoning model's
-`<think>…</think>` is removed (rubricrl/llm/reasoning.py), and one cut off while reasoning fails its query.
+4. aggregate: the N candidates merged conservatively (one candidate passes through, no call);
+5. evolve: stricter criteria added that would separate an excellent answer from A and B.
+Single-pass Rubrics-as-Rewards is stages 1 and 3 with categories (config.py). Malformed output is resampled by the
+client (bounded); what still fails raises LLMError. Rubric writers see answers without `<think>…</think>`
+(rubricrl/llm/reasoning.py); one cut off while reasoning fails its query.
 """
 
 import math

@@ -1,29 +1,17 @@
 """A persistent, content-addressed cache of model responses, so that re-running any stage never pays twice.
 
-The key is a hash of what determines an answer: model, messages, sampling parameters and the sample index
-(the i-th of n samples is its own entry, so a sampled call is cached per sample instead of collapsing every
-sample into one). The endpoint URL and the API key are not part of it: the same model behind another URL
-answers the same call.
-
-Storage is log-structured, so that every answer is written to disk once:
-- answers are appended, compressed, to a segment file (`segment-N.log`) with one `write`: once `put` returns, the
-  answer survives a SIGKILL of this process (it is in the kernel's page cache). An answer is a few hundred bytes
-  of JSON (a judge's verdict), too short for plain zlib to find much to reuse, so it is deflated against a preset
-  dictionary of the byte strings cached answers share (RECORD_DICTIONARY: on a RuFT build's 16,800 canned
-  answers, 251 -> 196 bytes a record); records written before it (plain zlib) are still read;
-- an SQLite index (`index.sqlite`, WAL, never synced) maps each key to (segment, offset, length). It is written
-  in batches (every FLUSH_SECONDS or FLUSH_ENTRIES answers, and on close): a page write per answer is what made
-  a row-per-answer SQLite store write 7-16x the bytes it held. The index is derived data: if a power loss ever
-  corrupts it, it is rebuilt from the segments (answers deleted as invalid then come back, and are rejected
-  again by whoever reads them);
-- each process appends to a segment it holds an exclusive `flock` on, so any number of processes can write at
-  once. A segment whose writer is gone (killed before flushing its index) is re-indexed from its tail by the next
-  process that opens the cache: records past the indexed length are read back, checked against their CRC, and a
-  record cut off by the kill is truncated away.
-
-Answers a process has appended but not flushed are visible to that process at once and to other processes at
-its next flush (at most FLUSH_SECONDS later). The first writer of a key wins: within a process at `put`, across
-processes at flush time.
+The key hashes model, messages, sampling parameters and sample index (each of n samples is its own entry), not the
+URL or API key: the same model elsewhere answers the same. Storage is log-structured, each answer written once:
+- `segment-N.log`: answers appended in one `write`, so once `put` returns one survives a SIGKILL (page cache). They
+  are deflated against a preset dictionary (RECORD_DICTIONARY: 251 -> 196 bytes a record on a RuFT build's 16,800
+  answers), a few hundred bytes being too short for plain zlib; older plain-zlib records still read;
+- `index.sqlite` (WAL, never synced): key -> (segment, offset, length), written every FLUSH_SECONDS or FLUSH_ENTRIES
+  and on close (a page write per answer made SQLite write 7-16x the bytes held). Derived data: rebuilt from the
+  segments after a corrupting power loss (answers deleted as invalid come back, to be rejected again);
+- each process appends under an exclusive `flock` on its own segment, so any number write at once; the next opener
+  re-indexes a dead writer's tail, checking CRCs and truncating a cut-off record.
+Unflushed answers are seen by their process at once, by others at its next flush (<= FLUSH_SECONDS). The first
+writer of a key wins: within a process at `put`, across processes at flush.
 """
 
 import fcntl

@@ -1,24 +1,14 @@
 """The one LLM client: every model call of every stage goes through `LLMClient.chat` or `LLMClient.chat_each`.
 
-Async, against any OpenAI-compatible endpoint (the chat completions API). What it provides:
-- roles (endpoint + model + sampling parameters) chosen by name;
-- several endpoints per role (endpoints.py): calls spread by least outstanding requests, `concurrency` requests
-  at most in flight on each endpoint (over all roles that use it), an endpoint that keeps failing taken out of
-  rotation for a cool-down; per-endpoint counts in `endpoint_stats()`;
-- a per-request timeout (600 s by default, the openai SDK's: an 8192-token answer from a busy GPU server takes
-  minutes);
-- retries (transport.py): on connection errors, 408/409/429/5xx, with exponential backoff, jitter and
-  Retry-After, at most `max_retries` of them; a request that timed out is resent once only, with twice the time,
-  and then fails with an error that says what to raise or lower; plus a bounded retry of 200 answers whose body
-  is not a valid chat completion (garbage, truncated JSON);
-- structured outputs (`schema=`): a bounded JSON schema as `response_format`, the reply parsed and validated,
-  a fresh sample drawn (bounded) when a reply does not parse;
-- n > 1 sampling, cached per sample index; `chat_each` for one answer from each of several roles; token usage
-  per role (reasoning tokens apart, when the server counts them);
-- reasoning models behind a reasoning parser (vLLM `--reasoning-parser`, hosted APIs): the answer is `content`
-  alone, the reasoning (`reasoning`, or `reasoning_content` in vLLM <= 0.10 and DeepSeek) is kept beside it; a
-  reply with no content is an error that says why (see `replies.empty_answer`), never an empty answer;
-- the response cache (cache.py): a call already answered is never sent again.
+Async, against any OpenAI-compatible chat completions API; roles (endpoint, model, sampling) are chosen by name.
+Calls spread over a role's endpoints, at most `concurrency` in flight on each over all roles (endpoints.py,
+`endpoint_stats()`). Retries are bounded (transport.py): a timed-out request is resent once with twice the time, then
+fails saying what to raise or lower; the timeout is 600 s by default (the openai SDK's: an 8192-token answer from a
+busy GPU server takes minutes); a 200 that is not a valid chat completion is retried a bounded number of times.
+`schema=` asks for a bounded JSON schema (structured.py) and resamples a reply that does not parse. n > 1 samples
+are cached per index (cache.py: an answered call is never sent again); usage is counted per role, reasoning tokens
+apart. From a reasoning model the answer is `content` alone, the reasoning (`reasoning`, or `reasoning_content` in
+vLLM <= 0.10 and DeepSeek) kept beside it; no content is an error saying why (`replies.empty_answer`), never "".
 """
 
 import asyncio
@@ -85,12 +75,11 @@ class LLMClient:
         allow_empty: bool = False,
         **params: Any,
     ) -> ChatResult:
-        """Ask `role` for n answers to `messages` (a string is one user message). `params` override the role's
-        sampling parameters for this call. With `schema`, every answer is validated JSON, in `result.parsed`;
-        `check(value)` may add what a schema cannot say (e.g. one verdict per id) by raising ValueError, and an
-        answer it rejects is sampled again like one that does not parse. A reply without content raises
-        EmptyAnswer; with `allow_empty` (not with a schema) it is returned as "" (its reasoning and finish_reason
-        beside it), neither asked again nor cached: for a policy whose "no answer" is a result to score."""
+        """Ask `role` for n answers to `messages` (a string is one user message); `params` override its sampling.
+        With `schema` each answer is validated JSON, in `result.parsed`; one that does not parse, or that `check(value)`
+        rejects with ValueError (what a schema cannot say, e.g. one verdict per id), is sampled again. A reply without
+        content raises EmptyAnswer; with `allow_empty` (not with a schema) it comes back as "" with its reasoning and
+        finish_reason, neither asked again nor cached: for a policy whose "no answer" is a result to score."""
         if n < 1:
             raise ValueError(f"n must be at least 1, got {n}")
         messages = _as_messages(messages)
@@ -271,13 +260,11 @@ class LLMClient:
         return [answer[0] for answer in answers]
 
     async def _request(self, role, spec, messages, request, n, allow_empty: bool) -> list[dict]:
-        """n fresh samples from one chat completion request, none of them without an answer. A choice whose
-        content is empty or null is asked for again (only those choices, a bounded number of times) when a new
-        sample can differ: sampled decoding without a seed, not cut at max_tokens. Greedy or seeded decoding would
-        repeat the same reply, and a reply cut at `length` (typically a reasoning model that spent max_tokens
-        thinking) almost always runs out again with the same budget, each try costing the whole budget: those fail
-        at once, with what to change. The error is raised before anything reaches the cache, so a rerun asks
-        again instead of replaying it. With `allow_empty` the replies are returned as they came."""
+        """n fresh samples from one request, none without an answer. Empty choices are asked for again (those
+        alone, a bounded number of times) only when a new sample can differ: greedy or seeded decoding repeats the
+        reply, and one cut at `length` (a reasoning model that spent max_tokens thinking) nearly always runs out again,
+        each try at the whole budget's cost, so those fail at once saying what to change. The error comes before the
+        cache, so a rerun asks again instead of replaying it. With `allow_empty` replies are returned as they came."""
         body = {"model": spec.model, "messages": messages, "n": n, **request}
         body.update(body.pop("extra_body", None) or {})
         samples = await self._post(role, spec, body, n)

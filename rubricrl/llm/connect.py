@@ -1,11 +1,8 @@
-"""From a command's LLM settings to roles at live endpoints and the one client: `open_llm` is how every command
-that calls models starts.
-
-Roles without an endpoint are served by one local vLLM server (reused if one is running, else started for the
-duration of the `with` block; the processes of one torchrun / accelerate launch share one: serve.local_endpoint).
-A base_url without a model takes the one model that endpoint serves. Roles that end up on the embedded model
-(SmolLM2-135M-Instruct on a CPU) and set no max_tokens get the command's CPU budgets: left without one, that model
-rambles to thousands of tokens, minutes per request on two cores.
+"""From a command's LLM settings to roles at live endpoints and the one client: every command that calls models
+starts with `open_llm`. Roles without an endpoint share one local vLLM server, reused or started for the `with` block
+(one per torchrun / accelerate launch: serve.local_endpoint). A base_url without a model takes the one it serves.
+Roles on the embedded model (SmolLM2-135M-Instruct on a CPU) with no max_tokens get the command's CPU budgets:
+without one, that model rambles to thousands of tokens, minutes per request on two cores.
 """
 
 import sys

@@ -1,23 +1,14 @@
 """Several endpoints behind one role: calls spread by least outstanding requests, a concurrency bound per endpoint,
 and an endpoint that keeps failing taken out of rotation for a cool-down.
 
-A role's `base_url` may name several endpoints serving the same model (replicas of a judge, say): a YAML list, one
-string of URLs separated by commas (as the command line gives them: `--base-url http://a:8000/v1,http://b:8000/v1`),
-or `@FILE`, a file of URLs one a line (`#` starts a comment). `endpoint_urls` reads all three.
-
-Each attempt of a request asks its pool (the role's endpoints) for a slot: the endpoint in rotation with the fewest
-requests out (ties: the one asked least so far), never more than `limit` out on one endpoint; when all are full it
-waits for the first slot to free (first come, first served). An endpoint whose last FAILURES_TO_EJECT attempts
-failed (no connection, 5xx, no answer in time) is taken out of rotation for a cool-down (COOL_DOWN s, doubling up to
-MAX_COOL_DOWN while it keeps failing); then one request probes it, and one success puts it back. The request whose
-attempt failed is resent at once to another endpoint when one is in rotation (counted against max_retries like any
-retry), else after the usual backoff. The requests still out on an endpoint when it is taken out are not left to
-wait for their own fault (a hung server answers nothing until the timeout, 600 s by default): they are cancelled and
-resent to the others at once, when another endpoint is in rotation. When every endpoint of a pool is out, they are
-all tried anyway, at their full bound: the usual bounded retries decide, as with one endpoint. With one endpoint
-nothing changes.
-
-Which endpoint answered never reaches the response cache's key (cache.py), so a replayed run gets the same answers.
+`base_url` may name several endpoints of one model: a YAML list, comma-separated URLs (as on the command line), or
+`@FILE`, a URL a line (`#` comments), all read by `endpoint_urls`. An attempt takes the endpoint in rotation with the
+fewest requests out (ties: the one asked least), at most `limit` each, or waits its turn. FAILURES_TO_EJECT failed
+attempts in a row (no connection, 5xx, timeout) take an endpoint out for COOL_DOWN s, doubling up to MAX_COOL_DOWN;
+then one request probes it, and one success brings it back. Its failed and outstanding requests go at once to
+another endpoint in rotation (counted in max_retries; not left to a hung server's 600 s timeout), else after the
+usual backoff. With every endpoint out, all are tried at full bound, the usual retries deciding. The answering
+endpoint is not in the cache key, so a replayed run gets the same answers.
 """
 
 import asyncio

@@ -1,19 +1,12 @@
-"""A completion's reasoning and its answer, apart: only the answer is ever judged.
+"""A completion's reasoning and its answer, apart: a judge, rule check or rubric writer only ever sees the answer.
 
-Open models reason before they answer, between delimiters (`<think>…</think>` by default). What reaches a judge,
-a rule check or a rubric writer is the answer alone; a completion whose reasoning never closed (cut off while
-thinking) has no answer at all, which is not the same as an empty one: it is scored as such without a judge call.
-
-The split follows the chat templates of current models (as vLLM's reasoning parsers and TRL's response templates
-read them):
-- `<think>reasoning</think>answer`: the model opened and closed its reasoning;
-- `reasoning</think>answer`: the template opened it in the prompt (DeepSeek-R1 distills, Qwen3 thinking 2507), so
-  the completion holds only the closing delimiter;
-- no delimiter: all answer, unless `starts_open` (the template opened the reasoning, and it never closed);
-- `<think>reasoning` with no close: never closed, no answer.
-Endpoints with a reasoning parser return the reasoning apart (`reasoning`/`reasoning_content`, rubricrl/llm); for
-a policy, `as_written` puts it back between the delimiters, so that one split decides for every kind of endpoint
-and RuFT can keep the whole completion.
+Reasoning sits between delimiters (`<think>…</think>` by default), split as vLLM's reasoning parsers and TRL's
+response templates read current chat templates: `<think>r</think>a`; `r</think>a` when the template opened it in the
+prompt (DeepSeek-R1 distills, Qwen3 thinking 2507); no delimiter is all answer, unless `starts_open` (template-opened
+reasoning that never closed); an unclosed `<think>r` has no answer. No answer (cut off while thinking) is not an
+empty one: it is scored as such without a judge call. Endpoints with a reasoning parser return the reasoning apart
+(`reasoning`/`reasoning_content`); for a policy `as_written` puts it back between the delimiters, so one split
+decides for every kind of endpoint and RuFT can keep the whole completion.
 """
 
 from dataclasses import dataclass
@@ -66,10 +59,9 @@ def split_reasoning(
 def as_written(
     content: str | None, reasoning: str | None, delimiters: tuple[str, str] | list[str] | None = DEFAULT_DELIMITERS
 ) -> str:
-    """A policy's completion as it wrote it, from an endpoint (or TRL's response parsing) that returned its
-    reasoning apart: the reasoning between the delimiters, then the answer. Reasoning without an answer never
-    closed (vLLM's parsers return no content when the closing delimiter never came, however the reply ended).
-    Without reasoning (or delimiters): the content.
+    """A policy's completion as written (reasoning between the delimiters, then the answer) from an endpoint or TRL's
+    response parsing that returned the reasoning apart. Reasoning without an answer never closed (vLLM's parsers give no
+    content then, however the reply ended); without reasoning or delimiters: the content.
 
     >>> as_written(None, "Let me think")
     '<think>Let me think'

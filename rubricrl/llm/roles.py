@@ -1,9 +1,8 @@
 """Roles: who answers a call. A role names an endpoint, a model and the sampling parameters to use.
 
-Every stage asks for roles by name ("reference", "judge", "policy", ...). A role is built from two levels, the
-more specific winning: `defaults` (every role) < the role's own entry under `roles`. At each level the command line
-wins over the config file (see connect.LLMSettings). A role left without a base_url is served by the embedded
-local model. A role may name several endpoints serving its model (endpoints.py): calls are spread over them.
+Stages ask for roles by name ("reference", "judge", "policy", ...). A role's entry under `roles` beats `defaults`
+(every role), and at each level the command line beats the config file (connect.LLMSettings). A role without a
+base_url is served by the embedded local model; one with several endpoints (endpoints.py) spreads its calls.
 """
 
 import os

@@ -1,19 +1,14 @@
 """Structured outputs: bounded JSON schemas sent as `response_format`, and a tolerant JSON extractor.
 
-Every integer, string and array in a schema must be bounded (minimum/maximum, maxLength, maxItems): with an
-unbounded field a small model can run to max_tokens inside one value and leave invalid JSON, while with bounds
-vLLM's grammar forces a closing brace in time. `json_schema_format` refuses an unbounded schema. The bounds bound
-the reply only if the grammar also bounds the whitespace between tokens: vLLM's default JSON grammar (xgrammar,
-`any_whitespace=True`) allows any run of spaces and newlines there, and SmolLM2 at temperature 1 sometimes fills
-max_tokens with it (of 64 rubric answers at 690 tokens, 2 were cut off; 4,810 of one's 5,708 characters were
-whitespace). Our local servers therefore start vLLM with compact JSON (serve.py `STRUCTURED_OUTPUTS`). Strings near
-their maxLength can still outrun a budget smaller than the schema allows (2 of 56 compact rubric answers at 690
-tokens); such an answer is reported as cut off, not by the nested values that did close inside it.
-
-Endpoints without schema support answer in free text; `parse_structured` takes the first JSON value in it that
-satisfies the schema, looking at the whole reply, then fenced ```json blocks, then each value that decodes from an
-opening brace or bracket. Decoding uses `json.JSONDecoder.raw_decode`, which stops at the end of one value, so
-prose after it (even prose containing `]` or `}`) cannot corrupt the result, unlike a greedy regex.
+`json_schema_format` refuses unbounded integers, strings and arrays: a small model can run to max_tokens inside one
+unbounded value, while bounds let vLLM's grammar close in time. Whitespace must be bounded too: vLLM's default
+xgrammar (`any_whitespace=True`) is not, and SmolLM2 at temperature 1 sometimes fills max_tokens with it (2 of 64
+rubric answers at 690 tokens cut off, one 4,810 of 5,708 characters whitespace), so our servers use compact JSON
+(serve.py `STRUCTURED_OUTPUTS`). Strings near maxLength can still outrun a small budget (2 of 56 compact answers at
+690 tokens); such an answer is reported as cut off, not by the nested values that closed inside it.
+Without schema support, `parse_structured` takes the first JSON value satisfying the schema: the whole reply, then
+```json fences, then each value decoding from a `{` or `[`. `raw_decode` stops at one value's end, so prose after it
+(even with `]` or `}`) cannot corrupt the result, as it would a greedy regex.
 """
 
 import functools

@@ -1,25 +1,15 @@
 """POST a chat completion request and return its JSON body: one aiohttp session per client, bounded retries.
 
-Why aiohttp directly and not the openai SDK: the SDK spends ~0.8 ms of CPU per request (httpx request objects,
-the URL parsed three times, merged headers, option models, then a translation to aiohttp), against ~0.2 ms here.
-At a few hundred calls in flight against a fast server that CPU bounds throughput
-(benches/synthesis_throughput.py at 256 calls in flight: efficiency 0.44 through the SDK, 0.75 here).
-
-Retries. Connection errors, 408, 409, 429 and 5xx are retried (an `x-should-retry` header overrides the status)
-up to `max_retries` times, after the server's Retry-After / retry-after-ms when it gives one of at most 60 s,
-else 0.5 s x 2^retry capped at 8 s, less up to 25% jitter (the openai SDK's policy). A request that got no
-answer within the timeout is resent once only, at once, with the limit doubled: at the same limit a slow server
-or a long answer times out again, and every resend of a long generation adds load (resent like connection
-errors, the SDK's way, a 16-query synthesis on a CPU server sent each request 6 times and took 19 minutes).
-The resend counts against `max_retries` like any other.
-
-Endpoints. Each attempt takes a slot on one endpoint of the role's pool (endpoints.py: least outstanding requests,
-a bound per endpoint); an attempt that failed for the endpoint's sake (no connection, 5xx, no answer in time) is
-resent at once to another endpoint in rotation, when there is one, else after the backoff above; the requests out
-on an endpoint when it is taken out are cancelled and resent the same way (TakenOut). A pool that has
-not connected for UNANSWERED_CALLS calls in a row is taken for down: each later call gets one attempt (refused at
-once) instead of its full retries, until a call gets an answer again, so a dead server ends a run in one backoff
-instead of one per call.
+aiohttp, not the openai SDK: ~0.2 ms of CPU a request against ~0.8 ms, which bounds throughput at a few hundred in
+flight (benches/synthesis_throughput.py at 256: efficiency 0.75 against 0.44). Retries follow the SDK: connection
+errors, 408, 409, 429 and 5xx (an `x-should-retry` header overrides the status), at most `max_retries`, after a
+Retry-After / retry-after-ms of <= 60 s, else 0.5 s x 2^retry up to 8 s, less up to 25% jitter. A timeout is resent
+once, at once, with the limit doubled (counted in `max_retries`): at the same limit it times out again, and each
+resend adds load (retried like a connection error, the SDK's way, a 16-query CPU synthesis sent each request 6 times
+and took 19 minutes). A failure of the endpoint's own (no connection, 5xx, timeout) is resent at once to another
+endpoint in rotation (endpoints.py), else after the backoff; requests out on an ejected endpoint are resent likewise
+(TakenOut). After UNANSWERED_CALLS unconnected calls in a row a pool counts as down and each call gets one attempt
+until one is answered, so a dead server ends a run in one backoff, not one per call.
 """
 
 import asyncio

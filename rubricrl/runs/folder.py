@@ -1,19 +1,10 @@
-"""One run of a command into its resumable output folder (`synth`, `ruft build`): the steps every such command takes,
-in this order, around the work that differs.
-
-1. before any model call or change to the folder: the input is checked (by the stage) and the folder's finished rows
-   are read (a bad line in them is an error now);
-2. the roles are opened (a local server started if one is needed), and the settings that determine the rows are
-   checked against the folder's earlier runs (rubricrl/runs/provenance.py): a change is refused before the folder
-   changes;
-3. the folder is prepared: rejected.jsonl (with --skip-bad-rows), what says "finished" removed (it is only true again
-   at the end), config.yaml written;
-4. the stage's work, through one client; an exception still appends its run to runs.jsonl (what it spent counts in
-   the folder's totals);
-5. the run's line in runs.jsonl with its counts, then manifest.json, written last (its presence means finished).
-
-Each stage calls these steps in order with its settings, does its work, and gives its counts and summary lines;
-`summary_head` and `summary_tail` are the lines every summary shares.
+"""One run of a command (`synth`, `ruft build`) into its resumable output folder, step by step:
+1. before any model call or change: the stage checks its input; the finished rows are read (a bad line: error);
+2. roles opened (a local server if needed); a change in the settings that determine the rows refused (provenance.py);
+3. folder prepared: rejected.jsonl (--skip-bad-rows), what says "finished" removed until the end, config.yaml;
+4. the stage's work through one client; even on an exception its run goes to runs.jsonl (its spend counts);
+5. the run's line in runs.jsonl with its counts, then manifest.json last (its presence means finished).
+`summary_head` and `summary_tail` are the lines every stage's summary shares.
 """
 
 import argparse

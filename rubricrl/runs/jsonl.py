@@ -1,10 +1,9 @@
 """The JSONL files a run appends to, and the files written whole: one line per record, crash-safe.
 
-A run appends one line per finished unit of work and flushes it, so a kill loses at most the line in hand. Reopening
-(`complete_rows`) drops a last line cut off by a kill; a bad line before the last one is not a kill's doing and is an
-error. A file written whole (`write_whole`, `write_jsonl`) goes to a temporary name first and replaces the old one at once. A Parquet file
-built from such lines (`ParquetTable`) is written in batches through pyarrow's JSON reader, so memory holds one
-batch: `pa.array` on Python objects would import pandas (a quarter of a second) and convert object by object.
+A line per finished unit of work, flushed, so a kill loses at most the line in hand; `complete_rows` drops a last
+line cut off by a kill, and a bad line before it is an error. `write_whole` / `write_jsonl` write a temporary name
+that replaces the old file at once. `ParquetTable` converts such lines in batches with pyarrow's JSON reader (memory
+holds one batch): `pa.array` on Python objects would import pandas (a quarter of a second) and go object by object.
 """
 
 import json

@@ -1,18 +1,12 @@
-"""`rubricrl merge DIR... --output-dir OUT`: the output folders of shards (`synth` or `ruft build` run with
-`--shard i/n`, one per machine) as one folder, as if one run had made it:
-
-- every id exactly once: an id in two folders is an error naming both (shards of one split never share one);
-- the same settings in every folder (their fingerprints, rubricrl/runs/provenance.py): a difference is an error naming
-  it, never a silent mix; with `--shard` runs, every shard of the split is there once;
-- the rows of each folder's finished queries (a query a shard was killed in the middle of is left out, as a resume
-  would leave it), the Parquet files and the SFT dataset written once, in shard order;
-- `manifest.json` as the command writes it, with usage and time added up over every shard's runs (`runs.jsonl`
-  keeps each run, with the folder it came from) and `merged_from` listing each folder, its shard and its counts.
-
-The merged folder is an ordinary output folder: `rubricrl publish` and `rubricrl report` read it, and the same
-`synth`/`ruft build` command resumes into it (the failed queries of the shards are retried, from the cache).
-Graded files of `grade`/`eval` shards are merged by concatenation: `cat shard*/graded.jsonl > all.jsonl`, then
-`rubricrl eval --graded all.jsonl --output-dir merged/` recomputes the report.
+"""`rubricrl merge DIR... --output-dir OUT`: the folders of `--shard i/n` runs of `synth` or `ruft build` as one, as
+if one run had made it. Every id once (one in two folders is an error naming both); the same settings everywhere
+(fingerprints, rubricrl/runs/provenance.py), else an error naming the difference, and with `--shard`, every shard of
+the split once; each folder's finished queries (not one a shard was killed in, as a resume would), Parquet files
+and SFT dataset written once, in shard order; `manifest.json` with usage and time summed over all runs (`runs.jsonl`
+keeps each, with its folder) and `merged_from` naming each folder, shard and counts. The result is an ordinary
+folder: `rubricrl publish` and `report` read it, `synth`/`ruft build` resume into it (retrying the shards' failed
+queries from the cache). `grade`/`eval` shards merge by concatenation: `cat shard*/graded.jsonl > all.jsonl`, then
+`rubricrl eval --graded all.jsonl --output-dir merged/`.
 """
 
 import argparse

@@ -1,12 +1,10 @@
-"""How the rows of an output folder were made, over every run that resumed it (`synth`, `ruft build`):
-
-- `fingerprint.json`: the settings that determine the rows (the method and its settings, each role's model and
-  sampling settings as resolved, prompt hashes; not concurrency, timeouts, limits or paths), checked at the start of
-  a run before any model call. A rerun with other settings would add rows to a folder whose manifest and card then
-  describe them all as made one way, so it is refused unless the user passes `--allow-changed-settings`; then every
-  set of settings the folder's rows come from is kept (oldest first), and each row names its own (`fingerprint`).
-- `runs.jsonl`: one line per run (its settings, seconds, model usage, counts), written when the run ends or is
-  interrupted, so that the manifest's usage and time add up over resumed runs rather than describing the last one.
+"""How an output folder's rows were made, over every run that resumed it (`synth`, `ruft build`):
+- `fingerprint.json`: the settings that determine the rows (method and its settings, each role's resolved model and
+  sampling, prompt hashes; not concurrency, timeouts, limits or paths), checked before any model call. Other settings
+  would leave a manifest and card describing mixed rows as made one way, so they are refused without
+  `--allow-changed-settings`; with it every set is kept (oldest first) and each row names its own (`fingerprint`);
+- `runs.jsonl`: a line per run (settings, seconds, model usage, counts), written when it ends or is interrupted, so
+  the manifest's usage and time add up over resumed runs.
 """
 
 import datetime

@@ -1,9 +1,7 @@
-"""`--shard i/n`: a deterministic split of a dataset by id, so that n machines (a Slurm array, say) each run their
-part and `rubricrl merge` puts the parts back together.
-
-A row belongs to shard `int(sha256(id)) mod n`: it depends on the id alone, never on the row's position, so the
-same id lands in the same shard whatever the input order or which rows were rejected, and the n shards of a
-dataset hold every id exactly once. Shards count from 0, as Slurm's SLURM_ARRAY_TASK_ID does with `--array=0-(n-1)`.
+"""`--shard i/n`: a deterministic split of a dataset by id, so n machines (a Slurm array, say) each run a part and
+`rubricrl merge` joins them. A row's shard is `int(sha256(id)) mod n`, from the id alone, so neither input order nor
+rejected rows move an id, and the n shards hold every id exactly once. Shards count from 0, as SLURM_ARRAY_TASK_ID
+does with `--array=0-(n-1)`.
 """
 
 import hashlib

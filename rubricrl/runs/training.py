@@ -1,9 +1,7 @@
-"""What the training commands (`ruft train`, `rurl train`) share around TRL's trainers: the CPU defaults, the checks
-made before a model loads (base model, checkpoint to resume), the resolved TRL settings, and the steps each command
-calls in order: `begin_run` (config.yaml, first), `wandb_run` (offline without a key), `train`, `save_model` (LoRA
-merged), `end_trainer`.
-
-TRL, transformers and torch load only inside the functions: `rubricrl --help` imports this module.
+"""What `ruft train` and `rurl train` share around TRL's trainers: CPU defaults, the checks before a model loads (base
+model, checkpoint to resume), the resolved TRL settings, and the steps in order: `begin_run` (config.yaml, first),
+`wandb_run` (offline without a key), `train`, `save_model` (LoRA merged), `end_trainer`. TRL, transformers and torch
+load only inside the functions: `rubricrl --help` imports this module.
 """
 
 import json

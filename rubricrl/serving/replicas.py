@@ -1,9 +1,7 @@
-"""`Replicas` starts several local vLLM servers (serve.py's `LocalServer`) for one model on consecutive ports and
-advertises them as one endpoint (their URLs joined by commas), over which the client spreads its calls
-(llm/endpoints.py). On GPUs each replica gets its share of the visible GPUs; there, vLLM's own data parallelism
-(`--data-parallel-size N`: one server, one URL, vLLM balances the GPUs) is the better tool for one machine, and
-replicas are for what it does not do (a model per GPU on a vLLM build without it, or on the CPU build, where each
-replica is one more process).
+"""`Replicas`: several local vLLM servers (serve.py's `LocalServer`) for one model on consecutive ports, advertised as
+one endpoint (URLs joined by commas) the client spreads calls over (llm/endpoints.py); on GPUs each gets its share.
+On one machine vLLM's `--data-parallel-size N` (one server, one URL) is the better tool; replicas are for a model per
+GPU on a vLLM build without it, or the CPU build, where each replica is one more process.
 """
 
 import os

@@ -1,13 +1,10 @@
 """A local vLLM OpenAI-compatible server, and how commands find or start one.
 
-`LocalServer` owns one `python -m vllm.entrypoints.openai.api_server` process (the `vllm serve` command of the
-CPU build crashes looking up the `vllm` distribution) started in its own process group, so stopping it stops
-vLLM's engine processes too. `rubricrl serve` advertises its server in `$RUBRICRL_HOME/server.json`
-(server_discovery.py); `local_endpoint()` reuses an advertised (or default-port) server that answers with the
-wanted model, and otherwise starts one for the duration of the command (one for all processes of a torchrun /
-accelerate launch).
-
-Several such servers for one model, advertised as one endpoint, are `Replicas` (replicas.py).
+`LocalServer` runs `python -m vllm.entrypoints.openai.api_server` (the CPU build's `vllm serve` crashes looking up
+the `vllm` distribution) in its own process group, so stopping it stops vLLM's engine processes too. `rubricrl serve`
+advertises its server in `$RUBRICRL_HOME/server.json` (server_discovery.py); `local_endpoint()` reuses an advertised
+(or default-port) server that answers with the wanted model, else starts one for the command (one for all processes
+of a torchrun / accelerate launch). Several servers for one model, as one endpoint, are `Replicas` (replicas.py).
 """
 
 import contextlib
