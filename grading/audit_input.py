@@ -20,6 +20,10 @@ MAX_BUCKETS = 256
 """Open files at once; 256 buckets of 256 MiB hold 64 GiB of graded lines."""
 
 
+VOTES = {True: "1", False: "0", None: "?"}
+MET = {v: k for k, v in VOTES.items()}
+
+
 def criterion_key(text: str, points: int) -> str:
     return hashlib.blake2b(f"{points}\x1f{text}".encode(), digest_size=8).hexdigest()
 
@@ -43,14 +47,14 @@ class Buckets:
         self._dir.cleanup()
 
     def _write(self, query_id: str, item: list) -> None:
-        self._files[zlib.crc32(query_id.encode()) % self.count].write(json.dumps(item, ensure_ascii=False) + "\n")
+        """`"<id>"<TAB>[...]`: the id readable without parsing the rest, which stays text until its query's turn."""
+        line = json.dumps(query_id, ensure_ascii=False) + "\t" + json.dumps(item, ensure_ascii=False) + "\n"
+        self._files[zlib.crc32(query_id.encode()) % self.count].write(line)
 
     def add_rubric(
         self, query_id: str, criteria: Iterable[tuple[str, int, list[str]]], example_tags: list[str]
     ) -> None:
-        self._write(
-            query_id, ["c", query_id, [[criterion_key(t, p), t, p, tags] for t, p, tags in criteria], example_tags]
-        )
+        self._write(query_id, ["c", [[criterion_key(t, p), t, p, tags] for t, p, tags in criteria], example_tags])
 
     def add_graded(self, rows: Iterable[tuple[str, dict[str, Any]]]) -> None:
         """Graded records (`grade`, `eval`, a RuFT build's candidates, a RuRL run's eval answers): each answer's
@@ -59,45 +63,61 @@ class Buckets:
         last = None
         for where, record in rows:
             query_id, verdicts = _checked(where, record)
-            criteria, votes = [], []
+            criteria, keys, mets = [], [], []
             for v in verdicts:
                 if v.get("source") == "none":
                     continue
-                key = criterion_key(v["criterion"], v["points"])
-                votes.append([key, v["met"]])
+                keys.append(criterion_key(v["criterion"], v["points"]))
+                mets.append(VOTES[v["met"]])
                 if query_id != last:
-                    criteria.append([key, v["criterion"], v["points"], list(v.get("tags") or [])])
+                    criteria.append([keys[-1], v["criterion"], v["points"], list(v.get("tags") or [])])
             if query_id != last:
-                self._write(query_id, ["c", query_id, criteria, None])
+                self._write(query_id, ["c", criteria, None])
                 last = query_id
             response = record.get("response")
             answer = (
                 hashlib.blake2b(response.encode(), digest_size=8).hexdigest() if isinstance(response, str) else where
             )
-            self._write(query_id, ["a", query_id, answer, votes])
+            self._write(query_id, ["a", answer, " ".join(keys), "".join(mets)])
             self.answers += 1
-            self.verdicts += len(votes)
+            self.verdicts += len(keys)
 
     def queries(self) -> Iterator[tuple[str, QueryAnswers]]:
-        """Every query with what the files said of it, bucket by bucket, in the order each bucket first saw it."""
+        """Every query with what the files said of it, bucket by bucket, in the order each bucket first saw it.
+        A bucket is held as its lines' text (about 20 bytes a verdict); one query at a time is parsed."""
         for f in self._files:
             f.close()
         for i in range(self.count):
-            found: dict[str, QueryAnswers] = {}
+            lines: dict[str, list[str]] = {}
             with open(Path(self._dir.name) / f"{i}.jsonl", encoding="utf-8") as f:
                 for line in f:
-                    kind, query_id, *rest = json.loads(line)
-                    query = found.setdefault(query_id, QueryAnswers())
-                    if kind == "c":
-                        for key, text, points, tags in rest[0]:
-                            query.criteria.setdefault(key, Criterion(text, points, tags))
-                        if rest[1] is not None:
-                            query.example_tags = rest[1]
-                    else:
-                        votes = query.answers.setdefault(rest[0], {})
-                        for key, met in rest[1]:
-                            votes.setdefault(key, []).append(met)
-            yield from found.items()
+                    query_id, _, item = line.partition("\t")
+                    lines.setdefault(query_id, []).append(item)
+            while lines:
+                query_id, items = _pop_first(lines)
+                yield json.loads(query_id), _query(items)
+
+
+def _pop_first(lines: dict[str, list[str]]) -> tuple[str, list[str]]:
+    query_id = next(iter(lines))
+    return query_id, lines.pop(query_id)
+
+
+def _query(items: list[str]) -> QueryAnswers:
+    query = QueryAnswers()
+    for item in items:
+        kind, *rest = json.loads(item)
+        if kind == "c":
+            for key, text, points, tags in rest[0]:
+                query.criteria.setdefault(key, Criterion(text, points, tags))
+            if rest[1] is not None:
+                query.example_tags = rest[1]
+        else:
+            answer, keys, mets = rest
+            votes = query.answers.setdefault(answer, {})
+            for key, met in zip(keys.split(), mets):
+                votes.setdefault(key, []).append(MET[met])
+    return query
 
 
 def _checked(where: str, record: dict[str, Any]) -> tuple[str, list[dict]]:

@@ -1,0 +1,79 @@
+"""`rubricrl audit` at RubricHub's scale, on synthetic graded files (8 answers x 20 criteria per query, each verdict
+with a judge's explanation, as `grade` writes them): wall time, verdicts/s and peak RSS per size.
+
+    python benches/audit.py [--verdicts 2000000 4000000]
+
+Memory must stay flat in the number of verdicts: a bucket holds at most 256 MiB of input whatever the file's size,
+so the peak RSS of the largest size over that of a size past one bucket (the RSS ratio) should stay near 1. The
+last line extrapolates the time to RubricHub's 17.6M verdicts (110k queries x 8 answers x 20 criteria)."""
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import run_command  # noqa: E402
+
+ANSWERS, CRITERIA = 8, 20
+RUBRICHUB_VERDICTS = 110_000 * 8 * 20
+
+
+def write_graded(path: Path, verdicts: int, seed: int = 0) -> int:
+    """Graded records for verdicts / (ANSWERS * CRITERIA) queries; a query's answers are spread over the file (the
+    audit may not rely on their order). Per criterion a pass rate drawn at random, so every flag occurs."""
+    rng = random.Random(seed)
+    queries = max(1, verdicts // (ANSWERS * CRITERIA))
+    lines = []
+    for q in range(queries):
+        rates = [rng.choice((0.0, 1.0, rng.random())) for _ in range(CRITERIA)]
+        for a in range(ANSWERS):
+            verdict_list = [
+                {
+                    "criterion": f"Query {q} criterion {c}: the answer states point {c} of the topic clearly.",
+                    "points": rng.choice((1, 3, 5, 7, 10, -5)),
+                    "tags": [],
+                    "met": rng.random() < rates[c] if rng.random() > 0.02 else None,
+                    "explanation": "The response addresses this criterion as required by the rubric item.",
+                    "source": "judge",
+                }
+                for c in range(CRITERIA)
+            ]
+            lines.append(json.dumps({"id": f"q{q:06d}", "response": f"answer {a} to {q}", "verdicts": verdict_list}))
+    rng.shuffle(lines)
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return queries * ANSWERS * CRITERIA
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--verdicts", type=int, nargs="+", default=[2_000_000, 4_000_000])
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        for size in args.verdicts:
+            graded = tmp / f"graded-{size}.jsonl"
+            verdicts = write_graded(graded, size)
+            out = tmp / f"audit-{size}"
+            ran = run_command(["audit", str(graded), "--output-dir", str(out)], out, tmp / "home")
+            summary = json.loads((out / "summary.json").read_text())
+            assert summary["verdicts"] == verdicts, summary["verdicts"]
+            rows.append((verdicts, graded.stat().st_size / 2**20, ran["seconds"], ran["rss_mb"]))
+            graded.unlink()
+            print(
+                f"{verdicts:>10,} verdicts ({rows[-1][1]:,.0f} MiB): {ran['seconds']:.1f} s, "
+                f"{verdicts / ran['seconds']:,.0f} verdicts/s, peak RSS {ran['rss_mb']:,.0f} MB",
+                flush=True,
+            )
+    if len(rows) > 1:
+        print(f"RSS ratio, {rows[-1][0]:,} vs {rows[0][0]:,} verdicts: {rows[-1][3] / rows[0][3]:.2f}")
+    rate = rows[-1][0] / rows[-1][2]
+    print(f"RubricHub's {RUBRICHUB_VERDICTS:,} verdicts at this rate: {RUBRICHUB_VERDICTS / rate / 60:.1f} min")
+
+
+if __name__ == "__main__":
+    main()
