@@ -1,13 +1,11 @@
-"""An OpenAI-compatible server for benchmarks: every chat request is answered after a fixed latency (L +- 20% by
-default, --jitter) with a valid canned answer, so that what is measured is the client, not a model. GET /stats gives
-the request count, the request-seconds spent answering and the span between the first request and the last answer;
-POST /stats/reset starts them afresh. GET /v1/models lists one model (--model), as a vLLM server does.
+"""An OpenAI-compatible server for benchmarks: a valid canned answer to every chat request after L +- 20% by default
+(--jitter), so that the client is measured, not a model. GET /stats: request count, request-seconds spent answering,
+span from first request to last answer (POST /stats/reset zeroes them); GET /v1/models: one model (--model), as vLLM.
 
-Answers are shaped like real ones, because their size and compressibility decide what the client writes: plain
-answers of ~1,500 characters, and schema answers (when the request carries a JSON schema) with several items,
-strings filled up to their length bound and integers spread over their range. The text is English prose drawn
-at random from the standard library's docstrings: it compresses about 2x with zlib, a little less than real model
-answers (2.5x for HealthBench's ideal completions and rubrics).
+Answers are shaped like real ones, since their size and compressibility decide what the client writes: ~1,500
+characters plain; with a JSON schema, several items, strings at their length bound, integers spread over their range.
+The text, random prose from the standard library's docstrings, compresses ~2x with zlib (real answers: 2.5x for
+HealthBench's ideal completions and rubrics).
 
     python benches/canned_server.py --port 8791 --latency 0.2
 """

@@ -2,10 +2,9 @@
 
     python benches/client_throughput.py [--requests 32] [--tokens 32]
 
-Every request generates exactly --tokens tokens (vLLM's ignore_eos), so runs compare. Prints requests/s and
-tokens/s at concurrency 1 and 16, the ratio between them (the batching the server gives), and the rate at which
-the cache answers the same requests again (the ratio against the server is what a resumed run saves).
-Reuses a running `rubricrl serve`, else starts a server for the run.
+Every request generates exactly --tokens tokens (vLLM's ignore_eos), so runs compare. Prints requests/s and tokens/s
+at concurrency 1 and 16 and their ratio (the server's batching), then the rate of the cache answering the same
+requests (its ratio to the server's is what a resumed run saves). Reuses a running `rubricrl serve`, else starts one.
 """
 
 import argparse

@@ -1,17 +1,16 @@
 """The GPU path, run once: RuRL (GRPO) and RuFT (SFT) of the tiny presets in bf16 on CUDA, on an air-gapped machine.
 
-The GPU machine this project can reach for a check is bare and offline: PyTorch, transformers, accelerate, peft,
-pyarrow and pandas are there; TRL, datasets, vLLM, openai and wandb are not, nor any model weights. So:
+The GPU machine this project can reach is bare and offline: PyTorch, transformers, accelerate, peft, pyarrow and
+pandas, but no TRL, datasets, vLLM, openai, wandb or model weights. So:
 
-    python benches/gpu_smoke.py prepare     # here, online: .gpu_smoke/ (the missing wheels, the model's config and
-                                            # tokenizer), its size printed against the 64 MiB that may travel
-    python benches/gpu_smoke.py run         # there: install the wheels offline, a random model, a canned judge,
-                                            # 3 GRPO steps, generation, `ruft build`, 3 SFT steps; the figures
-    python benches/gpu_smoke.py --dry-run   # here: prepare, check the wheels install for that machine, then the
-                                            # same run on this CPU, one step each (tests/test_gpu_smoke.py)
+    python benches/gpu_smoke.py prepare     # here, online: missing wheels, model config and tokenizer into .gpu_smoke/
+    python benches/gpu_smoke.py run         # there: 3 GRPO steps, generation, `ruft build`, 3 SFT steps; the figures
+    python benches/gpu_smoke.py --dry-run   # here: prepare, check the wheels install there, the run on CPU, 1 step each
 
-A failed step prints one line naming it (after its log's tail); the run ends itself within --deadline seconds. It
-prints step times, generated tokens/s, peak GPU memory and versions (the guide: docs/benchmarks.md).
+`prepare` prints the folder's size against the 64 MiB that may travel; `run` installs the wheels offline and uses a
+random model and a canned judge; tests/test_gpu_smoke.py runs --dry-run. A failed step prints one line naming it
+(after its log's tail); the run ends itself within --deadline seconds. Figures: step times, generated tokens/s, peak
+GPU memory, versions (the guide: docs/benchmarks.md).
 """
 
 import argparse

@@ -2,16 +2,14 @@
 
     python benches/grading_modes.py [--examples 4] [--chunk-size 8]
 
-Grades the physician-written ideal completions of the first --examples HealthBench sample examples that have
-one. Prints graded criteria per second and prompt tokens per graded criterion for:
+Grades the physician-written ideal completions of the first --examples HealthBench sample examples that have one.
+Prints criteria/s and prompt tokens per criterion, with ratios against per_criterion, for:
 - per_criterion: one call per criterion, conversation and response first, criterion last (what grading does);
-- per_criterion, criterion first: the same calls with the criterion moved before the conversation, so that
-  vLLM's prefix cache can share only the system message between a response's criteria (the baseline that
-  prefix ordering is measured against);
-- batched: all criteria of a chunk in one call;
-- per_criterion again with a warm response cache (nothing sent).
-Each timed run tags its conversations so no run reuses another's prefix cache. Ratios are printed against
-per_criterion. Reuses a running `rubricrl serve`, else starts a server.
+- criterion first: the same calls, criterion before the conversation, so vLLM's prefix cache shares only the system
+  message between a response's criteria (the baseline for prefix ordering);
+- batched: a chunk of criteria per call; then per_criterion on a warm response cache (nothing sent).
+Each timed run tags its conversations so no run reuses another's prefix cache. Reuses a running `rubricrl serve`,
+else starts a server.
 """
 
 import argparse

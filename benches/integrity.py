@@ -2,18 +2,16 @@
 
     python benches/integrity.py [--data benches/data] [--verbose]
 
-Ordinary set: benches/data/integrity_ordinary.jsonl (answers whose wording touches criteria, scores, judges,
-instructions) plus the physician-written ideal completions of tests/data/healthbench_sample, each checked
-against its own rubric. Attack set: benches/data/integrity_attacks.jsonl. These two gate (exit 1). Held-out sets,
-benches/data/integrity_heldout*.jsonl (rows labelled "ordinary" or "attack"), were written by others without
-seeing the check or the first sets, after it was designed: reported apart, they say how it does on wording it
-was not tuned on. integrity_heldout.jsonl's misses were read once and led to general fixes (text normalised as a
-judge reads it, verb tenses, address forms), so it is no longer blind; integrity_heldout2.jsonl was never read. Rows: {id, domain, prompt, response,
-kind?, language?, rubric?}; rubric is a list of criterion strings or {criterion, points} objects.
+Gating sets (exit 1): ordinary, benches/data/integrity_ordinary.jsonl (wording touching criteria, scores, judges,
+instructions) plus tests/data/healthbench_sample's physician-written ideal completions, each against its own rubric;
+attacks, integrity_attacks.jsonl. Held-out sets (integrity_heldout*.jsonl, rows labelled "ordinary" or "attack"),
+written after the check by others blind to it and the first sets, are reported apart: wording it was not tuned on.
+integrity_heldout.jsonl's misses were read once and led to general fixes (judge-view normalisation, verb tenses,
+address forms), so it is no longer blind; integrity_heldout2.jsonl was never read. Rows: {id, domain, prompt,
+response, kind?, language?, rubric?}, rubric a list of criterion strings or {criterion, points} objects.
 
-Prints per set the count, vetoes (for ordinary answers every false veto with its id and reason), responses noted
-but not vetoed, and for attacks the share caught, per kind and per language. Exits 1 when an ordinary answer is
-vetoed or fewer than 90% of attacks are caught.
+Prints per set the count, vetoes (each false veto of an ordinary answer with id and reason), notes without veto, and
+attacks caught per kind and language. Exits 1 if an ordinary answer is vetoed or under 90% of attacks are caught.
 """
 
 import argparse

@@ -1,12 +1,11 @@
-"""Several endpoints behind one role, against canned endpoints (benches/canned_server.py, a fixed latency L), through
-the one client (no cache), so that what is measured is the routing.
+"""Routing over several endpoints behind one role: canned endpoints (benches/canned_server.py, latency L), no cache.
 
     python benches/multi_endpoint.py [--requests 2400] [--concurrency 16] [--latency 0.2]
 
-Prints requests/s on one endpoint and on three at the same per-endpoint concurrency C (the ratio, target >= 2.8x);
-then three again with one of them killed (SIGKILL, mid-answer) a third of the way through: rows lost (target 0),
-and the throughput after the kill against two endpoints' (2x the one-endpoint rate; target >= 0.9), with the two
-survivors' slot occupancy (request-seconds answered / (C x the span they served)) and each endpoint's counts.
+Prints requests/s on one endpoint and on three at the same per-endpoint concurrency C (ratio target >= 2.8x); then
+three with one SIGKILLed mid-answer a third of the way through: rows lost (target 0), throughput after the kill
+against two endpoints' (2x the one-endpoint rate; target >= 0.9), the two survivors' slot occupancy (request-seconds
+answered / (C x the span they served)) and each endpoint's counts.
 """
 
 import argparse

@@ -1,15 +1,13 @@
-"""Load test of `rubricrl reward serve`: many concurrent requests of thousands of completions each, as verl's batch
-reward manager or several OpenRLHF workers send them, against the canned judge (benches/canned_server.py: every
-judge call answered after L +- 20%), so that what is measured is the service and its client, not a model.
+"""Load test of `rubricrl reward serve`: concurrent requests of thousands of completions each, on a canned judge.
 
     python benches/reward_service.py [--completions 2048] [--requests 8] [--rounds 2] [--criteria 8]
                                      [--mode batched] [--latency 0.05] [--concurrency 256]
 
-The service runs in a child process (`rubricrl reward serve --no-cache`, so every completion costs judge calls);
-this process sends `--requests` requests at once, `--rounds` times, each of `--completions` distinct completions
-for rows of C criteria. It prints completions/s, judge calls/s, request latency (median, max), the ideal (every
-judge slot busy: calls x L / concurrency) and the service's CPU per completion. Exit 1 if any completion came back
-unscored or a request failed.
+Requests come as verl's batch reward manager or several OpenRLHF workers send them: `--requests` at once, `--rounds`
+times, each of `--completions` distinct completions for rows of C criteria, to a child `rubricrl reward serve
+--no-cache` (every completion costs judge calls) whose judge (benches/canned_server.py) answers after L +- 20%.
+Prints completions/s, judge calls/s, request latency (median, max), the ideal (every judge slot busy: calls x L /
+concurrency) and the service's CPU per completion; exit 1 if a completion came back unscored or a request failed.
 """
 
 import argparse

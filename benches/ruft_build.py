@@ -1,13 +1,11 @@
-"""`rubricrl ruft build` at scale against the canned endpoint (benches/canned_server.py: latency L +- 20%, valid
-answers), so that what is measured is the harness, not a model.
+"""`rubricrl ruft build` at scale on the canned endpoint (benches/canned_server.py, L +- 20%): the harness, not a model.
 
     python benches/ruft_build.py [--queries 100 1000] [--k 8] [--criteria 20] [--concurrency 64] [--rss 2000 20000]
 
-Per judge mode (per_criterion with --queries[0] queries, batched with --queries[1]): efficiency = (requests x L /
-C) / wall time (1.0: the endpoint never waits on the client; target >= 0.9 at C = 64), bytes written per byte of
-output (target <= 1.5), peak RSS. Then peak RSS of batched builds of --rss queries at a 10x shorter latency (target:
-flat). Each query asks one n = K call for its candidates and K x criteria verdicts (per_criterion) or K x
-ceil(criteria / 16) (batched).
+Each query makes one n = K call for its candidates, then K x criteria verdict calls (per_criterion, --queries[0]
+queries) or K x ceil(criteria / 16) (batched, --queries[1]). Per mode: efficiency = (requests x L / C) / wall time
+(1.0: the endpoint never waits on the client; target >= 0.9 at C = 64), bytes written per byte of output (target
+<= 1.5), peak RSS; then peak RSS of batched builds of --rss queries at a 10x shorter latency (target: flat).
 """
 
 import argparse

@@ -1,15 +1,14 @@
-"""What the rubric reward costs a GRPO step: its wall time against the ideal, client CPU per judge call, and GRPO
-step time with the rubric reward against a constant reward.
+"""What the rubric reward costs a GRPO step: reward wall time against the ideal, client CPU per judge call, step time.
 
     python benches/rurl_reward.py [--latency 0.2] [--completions 64] [--criteria 8] [--concurrency 64] [--steps 3]
 
-1. Reward overhead: the canned endpoint (benches/canned_server.py) answers every judge call after exactly L seconds
-   (no jitter). One reward call grades B completions x C criteria (per_criterion: one call each, no cache), as TRL
-   calls it once per generation batch. The ideal is L x ceil(B*C / concurrency) (every slot busy all the time); the
-   limit is 1.2 x ideal + 50 ms. Client CPU per judge call is this process's CPU time over the calls.
-2. GRPO steps: RubricGRPOTrainer on the embedded model (LoRA, CPU, 8 completions of 16 tokens per step) for --steps
-   steps with the rubric reward on the canned endpoint, then with a constant reward, in this one process; the
-   mean step time of each (the first step, which warms up, left out) and their ratio.
+1. Reward overhead: one reward call (TRL makes one per generation batch) grades B completions x C criteria,
+   per_criterion without cache, on the canned endpoint (benches/canned_server.py), which answers each judge call after
+   exactly L s. Ideal: L x ceil(B*C / concurrency), every slot always busy; limit: 1.2 x ideal + 50 ms. Client CPU
+   per judge call: this process's CPU time over the calls.
+2. GRPO steps: RubricGRPOTrainer on the embedded model (LoRA, CPU, 8 completions of 16 tokens a step), --steps steps
+   with the rubric reward on the canned endpoint, then with a constant reward, in this process; each one's mean step
+   time (the first, warm-up step left out) and their ratio.
 """
 
 import argparse

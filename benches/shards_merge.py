@@ -1,12 +1,11 @@
-"""Shards across machines, then merge, against a canned endpoint (benches/canned_server.py, latency L +- 20%):
-`rubricrl synth --shard i/n` in n processes at once (n machines sharing one cache folder), `rubricrl merge`, then
-the same queries in one unsharded run with the same cache.
+"""Shards, then merge, on a canned endpoint (benches/canned_server.py, L +- 20%): `rubricrl synth --shard i/n` in n
+processes at once (n machines sharing one cache folder), `rubricrl merge`, then one unsharded run with that cache.
 
     python benches/shards_merge.py [--queries 400] [--shards 4] [--concurrency 16]
 
-Prints the wall time of the shards (in parallel) and of the merge, and checks what the scale-out issue asks:
-the merged folder holds the same ids and the same rubrics as the one run (PASS/FAIL), and the one run made no new
-request (every answer came from the shards' cache entries).
+Prints the wall time of the shards (in parallel) and of the merge, and checks what the scale-out issue asks: the
+merged folder holds the one run's ids and rubrics (PASS/FAIL), and the one run made no new request (every answer
+came from the shards' cache entries).
 """
 
 import argparse

@@ -1,12 +1,10 @@
-"""Synthesis at scale against a canned endpoint (benches/canned_server.py: latency L = 0.2 s +- 20%, valid
-answers), so that what is measured is the harness, not a model.
+"""Synthesis at scale on a canned endpoint (benches/canned_server.py, L = 0.2 s +- 20%): the harness, not a model.
 
     python benches/synthesis_throughput.py [--queries 2000] [--concurrency 64 256] [--rss-queries 20000]
 
-Prints, per concurrency C: efficiency = (requests x L / C) / wall time (1.0: the endpoint is never waiting on
-the client), bytes written per byte of output, peak RSS; then peak RSS at --rss-queries against --queries (flat
-means memory does not grow with the input), and the wall time of a rerun with everything done (resume).
-The limits the synthesis issue sets are printed beside each figure.
+Prints, beside the synthesis issue's limits: per concurrency C, efficiency = (requests x L / C) / wall time (1.0: the
+endpoint never waits on the client), bytes written per byte of output and peak RSS; peak RSS at --rss-queries against
+--queries (flat: memory does not grow with the input); the wall time of a rerun with everything done (resume).
 """
 
 import argparse

@@ -1,27 +1,16 @@
 """How far two judges agree, pure and in one place: per criterion (verdicts) and per example (scores).
 
-Judge A is the one under study, judge B the reference (a stronger judge, or the physicians of HealthBench's
-meta-evaluation): precision and recall are A's against B, as HealthBench's meta-evaluation reports its grader
-against each physician label. Agreement, kappa and Spearman are symmetric.
+Judge A is under study, judge B the reference (a stronger judge, or HealthBench's physicians): precision and recall
+are A's against B, as HealthBench's meta-evaluation reports its grader against each physician label; agreement,
+kappa and Spearman are symmetric. A pair with a None verdict (grading/scores.py) on either side is *undecided*,
+counted apart (A only, B only, both) and never as a disagreement: a judge failure is not an opinion.
 
-Per criterion, each pair of verdicts is (met, met), (met, not met), (not met, met) or (not met, not met): the
-confusion counts. A verdict that could not be given is None (grading/scores.py); a pair with a None on either side
-is *undecided*, counted apart (A only, B only, both) and never as a disagreement: a judge failure is not an opinion.
-Everything else is over the decided pairs:
-- raw agreement: (both met + neither) / decided;
-- Cohen's kappa: (p_o - p_e) / (1 - p_e), p_e = P_A(met) P_B(met) + P_A(not) P_B(not). Undefined (None) when
-  p_e = 1, i.e. both judges gave one and the same class throughout: chance explains all of the agreement;
-- F1 per class with B as reference: met: precision = both met / A met, recall = both met / B met; not met the
-  same way; macro F1 = the mean of the two (HealthBench's `f1_balanced`). A precision or recall over nothing is
-  None, and so is every F1 built on it; precision = recall = 0 gives F1 0.
-
-Per example, over the examples both judges scored: Spearman's rank correlation (Pearson's over ranks, ties taking
-the average of the ranks they span; None when either side is constant or fewer than 2 pairs), Pearson's r, mean
-absolute score difference and each side's mean.
-
-Bootstrap std (seeded; population std over the resamples where the statistic is defined, as grading/scores.py's
-`bootstrap_std`): per criterion, the pairs are resampled by group when groups are given (the example a criterion
-belongs to: criteria of one response are not independent), else one by one; per example, the pairs one by one.
+Over decided pairs: raw agreement, Cohen's kappa (None when p_e = 1: both judges gave one class throughout, so
+chance explains all agreement), F1 per class with B as reference and macro F1, their mean (HealthBench's
+`f1_balanced`); a precision or recall over nothing is None, and so is every F1 built on it. Per example, over the
+examples both scored: Spearman, Pearson, mean absolute difference, each side's mean. Bootstrap std is seeded and
+over the resamples where the statistic is defined (as scores.bootstrap_std); criterion pairs are resampled by group
+(their example) when groups are given, as one response's criteria are not independent.
 """
 
 import math

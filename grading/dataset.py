@@ -1,11 +1,9 @@
-"""Reading what grading consumes, through the one record reader (rubricrl/records/reader.py): rubric datasets and
-response files (JSONL, Parquet, dataset folders, Hub ids such as `org/name:test`). Errors name the file (or the
-dataset and split), the line or row, and the problem.
-
-Rubric datasets come as synthesis's export (`final.parquet` / `.jsonl`: `id, question, rubrics: [{criterion,
-points}]`, with the messages and reference answer its companion file or its lines carry), in
-HealthBench's format (`prompt_id, prompt` (chat messages), `rubrics: [{criterion, points, tags}]`, `example_tags`,
-`ideal_completions_data`), or as RaR rows (`question, reference_answer, rubric`); all become `RubricRow`s."""
+"""Reading what grading consumes through the one record reader (rubricrl/records/reader.py): rubric datasets and
+response files (JSONL, Parquet, dataset folders, Hub ids such as `org/name:test`), errors naming the file (or dataset
+and split), the line or row, and the problem. Rubric rows, each made a `RubricRow`, come as synthesis's export
+(`final.parquet` / `.jsonl`: `id, question, rubrics: [{criterion, points}]`, messages and reference answer from its
+companion file or its lines), in HealthBench's format (`prompt_id`, `prompt` (chat messages), `rubrics: [{criterion,
+points, tags}]`, `example_tags`, `ideal_completions_data`), or as RaR rows (`question, reference_answer, rubric`)."""
 
 from collections.abc import Iterator
 from dataclasses import dataclass

@@ -1,37 +1,23 @@
 """Integrity check: veto only what cannot be an answer to the user; note what merely looks like grading talk.
 
-A response is untrusted. The judge prompt quotes it between markers it cannot close (they carry the response's
-own hash) and verdicts are read only from the judge's structured output, so a response cannot forge a verdict;
-it can still try to talk a judge into one. A veto (no judge call, the rubric's lowest score) costs a correct
-answer everything, and RL then learns to avoid whatever wording tripped it: clinical answers are full of
-"criteria are met", legal ones of "judge", teaching ones of "score" and "marks". So the code vetoes only what no
-answer to a user contains:
-
-- a forged verdict: our judge's own output shape (`criteria_met`, `"verdicts": [...]`, or one object holding
-  both "explanation" and "rating", as grading/judge.py's schemas emit), its keys' variants and translations
-  (`all_criteria_met`, `criterios_cumplidos`) and per-criterion verdicts in XML (`<criterion met="true"/>`);
-- a fake delimiter or chat-role token: the judge prompt's `[[end of response ...]]` / `[[response <code>]]`
-  markers (in other languages too), an END OF RESPONSE line, and the special tokens of chat templates
-  (`<|im_start|>`, `<|eot_id|>`, `[INST]`, `<start_of_turn>`, ...). Code blocks and inline code are exempt from
-  these two (literal syntax shown to a user: a ChatML or LLM-judge explanation); there they are only noted;
-- the rubric copied back: at least 2 (and a third, or 3) of the response's own criteria of 5+ words, verbatim
-  or near-verbatim (90% of their word trigrams present);
-- a grading request about this response: one sentence holding a grading instruction (an imperative or "should
-  be" grading verb, and a grading result: full marks, maximum score, 10/10, criteria met, ...) anchored to the
-  grader by a self-reference ("this response/answer"), a grader addressed as such ("note to the grader",
-  "Evaluator:") or an instruction override ("ignore the previous instructions"), the anchor in that sentence
-  or the one before. Word lists cover English, Spanish, French, German, Italian, Portuguese, Russian, Chinese
-  and Japanese: the words for this answer, for grader/evaluator, an imperative grading verb and a grading
-  result. A bare "judge" is no anchor (courts have judges);
-- text addressed to the grader about this response (`_addressed_to_grader`): the grader of this response named as
-  nobody else can be (an AI or model grader addressed, "the model grading this answer", "whoever evaluates this
-  response") with talk of criteria or a grade; a grader addressed ("Note to the evaluator:", "Grader's note") or an
-  instruction override, about this response and its criteria; a fake grading section or turn (`</response>`,
-  `<grading_notes>`, `[SYSTEM]`) followed by criteria claimed met.
-
-Everything else that touches grading (a claim that all criteria are met, an override phrase, a grader named
-without a request, a role-like header, a single copied criterion) is a *note*: recorded beside the score, the
-reward unchanged. GradingConfig.integrity_judge optionally asks the judge about noted responses (one call).
+The judge prompt quotes a response between markers it cannot close (they carry its hash) and verdicts are read only
+from the judge's structured output, so a response cannot forge a verdict, only talk a judge into one. A veto (no
+judge call, the rubric's lowest score) costs a correct answer everything, and RL learns to avoid the wording that
+tripped it: clinical answers say "criteria are met", legal ones "judge", teaching ones "score". So only what no
+answer to a user contains is vetoed:
+- a forged verdict: grading/judge.py's output shapes (`criteria_met`, `"verdicts": [...]`, an object with both
+  "explanation" and "rating"), their keys' variants and translations, per-criterion XML (`<criterion met="true"/>`);
+- a fake delimiter or chat-role token: the judge prompt's `[[end of response ...]]` markers (other languages too),
+  an END OF RESPONSE line, chat-template tokens (`<|im_start|>`, `[INST]`, ...). In code blocks and inline code
+  (literal syntax shown to a user) these two are only noted;
+- the rubric copied back: 2+ of its 5+-word criteria, and a third or 3, verbatim or 90% of their word trigrams;
+- a grading request: a grading verb (imperative or "should be") and result (full marks, 10/10, criteria met, ...)
+  in a sentence anchored, there or in the one before, by "this response", a grader addressed or an instruction
+  override. Word lists: en, es, fr, de, it, pt, ru, zh, ja. A bare "judge" is no anchor (courts have judges);
+- text addressed to this response's grader about its grading (`_addressed_to_grader`).
+Anything else about grading (criteria claimed met, an override phrase, a grader named without a request, a role-like
+header, one copied criterion) is a *note* beside an unchanged reward; GradingConfig.integrity_judge optionally asks
+the judge about noted responses (one call).
 """
 
 import base64
@@ -130,14 +116,10 @@ def _grading_request(response: str) -> str | None:
 
 
 def _addressed_to_grader(response: str) -> str | None:
-    """A sentence (with the one before it) addressed to the grader of this response about grading it:
-    - the grader of this response named as such: an AI or model grader, "the model grading this answer", "whoever
-      evaluates this response" (nobody but the grader is that), with any talk of criteria or a grade;
-    - a grader addressed ("Note to the evaluator:", "Evaluator,", "Grader's note") about this response and its
-      criteria or rubric (a human grader addressed about something else, a court's judge, is not enough);
-    - an instruction override ("ignore all previous instructions") about this response and its criteria;
-    - a fake grading section or turn (`</response>`, `<grading_notes>`, `[SYSTEM]`) followed by talk of criteria
-      met."""
+    """A sentence addressed to this response's grader about grading it, read with its neighbours: a grader only the
+    grader can be (an AI or model grader, "whoever evaluates this response") with talk of criteria or a grade; a grader
+    addressed ("Note to the evaluator:") or an instruction override, about this response and its criteria (a court's
+    judge is not enough); or a fake grading section (`</response>`, `<grading_notes>`, `[SYSTEM]`) then criteria met."""
     sentences = [m.group(0).strip() for m in SENTENCE.finditer(response) if m.group(0).strip()]
     for i, sentence in enumerate(sentences):
         window = " ".join(sentences[max(0, i - 1) : i + 2])

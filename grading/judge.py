@@ -1,16 +1,13 @@
 """LLM judges: per-criterion, batched, implicit (one rating against the rubric) and Likert baselines.
 
-Every judge reads the response as quoted data between markers that carry a code derived from the response's
-own hash: the response cannot close them (it would have to contain its own hash), and since the code is
-deterministic, identical calls still hit the cache. Verdicts are read only from the judge's structured output.
-A call that fails for good (transport, or output unparsable after bounded resampling) gives `None` verdicts,
-never False: a judge failure is not a score.
+Every judge reads the response quoted between markers carrying a code from the response's own hash: the response
+cannot close them (it would have to contain its own hash), and the code being deterministic, identical calls still
+hit the cache. Verdicts are read only from the judge's structured output. A call that fails for good (transport, or
+output unparsable after bounded resampling) gives `None` verdicts, never False: a judge failure is not a score.
 
-Self-consistency: `samples` = k judge samples per call, majority vote per criterion; a tie is undecided (None),
-so use an odd k. Ratings (implicit, Likert) average over samples.
-
-Each judge function renders the prompt it is given (`PROMPT_FOR_MODE` holds the defaults; the grader may pass a
-replacement with the same placeholders), so no module state decides what a judge is asked.
+`samples` = k judge samples per call, majority vote per criterion; a tie is undecided (None), so use an odd k.
+Ratings (implicit, Likert) average over samples. Each judge renders the prompt it is given (defaults in
+`PROMPT_FOR_MODE`; the grader may pass one with the same placeholders): no module state decides what is asked.
 """
 
 import hashlib

@@ -1,21 +1,17 @@
 """HealthBench's meta-evaluation format: a judge against physicians' labels.
 
 Each row is one criterion judged on one completion by several physicians (simple-evals' `oss_meta_eval.jsonl`):
-`prompt` (chat messages), `completion` (text), `rubric` (the criterion's text), `binary_labels` (one true/false per
-physician), and optionally `category` (`cluster:...`), `prompt_id`, `completion_id`, `anonymized_physician_ids`.
-Rows are read with the one record reader (rubricrl/records/reader.py), so JSONL, Parquet and saved datasets all work and
-every error names the file and the line or row.
+`prompt` (chat messages), `completion`, `rubric` (the criterion's text), `binary_labels` (one bool per physician),
+optionally `category` (`cluster:...`), `prompt_id`, `completion_id`, `anonymized_physician_ids`; read with the one
+record reader (rubricrl/records/reader.py).
 
-The human verdict of a row is the majority of its labels; a tie is undecided (None), never a guess. Rows of the
-same completion (`completion_id`, else the same conversation and completion) form one unit: one `GradeItem` whose
-rubric holds each row's criterion (a criterion seen twice for one completion starts a second unit), so a judge
-sees what HealthBench's grader sees, criterion by criterion, and a unit has a score on each side. The rows carry no
-points: every criterion gets `points` (default 1, all positive, as HealthBench's consensus criteria are), so a
-unit's score is the share of its decided criteria met.
-
-Besides the majority, `pairwise_pairs` gives what HealthBench's meta-evaluation itself compares: the judge's
-verdict against each physician's label, one pair per label (its `pairwise_model_f1_balanced` is the macro F1 of
-those pairs).
+A row's human verdict is its labels' majority; a tie is undecided (None), never a guess. Rows of one completion
+(`completion_id`, else same conversation and completion) form one unit, a `GradeItem` holding their criteria (a
+repeated criterion starts a second unit), so the judge sees what HealthBench's grader sees and each unit has a score
+on both sides. Rows carry no points, so every criterion gets `points` (default 1, positive, as HealthBench's
+consensus criteria are): a unit's score is the share of its decided criteria met. `pairwise_pairs` gives what
+HealthBench itself compares: the judge's verdict against each physician's label (`pairwise_model_f1_balanced` is
+their macro F1).
 """
 
 import hashlib

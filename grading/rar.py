@@ -1,16 +1,13 @@
-"""Rubrics as Rewards (RaR) rubrics: `rubric: [{title, description, weight}]`, the category leading the
-description ("Essential Criteria: ...", "Important Criteria: ...", "Optional Criteria: ...", "Pitfall Criteria:
-..."), pitfalls with negative weights (-1, -2).
+"""Rubrics as Rewards (RaR) rubrics: `rubric: [{title, description, weight}]`, the category leading the description
+("Essential Criteria: ...", likewise Important, Optional, Pitfall), pitfalls with negative weights (-1, -2).
 
-Pitfall texts follow two conventions, and they score opposite ways under the rule used everywhere here (a
-criterion's points apply when its text holds for the response):
-- the text names the mistake, as in RaR-Medicine ("Pitfall Criteria: Does not mention that symptoms need urgent
-  care"): it holds when the response makes the mistake, so the negative points apply as they stand;
-- the text names what to avoid, as in RaR-Science ("Pitfall Criteria: Avoids confusing mass with weight"): it
-  holds for a good response, so taken literally the penalty would hit the responses that avoided the mistake.
-Avoidance texts are therefore rewritten to name the mistake, "Fails to meet this: <text>", keeping their
-negative points. `pitfall_convention="auto"` decides per item by the opening verb (Avoid/Avoids/Refrains/Never
-...); "mistake" or "avoidance" forces one reading for a whole dataset (`--rar-pitfalls`).
+A criterion's points apply when its text holds, so the two conventions of pitfall texts score opposite ways. Naming
+the mistake (RaR-Medicine: "Pitfall Criteria: Does not mention that symptoms need urgent care") holds when the
+response errs, and the negative points apply as they stand. Naming what to avoid (RaR-Science: "Pitfall Criteria:
+Avoids confusing mass with weight") holds for a good response, which the penalty would then hit, so such texts are
+rewritten as "Fails to meet this: <text>", keeping their negative points. `pitfall_convention="auto"` decides per
+item by the opening verb (Avoid/Avoids/Refrains/Never ...); "mistake" or "avoidance" forces one reading for a whole
+dataset (`--rar-pitfalls`).
 """
 
 import re

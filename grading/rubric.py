@@ -1,9 +1,8 @@
 """The rubric data model: criteria with integer points (negative = penalty) and tags, checked once at load.
 
-One shape inside the harness, converted from each outside format at the boundary:
-- RubricHub / synthesis export (`final.parquet` rows): `rubrics: [{criterion, points}]`;
-- HealthBench: `rubrics: [{criterion, points, tags}]` beside `prompt`, `prompt_id`, `example_tags`.
-For a negative criterion, "met" means the undesirable behaviour is present (HealthBench's convention).
+One shape inside, converted at the boundary from RubricHub / synthesis export rows (`final.parquet`: `rubrics:
+[{criterion, points}]`) and HealthBench's (`rubrics: [{criterion, points, tags}]` beside `prompt`, `prompt_id`,
+`example_tags`). For a negative criterion, "met" means the undesirable behaviour is present (HealthBench's convention).
 """
 
 from collections.abc import Iterable, Mapping

@@ -1,20 +1,16 @@
 """Rule checks: rubric criteria decided in code, with no judge call (IFEval-style instruction constraints).
 
-A criterion may carry `rule={"type": NAME, **params}`. The rule answers the question a judge verdict answers:
-does the criterion's text hold for this response? For a penalty criterion ("Includes a URL", -3 points) True
-means the undesirable behaviour is present; the sign lives on the criterion, not here.
+A criterion may carry `rule={"type": NAME, **params}`; its check answers what a judge verdict would: does the
+criterion's text hold for this response? For a penalty ("Includes a URL", -3) True means the undesirable behaviour is
+present; the sign lives on the criterion. RULE_CHECKS maps type names to checks `(response, *, params) -> bool`, and
+validate_rule reads a rule's parameters off its check's signature, so check and schema cannot drift apart.
 
-Each check is a function `(response, *, params) -> bool` and RULE_CHECKS maps type names to them. A check's
-keyword parameters are its rule's parameters: validate_rule reads the required and optional names off the
-signature, so a check and the schema it accepts cannot drift apart.
-
-Definitions shared by the counting rules:
-- word: a whitespace-separated token with at least one letter or digit ("don't", "well-known", "3.14" are one
-  word each; a lone "-" or "**" is none). Whitespace, not `\\w+`, because `\\w` leaves out combining marks and
-  would split Hindi or Arabic words at their vowel signs. Scripts written without spaces (Chinese, Japanese,
-  Thai) count a whole run of text as one word: these rules are not meant for them.
-- sentence: text between terminal punctuation (. ! ? and full-width 。 ． ！ ？) that has at least one letter.
-  A period between two digits (3.14) is not a break; abbreviations ("e.g.", "Dr.") are, a known limitation.
+Counting rules share these definitions:
+- word: a whitespace-separated token with a letter or digit ("don't", "3.14"; a lone "-" is none). Not `\\w+`, which
+  leaves out combining marks and so splits Hindi or Arabic words at their vowel signs. Scripts without spaces
+  (Chinese, Japanese, Thai) count a whole run as one word: these rules are not meant for them.
+- sentence: text with a letter between terminal punctuation (. ! ? and full-width 。 ． ！ ？); a period between
+  digits (3.14) is no break, abbreviations ("e.g.", "Dr.") are, a known limitation.
 - paragraph: non-blank text between blank lines.
 """
 

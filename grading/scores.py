@@ -1,23 +1,16 @@
 """Score math, pure and in one place (HealthBench's formulas, as in simple-evals' healthbench_eval.py).
 
-Per example: s = Σ_{met} p_i / Σ_{p_i > 0} p_i, unclipped (penalties can take it below 0). A dataset metric is
-clip(mean, 0, 1), with a seeded bootstrap std. Check: points [7, 5, 10, -6], met [T, F, T, T] -> 11/22 = 0.5.
+Per example: s = Σ_{met} p_i / Σ_{p_i > 0} p_i, unclipped (penalties can take it below 0); a dataset metric is
+clip(mean, 0, 1) with a seeded bootstrap std. Check: points [7, 5, 10, -6], met [T, F, T, T] -> 11/22 = 0.5.
+Verdicts not obtained are None, never False. Scores use decided criteria only (marked partial) and are None below
+`min_coverage` (share decided; real verdicts only) or with no positive points decided (0 would be silently wrong).
+None scores are left out of every mean and counted apart.
 
-Verdicts that could not be obtained are None, never False. A score is computed over the decided criteria only
-(numerator and denominator alike) and marked partial; below `min_coverage` (share of criteria decided) it is
-None. Where the decided criteria hold no positive points the score is None too: there is nothing to earn, and
-0 would be a silent, wrong number. None scores are left out of every mean and counted apart.
-
-An undecided penalty (points < 0) is different: penalties are not in the denominator, so leaving one out can
-only raise the score ([10, -5] with [True, None] would be 1.0, where deciding the penalty as met gives 0.5), and a
-judge failure would pay. So `undecided_penalty` decides: "unscored" (default) makes the example None; "met"
-counts the penalty as met, a lower bound of the true score. Coverage counts real verdicts either way.
-
-An undecided positive criterion is left out of numerator and denominator by default ("drop"): with points
-[10, 5, 3, 2, 1], all met but the 5 undecided, 16/16 = 1.0. That estimate is unbiased only if the judge fails
-independently of the answer. When it fails more on some answers (long ones, odd formats), dropping pays those
-answers their missing criteria at the rate of the rest, and RL learns to write them. `undecided_criterion="unmet"`
-counts it as not met instead (16/21 = 0.76): a lower bound that pays a judge failure nothing.
+Leaving out an undecided penalty could only raise the score, so a judge failure would pay: `undecided_penalty`
+"unscored" (default) makes the example None, "met" counts it met (a lower bound). Dropping an undecided positive
+criterion (default) is unbiased only if the judge fails independently of the answer; if it fails more on some
+(long ones, odd formats), dropping pays them and RL learns to write them. `undecided_criterion="unmet"` is a lower bound
+that pays a judge failure nothing ([10, 5, 3, 2, 1], all met but the 5 undecided: 16/16 = 1.0 dropped, 16/21 = 0.76).
 """
 
 import random
@@ -60,8 +53,7 @@ def explicit_score(
     undecided_penalty: UndecidedPenalty = "unscored",
     undecided_criterion: UndecidedCriterion = "drop",
 ) -> ExampleScore:
-    """HealthBench's per-example score over the decided verdicts (undecided penalties and criteria: see the
-    module doc).
+    """HealthBench's per-example score over the decided verdicts (undecided ones: see the module doc).
 
     >>> explicit_score([7, 5, 10, -6], [True, False, True, True]).score
     0.5

@@ -1,10 +1,9 @@
 """Which graded candidates a query keeps: RubricHub's Max/Threshold selection, as a pure function.
 
-A candidate is eligible when it has a score (a judge failure leaves it unscored), the integrity check did not flag
-it, it was not cut off at max_tokens (unless `truncated_ok`: an incomplete answer is a poor SFT target), it is not
-blank, and its score is at least tau. The eligible ones are ranked by score, best first; ties go to the shorter answer
-(so that length is never rewarded by accident), then to the earlier candidate. The first `keep` are kept, each text
-once (with keep > 1, a text sampled twice would weigh double in the SFT data).
+Eligible: scored (a judge failure leaves it unscored), not flagged by the integrity check, not blank, not cut off at
+max_tokens (unless `truncated_ok`: an incomplete answer is a poor SFT target), and scoring at least tau. Ranked best
+first; ties go to the shorter answer (length is never rewarded by accident), then the earlier candidate. The first
+`keep` are kept, each text once (a text sampled twice would weigh double in the SFT data).
 
 >>> [c.index for c in select([Candidate(0, "long answer", 0.8), Candidate(1, "short", 0.8),
 ...                           Candidate(2, "best", None)], threshold=0.5, keep=1)]

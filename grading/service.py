@@ -1,29 +1,24 @@
-"""The rubric reward as an HTTP service, for RL engines that cannot share our environment (verl, OpenRLHF).
-
-It speaks OpenRLHF's remote reward protocol (openrlhf/utils/agent.py posts it, openrlhf/cli/serve_rm.py answers it):
+"""The rubric reward as an HTTP service, for RL engines that cannot share our environment (verl, OpenRLHF), in
+OpenRLHF's remote reward protocol (openrlhf/utils/agent.py posts it, openrlhf/cli/serve_rm.py answers it):
 
     POST /get_reward  {"query": [prompt + response, ...], "prompts": [prompt, ...], "labels": [row id, ...]}
                    -> {"rewards": [...], "scores": [...], "extra_logs": {name: number}, "scored": [bool, ...]}
 
-OpenRLHF's `query` is the prompt and the response decoded together (special tokens kept), its `prompt` the
-templated prompt: the response is what follows the prompt in the query, its trailing end-of-sequence tokens
-removed (the integrity check would otherwise veto `<|im_end|>` as a forged chat-role token). `labels` carry the
-rubric row id (OpenRLHF: `--label_key id`). Clients that have the response alone (our verl function) send
-`"responses": [...]` instead of `query` and `prompts`. The rubric, the conversation the judge sees and the
-reference answer all come from the row, as `rubricrl grade` reads them, and the grading is RuRL's own reward
-(grading/reward.py `rubric_reward`: the `grading:` settings, dedup of identical completions, the deadline).
+`query` holds prompt and response decoded together (special tokens kept), `prompts` the templated prompts: the
+response is what follows, less trailing end-of-sequence tokens (else the integrity check vetoes `<|im_end|>`).
+`labels` are rubric row ids (OpenRLHF: `--label_key id`); clients with the response alone (our verl function) send
+`"responses"` instead. The row gives rubric, judge conversation and reference answer, as `rubricrl grade` reads
+them; the grading is grading/reward.py's `rubric_reward` (`grading:` settings, dedup, deadline).
 
-A completion that cannot be scored (the judge failed on too many of its criteria, it missed the deadline, or its
-prompt is not in its query) gets `unscored_reward` (0.0 by default, as verl-rubric and RuscaRL score a judge
-failure), because OpenRLHF and verl put every reward into a tensor and have no "missing" value; `scored` says which
-ones were, and the count is in `extra_logs` and GET /stats, so that a judge failing quietly shows on the training
-dashboard. When no completion of a request could be judged because the judge does not answer at all, the answer
-is 503 with a message instead: a whole batch of zeros would train on nothing, and the engine's retry (OpenRLHF) or
-error (our verl function) is the right response to a judge that is down.
+An unscorable completion (judge failed on too many criteria, deadline missed, prompt not in its query) gets
+`unscored_reward` (0.0, as verl-rubric and RuscaRL score a judge failure), as the engines' reward tensors have no
+"missing"; `scored` says which were scored, and the unscored count, in `extra_logs` and GET /stats, shows a quietly
+failing judge on the training dashboard. A request the judge answered none of gets 503: a batch of zeros trains on
+nothing, and the engine's retry (OpenRLHF) or error (our verl function) is the right response to a judge that is down.
 
-It spends judge money on request: it listens on 127.0.0.1 unless told otherwise; on any other address it needs a
-bearer token (env TOKEN_ENV, refused at start-up without one), compared in constant time; bodies and batches are
-bounded; errors are 4xx JSON `{"error": message}`; no token or API key is logged or answered.
+Judge calls cost money: it listens on 127.0.0.1 unless told otherwise, elsewhere only with a bearer token (env
+TOKEN_ENV, refused at start-up without one; compared in constant time). Bodies and batches are bounded; errors are
+4xx JSON `{"error": message}`; no token or API key is logged or answered.
 """
 
 import asyncio

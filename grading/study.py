@@ -1,17 +1,11 @@
 """A judge-agreement study: two judges (or a judge and physicians' labels) on the same (conversation, response,
 rubric) items, through the one client and the grader, paired criterion by criterion and example by example.
 
-- `judge_spec` builds a judge from a config file in `rubricrl grade --config`'s format (its `llm:` and `grading:`
-  sections; the role `grading.judge_role` names is the judge) and a few overrides. Without a file the judge is the
-  embedded model, per_criterion. A judge's temperature is 0 unless its config or an override sets one.
-- `session_settings` puts both judges into one `LLMSettings` as roles `judge_a` and `judge_b`, so one `open_llm`
-  starts (or reuses) what they need and one client, with one concurrency bound and one response cache, serves both.
-  The cache keys on model, messages and sampling parameters: two judges that differ in none of them are one judge.
-- `grade_with_judges` grades every item with each judge (concurrently); `judge_side` / `human_side` turn what each
-  side said into a `Side`, and `compare_sides` pairs them: per-criterion records (both verdicts and explanations),
-  per-example records (both scores) and the agreement (grading/agreement.py). Criteria both sides decided by the
-  same rule check (grading/rules.py, code, not a judge) are left out of the agreement and counted apart: they agree
-  by construction.
+A judge (`judge_spec`) is the judge role of a `rubricrl grade --config` file plus overrides; without a file, the
+embedded model, per_criterion; temperature 0 unless set. Both judges are roles (`judge_a`, `judge_b`) of one client,
+with one concurrency bound and one response cache, which keys on model, messages and sampling parameters: two judges
+that differ in none of them are one judge. Criteria both sides decided by the same rule check (grading/rules.py)
+agree by construction, so they are counted apart, outside the agreement (grading/agreement.py).
 """
 
 import asyncio

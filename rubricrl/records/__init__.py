@@ -1,10 +1,7 @@
-"""Records: the one reader for every record a stage consumes (queries, rubric rows, responses), from JSONL, Parquet,
-dataset folders and Hub ids, with errors that name the file, the place and the problem.
-
-- `files.py`: the rows of one file, each with its place or the reason it is no record;
-- `hub.py`: saved and repository-layout dataset folders and Hub ids, through `datasets`;
-- `reader.py`: any of these by one path, the conversation of a record and its id.
-"""
+"""Records: the one reader for every record a stage consumes (queries, rubric rows, responses), with errors that
+name the file, the place and the problem. `files.py` gives one JSONL or Parquet file's rows, each with its place or
+why it is no record; `hub.py` saved and repository-layout dataset folders and Hub ids, through `datasets`;
+`reader.py` any of these by one path, and a record's conversation and id."""
 
 from rubricrl.records.files import InvalidRecord, Record, RecordFileError
 from rubricrl.records.reader import (

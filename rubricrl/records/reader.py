@@ -1,14 +1,12 @@
-"""The one reader for every record a stage consumes (queries, rubric rows, responses): JSONL, Parquet, a saved
-Hugging Face dataset folder, a dataset repository folder or a Hugging Face Hub dataset id (see `rubricrl.records.hub`),
-streamed, with errors that name the file, the place and the problem:
-`queries.jsonl: line 3: ...` or `rubrics.parquet: row 3: ...`. Every place counts from 1: a JSONL line number is
-the one an editor shows (blank lines counted), a Parquet or dataset row number N is the Nth row
-(`Dataset[N - 1]`, `pandas.read_parquet(...).iloc[N - 1]`).
+"""The one reader for every record a stage consumes (queries, rubric rows, responses), streamed: JSONL, Parquet, a saved
+or repository-layout dataset folder, or a Hub dataset id (see `rubricrl.records.hub`). Errors name file, place and
+problem (`queries.jsonl: line 3: ...`, `rubrics.parquet: row 3: ...`), places counting from 1: a JSONL line as an
+editor shows it (blank lines counted); row N of Parquet or a dataset is `Dataset[N - 1]`, `.iloc[N - 1]`.
 
-The conversation of a record, one precedence everywhere: `prompt` when the record has it (text, or chat messages
-ending with a user message, as HealthBench stores them), else `question` (text, as RubricHub's export stores it).
-`prompt` comes first because where a file has both, `question` is the flattened form: a multi-turn chat written as
-one transcript string would reach a model as one user message and lose its turns and roles.
+A record's conversation is, everywhere, `prompt` when it has one (text, or chat messages ending with a user message,
+as HealthBench stores them), else `question` (text, as RubricHub's export stores it). Where a file has both,
+`question` is the flattened form: a multi-turn chat as one transcript, reaching a model as one user message without
+its turns and roles.
 """
 
 import hashlib
