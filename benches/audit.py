@@ -22,29 +22,30 @@ RUBRICHUB_VERDICTS = 110_000 * 8 * 20
 
 
 def write_graded(path: Path, verdicts: int, seed: int = 0) -> int:
-    """Graded records for verdicts / (ANSWERS * CRITERIA) queries; a query's answers are spread over the file (the
-    audit may not rely on their order). Per criterion a pass rate drawn at random, so every flag occurs."""
+    """Graded records for verdicts / (ANSWERS * CRITERIA) queries, written a line at a time (the bench process stays
+    small: a child's peak RSS on Linux starts from its parent's at the fork). Answer a of every query comes in the
+    a-th eighth of the file, so the audit may not rely on order. A pass rate per criterion drawn at random makes
+    every flag occur."""
     rng = random.Random(seed)
     queries = max(1, verdicts // (ANSWERS * CRITERIA))
-    lines = []
-    for q in range(queries):
-        rates = [rng.choice((0.0, 1.0, rng.random())) for _ in range(CRITERIA)]
-        for a in range(ANSWERS):
-            verdict_list = [
-                {
-                    "criterion": f"Query {q} criterion {c}: the answer states point {c} of the topic clearly.",
-                    "points": rng.choice((1, 3, 5, 7, 10, -5)),
-                    "tags": [],
-                    "met": rng.random() < rates[c] if rng.random() > 0.02 else None,
-                    "explanation": "The response addresses this criterion as required by the rubric item.",
-                    "source": "judge",
-                }
-                for c in range(CRITERIA)
-            ]
-            lines.append(json.dumps({"id": f"q{q:06d}", "response": f"answer {a} to {q}", "verdicts": verdict_list}))
-    rng.shuffle(lines)
+    rates = [[rng.choice((0.0, 1.0, rng.random())) for _ in range(CRITERIA)] for _ in range(queries)]
+    points = [rng.choice((1, 3, 5, 7, 10, -5)) for _ in range(CRITERIA)]
     with open(path, "w") as f:
-        f.write("\n".join(lines) + "\n")
+        for a in range(ANSWERS):
+            for q in range(queries):
+                verdict_list = [
+                    {
+                        "criterion": f"Query {q} criterion {c}: the answer states point {c} of the topic clearly.",
+                        "points": points[c],
+                        "tags": [],
+                        "met": rng.random() < rates[q][c] if rng.random() > 0.02 else None,
+                        "explanation": "The response addresses this criterion as required by the rubric item.",
+                        "source": "judge",
+                    }
+                    for c in range(CRITERIA)
+                ]
+                record = {"id": f"q{q:06d}", "response": f"answer {a} to {q}", "verdicts": verdict_list}
+                f.write(json.dumps(record) + "\n")
     return queries * ANSWERS * CRITERIA
 
 
