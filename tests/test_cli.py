@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from rubricrl.cli import build_parser, main
@@ -281,3 +282,30 @@ def test_a_newcomers_first_half_hour_has_no_traceback_and_no_false_statement(new
     )  # synthesis carried its reference answer
     step("eval", "--output-dir", "report", "--graded", "g.jsonl")
     assert json.loads(Path("report/report.json").read_text())["examples"] == 1
+    # a RuFT build's K = 4 graded candidates, then the audit of its rubric on them (no judge call)
+    ruft = str(ROOT / "configs" / "ruft" / "tiny-cpu.yaml")
+    step(
+        "ruft",
+        "build",
+        "--config",
+        ruft,
+        "--rubrics",
+        "rubrics/final.parquet",
+        "--output-dir",
+        "build",
+        "--roles",
+        "policy.max_tokens=48",
+    )
+    text = step("audit", "build", "--output-dir", "audit")
+    summary = json.loads(Path("audit/summary.json").read_text())
+    criteria = len(pq.read_table("rubrics/final.parquet")["rubrics"][0])
+    assert (
+        summary["graded_answers"] == 4
+        and summary["criteria"] == criteria
+        and summary["criteria_flagged_on"] == criteria
+    )
+    assert f"audited {criteria} criteria of 1 queries from 4 answers" in text
+    for row in map(json.loads, Path("audit/criteria.jsonl").read_text().splitlines()):  # the judge's own verdicts
+        assert row["met"] + row["not_met"] + row["undecided"] == 4
+        assert ("saturated" in row["flags"]) == (row["met"] > 0 == row["not_met"])
+        assert ("dead" in row["flags"]) == (row["not_met"] > 0 == row["met"])
