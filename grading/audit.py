@@ -155,6 +155,20 @@ def _sign_correlation(key: str, points: int, decided: dict[str, dict], rest: dic
     return r if points > 0 else -r
 
 
+def group_saturation(answers: list[tuple[str, dict[str, bool]]]) -> tuple[int, int, int]:
+    """(saturated, dead, counted) over the (group, criterion) pairs of a generation batch decided on at least two
+    answers of their group: met by every one, by none. `answers`: per completion, its group's key and its decided
+    verdicts by criterion."""
+    seen: dict[tuple[str, str], list[int]] = {}
+    for group, verdicts in answers:
+        for criterion, met in verdicts.items():
+            counts = seen.setdefault((group, criterion), [0, 0])
+            counts[0] += met
+            counts[1] += 1
+    counted = [(met, decided) for met, decided in seen.values() if decided >= 2]
+    return sum(met == decided for met, decided in counted), sum(met == 0 for met, _ in counted), len(counted)
+
+
 @dataclass
 class DatasetAudit:
     """The dataset's totals, added to query by query (nothing per verdict is kept)."""

@@ -112,7 +112,10 @@ async def rubric_reward(
     lengths = [len(ids) for ids in completion_ids] if completion_ids is not None else [len(t) for t in texts]
     if overlong is not None and completion_ids is not None:
         rewards = [None if r is None else r - overlong.penalty(n) for r, n in zip(rewards, lengths)]
-    stats = batch_stats(graded, parsed, rewards, lengths, seconds, _judge_calls(grader) - calls_before, parts)
+    groups = [json.dumps(_messages(prompt), ensure_ascii=False) for prompt in prompts]  # TRL repeats a group's prompt
+    stats = batch_stats(
+        graded, parsed, rewards, lengths, seconds, _judge_calls(grader) - calls_before, parts, groups=groups
+    )
     if on_batch is not None:
         on_batch(stats)
     if log_metric is not None:
@@ -198,6 +201,9 @@ class BatchStats:
     criteria: dict[str, tuple[int, int]] = field(default_factory=dict)
     """Per criterion (its text): (times met, times decided) in this batch; the run adds them up into the table of
     its hardest and easiest criteria."""
+    answers: list[tuple[str, dict[str, bool]]] = field(default_factory=list)
+    """Per judged completion: its group (the prompt) and its decided verdicts by criterion, for the share of
+    criteria every completion of a group meets (saturated) or none does (dead), over the processes."""
 
     def metrics(self) -> dict[str, float]:
         out = {
@@ -227,6 +233,7 @@ def batch_stats(
     seconds: float,
     judge_calls: int,
     parts: list[tuple[int, int]] | None = None,
+    groups: list[str] | None = None,
 ) -> BatchStats:
     """Pure: the statistics of one graded batch (verdicts read against their rubric's criteria for categories);
     `graded` holds None for a completion not judged before the deadline; `parts`: each completion's (reasoning,
@@ -234,9 +241,12 @@ def batch_stats(
     decided: dict[str, list[bool]] = defaultdict(list)
     criteria: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     verdicts = failed = 0
-    for g, rubric in zip(graded, rubrics):
+    answers = []
+    for i, (g, rubric) in enumerate(zip(graded, rubrics)):
         if g is None:  # not judged before the deadline
             continue
+        if groups is not None:
+            answers.append((groups[i], {v.criterion: v.met for v in g.verdicts if v.met is not None}))
         by_text = {c.text: c for c in rubric.criteria}
         for v in g.verdicts:
             if v.source == "none":
@@ -266,6 +276,7 @@ def batch_stats(
         judge_calls=judge_calls,
         timed_out=sum(g is None for g in graded),
         criteria={text: (met, total) for text, (met, total) in criteria.items()},
+        answers=answers,
         pass_rates={key: sum(values) / len(values) for key, values in decided.items()},
         mean_length=sum(lengths) / len(lengths) if lengths else 0.0,
         no_answer=sum(g is not None and g.no_answer is not None for g in graded),

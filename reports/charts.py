@@ -24,6 +24,9 @@ RATES = (
     "rubric/unscored_rate",
     "rubric/integrity_flag_rate",
     "rubric/no_answer_rate",
+    "rubric/integrity_note_rate",
+    "rubric/saturated_criteria",
+    "rubric/dead_criteria",
     "completions/clipped_ratio",
     "frac_reward_zero_std",
 )

@@ -33,6 +33,7 @@ from reports.read import (
 )
 from reports.ruft_build import read_ruft_build
 from reports.tables import num
+from rurl.summary import moved_most
 
 LOOKED_FOR = (
     "report.json (eval), candidates.jsonl or queries.jsonl (ruft build), manifest.json, log_history.json, "
@@ -137,6 +138,8 @@ def read_rurl(folder: Folder, max_examples: int) -> None:
         folder.examples = answers + folder.examples
         folder.examples_total += rows_answered
         folder.examples_source = f"{source}; then {folder.examples_source}" if folder.examples_source else source
+    if (path / "criteria.json").is_file():
+        folder.moved = moved_most(read_json(path / "criteria.json"))
     summary, data = manifest.get("summary") or {}, manifest.get("data") or {}
     dynamic = summary.get("dynamic_sampling_logged") or {}
     folder.facts = facts.present(

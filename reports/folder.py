@@ -95,6 +95,8 @@ class Folder:
     examples_source: str = ""
     notes: list[str] = field(default_factory=list)
     """What is missing or was left out, said on the page."""
+    moved: list[dict[str, Any]] = field(default_factory=list)
+    """A RuRL run: the criteria whose pass rate moved most over the run (criteria.json rows)."""
     audit: dict[str, Any] | None = None
     """A rubric audit's summary.json (grading/audit.py's DatasetAudit.summary)."""
 

@@ -11,10 +11,12 @@ from reports import charts
 from reports.audit_summary import audit_tables
 from reports.folder import Example, Folder, Verdict
 from reports.tables import (
+    MOVED,
     comparison_table,
     eval_table,
     group_of,
     metric_table,
+    moved_table,
     report_line,
     retention_table,
     training_table,
@@ -87,6 +89,8 @@ def folder_section(folder: Folder, anchor: str, draw: bool) -> str:
         ]
     if folder.retention:
         parts += ["<h3>Retention</h3>", table(*retention_table(folder), numeric_from=1)]
+    if folder.moved:
+        parts += [f"<h3>{MOVED}</h3>", table(*moved_table(folder), numeric_from=1)]
     for title, (header, rows) in audit_tables(folder.audit).items() if folder.audit else ():
         parts += [f"<h3>{esc(title)}</h3>", table(header, rows, numeric_from=1)]
     if folder.history:

@@ -6,11 +6,13 @@ from collections.abc import Sequence
 from reports.audit_summary import audit_tables
 from reports.folder import Folder
 from reports.tables import (
+    MOVED,
     comparison_table,
     eval_table,
     md_cell,
     md_table,
     metric_table,
+    moved_table,
     report_line,
     retention_table,
     training_table,
@@ -46,6 +48,8 @@ def folder_summary(folder: Folder) -> list[str]:
         lines += ["### Evals", "", *md_table(*eval_table(folder)), ""]
     if folder.retention:
         lines += ["### Retention", "", *md_table(*retention_table(folder)), ""]
+    if folder.moved:
+        lines += [f"### {MOVED}", "", *md_table(*moved_table(folder)), ""]
     for title, (header, rows) in audit_tables(folder.audit).items() if folder.audit else ():
         lines += [f"### {title}", "", *md_table(header, rows), ""]
     header, rows = training_table(folder)

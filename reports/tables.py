@@ -16,6 +16,9 @@ TRAINING_KEYS = (
     "rubric/unscored_rate",
     "rubric/integrity_flag_rate",
     "rubric/no_answer_rate",
+    "rubric/integrity_note_rate",
+    "rubric/saturated_criteria",
+    "rubric/dead_criteria",
     "rubric/completion_length",
     "rubric/reasoning_length",
     "rubric/answer_length",
@@ -146,6 +149,24 @@ def eval_table(folder: Folder) -> tuple[list[str], list[list[str]]]:
             ]
         )
     return ["step", "overall_score", "± bootstrap std", "examples", "unscored", "judge failure rate"], rows
+
+
+MOVED = "Criteria whose pass rate moved most (first → latest batches)"
+
+
+def moved_table(folder: Folder) -> tuple[list[str], list[list[str]]]:
+    """A RuRL run's criteria whose pass rate moved most between its first and latest batches: where a policy
+    pleasing its judge shows first."""
+    return ["criterion", "first", "last", "moved", "decided"], [
+        [
+            row["criterion"],
+            f"{row['first_pass_rate']:.0%} of {row['first_decided']}",
+            f"{row['last_pass_rate']:.0%} of {row['last_decided']}",
+            f"{row['moved']:+.0%}",
+            str(row["decided"]),
+        ]
+        for row in folder.moved
+    ]
 
 
 def retention_table(folder: Folder) -> tuple[list[str], list[list[str]]]:

@@ -83,6 +83,29 @@ class RurlConfig:
     """Judge-failure guard: when the share of unscored completions, or of failed judge verdicts, over the last
     failure_window generation batches of all processes exceeds grading.max_failure_rate (the limit grade and eval
     use too), training stops after saving a checkpoint, instead of optimising on noise."""
+    criteria_window: int = 10
+    """criteria.json compares each criterion's pass rate over the run's first and latest this many generation
+    batches (`moved`); the summary and the report name the criteria that moved most, where a policy learning to
+    please its judge shows first."""
+    monitor_judge: bool = False
+    """A second judge watches the first: the `monitor` role (endpoint, model and parameters like every role; best a
+    different model family from the training judge) grades the in-training evaluation's answers with the same
+    rubrics, logged as monitor/... beside eval/..., with monitor/gap (eval minus monitor overall score). Its failures
+    are counted (monitor/failed) and never stop training; its calls are the `monitor` role's usage. (Not `monitor`:
+    torchrun would take --monitor for its own --monitor-interval.)"""
+    monitor_rise: float = 0.05
+    """Divergence alarm: the training judge's overall score rose by at least this since the first evaluation ..."""
+    monitor_fall: float = 0.02
+    """... while the monitor's fell by at least this; or the gap widened by more than monitor_gap_growth of the first
+    gap (and at least monitor_rise)."""
+    monitor_gap_growth: float = 1 / 3
+    """See monitor_fall."""
+    note_rate_rise: float = 0.1
+    """Grader-talk alarm: the share of completions the integrity check noted or vetoed rose by at least this between
+    the first and the latest criteria_window generation batches (a policy learning to talk to its grader)."""
+    on_alarm: Literal["warn", "stop"] = "warn"
+    """warn: a line on stderr, a wandb alert and a record in the summary. stop: the same, then a checkpoint and the
+    run ends, exiting non-zero with the line. Every process takes the same decision at the same step."""
     judge_deadline: float = 600.0
     """Seconds a generation batch waits for its judge: completions still unjudged then get no score (None, counted
     in rubric/timed_out_rate and by the guard) and their calls are cancelled. The other processes wait for the
@@ -104,14 +127,17 @@ class RurlConfig:
         for name in ("eval_every", "max_extra_rounds", "overlong_buffer"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.eval_max_examples < 1 or self.failure_window < 1:
-            raise ValueError("eval_max_examples and failure_window must be at least 1")
+        if self.eval_max_examples < 1 or self.failure_window < 1 or self.criteria_window < 1:
+            raise ValueError("eval_max_examples, failure_window and criteria_window must be at least 1")
         for name in ("dynamic_std_threshold", "prefilter_min_std"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be within [0, 1], got {getattr(self, name)}")
         low_high = self.prefilter_mean_range
         if len(low_high) != 2 or not 0.0 <= low_high[0] <= low_high[1] <= 1.0:
             raise ValueError(f"prefilter_mean_range must be [low, high] with 0 <= low <= high <= 1, got {low_high}")
+        for name in ("monitor_rise", "monitor_fall", "monitor_gap_growth", "note_rate_rise"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.on_exhausted not in ("repeat", "stop"):
             raise ValueError(f"on_exhausted must be repeat or stop, got {self.on_exhausted!r}")
         if self.judge_deadline <= 0:

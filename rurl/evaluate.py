@@ -14,6 +14,7 @@ import asyncio
 import json
 import sys
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +40,14 @@ class PolicyEvaluation(TrainerCallback):
         every: int,
         output_dir: Path,
         deadline: float | None = None,
+        monitor: Grader | None = None,
+        alarms=None,
     ):
         self.trainer, self.grader, self.rows, self.every = trainer, grader, rows, every
+        self.monitor = monitor
+        """The second judge (rurl.monitor_judge), grading the same answers after the training judge."""
+        self.alarms = alarms
+        self.monitor_failures = 0
         self.deadline = deadline
         """Seconds the grading may take: the other processes wait for the main one at the next collective."""
         self.path = Path(output_dir) / "eval.jsonl"
@@ -61,44 +68,78 @@ class PolicyEvaluation(TrainerCallback):
     def evaluate(self, step: int) -> None:
         """Every process answers its share (ZeRO-3 needs them all); the main one grades, reports and writes. Every
         process calls trainer.log, so that GRPOTrainer's per-process metric buffers stay in step (a main-only call
-        desynchronised gloo's collectives under torchrun)."""
+        desynchronised gloo's collectives under torchrun); the overall scores reach every process's alarms."""
         answers = self.answer()
         self._done_at = step
+        scores = self._grade(step, answers) if self.trainer.accelerator.is_main_process else None
         if not self.trainer.accelerator.is_main_process:
             self.trainer.log({})
-            return
+        if self.alarms is not None:
+            if self.trainer.accelerator.num_processes > 1:
+                from accelerate.utils import broadcast_object_list
+
+                scores = broadcast_object_list([scores])[0]
+            self.alarms.observe_eval(step, *(scores or (None, None)))
+
+    def _grade(self, step: int, answers: list[str]) -> tuple[float | None, float | None]:
+        """Main process: the report of the training judge (and of the monitor), logged and written; returns both
+        overall scores (None: not scored)."""
         items = [
             GradeItem(row.conversation, answer, row.rubric, row.reference) for row, answer in zip(self.rows, answers)
         ]
-        grading = (
-            self.grader.grade_many(items) if self.deadline is None else self.grader.grade_within(items, self.deadline)
-        )
         try:
-            graded = asyncio.run_coroutine_threadsafe(grading, self.trainer.async_loop).result()
+            records = self._records(self.grader, items, answers)
         except Exception as error:  # the judge went away: the run goes on (the guard judges the training reward)
             print(f"rurl eval: step {step}: not graded: {error}", file=sys.stderr)
             self.trainer.log({"eval/failed": 1.0})  # every process logs at an eval, the others an empty dict
-            return
-        graded = [
-            g or Graded(score=None, reward=None, explanation="not judged within rurl.judge_deadline") for g in graded
-        ]
-        records = [
-            g.to_record(row.rubric.example_tags, id=row.id, response=answer)
-            for row, answer, g in zip(self.rows, answers, graded)
-        ]
+            return None, None
         report = build_report(records, **self.grader.config.rule())
         metrics = {f"eval/{name}": value for name, value in report["metrics"].items()}
         metrics["eval/judge_failure_rate"] = report["judge_failure_rate"]
         metrics["eval/unscored_examples"] = report["unscored_examples"]
         self.last = {"step": step, **report}
+        overall, watched = report["metrics"].get("overall_score"), None
+        if self.monitor is not None:
+            watched, monitor_metrics = self._monitor(step, items, answers)
+            metrics.update(monitor_metrics)
+            self.last["monitor"] = monitor_metrics
         self.trainer.log(metrics)
         with open(self.answers_path, "a") as f:
             f.write("".join(json.dumps({"step": step, **record}) + "\n" for record in records))
         with open(self.path, "a") as f:
             f.write(json.dumps(self.last) + "\n")
-        overall = report["metrics"].get("overall_score")
         shown = "unscored" if overall is None else f"{overall:.3f}"
-        print(f"rurl eval: step {step}: overall {shown} on {len(self.rows)} held-out rows", file=sys.stderr)
+        also = "" if self.monitor is None else f", monitor {'unscored' if watched is None else f'{watched:.3f}'}"
+        print(f"rurl eval: step {step}: overall {shown}{also} on {len(self.rows)} held-out rows", file=sys.stderr)
+        return overall, watched
+
+    def _monitor(self, step: int, items: list[GradeItem], answers: list[str]) -> tuple[float | None, dict]:
+        """The monitor's overall score and its monitor/... metrics; a failure is counted, never raised."""
+        try:
+            records = self._records(self.monitor, items, answers)
+        except Exception as error:  # noqa: BLE001 - the monitor watches; it never stops training
+            self.monitor_failures += 1
+            print(f"rurl eval: step {step}: the monitor did not grade: {error}", file=sys.stderr)
+            return None, {"monitor/failed": float(self.monitor_failures)}
+        report = build_report(records, **self.monitor.config.rule())
+        metrics = {f"monitor/{name}": value for name, value in report["metrics"].items()}
+        metrics["monitor/judge_failure_rate"] = report["judge_failure_rate"]
+        metrics["monitor/failed"] = float(self.monitor_failures)
+        overall, trained = report["metrics"].get("overall_score"), self.last["metrics"].get("overall_score")
+        if overall is not None and trained is not None:
+            metrics["monitor/gap"] = trained - overall
+        return overall, metrics
+
+    def _records(self, grader: Grader, items: list[GradeItem], answers: list[str]) -> list[dict]:
+        grading = grader.grade_many(items) if self.deadline is None else grader.grade_within(items, self.deadline)
+        graded = asyncio.run_coroutine_threadsafe(grading, self.trainer.async_loop).result()
+        graded = [
+            g or Graded(score=None, reward=None, explanation="not judged within rurl.judge_deadline") for g in graded
+        ]
+        return [
+            g.to_record(row.rubric.example_tags, id=row.id, response=answer)
+            for row, answer, g in zip(self.rows, answers, graded)
+        ]
 
     def answer(self) -> list[str]:
         """Greedy answers of the current policy to every row, in row order, on every process: each process answers
@@ -257,3 +298,22 @@ def answer_with(
         del model
         if device == "cuda":
             torch.cuda.empty_cache()
+
+
+def add_evaluation(trainer, grader: Grader, data, rurl, output_dir: Path, alarms: Any = None) -> Any:
+    """The in-training evaluation of the held-out rows, as a callback (with the monitor's grades when rurl.monitor_judge);
+    None without held-out rows."""
+    if not data.evaluation:
+        return None
+    evaluation = PolicyEvaluation(
+        trainer,
+        grader,
+        data.evaluation[: rurl.eval_max_examples],
+        rurl.eval_every,
+        output_dir,
+        deadline=rurl.judge_deadline,
+        monitor=Grader(grader.client, replace(grader.config, judge_role="monitor")) if rurl.monitor_judge else None,
+        alarms=alarms,
+    )
+    trainer.add_callback(evaluation)
+    return evaluation

@@ -15,7 +15,7 @@ from transformers import TrainerCallback
 
 from grading.reward import BatchStats
 
-COUNTS = ("completions", "unscored", "verdicts", "failed_verdicts", "timed_out", "judge_calls")
+COUNTS = ("completions", "unscored", "verdicts", "failed_verdicts", "timed_out", "judge_calls", "noted", "flagged")
 
 
 class FailureMonitor:
@@ -25,22 +25,35 @@ class FailureMonitor:
     counts over the processes (`reduce`: a list of numbers -> their sums over the processes) and appends them to the
     window. One process: reduce is the identity."""
 
-    def __init__(self, window: int):
+    def __init__(self, window: int, criteria_window: int = 10):
         self.batches: deque[dict[str, int]] = deque(maxlen=window)
         self.totals = dict.fromkeys(COUNTS, 0)
         self.seconds = 0.0
         self.criteria: dict[str, list[int]] = defaultdict(lambda: [0, 0])
         """This process's criterion -> [times met, times decided] over the run; the trainer gathers them at each save
         and at the end (RubricGRPOTrainer.criteria_table)."""
+        self.criteria_window = criteria_window
+        self.first: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        """The same over this run's first `criteria_window` generation batches; `last` over its latest ones."""
+        self.last: deque[dict[str, list[int]]] = deque(maxlen=criteria_window)
+        self.first_counts = dict.fromkeys(COUNTS, 0)
+        """The summed counts of the run's first `criteria_window` batches; `recent` holds the latest ones."""
+        self.recent: deque[dict[str, int]] = deque(maxlen=criteria_window)
+        self.synced = 0
+        self.answers: list[tuple[str, dict[str, bool]]] = []
+        """This process's judged completions since the last sync (grading/reward.py BatchStats.answers)."""
         self._pending = dict.fromkeys(COUNTS, 0)
+        self._pending_criteria: dict[str, list[int]] = defaultdict(lambda: [0, 0])
 
     def record(self, stats: BatchStats) -> None:
         for name in COUNTS:
             self._pending[name] += getattr(stats, name)
         self.seconds += stats.seconds
         for text, (met, total) in stats.criteria.items():
-            self.criteria[text][0] += met
-            self.criteria[text][1] += total
+            for counts in (self.criteria[text], self._pending_criteria[text]):
+                counts[0] += met
+                counts[1] += total
+        self.answers += stats.answers
 
     def sync(self, reduce: Callable[[list[float]], list[float]] = lambda values: values) -> None:
         summed = dict(zip(COUNTS, (int(v) for v in reduce([float(self._pending[n]) for n in COUNTS]))))
@@ -48,6 +61,40 @@ class FailureMonitor:
         self.batches.append(summed)
         for name in COUNTS:
             self.totals[name] += summed[name]
+        batch, self._pending_criteria = self._pending_criteria, defaultdict(lambda: [0, 0])
+        if self.synced < self.criteria_window:
+            for text, (met, decided) in batch.items():
+                self.first[text][0] += met
+                self.first[text][1] += decided
+            for name in COUNTS:
+                self.first_counts[name] += summed[name]
+        self.recent.append(summed)
+        self.last.append(dict(batch))
+        self.synced += 1
+
+    def note_rates(self) -> tuple[float, float] | None:
+        """The share of completions the integrity check noted or vetoed (talk aimed at the grader) over the first
+        and the latest `criteria_window` batches of all processes, once the two windows no longer overlap."""
+        if self.synced < 2 * self.criteria_window:
+            return None
+        first = self.first_counts
+        latest = {name: sum(batch[name] for batch in self.recent) for name in ("noted", "flagged", "completions")}
+        return tuple(
+            (counts["noted"] + counts["flagged"]) / max(1, counts["completions"]) for counts in (first, latest)
+        )
+
+    def take_answers(self) -> list[tuple[str, dict[str, bool]]]:
+        answers, self.answers = self.answers, []
+        return answers
+
+    def windows(self) -> dict[str, dict[str, list[int]]]:
+        """This process's per-criterion [met, decided] over the first and the latest `criteria_window` batches."""
+        last: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        for batch in self.last:
+            for text, (met, decided) in batch.items():
+                last[text][0] += met
+                last[text][1] += decided
+        return {"first": dict(self.first), "last": dict(last)}
 
     def _share(self, part: str, whole: str) -> float:
         total = sum(batch[whole] for batch in self.batches)

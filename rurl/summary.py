@@ -17,8 +17,26 @@ def log_criteria(wandb_run, criteria: list[dict[str, Any]], shown: int = 10) -> 
     )
 
 
+def moved_most(criteria: list[dict[str, Any]], shown: int = 10, min_decided: int = 2) -> list[dict[str, Any]]:
+    """The criteria whose pass rate moved most between the run's first and latest windows, decided at least
+    `min_decided` times in each."""
+    both = [
+        row
+        for row in criteria
+        if row.get("moved") is not None and min(row["first_decided"], row["last_decided"]) >= min_decided
+    ]
+    return sorted(both, key=lambda row: (-abs(row["moved"]), row["criterion"]))[:shown]
+
+
 def run_summary(
-    trainer, monitor, evaluation, first_step: int, seconds: float, stopped: str | None, criteria: list[dict[str, Any]]
+    trainer,
+    monitor,
+    evaluation,
+    first_step: int,
+    seconds: float,
+    stopped: str | None,
+    criteria: list[dict[str, Any]],
+    alarms: list[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     history = [entry for entry in trainer.state.log_history if "reward" in entry]
     rewards = [entry["reward"] for entry in history if entry["reward"] is not None]
@@ -42,8 +60,11 @@ def run_summary(
         "judge": dict(monitor.totals, seconds=round(monitor.seconds, 1)),
         "dynamic_sampling_logged": dynamic or None,
         "eval": _headline((evaluation.last or {}).get("metrics", {})) if evaluation else None,
+        "monitor": _monitor(evaluation),
+        "alarms": list(alarms),
         "hardest_criteria": criteria[:3],
         "easiest_criteria": criteria[-3:][::-1],
+        "moved_most": moved_most(criteria, shown=3),
         "no_update_steps": trainer.no_update_steps,
         "stopped": stopped,
     }
@@ -64,16 +85,45 @@ def summary_text(summary: dict[str, Any], output_dir: Path) -> str:
     if summary["hardest_criteria"]:
         lines.append("  hardest criteria: " + "; ".join(_criterion(row) for row in summary["hardest_criteria"]))
         lines.append("  easiest criteria: " + "; ".join(_criterion(row) for row in summary["easiest_criteria"]))
+    if summary.get("moved_most"):
+        lines.append(
+            "  moved most (first -> latest batches): "
+            + "; ".join(
+                f"{row['first_pass_rate']:.0%} -> {row['last_pass_rate']:.0%} {_short(row['criterion'])!r}"
+                for row in summary["moved_most"]
+            )
+        )
     if summary["no_update_steps"]:
         lines.append(f"  {summary['no_update_steps']} step(s) without any learning signal left the weights unchanged")
     if summary["dynamic_sampling_logged"]:
         lines.append(f"  dynamic sampling (logged steps): {summary['dynamic_sampling_logged']}")
     if summary["eval"]:
         lines.append("  eval (last): " + ", ".join(f"{k} {v:.3f}" for k, v in summary["eval"].items() if v is not None))
+    monitor = summary.get("monitor")
+    if monitor:
+        calls = (summary.get("usage_main_process") or {}).get("monitor", {}).get("requests", 0)
+        lines.append(
+            f"  monitor (last eval): overall {_num(monitor.get('overall_score'))}, gap {_num(monitor.get('gap'))}; "
+            f"{calls} calls, {monitor['failed']:g} evaluation(s) it failed to grade"
+        )
+    for alarm in summary.get("alarms") or ():
+        lines.append(f"  ALARM: {alarm['line']}")
     lines.append(
         f"  output: {output_dir} (config.yaml, manifest.json, reward.png{'' if summary['stopped'] else ', the model'})"
     )
     return "\n".join(lines)
+
+
+def _monitor(evaluation) -> dict[str, Any] | None:
+    """The monitor's last overall score, its gap to the training judge's, and the evaluations it failed."""
+    if evaluation is None or evaluation.monitor is None:
+        return None
+    last = (evaluation.last or {}).get("monitor") or {}
+    return {
+        "overall_score": last.get("monitor/overall_score"),
+        "gap": last.get("monitor/gap"),
+        "failed": evaluation.monitor_failures,
+    }
 
 
 def _headline(metrics: dict[str, float]) -> dict[str, float]:
@@ -86,8 +136,11 @@ def _headline(metrics: dict[str, float]) -> dict[str, float]:
 
 
 def _criterion(row: dict[str, Any]) -> str:
-    text = row["criterion"] if len(row["criterion"]) <= 50 else row["criterion"][:49] + "…"
-    return f"{row['pass_rate']:.0%} of {row['decided']} {text!r}"
+    return f"{row['pass_rate']:.0%} of {row['decided']} {_short(row['criterion'])!r}"
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 50 else text[:49] + "…"
 
 
 def _num(value: float | None) -> str:

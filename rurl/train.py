@@ -53,6 +53,7 @@ from rubricrl.runs.training import (
 from rubricrl.runs.training import train as train_model
 from rurl.config import RurlConfig, TrainArgs, check_with_trl
 from rurl.data import RurlData, load_rurl_data
+from rurl.evaluate import add_evaluation
 from rurl.rewards import extra_reward_funcs
 from rurl.summary import log_criteria, run_summary, summary_text
 from rurl.vllm_cpu import close_colocated_engine, patch_cpu_colocate
@@ -106,9 +107,10 @@ def run_train(args) -> int:
     if judged is None:  # rule checks decide every criterion: no judge to start or ask
         print(f"{COMMAND}: every criterion is a rule check: no judge, no server, no preflight", file=sys.stderr)
         return run(LLMClient({grading.judge_role: NO_JUDGE}, cache=None))
-    with open_llm(
-        llm, [grading.judge_role], source=config_source(args), cpu_budgets=grading.cpu_max_tokens()
-    ) as llm_session:
+    roles = [grading.judge_role, *(["monitor"] if rurl.monitor_judge else [])]
+    budgets = grading.cpu_max_tokens()
+    budgets["monitor"] = budgets[grading.judge_role]
+    with open_llm(llm, roles, source=config_source(args), cpu_budgets=budgets) as llm_session:
         if rurl.preflight:
             preflight(llm_session.roles, grading, judged)
         client = llm_session.client()
@@ -215,10 +217,11 @@ def train(
     tokenizer=None,
     extra_rewards=(),
 ) -> int:
+    from rurl.alarms import RewardAlarms
     from rurl.guards import FailureMonitor, StopOnJudgeFailures, StopOnRequest
 
     grader = Grader(client, grading)
-    monitor = FailureMonitor(rurl.failure_window)
+    monitor = FailureMonitor(rurl.failure_window, rurl.criteria_window)
     overlong = (
         Overlong(grpo.max_completion_length, rurl.overlong_buffer, rurl.overlong_penalty)
         if rurl.overlong_buffer
@@ -263,7 +266,9 @@ def train(
             guard, requested = StopOnJudgeFailures(monitor, grading.max_failure_rate), StopOnRequest(trainer)
             trainer.add_callback(guard)
             trainer.add_callback(requested)
-            evaluation = add_evaluation(trainer, grader, data, rurl, output_dir)
+            alarms = RewardAlarms(trainer, rurl, monitor)
+            evaluation = add_evaluation(trainer, grader, data, rurl, output_dir, alarms)
+            trainer.add_callback(alarms)  # after the evaluation: a divergence found at a step stops at that step
             trained = train_model(trainer, resume, wandb, run_settings)
             stopped = guard.reason or requested.reason
             criteria = trainer.criteria_table()  # every process (it gathers), before the main process merges alone
@@ -271,8 +276,9 @@ def train(
                 save_model(trainer, output_dir, model.use_peft and train_args.merge_adapter)
             if main_process:
                 summary = run_summary(
-                    trainer, monitor, evaluation, trained.first_step, trained.seconds, stopped, criteria
+                    trainer, monitor, evaluation, trained.first_step, trained.seconds, stopped, criteria, alarms.fired
                 )
+                summary["usage_main_process"] = {role: asdict(usage) for role, usage in client.usage.items()}
                 write_outputs(trainer, output_dir, config, data_info, criteria, summary, wandb)
             close_colocated_engine(trainer)  # first: a colocated vLLM engine tears down its groups while they exist
             end_trainer(trainer)
@@ -294,24 +300,6 @@ def write_inputs(data: RurlData, output_dir: Path) -> None:
         write_rejected(data.rejected, output_dir / "rejected.jsonl")
     if data.evaluation:
         (output_dir / "eval_ids.txt").write_text("".join(f"{row.id}\n" for row in data.evaluation))
-
-
-def add_evaluation(trainer, grader: Grader, data: RurlData, rurl: RurlConfig, output_dir: Path) -> Any:
-    """The in-training evaluation of the held-out rows, as a callback; None without held-out rows."""
-    from rurl.evaluate import PolicyEvaluation
-
-    if not data.evaluation:
-        return None
-    evaluation = PolicyEvaluation(
-        trainer,
-        grader,
-        data.evaluation[: rurl.eval_max_examples],
-        rurl.eval_every,
-        output_dir,
-        deadline=rurl.judge_deadline,
-    )
-    trainer.add_callback(evaluation)
-    return evaluation
 
 
 def write_outputs(

@@ -17,6 +17,7 @@ import torch
 from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
+from grading.audit import group_saturation
 from rurl.dynamic_sampling import DynamicSampler, DynamicSampling
 from rurl.rewards import unscored_rows
 from rurl.update_gate import UpdateGate
@@ -86,10 +87,15 @@ class RubricGRPOTrainer(GRPOTrainer):
         self.last_rewards = rewards
         if self.failure_monitor is not None:  # every process is here, once per generation batch
             self.failure_monitor.sync(self.sum_over_processes)
+            answers = [a for part in gather_object([self.failure_monitor.take_answers()]) for a in part]
             if self.model.training:
                 metrics = self._metrics["train"]
                 metrics["guard/unscored_rate"].append(self.failure_monitor.rate)
                 metrics["guard/failed_verdict_rate"].append(self.failure_monitor.verdict_rate)
+                saturated, dead, counted = group_saturation(answers)  # groups may span processes: all of them
+                if counted:
+                    metrics["rubric/saturated_criteria"].append(saturated / counted)
+                    metrics["rubric/dead_criteria"].append(dead / counted)
         return rewards
 
     def _generate_and_score_completions(self, inputs):
@@ -120,22 +126,49 @@ class RubricGRPOTrainer(GRPOTrainer):
 
     def criteria_table(self) -> list[dict[str, Any]]:
         """Every criterion decided during the run (the run resumed from included), over all processes: pass rate
-        and counts, the hardest first. A collective: every process calls it."""
-        totals: dict[str, list[int]] = {row["criterion"]: [row["met"], row["decided"]] for row in self._criteria_before}
-        local = dict(self.failure_monitor.criteria) if self.failure_monitor is not None else {}
+        and counts, and its pass rate over the run's first and latest windows of generation batches (`moved`: last
+        minus first), the hardest first. A collective: every process calls it."""
+        before = {row["criterion"]: row for row in self._criteria_before}
+        totals = {text: {"all": [row["met"], row["decided"]]} for text, row in before.items()}
+        for text, row in before.items():
+            for window in ("first", "last"):
+                if row.get(f"{window}_decided"):
+                    totals[text][window] = [row[f"{window}_met"], row[f"{window}_decided"]]
+        monitor = self.failure_monitor
+        local = {"all": dict(monitor.criteria), **monitor.windows()} if monitor is not None else {}
+        this_run: dict[str, dict[str, list[int]]] = {}
         for part in gather_object([local]):
-            for text, (met, decided) in part.items():
-                counts = totals.setdefault(text, [0, 0])
-                counts[0], counts[1] = counts[0] + met, counts[1] + decided
-        rows = [
-            {"criterion": text, "pass_rate": met / decided, "met": met, "decided": decided}
-            for text, (met, decided) in totals.items()
-            if decided
-        ]
-        return sorted(rows, key=lambda row: (row["pass_rate"], -row["decided"], row["criterion"]))
+            for window, counts in part.items():
+                for text, (met, decided) in counts.items():
+                    summed = this_run.setdefault(text, {}).setdefault(window, [0, 0])
+                    summed[0], summed[1] = summed[0] + met, summed[1] + decided
+        for text, windows in this_run.items():
+            row = totals.setdefault(text, {})
+            previous = row.get("all", [0, 0])
+            row["all"] = [previous[0] + windows.get("all", [0, 0])[0], previous[1] + windows.get("all", [0, 0])[1]]
+            row.setdefault("first", windows.get("first"))  # the first window is the first run's
+            if windows.get("last"):
+                row["last"] = windows["last"]
+        return sorted(
+            (criterion_row(text, windows) for text, windows in totals.items() if windows["all"][1]),
+            key=lambda row: (row["pass_rate"], -row["decided"], row["criterion"]),
+        )
 
     def sum_over_processes(self, values: list[float]) -> list[float]:
         if self.accelerator.num_processes == 1:
             return values
         tensor = torch.tensor(values, dtype=torch.float64, device=self.accelerator.device)
         return self.accelerator.reduce(tensor, reduction="sum").tolist()
+
+
+def criterion_row(text: str, windows: dict[str, list[int] | None]) -> dict[str, Any]:
+    """A line of criteria.json: pass rate over the run, and over its first and latest windows (None: undecided)."""
+    row: dict[str, Any] = {"criterion": text, "pass_rate": windows["all"][0] / windows["all"][1]}
+    row["met"], row["decided"] = windows["all"]
+    for window in ("first", "last"):
+        met, decided = windows.get(window) or (0, 0)
+        row[f"{window}_met"], row[f"{window}_decided"] = met, decided
+        row[f"{window}_pass_rate"] = met / decided if decided else None
+    first, last = row["first_pass_rate"], row["last_pass_rate"]
+    row["moved"] = None if first is None or last is None else last - first
+    return row

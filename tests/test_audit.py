@@ -8,6 +8,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
+from grading.audit import group_saturation
 from grading.audit_input import Buckets
 from grading.dataset import load_rubric_rows
 from rubricrl.cli import main
@@ -175,3 +176,15 @@ def test_the_report_shows_the_audit(tmp_path):
     md = (tmp_path / "out" / "report.md").read_text()
     assert "rubric audit (`rubricrl audit`)" in md and "### Rubric audit: flags" in md
     assert "| saturated | 1 | 20.0% |" in md.replace("---:", "---")
+
+
+def test_in_training_saturation_counts_a_group_criterion_met_by_all_or_none_of_its_answers():
+    answers = [
+        ("g1", {"a": True, "b": False, "c": True}),
+        ("g1", {"a": True, "b": False, "c": False}),
+        ("g2", {"a": True, "b": True}),
+        ("g2", {"a": False}),  # b decided once in g2: not counted
+    ]
+    # g1: a saturated, b dead, c separates; g2: a separates
+    assert group_saturation(answers) == (1, 1, 4)
+    assert group_saturation([]) == (0, 0, 0)

@@ -319,6 +319,25 @@ def test_batch_statistics_by_hand():
     assert metrics["rubric/judge_failure_rate"] == pytest.approx(1 / 3)
     assert metrics["rubric/unscored_rate"] == pytest.approx(1 / 3)
     assert metrics["rubric/judge_calls"] == 6.0
+    grouped = batch_stats(graded, [rubric] * 3, [0.75, 1.0, None], [10, 20, 30], 1.5, 6, groups=["p", "p", "q"])
+    assert grouped.answers == [("p", {"A": True, "B": False}), ("p", {"A": True, "B": True}), ("q", {"B": False})]
+
+
+def test_criteria_json_compares_the_first_and_latest_windows_of_batches():
+    from grading.reward import BatchStats
+    from rurl.guards import FailureMonitor
+    from rurl.trainer import criterion_row
+
+    monitor = FailureMonitor(window=5, criteria_window=2)
+    for met in (0, 1, 3, 4):  # four batches of 4 verdicts of one criterion: met 0, 1, 3, 4 times
+        monitor.record(BatchStats(4, 0, 0, 4, 0, 0.1, 4, criteria={"C": (met, 4)}))
+        monitor.sync()
+    windows = monitor.windows()
+    assert windows == {"first": {"C": [1, 8]}, "last": {"C": [7, 8]}}
+    row = criterion_row("C", {"all": monitor.criteria["C"], **{w: counts["C"] for w, counts in windows.items()}})
+    assert (row["pass_rate"], row["first_pass_rate"], row["last_pass_rate"]) == (8 / 16, 1 / 8, 7 / 8)
+    assert row["moved"] == pytest.approx(0.75)
+    assert criterion_row("D", {"all": [1, 2], "first": None, "last": [1, 2]})["moved"] is None
 
 
 def write_rows(path: Path, ids: list[str]) -> Path:

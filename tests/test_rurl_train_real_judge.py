@@ -48,6 +48,9 @@ def test_tiny_preset_trains_with_the_real_judge_and_resumes_after_a_kill(tmp_pat
     criteria = json.loads((out / "criteria.json").read_text())  # the resumed run's criteria, the hardest first
     assert criteria and [c["pass_rate"] for c in criteria] == sorted(c["pass_rate"] for c in criteria)
     assert summary["hardest_criteria"] == criteria[:3] and all(c["decided"] >= 1 for c in criteria)
+    # the first window is the killed run's first step (kept in checkpoint-1), the latest this run's
+    assert sum(c["first_decided"] for c in criteria) > 0 and sum(c["last_decided"] for c in criteria) > 0
+    assert all(c["moved"] == c["last_pass_rate"] - c["first_pass_rate"] for c in criteria if c["moved"] is not None)
     assert manifest["config"]["llm"]["roles"]["judge"] == {"temperature": 0.0}
     history = json.loads((out / "log_history.json").read_text())
     steps = [entry for entry in history if "reward" in entry]
@@ -56,8 +59,11 @@ def test_tiny_preset_trains_with_the_real_judge_and_resumes_after_a_kill(tmp_pat
         "rubric/criteria_pass_rate",
         "rubric/tag/axis:accuracy",
         "rubric/length_reward_corr",
+        "rubric/saturated_criteria",
+        "rubric/dead_criteria",
         "dynamic_sampling/groups_kept",
     } <= set(steps[-1])
+    assert all(0 <= step["rubric/saturated_criteria"] + step["rubric/dead_criteria"] <= 1 for step in steps)
     runs = sorted((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 2  # the killed run and the resumed one, both offline
     log = next(runs[-1].glob("run-*.wandb")).read_bytes()
