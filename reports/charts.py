@@ -70,10 +70,11 @@ def folder_charts(folder: Folder) -> list[Chart]:
 
 
 def training_curves(folder: Folder) -> list[Chart | None]:
-    reward = {key: folder.series(key) for key in ("reward", "eval/overall_score")}
+    reward = {key: folder.series(key) for key in ("reward", "eval/overall_score", "monitor/overall_score")}
     errors = {
         "reward": [v for _, v in folder.series("reward_std")],
         "eval/overall_score": [v for _, v in folder.series("eval/overall_score:bootstrap_std")],
+        "monitor/overall_score": [v for _, v in folder.series("monitor/overall_score:bootstrap_std")],
     }
     evals = [k for k in folder.history_keys("eval/axis:") if not k.endswith((":n_samples", ":bootstrap_std"))]
     tags = folder.history_keys("rubric/tag/") + folder.history_keys("rubric/category/")
@@ -81,7 +82,8 @@ def training_curves(folder: Folder) -> list[Chart | None]:
         curves(
             reward,
             "reward (± std over the batch)"
-            + (" and eval overall score (± bootstrap std)" if reward["eval/overall_score"] else ""),
+            + (" and eval overall score (± bootstrap std)" if reward["eval/overall_score"] else "")
+            + (", the monitor judge's beside it" if reward["monitor/overall_score"] else ""),
             "score",
             errors,
         ),

@@ -11,6 +11,8 @@ TRAINING_KEYS = (
     "reward",
     "reward_std",
     "eval/overall_score",
+    "monitor/overall_score",
+    "monitor/gap",
     "rubric/criteria_pass_rate",
     "rubric/judge_failure_rate",
     "rubric/unscored_rate",

@@ -523,6 +523,39 @@ def test_rurl_run_shows_reward_and_eval_curves_rubric_metrics_and_completions(tm
     assert [r for r in page.rows("-2") if r[2].startswith("Is rude.")] == [["-2", "met", "Is rude.", ""]]
 
 
+def test_rurl_run_shows_the_monitor_beside_the_judge_and_the_criteria_that_moved_most(tmp_path):
+    history = make_rurl(tmp_path / "run")
+    for step, entry in enumerate(e for e in history if "eval/overall_score" in e):
+        entry["monitor/overall_score"], entry["monitor/gap"] = 0.6 - 0.2 * step, entry["eval/overall_score"] - 0.6
+    (tmp_path / "run" / "log_history.json").write_text(json.dumps(history))
+    rows = [
+        {"criterion": "Flatters the grader.", "first_pass_rate": 0.1, "first_decided": 20, "last_pass_rate": 0.9},
+        {"criterion": "Steady.", "first_pass_rate": 0.5, "first_decided": 20, "last_pass_rate": 0.55},
+        {"criterion": "Seen once.", "first_pass_rate": 0.0, "first_decided": 1, "last_pass_rate": 1.0},
+    ]
+    criteria = [
+        {
+            **r,
+            "pass_rate": 0.5,
+            "met": 10,
+            "decided": 40,
+            "last_decided": 20,
+            "moved": r["last_pass_rate"] - r["first_pass_rate"],
+        }
+        for r in rows
+    ]
+    (tmp_path / "run" / "criteria.json").write_text(json.dumps(criteria))
+    assert report([tmp_path / "run"]) == 0
+    page = Page((tmp_path / "run" / "report.html").read_text())
+    titles = [a["alt"] for t, a in page.tags if t == "img"]
+    assert any(t.endswith(", the monitor judge's beside it") for t in titles)
+    moved = page.table_with(["criterion", "first", "last", "moved", "decided"])
+    assert [r[0] for r in moved[1:]] == ["Flatters the grader.", "Steady."]  # decided once: not ranked
+    assert moved[1][1:4] == ["10% of 20", "90% of 20", "+80%"]
+    training = page.table_with(["series", "steps", "first", "last", "min", "max"])
+    assert [r[0] for r in training if r[0].startswith("monitor/")] == ["monitor/overall_score", "monitor/gap"]
+
+
 def test_rurl_run_without_log_history_reads_the_newest_checkpoint(tmp_path):
     make_rurl(tmp_path / "run", with_log_history=False)
     assert report([tmp_path / "run"]) == 0
