@@ -58,11 +58,14 @@ async def rubric_reward(
     deadline: float | None = None,
     count_tokens: Callable[[str], int] | None = None,
     decode: Callable[[list], list[str]] | None = None,
+    rubric_for: Callable[[str, list], list] | None = None,
+    id: list | None = None,  # noqa: A002 - TRL passes each dataset column under its own name
     **kwargs: Any,
 ) -> list[float | None]:
     """One reward per completion: the rubric score of `completions[i]` for `prompts[i]` against `rubrics[i]`, minus
     DAPO's soft overlong penalty when `overlong` is given (on the token count, `completion_ids`; an unscored
-    completion stays None). `on_batch` receives the batch's statistics (the judge-failure guard reads them). With
+    completion stays None). `rubric_for(id, rubric)` gives the rubric a query's completions are graded against now
+    (evolving rubrics). `on_batch` receives the batch's statistics (the judge-failure guard reads them). With
     `deadline` (seconds), completions still unjudged that long after the call are None (counted as timed out): the
     other processes of a run wait for this one at the next collective, and a hung judge must not reach the process
     group's timeout. `count_tokens` (the policy's tokenizer) measures reasoning and answer lengths in tokens;
@@ -70,6 +73,8 @@ async def rubric_reward(
     response template's parsing cannot hide where the reasoning ended."""
     if not len(prompts) == len(completions) == len(rubrics):
         raise ValueError(f"{len(prompts)} prompts, {len(completions)} completions, {len(rubrics)} rubrics")
+    if rubric_for is not None and id is not None:  # rubrics evolving during the run (rurl/evolution.py)
+        rubrics = [rubric_for(str(query_id), list(rubric)) for query_id, rubric in zip(id, rubrics)]
     parsed = [rubric_from_items(list(rubric), f"rubrics column, row {i}") for i, rubric in enumerate(rubrics)]
     config = grader.config
     if decode is not None and completion_ids is not None:
@@ -112,7 +117,8 @@ async def rubric_reward(
     lengths = [len(ids) for ids in completion_ids] if completion_ids is not None else [len(t) for t in texts]
     if overlong is not None and completion_ids is not None:
         rewards = [None if r is None else r - overlong.penalty(n) for r, n in zip(rewards, lengths)]
-    groups = [json.dumps(_messages(prompt), ensure_ascii=False) for prompt in prompts]  # TRL repeats a group's prompt
+    # a group: the query's id where the data has one, else its prompt (TRL repeats both across the group)
+    groups = [str(i) for i in id] if id is not None else [json.dumps(_messages(p), ensure_ascii=False) for p in prompts]
     stats = batch_stats(
         graded, parsed, rewards, lengths, seconds, _judge_calls(grader) - calls_before, parts, groups=groups
     )

@@ -106,6 +106,22 @@ class RurlConfig:
     on_alarm: Literal["warn", "stop"] = "warn"
     """warn: a line on stderr, a wandb alert and a record in the summary. stop: the same, then a checkpoint and the
     run ends, exiting non-zero with the line. Every process takes the same decision at the same step."""
+    evolve: bool = False
+    """Difficulty evolution online (RLER; rurl/evolution.py): the `evolver` role writes stricter criteria for queries
+    whose groups went flat, from the query, its rubric and the group's best and worst answers; they grade the
+    query's next draws. The original criteria are never removed."""
+    evolve_every: int = 1
+    """Steps between evolution rounds (each round takes the latest generation batch's groups)."""
+    evolve_groups: Literal["flat", "all"] = "flat"
+    """flat: the groups no criterion split (or whose rewards spread by <= evolve_flat_std); all: every group (RLER)."""
+    evolve_flat_std: float = 0.02
+    """A group whose rewards spread by no more than this counts as flat."""
+    evolve_max_active: int = 5
+    """Evolved criteria active per query at most (RLER's max_active_rubrics, 5); the least varied go first."""
+    evolve_max_new: int = 3
+    """New criteria one evolve call may write."""
+    evolve_max_queries: int = 64
+    """Evolve calls a round starts at most (a query with a call in flight is not asked again)."""
     judge_deadline: float = 600.0
     """Seconds a generation batch waits for its judge: completions still unjudged then get no score (None, counted
     in rubric/timed_out_rate and by the guard) and their calls are cancelled. The other processes wait for the
@@ -135,7 +151,10 @@ class RurlConfig:
         low_high = self.prefilter_mean_range
         if len(low_high) != 2 or not 0.0 <= low_high[0] <= low_high[1] <= 1.0:
             raise ValueError(f"prefilter_mean_range must be [low, high] with 0 <= low <= high <= 1, got {low_high}")
-        for name in ("monitor_rise", "monitor_fall", "monitor_gap_growth", "note_rate_rise"):
+        for name in ("evolve_every", "evolve_max_active", "evolve_max_new", "evolve_max_queries"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("monitor_rise", "monitor_fall", "monitor_gap_growth", "note_rate_rise", "evolve_flat_std"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.on_exhausted not in ("repeat", "stop"):

@@ -54,6 +54,7 @@ from rubricrl.runs.training import train as train_model
 from rurl.config import RurlConfig, TrainArgs, check_with_trl
 from rurl.data import RurlData, load_rurl_data
 from rurl.evaluate import add_evaluation
+from rurl.evolution import RubricEvolution
 from rurl.rewards import extra_reward_funcs
 from rurl.summary import log_criteria, run_summary, summary_text
 from rurl.vllm_cpu import close_colocated_engine, patch_cpu_colocate
@@ -107,8 +108,8 @@ def run_train(args) -> int:
     if judged is None:  # rule checks decide every criterion: no judge to start or ask
         print(f"{COMMAND}: every criterion is a rule check: no judge, no server, no preflight", file=sys.stderr)
         return run(LLMClient({grading.judge_role: NO_JUDGE}, cache=None))
-    roles = [grading.judge_role, *(["monitor"] if rurl.monitor_judge else [])]
-    budgets = grading.cpu_max_tokens()
+    roles = [grading.judge_role, *(["monitor"] if rurl.monitor_judge else []), *(["evolver"] if rurl.evolve else [])]
+    budgets = {**grading.cpu_max_tokens(), "evolver": 150 + 90 * rurl.evolve_max_new}  # as synthesis's evolver
     budgets["monitor"] = budgets[grading.judge_role]
     with open_llm(llm, roles, source=config_source(args), cpu_budgets=budgets) as llm_session:
         if rurl.preflight:
@@ -235,8 +236,14 @@ def train(
             "decode": lambda ids: tokenizer.batch_decode(ids, skip_special_tokens=True),
         }
     )
+    evolution = RubricEvolution(rurl, client, data) if rurl.evolve else None
     reward = make_rubric_reward(
-        grader, overlong=overlong, on_batch=monitor.record, deadline=rurl.judge_deadline, **reading
+        grader,
+        overlong=overlong,
+        on_batch=monitor.record,
+        deadline=rurl.judge_deadline,
+        rubric_for=evolution.rubric_for if evolution else None,
+        **reading,
     )
     data_info = {
         "source": data.source,
@@ -262,7 +269,7 @@ def train(
     trainer = None
     try:
         with wandb_run(grpo, run_settings, COMMAND) as wandb:
-            trainer = build_trainer(rurl, grpo, model, data, [reward, *extra_rewards], monitor)
+            trainer = build_trainer(rurl, grpo, model, data, [reward, *extra_rewards], monitor, evolution)
             guard, requested = StopOnJudgeFailures(monitor, grading.max_failure_rate), StopOnRequest(trainer)
             trainer.add_callback(guard)
             trainer.add_callback(requested)
@@ -279,6 +286,8 @@ def train(
                     trainer, monitor, evaluation, trained.first_step, trained.seconds, stopped, criteria, alarms.fired
                 )
                 summary["usage_main_process"] = {role: asdict(usage) for role, usage in client.usage.items()}
+                if evolution is not None:
+                    summary["evolve"] = evolution.finish(output_dir, wandb)
                 write_outputs(trainer, output_dir, config, data_info, criteria, summary, wandb)
             close_colocated_engine(trainer)  # first: a colocated vLLM engine tears down its groups while they exist
             end_trainer(trainer)
@@ -325,7 +334,9 @@ def write_outputs(
     print(f"{COMMAND}: {summary_text(summary, output_dir)}", file=sys.stderr)
 
 
-def build_trainer(rurl: RurlConfig, grpo: "GRPOConfig", model: "ModelConfig", data: RurlData, reward_funcs, monitor):
+def build_trainer(
+    rurl: RurlConfig, grpo: "GRPOConfig", model: "ModelConfig", data: RurlData, reward_funcs, monitor, evolution=None
+):
     """RubricGRPOTrainer as `trl grpo` builds GRPOTrainer: the model's load settings from ModelConfig, the user's
     model_init_kwargs on top; dynamic sampling when asked."""
     from trl import get_peft_config, get_quantization_config
@@ -350,7 +361,10 @@ def build_trainer(rurl: RurlConfig, grpo: "GRPOConfig", model: "ModelConfig", da
             peft_config=get_peft_config(model),
             dynamic=dynamic,
             failure_monitor=monitor,
+            evolution=evolution,
         )
+        if evolution is not None:
+            evolution.attach(trainer)
     except OSError as error:  # transformers: not on the Hub, offline, no weights in the folder
         raise ConfigError(f"model_name_or_path {model.model_name_or_path}: cannot load: {error}") from None
     if grpo.use_vllm:  # TRL's colocated weight push fails on vLLM's CPU build: rurl/vllm_cpu.py

@@ -45,10 +45,13 @@ class RubricGRPOTrainer(GRPOTrainer):
     """GRPOTrainer plus dynamic sampling (when `dynamic` is given), the failure monitor's counts summed over the
     processes once per generation batch (when `failure_monitor` is given), and no update from signal-free steps."""
 
-    def __init__(self, *args: Any, dynamic: DynamicSampling | None = None, failure_monitor=None, **kwargs: Any):
+    def __init__(
+        self, *args: Any, dynamic: DynamicSampling | None = None, failure_monitor=None, evolution=None, **kwargs: Any
+    ):
         check_trl_version()
         super().__init__(*args, **kwargs)
         self.failure_monitor = failure_monitor
+        self.evolution = evolution  # rurl/evolution.py: rubrics evolving during the run, or None
         self.stop_reason: str | None = None  # set alike on every process; rurl.guards.StopOnRequest stops the run
         self.last_rewards: torch.Tensor | None = None  # (rows of all processes, reward functions)
         self.sampler = (
@@ -76,10 +79,15 @@ class RubricGRPOTrainer(GRPOTrainer):
         super().save_model(output_dir, _internal_call)
         if _internal_call and output_dir is not None:
             criteria = self.criteria_table()  # every process: it gathers
+            evolved = None if self.evolution is None else self.evolution.buffer.state()
+            if evolved is not None:  # every process grades with its own copy: they must be one
+                copies = gather_object([json.dumps(evolved, sort_keys=True)])
+                if len(set(copies)) > 1:
+                    raise RuntimeError("rurl evolve: the processes' evolved rubrics differ; please report this")
             if self.args.should_save:
                 flat = {"epoch": 0, "flat": []} if self.sampler is None else self.sampler.state()
                 (Path(output_dir) / STATE_FILE).write_text(
-                    json.dumps({**flat, "criteria": criteria}, ensure_ascii=False)
+                    json.dumps({**flat, "criteria": criteria, "evolve": evolved}, ensure_ascii=False)
                 )
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -88,6 +96,14 @@ class RubricGRPOTrainer(GRPOTrainer):
         if self.failure_monitor is not None:  # every process is here, once per generation batch
             self.failure_monitor.sync(self.sum_over_processes)
             answers = [a for part in gather_object([self.failure_monitor.take_answers()]) for a in part]
+            if self.evolution is not None and self.model.training:
+                texts = [(str(row["id"]), completion_text(c)) for row, c in zip(inputs, completions)]
+                scored = [(q, t, r) for (q, t), r in zip(gather_object(texts), rewards[:, 0].tolist())]
+                groups: dict[str, list[tuple[str, float]]] = {}
+                for query_id, text, reward in scored:
+                    groups.setdefault(query_id, []).append((text, reward))
+                for name, value in self.evolution.observe(self.state.global_step, groups, answers).items():
+                    self._metrics["train"][name].append(value)
             if self.model.training:
                 metrics = self._metrics["train"]
                 metrics["guard/unscored_rate"].append(self.failure_monitor.rate)
@@ -123,6 +139,8 @@ class RubricGRPOTrainer(GRPOTrainer):
         if self.sampler is not None:
             self.sampler.flat, self.sampler.epoch = set(state["flat"]), state["epoch"]
         self._criteria_before = state.get("criteria", [])
+        if self.evolution is not None and state.get("evolve"):
+            self.evolution.buffer.load(state["evolve"])
 
     def criteria_table(self) -> list[dict[str, Any]]:
         """Every criterion decided during the run (the run resumed from included), over all processes: pass rate
@@ -172,3 +190,10 @@ def criterion_row(text: str, windows: dict[str, list[int] | None]) -> dict[str, 
     first, last = row["first_pass_rate"], row["last_pass_rate"]
     row["moved"] = None if first is None or last is None else last - first
     return row
+
+
+def completion_text(completion: Any) -> str:
+    """A TRL completion as text: a string, or the assistant messages of a conversational one."""
+    if isinstance(completion, str):
+        return completion
+    return "".join(m.get("content") or "" for m in completion if m.get("role") == "assistant")

@@ -1,0 +1,162 @@
+"""Rubrics evolving during RuRL (rurl/evolution.py, rurl/rubric_buffer.py): the buffer's rules by hand (validation,
+retirement without variance, the cap by variance), then `rurl train --evolve true` with a scripted judge and a
+scripted evolver: new criteria grade the query's later draws only, a malformed evolve reply adds nothing and is
+counted, and the evolved dataset is read by `grade` and by `rurl train`; on two gloo processes the evolved rubrics are
+one (the trainer checks at every save)."""
+
+import json
+import threading
+
+import pytest
+
+from grading.dataset import load_rubric_rows
+from rubricrl.cli import main
+from rurl.config import RurlConfig
+from rurl.data import load_rurl_data
+from rurl.rubric_buffer import RubricBuffer
+from tests.fault_server import FaultServer
+from tests.helpers import hashed_verdict, tiny_rurl_train
+
+ORIGINAL = [{"criterion": "Answers politely.", "points": 5}]
+
+
+def test_the_buffer_validates_retires_without_variance_and_caps_by_variance():
+    buffer = RubricBuffer(max_active=2)
+    written = [
+        {"criterion": "Names a source.", "points": 3},
+        {"criterion": "answers politely.", "points": 2},  # the original, in other case
+        {"criterion": "", "points": 2},
+        {"criterion": "Uses metric units.", "points": 50},  # beyond the original's ±5
+        {"criterion": "Gives a number.", "points": -2},
+        {"criterion": "Cites a date.", "points": 1},
+    ]
+    added, refused = buffer.add("q", ORIGINAL, written, step=1, source={"model": "m"})
+    assert added == 3 and len(refused) == 3 and any("repeats" in r for r in refused)
+    assert [c["criterion"] for c in buffer.rubric("q", ORIGINAL)] == [
+        "Answers politely.",
+        "Names a source.",
+        "Gives a number.",
+        "Cites a date.",
+    ]
+    assert buffer.rubric("other", ORIGINAL) == ORIGINAL
+    # a group of 3 answers: "Names a source." splits them, "Gives a number." is met by all, "Cites a date." by one
+    group = [
+        ("q", {"Names a source.": True, "Gives a number.": True, "Cites a date.": True}),
+        ("q", {"Names a source.": False, "Gives a number.": True, "Cites a date.": False}),
+        ("q", {"Names a source.": True, "Gives a number.": True, "Cites a date.": False}),
+    ]
+    gone = buffer.observe(group, step=2)
+    assert [(e.criterion, e.retired) for e in gone] == [("Gives a number.", "no variance (step 2)")]
+    assert [e.criterion for e in buffer.active["q"]] == ["Names a source.", "Cites a date."]
+    buffer.add("q", ORIGINAL, [{"criterion": "Mentions a risk.", "points": 2}], step=3, source={})
+    buffer.observe([], step=3)  # three active, the cap is two: the newest untested one stays, the older varied
+    assert [e.criterion for e in buffer.active["q"]] == ["Names a source.", "Mentions a risk."]
+    assert buffer.retired["q"][-1].retired == "over the cap of 2 (step 3)"
+    again = RubricBuffer(max_active=2)
+    again.load(json.loads(json.dumps(buffer.state())))
+    assert again.state() == buffer.state() and again.rubric("q", ORIGINAL) == buffer.rubric("q", ORIGINAL)
+
+
+def scripted(log: list[str], lock: threading.Lock):
+    """The judge: every original criterion met (groups flat), an evolved one by a hash of the request; the evolver
+    (told by its prompt): a stricter criterion per query, garbage for the BROKEN query."""
+
+    def reply(body: dict) -> str:
+        content = body["messages"][-1]["content"]
+        with lock:
+            log.append(content)
+        if "Make the rubric harder" in content:
+            if "BROKEN" in content:
+                return "no criteria today"
+            topic = "sea" if "sea" in content else "sky"
+            description = f"STRICT: names one fact about the {topic}."
+            return json.dumps({"criteria": [{"title": "Strict", "description": description, "weight": 3}]})
+        if "STRICT" in content.rsplit("points):", 1)[-1]:
+            return hashed_verdict(body)
+        return json.dumps({"explanation": "scripted", "criteria_met": True})
+
+    return reply
+
+
+def rubric_file(path, prompts):
+    rows = [{"id": f"q{i}", "prompt": p, "rubrics": ORIGINAL} for i, p in enumerate(prompts)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.mark.slow
+def test_evolved_criteria_grade_later_draws_and_the_evolved_dataset_is_read_back(tmp_path, quiet_env):
+    data = rubric_file(
+        tmp_path / "rubrics.jsonl", ["Say one thing about the sea.", "Say one thing about the sky.", "BROKEN: say hi."]
+    )
+    log, lock = [], threading.Lock()
+    out = tmp_path / "run"
+    with FaultServer(reply=scripted(log, lock)) as server:
+        argv = tiny_rurl_train(out, "--rubrics", str(data), judge_url=server.base_url)
+        argv += ["--eval_size", "0", "--max_steps", "3", "--dynamic_sampling", "false", "--evolve", "true"]
+        argv += ["--per_device_train_batch_size", "12", "--max_completion_length", "8", "--overlong_buffer", "0"]
+        argv += ["--report_to", "none", "--save_strategy", "no", "--merge_adapter", "false"]
+        assert main(argv) == 0
+    first_evolve = next(i for i, text in enumerate(log) if "Make the rubric harder" in text)
+    graded_strict = [
+        i for i, text in enumerate(log) if "STRICT" in text.rsplit("points):", 1)[-1] and "harder" not in text
+    ]
+    assert graded_strict and min(graded_strict) > first_evolve  # never the batch that produced them
+    summary = json.loads((out / "manifest.json").read_text())["summary"]["evolve"]
+    assert summary["added"] >= 1 and summary["failed"] >= 1  # the BROKEN query's reply: counted, nothing added
+    rows = load_rubric_rows(out / "evolved_rubrics.jsonl")  # as `grade` reads it
+    assert [c.text for c in rows["q2"].rubric.criteria] == ["Answers politely."]
+    evolved = {q: [c for c in rows[q].rubric.criteria if "evolved" in c.tags] for q in ("q0", "q1")}
+    assert any(evolved.values()) and all(c.text.startswith("STRICT") for cs in evolved.values() for c in cs)
+    line = next(json.loads(x) for x in (out / "evolved_rubrics.jsonl").read_text().splitlines() if '"STRICT' in x)
+    made = next(c for c in line["rubrics"] if c["criterion"].startswith("STRICT"))["evolved"]
+    assert made["step"] >= 0 and {"best", "worst"} <= set(made)
+    again = load_rurl_data(out / "evolved_rubrics.jsonl", RurlConfig(), seed=0)  # as `rurl train` reads it
+    assert len(again.train) == 3
+    history = [e for e in json.loads((out / "log_history.json").read_text()) if "reward" in e]
+    assert "evolve/flat_groups" in history[0] and "evolve/flat_groups_original" in history[-1]
+
+
+@pytest.mark.slow
+def test_a_resumed_run_gets_its_evolved_rubrics_back_and_asks_nothing_twice(tmp_path, quiet_env):
+    data = rubric_file(tmp_path / "rubrics.jsonl", ["Say one thing about the sea.", "Say one thing about the sky."])
+    log, lock = [], threading.Lock()
+    out = tmp_path / "run"
+    common = ["--rubrics", str(data), "--eval_size", "0", "--dynamic_sampling", "false", "--evolve", "true"]
+    common += ["--evolve_groups", "all"]  # every group asked every step: the resumed run asks too
+    common += ["--per_device_train_batch_size", "8", "--max_completion_length", "8", "--overlong_buffer", "0"]
+    common += ["--report_to", "none", "--save_steps", "2", "--merge_adapter", "false"]
+    with FaultServer(reply=scripted(log, lock)) as server:
+        assert main(tiny_rurl_train(out, *common, "--max_steps", "2", judge_url=server.base_url)) == 0
+        saved = json.loads((out / "checkpoint-2" / "rurl_state.json").read_text())["evolve"]
+        assert saved["active"] or saved["retired"]
+        asked_before = [text for text in log if "Make the rubric harder" in text]
+        resumed = ["--max_steps", "4", "--resume_from_checkpoint", "true"]
+        assert main(tiny_rurl_train(out, *common, *resumed, judge_url=server.base_url)) == 0
+    final = json.loads((out / "rubric_buffer.json").read_text())
+    before = {e["criterion"] for kind in ("active", "retired") for items in saved[kind].values() for e in items}
+    after = {e["criterion"] for kind in ("active", "retired") for items in final[kind].values() for e in items}
+    assert before <= after  # what the first run evolved came back with the checkpoint
+    asked = [text for text in log if "Make the rubric harder" in text]
+    assert len(asked) > len(asked_before) and len(set(asked)) == len(asked)  # no evolve request sent twice
+
+
+@pytest.mark.slow
+def test_two_processes_hold_one_evolved_rubric(tmp_path, quiet_env):
+    """Both processes grade with their own buffer; the trainer compares them at every save (save_steps 1) and
+    stops the run if they differ."""
+    from tests.test_rurl_ranks import launch
+
+    log, lock = [], threading.Lock()
+    with FaultServer(reply=scripted(log, lock)) as server:
+        code, errs, out = launch(
+            tmp_path,
+            server,
+            ["Say one thing about the sea.", "Say one thing about the sky."],
+            "--max_steps", "3", "--dynamic_sampling", "false", "--evolve", "true", "--merge_adapter", "false",
+        )  # fmt: skip
+    assert code == 0, errs[0][-3000:] + errs[1][-3000:]
+    final = json.loads((out / "rubric_buffer.json").read_text())
+    assert final["active"] or final["retired"]
+    for step in (1, 2, 3):
+        assert "evolve" in json.loads((out / f"checkpoint-{step}" / "rurl_state.json").read_text())
