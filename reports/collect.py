@@ -140,6 +140,14 @@ def read_rurl(folder: Folder, max_examples: int) -> None:
         folder.examples_source = f"{source}; then {folder.examples_source}" if folder.examples_source else source
     if (path / "criteria.json").is_file():
         folder.moved = moved_most(read_json(path / "criteria.json"))
+    if (path / "rubric_buffer.json").is_file():
+        buffer = read_json(path / "rubric_buffer.json")
+        folder.evolved = [
+            {**e, "query": query_id}
+            for kind in ("active", "retired")
+            for query_id, items in buffer.get(kind, {}).items()
+            for e in items
+        ]
     summary, data = manifest.get("summary") or {}, manifest.get("data") or {}
     dynamic = summary.get("dynamic_sampling_logged") or {}
     folder.facts = facts.present(
@@ -155,6 +163,9 @@ def read_rurl(folder: Folder, max_examples: int) -> None:
             "dynamic sampling": (config.get("rurl") or {}).get("dynamic_sampling")
             and (", ".join(f"{k} {v:g}" for k, v in dynamic.items()) or "on"),
             "stopped": summary.get("stopped"),
+            "evolved criteria": (evolve := summary.get("evolve"))
+            and f"{evolve['added']} added, {evolve['retired']} retired, {evolve['active']} active over "
+            f"{evolve['queries_evolved']} queries; {evolve['asked']} evolve calls, {evolve['failed']} failed",
             "log history": folder.history_source,
         }
     )

@@ -97,6 +97,8 @@ class Folder:
     """What is missing or was left out, said on the page."""
     moved: list[dict[str, Any]] = field(default_factory=list)
     """A RuRL run: the criteria whose pass rate moved most over the run (criteria.json rows)."""
+    evolved: list[dict[str, Any]] = field(default_factory=list)
+    """A RuRL run with rurl.evolve: every evolved criterion (rubric_buffer.json), active and retired."""
     audit: dict[str, Any] | None = None
     """A rubric audit's summary.json (grading/audit.py's DatasetAudit.summary)."""
 

@@ -11,9 +11,11 @@ from reports import charts
 from reports.audit_summary import audit_tables
 from reports.folder import Example, Folder, Verdict
 from reports.tables import (
+    EVOLVED,
     MOVED,
     comparison_table,
     eval_table,
+    evolved_table,
     group_of,
     metric_table,
     moved_table,
@@ -91,6 +93,8 @@ def folder_section(folder: Folder, anchor: str, draw: bool) -> str:
         parts += ["<h3>Retention</h3>", table(*retention_table(folder), numeric_from=1)]
     if folder.moved:
         parts += [f"<h3>{MOVED}</h3>", table(*moved_table(folder), numeric_from=1)]
+    if folder.evolved:
+        parts += [f"<h3>{EVOLVED}</h3>", table(*evolved_table(folder), numeric_from=2)]
     for title, (header, rows) in audit_tables(folder.audit).items() if folder.audit else ():
         parts += [f"<h3>{esc(title)}</h3>", table(header, rows, numeric_from=1)]
     if folder.history:

@@ -6,9 +6,11 @@ from collections.abc import Sequence
 from reports.audit_summary import audit_tables
 from reports.folder import Folder
 from reports.tables import (
+    EVOLVED,
     MOVED,
     comparison_table,
     eval_table,
+    evolved_table,
     md_cell,
     md_table,
     metric_table,
@@ -50,6 +52,8 @@ def folder_summary(folder: Folder) -> list[str]:
         lines += ["### Retention", "", *md_table(*retention_table(folder)), ""]
     if folder.moved:
         lines += [f"### {MOVED}", "", *md_table(*moved_table(folder)), ""]
+    if folder.evolved:
+        lines += [f"### {EVOLVED}", "", *md_table(*evolved_table(folder)), ""]
     for title, (header, rows) in audit_tables(folder.audit).items() if folder.audit else ():
         lines += [f"### {title}", "", *md_table(header, rows), ""]
     header, rows = training_table(folder)

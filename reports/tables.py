@@ -154,6 +154,24 @@ def eval_table(folder: Folder) -> tuple[list[str], list[list[str]]]:
 
 
 MOVED = "Criteria whose pass rate moved most (first → latest batches)"
+EVOLVED = "Evolved criteria (rurl.evolve)"
+MAX_EVOLVED = 50
+
+
+def evolved_table(folder: Folder) -> tuple[list[str], list[list[str]]]:
+    """The criteria a RuRL run evolved, newest first: where they came from and whether they still grade."""
+    rows = sorted(folder.evolved, key=lambda e: (-e["step"], e["query"]))[:MAX_EVOLVED]
+    return ["query", "criterion", "points", "step", "met", "status"], [
+        [
+            e["query"],
+            e["criterion"],
+            f"{e['points']:+d}",
+            str(e["step"]),
+            f"{e['met']} of {e['decided']}",
+            e["retired"] or "active",
+        ]
+        for e in rows
+    ]
 
 
 def moved_table(folder: Folder) -> tuple[list[str], list[list[str]]]:

@@ -115,6 +115,9 @@ def test_evolved_criteria_grade_later_draws_and_the_evolved_dataset_is_read_back
     assert len(again.train) == 3
     history = [e for e in json.loads((out / "log_history.json").read_text()) if "reward" in e]
     assert "evolve/flat_groups" in history[0] and "evolve/flat_groups_original" in history[-1]
+    assert main(["report", str(out)]) == 0  # the report's section: each evolved criterion, where it came from
+    page = (out / "report.md").read_text()
+    assert "### Evolved criteria (rurl.evolve)" in page and "| q0 | STRICT: names one fact about the sea." in page
 
 
 @pytest.mark.slow
