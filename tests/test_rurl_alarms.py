@@ -82,11 +82,15 @@ def test_a_policy_drifting_toward_grader_talk_raises_the_note_rate_alarm():
 def test_a_diverging_monitor_stops_both_processes_at_the_same_step_with_a_checkpoint(tmp_path, quiet_env):
     """Two scripted judges on one server, told apart by model: the training judge meets nothing until the monitor
     has graded once, then everything; the monitor meets everything at its first evaluation, then nothing. The
-    alarm fires at the second evaluation (step 2) on both processes: one checkpoint, a non-zero exit, one line."""
+    alarm fires at the second evaluation (step 2) on both processes: one checkpoint, a non-zero exit, one line.
+    The same launch evolves rubrics (a scripted evolver): the trainer compares the two processes' evolved rubrics
+    at every save and stops if they differ, so both checkpoints prove them one."""
     lock, monitor_calls = threading.Lock(), [0]
     rows = 5  # the held-out row's 5 judged criteria: the monitor's calls per evaluation
 
     def judges(body: dict) -> str:
+        if "Make the rubric harder" in body["messages"][-1]["content"]:  # the evolver
+            return json.dumps({"criteria": [{"title": "Strict", "description": "STRICT: names a fact.", "weight": 3}]})
         with lock:
             if body["model"] == "scripted-monitor":
                 monitor_calls[0] += 1
@@ -102,7 +106,7 @@ def test_a_diverging_monitor_stops_both_processes_at_the_same_step_with_a_checkp
             ["Say hello.", "Write one sentence about the sea.", "Name a colour."],
             "--eval_size", "1", "--eval_every", "1", "--max_steps", "4", "--dynamic_sampling", "false",
             "--monitor_judge", "true", "--on_alarm", "stop", "--roles", "monitor.model=scripted-monitor",
-            "monitor.max_tokens=50",
+            "monitor.max_tokens=50", "--evolve", "true", "--evolve_groups", "all",
         )  # fmt: skip
     assert code != 0, errs[0][-3000:]
     assert (
@@ -118,3 +122,6 @@ def test_a_diverging_monitor_stops_both_processes_at_the_same_step_with_a_checkp
         (2, 1.0, 0.0),
     ]
     assert monitor_calls[0] == 2 * rows
+    for step in (1, 2):  # saved only once the processes' evolved rubrics were found one
+        assert "evolve" in json.loads((out / f"checkpoint-{step}" / "rurl_state.json").read_text())
+    assert "STRICT: names a fact." in (out / "rubric_buffer.json").read_text()

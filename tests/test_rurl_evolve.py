@@ -1,8 +1,8 @@
 """Rubrics evolving during RuRL (rurl/evolution.py, rurl/rubric_buffer.py): the buffer's rules by hand (validation,
 retirement without variance, the cap by variance), then `rurl train --evolve true` with a scripted judge and a
 scripted evolver: new criteria grade the query's later draws only, a malformed evolve reply adds nothing and is
-counted, and the evolved dataset is read by `grade` and by `rurl train`; on two gloo processes the evolved rubrics are
-one (the trainer checks at every save)."""
+counted, the buffer comes back on resume, and the evolved dataset is read by `grade` and by `rurl train`. Two gloo
+processes holding one evolved rubric are checked in tests/test_rurl_alarms.py's two-process launch."""
 
 import json
 import threading
@@ -78,6 +78,11 @@ def scripted(log: list[str], lock: threading.Lock):
     return reply
 
 
+def buffered(buffer: dict) -> set[str]:
+    """Every criterion a rubric_buffer.json (or a checkpoint's `evolve`) holds, active or retired."""
+    return {e["criterion"] for kind in ("active", "retired") for items in buffer[kind].values() for e in items}
+
+
 def rubric_file(path, prompts):
     rows = [{"id": f"q{i}", "prompt": p, "rubrics": ORIGINAL} for i, p in enumerate(prompts)]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -85,81 +90,45 @@ def rubric_file(path, prompts):
 
 
 @pytest.mark.slow
-def test_evolved_criteria_grade_later_draws_and_the_evolved_dataset_is_read_back(tmp_path, quiet_env):
-    data = rubric_file(
-        tmp_path / "rubrics.jsonl", ["Say one thing about the sea.", "Say one thing about the sky.", "BROKEN: say hi."]
-    )
+def test_evolved_criteria_grade_later_draws_come_back_on_resume_and_are_read_back(tmp_path, quiet_env):
+    """Two steps with a checkpoint, then a resume to four: new criteria grade only later draws, the BROKEN query's
+    malformed evolve replies add nothing and are counted, the buffer comes back from the checkpoint, no evolve request
+    is sent twice, and the evolved dataset is read by `grade`, `rurl train` and `rubricrl report`."""
+    prompts = ["Say one thing about the sea.", "Say one thing about the sky.", "BROKEN: say hi."]
+    data = rubric_file(tmp_path / "rubrics.jsonl", prompts)
     log, lock = [], threading.Lock()
     out = tmp_path / "run"
+    common = ["--rubrics", str(data), "--eval_size", "0", "--dynamic_sampling", "false", "--evolve", "true"]
+    common += ["--per_device_train_batch_size", "12", "--max_completion_length", "8", "--overlong_buffer", "0"]
+    common += ["--report_to", "none", "--save_steps", "2", "--merge_adapter", "false"]
     with FaultServer(reply=scripted(log, lock)) as server:
-        argv = tiny_rurl_train(out, "--rubrics", str(data), judge_url=server.base_url)
-        argv += ["--eval_size", "0", "--max_steps", "3", "--dynamic_sampling", "false", "--evolve", "true"]
-        argv += ["--per_device_train_batch_size", "12", "--max_completion_length", "8", "--overlong_buffer", "0"]
-        argv += ["--report_to", "none", "--save_strategy", "no", "--merge_adapter", "false"]
-        assert main(argv) == 0
+        assert main(tiny_rurl_train(out, *common, "--max_steps", "2", judge_url=server.base_url)) == 0
+        saved = json.loads((out / "checkpoint-2" / "rurl_state.json").read_text())["evolve"]
+        asked_before = sum("Make the rubric harder" in text for text in log)
+        resumed = ["--max_steps", "4", "--resume_from_checkpoint", "true"]
+        assert main(tiny_rurl_train(out, *common, *resumed, judge_url=server.base_url)) == 0
     first_evolve = next(i for i, text in enumerate(log) if "Make the rubric harder" in text)
     graded_strict = [
         i for i, text in enumerate(log) if "STRICT" in text.rsplit("points):", 1)[-1] and "harder" not in text
     ]
     assert graded_strict and min(graded_strict) > first_evolve  # never the batch that produced them
+    asked = [text for text in log if "Make the rubric harder" in text]
+    answered = [text for text in asked if "BROKEN" not in text]  # a malformed reply is asked again, by design
+    assert len(asked) > asked_before and len(set(answered)) == len(answered)  # the resumed run asked, nothing twice
+    final = json.loads((out / "rubric_buffer.json").read_text())
+    assert buffered(saved) and buffered(saved) <= buffered(final)  # the first run's came back with the checkpoint
     summary = json.loads((out / "manifest.json").read_text())["summary"]["evolve"]
-    assert summary["added"] >= 1 and summary["failed"] >= 1  # the BROKEN query's reply: counted, nothing added
+    assert summary["failed"] >= 1  # the BROKEN query's replies: counted, nothing added
     rows = load_rubric_rows(out / "evolved_rubrics.jsonl")  # as `grade` reads it
     assert [c.text for c in rows["q2"].rubric.criteria] == ["Answers politely."]
-    evolved = {q: [c for c in rows[q].rubric.criteria if "evolved" in c.tags] for q in ("q0", "q1")}
-    assert any(evolved.values()) and all(c.text.startswith("STRICT") for cs in evolved.values() for c in cs)
+    evolved = [c for q in ("q0", "q1") for c in rows[q].rubric.criteria if "evolved" in c.tags]
+    assert all(c.text.startswith("STRICT") for c in evolved)
     line = next(json.loads(x) for x in (out / "evolved_rubrics.jsonl").read_text().splitlines() if '"STRICT' in x)
     made = next(c for c in line["rubrics"] if c["criterion"].startswith("STRICT"))["evolved"]
     assert made["step"] >= 0 and {"best", "worst"} <= set(made)
-    again = load_rurl_data(out / "evolved_rubrics.jsonl", RurlConfig(), seed=0)  # as `rurl train` reads it
-    assert len(again.train) == 3
+    assert len(load_rurl_data(out / "evolved_rubrics.jsonl", RurlConfig(), seed=0).train) == 3  # as `rurl train`
     history = [e for e in json.loads((out / "log_history.json").read_text()) if "reward" in e]
     assert "evolve/flat_groups" in history[0] and "evolve/flat_groups_original" in history[-1]
     assert main(["report", str(out)]) == 0  # the report's section: each evolved criterion, where it came from
     page = (out / "report.md").read_text()
-    assert "### Evolved criteria (rurl.evolve)" in page and "| q0 | STRICT: names one fact about the sea." in page
-
-
-@pytest.mark.slow
-def test_a_resumed_run_gets_its_evolved_rubrics_back_and_asks_nothing_twice(tmp_path, quiet_env):
-    data = rubric_file(tmp_path / "rubrics.jsonl", ["Say one thing about the sea.", "Say one thing about the sky."])
-    log, lock = [], threading.Lock()
-    out = tmp_path / "run"
-    common = ["--rubrics", str(data), "--eval_size", "0", "--dynamic_sampling", "false", "--evolve", "true"]
-    common += ["--evolve_groups", "all"]  # every group asked every step: the resumed run asks too
-    common += ["--per_device_train_batch_size", "8", "--max_completion_length", "8", "--overlong_buffer", "0"]
-    common += ["--report_to", "none", "--save_steps", "2", "--merge_adapter", "false"]
-    with FaultServer(reply=scripted(log, lock)) as server:
-        assert main(tiny_rurl_train(out, *common, "--max_steps", "2", judge_url=server.base_url)) == 0
-        saved = json.loads((out / "checkpoint-2" / "rurl_state.json").read_text())["evolve"]
-        assert saved["active"] or saved["retired"]
-        asked_before = [text for text in log if "Make the rubric harder" in text]
-        resumed = ["--max_steps", "4", "--resume_from_checkpoint", "true"]
-        assert main(tiny_rurl_train(out, *common, *resumed, judge_url=server.base_url)) == 0
-    final = json.loads((out / "rubric_buffer.json").read_text())
-    before = {e["criterion"] for kind in ("active", "retired") for items in saved[kind].values() for e in items}
-    after = {e["criterion"] for kind in ("active", "retired") for items in final[kind].values() for e in items}
-    assert before <= after  # what the first run evolved came back with the checkpoint
-    asked = [text for text in log if "Make the rubric harder" in text]
-    assert len(asked) > len(asked_before) and len(set(asked)) == len(asked)  # no evolve request sent twice
-
-
-@pytest.mark.slow
-def test_two_processes_hold_one_evolved_rubric(tmp_path, quiet_env):
-    """Both processes grade with their own buffer; the trainer compares them at every save (save_steps 1) and
-    stops the run if they differ."""
-    from tests.test_rurl_ranks import launch
-
-    log, lock = [], threading.Lock()
-    with FaultServer(reply=scripted(log, lock)) as server:
-        code, errs, out = launch(
-            tmp_path,
-            server,
-            ["Say one thing about the sea.", "Say one thing about the sky."],
-            "--max_steps", "3", "--dynamic_sampling", "false", "--evolve", "true", "--merge_adapter", "false",
-        )  # fmt: skip
-    assert code == 0, errs[0][-3000:] + errs[1][-3000:]
-    final = json.loads((out / "rubric_buffer.json").read_text())
-    assert final["active"] or final["retired"]
-    for step in (1, 2, 3):
-        assert "evolve" in json.loads((out / f"checkpoint-{step}" / "rurl_state.json").read_text())
+    assert "### Evolved criteria (rurl.evolve)" in page and "| STRICT: names one fact about the" in page
