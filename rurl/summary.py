@@ -21,9 +21,7 @@ def moved_most(criteria: list[dict[str, Any]], shown: int = 10, min_decided: int
     """The criteria whose pass rate moved most between the run's first and latest windows, decided at least
     `min_decided` times in each (none that did not move)."""
     both = [
-        row
-        for row in criteria
-        if row.get("moved") and min(row["first_decided"], row["last_decided"]) >= min_decided
+        row for row in criteria if row.get("moved") and min(row["first_decided"], row["last_decided"]) >= min_decided
     ]
     return sorted(both, key=lambda row: (-abs(row["moved"]), row["criterion"]))[:shown]
 

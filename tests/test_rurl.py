@@ -255,6 +255,18 @@ def test_a_judge_that_does_not_answer_stops_before_the_policy_loads(tmp_path, ca
     assert url in err and "does not answer" in err
 
 
+def test_an_evolver_or_monitor_that_does_not_answer_stops_before_the_policy_loads(tmp_path, capsys, no_model_load):
+    with FaultServer() as dead:
+        url = dead.base_url
+    with FaultServer(reply=json.dumps({"explanation": "ok", "criteria_met": True})) as judge:
+        for role, flag in (("evolver", "--evolve"), ("monitor", "--monitor_judge")):
+            argv = ["--config", str(TINY), "--output_dir", str(tmp_path), "--base-url", judge.base_url, "--model", "j"]
+            argv += [flag, "true", "--roles", f"{role}.base_url={url}"]
+            assert main(rurl_train(*argv)) == 2
+            err = capsys.readouterr().err
+            assert url in err and "does not answer" in err and f"roles ['{role}']" in err
+
+
 def test_a_judge_that_answers_no_verdict_fails_the_preflight(tmp_path, capsys, no_model_load):
     with FaultServer(reply="I cannot grade this.") as judge:
         code = main(

@@ -132,3 +132,29 @@ def test_evolved_criteria_grade_later_draws_come_back_on_resume_and_are_read_bac
     assert main(["report", str(out)]) == 0  # the report's section: each evolved criterion, where it came from
     page = (out / "report.md").read_text()
     assert "### Evolved criteria (rurl.evolve)" in page and "| STRICT: names one fact about the" in page
+
+
+def test_a_query_whose_rubric_changed_may_be_drawn_again_by_dynamic_sampling():
+    """The main process applies a finished evolve call at a step's end; the query leaves the prompts dynamic
+    sampling found flat this epoch, and its next draw is graded against the new criterion."""
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+
+    from grading.dataset import RubricRow
+    from grading.rubric import rubric_from_items
+    from rurl.evolution import RubricEvolution
+
+    row = RubricRow("q0", [{"role": "user", "content": "Sea?"}], rubric_from_items(ORIGINAL, "test"))
+    evolution = RubricEvolution(RurlConfig(evolve=True), client=None, data=SimpleNamespace(train=[row]))
+    accelerator = SimpleNamespace(is_main_process=True, num_processes=1)
+    evolution.trainer = SimpleNamespace(accelerator=accelerator, sampler=SimpleNamespace(flat={"q0", "q9"}))
+    done = Future()
+    done.set_result([{"title": "Fact", "description": "Names a fact about the sea.", "weight": 3, "stage": "evolve"}])
+    evolution.pending["q0"] = (done, 4, {"best": {}, "worst": {}})
+    evolution.on_step_end(None, SimpleNamespace(global_step=5), None)
+    assert evolution.trainer.sampler.flat == {"q9"}
+    assert [c["criterion"] for c in evolution.rubric_for("q0", ORIGINAL)] == [
+        "Answers politely.",
+        "Names a fact about the sea.",
+    ]
+    assert evolution.new == [[4, "q0", "Names a fact about the sea.", 3]] and not evolution.pending
