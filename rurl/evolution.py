@@ -78,6 +78,7 @@ class RubricEvolution(TrainerCallback):
             for text, met in verdicts.items()
             if text == evolved.criterion
         ]
+        counts = self.buffer.counts()
         metrics = {
             "evolve/flat_groups": len(flat) / len(groups) if groups else 0.0,
             "evolve/flat_groups_original": (
@@ -85,7 +86,8 @@ class RubricEvolution(TrainerCallback):
                 if groups
                 else 0.0
             ),
-            "evolve/active": self.buffer.counts()["active"],
+            "evolve/active": counts["active"],
+            "evolve/active_per_query": counts["active"] / counts["queries"] if counts["queries"] else 0.0,
             "evolve/retired": float(self.counts["retired"]),
         }
         if evolved_verdicts:
