@@ -149,7 +149,8 @@ def test_a_query_whose_rubric_changed_may_be_drawn_again_by_dynamic_sampling():
     accelerator = SimpleNamespace(is_main_process=True, num_processes=1)
     evolution.trainer = SimpleNamespace(accelerator=accelerator, sampler=SimpleNamespace(flat={"q0", "q9"}))
     done = Future()
-    done.set_result([{"title": "Fact", "description": "Names a fact about the sea.", "weight": 3, "stage": "evolve"}])
+    written = {"title": "Fact", "description": "Names a fact about the sea.", "weight": 3, "stage": "evolve"}
+    done.set_result([{**written, "source": "scripted"}])  # as synthesis.stages.evolve returns them
     evolution.pending["q0"] = (done, 4, {"best": {}, "worst": {}})
     evolution.on_step_end(None, SimpleNamespace(global_step=5), None)
     assert evolution.trainer.sampler.flat == {"q9"}
