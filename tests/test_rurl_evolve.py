@@ -91,21 +91,21 @@ def rubric_file(path, prompts):
 
 @pytest.mark.slow
 def test_evolved_criteria_grade_later_draws_come_back_on_resume_and_are_read_back(tmp_path, quiet_env):
-    """Two steps with a checkpoint, then a resume to four: new criteria grade only later draws, the BROKEN query's
+    """Two steps with a checkpoint, then a resume to three: new criteria grade only later draws, the BROKEN query's
     malformed evolve replies add nothing and are counted, the buffer comes back from the checkpoint, no evolve request
     is sent twice, and the evolved dataset is read by `grade`, `rurl train` and `rubricrl report`."""
-    prompts = ["Say one thing about the sea.", "Say one thing about the sky.", "BROKEN: say hi."]
+    prompts = ["Say one thing about the sea.", "BROKEN: say hi."]
     data = rubric_file(tmp_path / "rubrics.jsonl", prompts)
     log, lock = [], threading.Lock()
     out = tmp_path / "run"
     common = ["--rubrics", str(data), "--eval_size", "0", "--dynamic_sampling", "false", "--evolve", "true"]
-    common += ["--per_device_train_batch_size", "12", "--max_completion_length", "8", "--overlong_buffer", "0"]
+    common += ["--per_device_train_batch_size", "8", "--max_completion_length", "8", "--overlong_buffer", "0"]
     common += ["--report_to", "none", "--save_steps", "2", "--merge_adapter", "false"]
     with FaultServer(reply=scripted(log, lock)) as server:
         assert main(tiny_rurl_train(out, *common, "--max_steps", "2", judge_url=server.base_url)) == 0
         saved = json.loads((out / "checkpoint-2" / "rurl_state.json").read_text())["evolve"]
         asked_before = sum("Make the rubric harder" in text for text in log)
-        resumed = ["--max_steps", "4", "--resume_from_checkpoint", "true"]
+        resumed = ["--max_steps", "3", "--resume_from_checkpoint", "true"]
         assert main(tiny_rurl_train(out, *common, *resumed, judge_url=server.base_url)) == 0
     first_evolve = next(i for i, text in enumerate(log) if "Make the rubric harder" in text)
     graded_strict = [
@@ -120,13 +120,13 @@ def test_evolved_criteria_grade_later_draws_come_back_on_resume_and_are_read_bac
     summary = json.loads((out / "manifest.json").read_text())["summary"]["evolve"]
     assert summary["failed"] >= 1  # the BROKEN query's replies: counted, nothing added
     rows = load_rubric_rows(out / "evolved_rubrics.jsonl")  # as `grade` reads it
-    assert [c.text for c in rows["q2"].rubric.criteria] == ["Answers politely."]
-    evolved = [c for q in ("q0", "q1") for c in rows[q].rubric.criteria if "evolved" in c.tags]
+    assert [c.text for c in rows["q1"].rubric.criteria] == ["Answers politely."]
+    evolved = [c for c in rows["q0"].rubric.criteria if "evolved" in c.tags]
     assert all(c.text.startswith("STRICT") for c in evolved)
     line = next(json.loads(x) for x in (out / "evolved_rubrics.jsonl").read_text().splitlines() if '"STRICT' in x)
     made = next(c for c in line["rubrics"] if c["criterion"].startswith("STRICT"))["evolved"]
     assert made["step"] >= 0 and {"best", "worst"} <= set(made)
-    assert len(load_rurl_data(out / "evolved_rubrics.jsonl", RurlConfig(), seed=0).train) == 3  # as `rurl train`
+    assert len(load_rurl_data(out / "evolved_rubrics.jsonl", RurlConfig(), seed=0).train) == 2  # as `rurl train`
     history = [e for e in json.loads((out / "log_history.json").read_text()) if "reward" in e]
     assert "evolve/flat_groups" in history[0] and "evolve/flat_groups_original" in history[-1]
     assert main(["report", str(out)]) == 0  # the report's section: each evolved criterion, where it came from
