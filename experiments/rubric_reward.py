@@ -7,7 +7,8 @@ extra_info=None)`, verl's documented signature, one completion a call (reward ma
 custom_reward_function.name=compute_score_batch); `compute_score_async` for the reward loop
 (reward_model.use_reward_loop). `ground_truth` is the rubric row id (`rubricrl export verl`). Each returns {"score":
 reward, "rubric_scored": 1.0 or 0.0} (verl logs keys beyond "score"); one the service could not score gets its
---unscored-reward (0.0 by default) and rubric_scored 0.0. OpenRLHF (--remote_rm_url experiments/rubric_reward.py):
+--unscored-reward (0.0 by default) and rubric_scored 0.0. OpenRLHF (v0.10.2 and later: `--reward.remote_url
+experiments/rubric_reward.py --data.label_key id`; up to v0.10.1: `--remote_rm_url ... --label_key id`):
 `reward_func(queries, prompts, labels)` forwards the request with the token, which OpenRLHF's client cannot send
 (without it the service must be on 127.0.0.1).
 
@@ -119,7 +120,8 @@ async def compute_score_async(data_source, solution_str, ground_truth, extra_inf
 
 
 def reward_func(queries, prompts, labels, **kwargs) -> dict:
-    """OpenRLHF's reward function file (--remote_rm_url this file): its request forwarded with the token."""
+    """OpenRLHF's reward function file (`--reward.remote_url this file`; up to v0.10.1 `--remote_rm_url`): its request
+    forwarded with the token."""
     answer = post({"query": list(queries), "prompts": list(prompts), "labels": [str(label) for label in labels]})
     result = {"rewards": answer["rewards"], "scores": answer["scores"], "extra_logs": answer.get("extra_logs", {})}
     try:  # OpenRLHF's reward function template returns tensors (its experience maker concatenates them); torch is

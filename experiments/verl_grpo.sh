@@ -57,8 +57,10 @@ dapo)
         +reward_model.reward_kwargs.overlong_buffer_cfg.penalty_factor=$OVERLONG_BUFFER_PENALTY_FACTOR
         +reward_model.reward_kwargs.overlong_buffer_cfg.log=False
         +reward_model.reward_kwargs.max_resp_len=$MAX_RESPONSE_LENGTH) ;;
-batch)
-    reward=(reward_model.reward_manager=batch custom_reward_function.name=compute_score_batch) ;;
+batch)  # the legacy manager: current verl turns the reward loop on by default (reward_model/dp_reward_loop.yaml),
+        # and the loop's registry has no `batch` ("Unknown reward manager: batch", reward_loop/reward_manager/registry.py)
+    reward=(reward_model.reward_manager=batch reward_model.use_reward_loop=False
+        custom_reward_function.name=compute_score_batch) ;;
 *)
     echo "REWARD_MANAGER must be dapo or batch, got $REWARD_MANAGER" >&2
     exit 2 ;;
