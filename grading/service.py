@@ -2,7 +2,7 @@
 OpenRLHF's remote reward protocol (openrlhf/utils/agent.py posts it, openrlhf/cli/serve_rm.py answers it):
 
     POST /get_reward  {"query": [prompt + response, ...], "prompts": [prompt, ...], "labels": [row id, ...]}
-                   -> {"rewards": [...], "scores": [...], "extra_logs": {name: number}, "scored": [bool, ...]}
+                   -> {"rewards": [...], "scores": [...], "extra_logs": {name: [one per completion]}, "scored": [...]}
 
 `query` holds prompt and response decoded together (special tokens kept), `prompts` the templated prompts: the
 response is what follows, less trailing end-of-sequence tokens (else the integrity check vetoes `<|im_end|>`).
@@ -324,15 +324,21 @@ class RewardService:
         totals.unscored += unscored
         totals.prompt_not_in_query += len(responses) - len(todo)
         n = len(responses) or 1
-        # Fixed keys, one number each: OpenRLHF turns every extra_logs value into a tensor and stacks them.
-        logs = {
-            "rubric/unscored": float(unscored),
+        # Fixed keys, one value per completion: OpenRLHF up to v0.9 concatenates each value over its samples
+        # (experience_maker.py; a single number fails there), later releases average them. The mean of each list is
+        # the batch's figure: an indicator per completion, or the batch's rate repeated.
+        batch = {
             "rubric/unscored_rate": unscored / n,
-            "rubric/prompt_not_in_query": float(len(responses) - len(todo)),
             "rubric/judge_failure_rate": stats.failed_verdicts / stats.verdicts if stats and stats.verdicts else 0.0,
             "rubric/timed_out_rate": stats.timed_out / n if stats else 0.0,
             "rubric/integrity_flag_rate": stats.flagged / n if stats else 0.0,
             "rubric/judge_latency_s": stats.seconds if stats else 0.0,
+        }
+        asked = set(todo)
+        logs = {
+            "rubric/unscored": [0.0 if s else 1.0 for s in scored],
+            "rubric/prompt_not_in_query": [0.0 if i in asked else 1.0 for i in range(len(responses))],
+            **{name: [value] * len(responses) for name, value in batch.items()},
         }
         return rewards, scored, logs
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 from grading.dataset import load_rubric_rows
 from grading.grader import Grader, GradingConfig
@@ -223,9 +224,9 @@ def test_rewards_equal_grade_and_the_openrlhf_query_is_split(service, judge, rub
     assert answer["scored"] == [g is not None for g in graded]
     assert answer["scores"] == answer["rewards"]
     assert answer["rewards"][:3] == [1.0, 5 / 8, 0.0] and answer["rewards"][4] == 1.0  # the judge's arithmetic
-    logs = answer["extra_logs"]
-    assert logs["rubric/unscored"] == 1.0 and logs["rubric/unscored_rate"] == pytest.approx(1 / 7)
-    assert all(isinstance(v, float) for v in logs.values())  # OpenRLHF makes a tensor of each
+    logs = answer["extra_logs"]  # one value per completion, which OpenRLHF up to v0.9 concatenates over samples
+    assert logs["rubric/unscored"] == [0.0] * 6 + [1.0] and logs["rubric/unscored_rate"] == [pytest.approx(1 / 7)] * 7
+    assert all(len(v) == 7 and all(isinstance(x, float) for x in v) for v in logs.values())
     # The judge saw the answers without the chat template's tokens, and got the API key.
     judged = [m["messages"][-1]["content"] for m in judge.requests]
     assert not any("<|im_end|>\n[[end of response" in c for c in judged)
@@ -274,6 +275,8 @@ def test_the_verl_function_in_verls_call_shapes(service, monkeypatch):
     }
     openrlhf = reward.reward_func([chatml("q") + "Drink water."], [chatml("q")], ["a"])
     assert openrlhf["rewards"].tolist() == [5 / 8] and "rubric/unscored" in openrlhf["extra_logs"]  # tensors, as
+    # OpenRLHF v0.9.0 (experience_maker.py) concatenates each extra_logs tensor over its samples
+    assert all(torch.cat([t, t]).shape == (2,) for t in openrlhf["extra_logs"].values())
     assert openrlhf["rewards"].dtype.is_floating_point  # OpenRLHF's reward-function template returns
 
     monkeypatch.setenv("RUBRICRL_REWARD_TOKEN", "wrong-token-0123456789")
@@ -382,7 +385,7 @@ def test_a_judge_that_is_down_is_503_and_a_prompt_missing_from_its_query_is_unsc
 
     (s1, first), (s2, second), totals = asyncio.run(scenario())
     assert s1 == 200 and first["rewards"] == [0.0, 5 / 8] and first["scored"] == [False, True]
-    assert first["extra_logs"]["rubric/prompt_not_in_query"] == 1.0
+    assert first["extra_logs"]["rubric/prompt_not_in_query"] == [1.0, 0.0]
     assert s2 == 503 and "the judge (fake) does not answer" in second["error"]
     assert totals.prompt_not_in_query == 1 and totals.judge_down == 1
 
