@@ -84,9 +84,7 @@ def export_verl(rubrics: str | Path, output: Path, **options) -> int:
     return len(rows)
 
 
-def add_command(commands) -> None:
-    export = commands.add_parser("export", help="write a rubric dataset in another engine's format")
-    formats = export.add_subparsers(title="formats", metavar="<format>", required=True)
+def add_format(formats) -> None:
     verl = formats.add_parser("verl", help="verl's RL parquet (prompt messages, reward_model.ground_truth = row id)")
     add_config_arguments(verl, [ExportVerlArgs])
     verl.set_defaults(run=run_export_verl)

@@ -435,3 +435,24 @@ def test_export_verl_writes_verls_rl_parquet(service, rubrics, tmp_path, monkeyp
     )
     assert [s["score"] for s in scores] == [5 / 8, 3 / 8]
     assert main(["export", "verl", "--rubrics", str(rubrics), "--output", str(tmp_path / "x.jsonl")]) == 2
+
+
+def test_export_openrlhf_puts_prompt_and_label_at_the_top_level(service, rubrics, tmp_path, monkeypatch):
+    """OpenRLHF reads `data[input_key]` and `data[label_key]` of each row (openrlhf/datasets/prompts_dataset.py):
+    loaded as it loads a JSONL, the rows give the prompt messages and a label its reward function scores with."""
+    import datasets
+
+    output = tmp_path / "openrlhf" / "train.jsonl"
+    assert main(["export", "openrlhf", "--rubrics", str(rubrics), "--output", str(output)]) == 0
+    data = datasets.load_dataset("json", data_files=str(output), split="train")
+    input_key, label_key = "prompt", "id"  # --data.input_key prompt --data.label_key id
+    assert data[0][input_key] == [{"role": "user", "content": RUBRICS[0]["question"]}]
+    labels = [row[label_key] for row in data]
+    assert labels == ["a", "b"]
+    monkeypatch.setenv("RUBRICRL_REWARD_URL", service)
+    monkeypatch.setenv("RUBRICRL_REWARD_TOKEN", TOKEN)
+    answer = load_client_module().reward_func(
+        [chatml(RUBRICS[0]["question"]) + "Drink water."], [chatml(RUBRICS[0]["question"])], labels[:1]
+    )
+    assert answer["rewards"].tolist() == [5 / 8]
+    assert main(["export", "openrlhf", "--rubrics", str(rubrics), "--output", str(tmp_path / "x.parquet")]) == 2
