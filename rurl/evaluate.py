@@ -301,8 +301,8 @@ def answer_with(
 
 
 def add_evaluation(trainer, grader: Grader, data, rurl, output_dir: Path, alarms: Any = None) -> Any:
-    """The in-training evaluation of the held-out rows, as a callback (with the monitor's grades when rurl.monitor_judge);
-    None without held-out rows."""
+    """The in-training evaluation of the held-out rows, as a callback (with the monitor's grades when
+    rurl.monitor_judge); None without held-out rows."""
     if not data.evaluation:
         return None
     evaluation = PolicyEvaluation(
