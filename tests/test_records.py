@@ -56,7 +56,8 @@ def test_a_synthesis_output_is_read_with_its_messages(tmp_path, name):
 
 def test_a_folder_from_before_the_companion_is_whole_again_once_rewritten(tmp_path):
     """Older runs wrote final.jsonl with RubricHub's three keys only and the reference as `reference`; closing the
-    folder again (what a rerun of synth does when every query is done) writes a final.parquet every reader reads whole."""
+    folder again (what a rerun of synth does when every query is done) writes a final.parquet every reader reads
+    whole."""
     out = synthesis_output(tmp_path / "out")
     finals = [json.loads(line) for line in (out / "final.jsonl").read_text().splitlines()]
     three_keys = [{k: r[k] for k in ("id", "question", "rubrics")} for r in finals]
