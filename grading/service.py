@@ -8,7 +8,8 @@ OpenRLHF's remote reward protocol (openrlhf/utils/agent.py posts it, openrlhf/cl
 response is what follows, less trailing end-of-sequence tokens (else the integrity check vetoes `<|im_end|>`).
 `labels` are rubric row ids (OpenRLHF v0.10.2+: `--data.label_key id`; up to v0.10.1: `--label_key id`); clients
 with the response alone (our verl function) send `"responses"` instead. The row gives rubric, judge conversation
-and reference answer, as `rubricrl grade` reads them; the grading is grading/reward.py's `rubric_reward` (`grading:` settings, dedup, deadline).
+and reference answer, as `rubricrl grade` reads them; the grading is grading/reward.py's `rubric_reward`
+(`grading:` settings, dedup, deadline).
 
 An unscorable completion (judge failed on too many criteria, deadline missed, prompt not in its query) gets
 `unscored_reward` (0.0, as verl-rubric and RuscaRL score a judge failure), as the engines' reward tensors have no
