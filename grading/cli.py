@@ -14,7 +14,7 @@ from tqdm.asyncio import tqdm_asyncio
 
 from grading.dataset import RubricRow, check_references, load_responses, load_rubric_rows
 from grading.grader import GradeItem, Grader, GradingConfig
-from grading.report import build_report, first_judge_error, format_report, provenance
+from grading.report import build_report, first_judge_error, format_report, provenance, with_score_alias
 from grading.rubric import RubricError
 from rubricrl.config import ConfigError, add_config_arguments, config_source, parse_settings, resolved, write_resolved
 from rubricrl.llm import LLMError, LLMSession, LLMSettings, open_llm
@@ -145,7 +145,7 @@ def run_eval(args: argparse.Namespace) -> int:
     if not evaluate.graded:
         records = generate_and_grade(evaluate, config, llm, config_source(args))
         write_jsonl(graded_file, records)
-    report = build_report(records, **config.rule())
+    report = with_score_alias(build_report(records, **config.rule()))
     report["provenance"] = provenance(records)
     (evaluate.output_dir / "report.json").write_text(json.dumps(report, indent=2))
     print(format_report(report))

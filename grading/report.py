@@ -77,6 +77,20 @@ def build_report(
     }
 
 
+SCORE_ALIAS = "score"
+"""simple-evals writes the overall score a second time as `score` (with `score:n_samples`, `score:bootstrap_std`):
+`rubricrl eval` writes it into report.json too, so that tools reading its output read ours; tables leave it out."""
+
+
+def with_score_alias(report: dict) -> dict:
+    """The report with simple-evals' `score` keys, copies of `overall_score`'s, where there is an overall score."""
+    metrics = report["metrics"]
+    if "overall_score" in metrics:
+        for suffix in ("", ":n_samples", ":bootstrap_std"):
+            metrics[SCORE_ALIAS + suffix] = metrics["overall_score" + suffix]
+    return report
+
+
 def judge_decisions(record: dict[str, Any]) -> tuple[int, int]:
     """(decisions asked of the judge, those it did not give) in one graded record: one per criterion the judge
     graded (rule checks are not the judge's), or one rating in the rating modes; none for a response flagged by
@@ -123,7 +137,7 @@ def format_report(report: dict) -> str:
     """A table: overall first, then axes, themes and other tags, each with n and bootstrap std. Names are never
     cut: two long tags that share a prefix must stay apart."""
     metrics = report["metrics"]
-    names = [n for n in metrics if ":n_samples" not in n and ":bootstrap_std" not in n]
+    names = [n for n in metrics if ":n_samples" not in n and ":bootstrap_std" not in n and n != SCORE_ALIAS]
     order = sorted(names, key=lambda n: (n != "overall_score", not n.startswith("axis:"), n))
     width = max([42, *map(len, names)]) + 2
     lines = [f"{'metric':{width}}{'score':>8}{'n':>6}{'± std':>9}"]

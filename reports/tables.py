@@ -4,6 +4,7 @@ numbers in the same format (scores and stds to 3 decimals, as grading.report.for
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from grading.report import SCORE_ALIAS
 from reports.folder import Folder
 
 GROUPS = ("overall", "axes", "themes", "other tags")
@@ -49,7 +50,12 @@ def group_of(name: str) -> str:
 
 def metric_names(reports: Iterable[dict[str, Any]]) -> list[str]:
     """Every metric of the reports (not its :n_samples / :bootstrap_std): overall first, then axes, themes, the rest."""
-    names = {n for r in reports for n in (r.get("metrics") or {}) if not n.endswith((":n_samples", ":bootstrap_std"))}
+    names = {
+        n
+        for r in reports
+        for n in (r.get("metrics") or {})
+        if not n.endswith((":n_samples", ":bootstrap_std")) and n != SCORE_ALIAS  # simple-evals' copy of overall
+    }
     return sorted(names, key=lambda n: (GROUPS.index(group_of(n)), n))
 
 

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from grading.report import format_report
 from rubricrl.cli import main
 from tests.fault_server import Fault, schema_reply
 
@@ -195,6 +196,11 @@ def test_graded_records_and_reports_name_what_produced_them(fault_server, files,
         "policy_model": None,
         "graded_at": graded_at,
     }
+    metrics = report["metrics"]  # simple-evals writes the overall score again as `score`: so do we
+    assert [metrics[f"score{s}"] for s in ("", ":n_samples", ":bootstrap_std")] == [
+        metrics[f"overall_score{s}"] for s in ("", ":n_samples", ":bootstrap_std")
+    ]
+    assert "\nscore " not in format_report(report)  # the printed table shows it once, as overall_score
 
     # eval generating: the policy model instead of a responses file
     assert evaluate(fault_server, tmp_path / "policy", "--rubrics", rubrics) == 0
