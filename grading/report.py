@@ -21,12 +21,10 @@ def example_metrics(
     undecided_criterion: UndecidedCriterion = "drop",
 ) -> dict[str, float]:
     """Per-example metrics of one graded record, recomputed from its verdicts (not its stored score, which may
-    follow other settings). A flagged record, or one without an answer (its reasoning never closed), keeps the
-    score it was given (0, or the lowest the rubric allows) overall and on its example tags."""
+    follow other settings). A flagged record, or one without an answer (its reasoning never closed): floor_metrics."""
     example_tags = tuple(record.get("example_tags") or ())
     if record.get("integrity_flag") or record.get("no_answer"):
-        score = record.get("score") or 0.0
-        return {"overall_score": score, **{tag: score for tag in example_tags}}
+        return floor_metrics(record, example_tags)
     if record.get("rating") is not None or not record.get("verdicts"):  # rating modes: the normalized rating
         score = record.get("score")
         return {} if score is None else {"overall_score": score, **{tag: score for tag in example_tags}}
@@ -41,6 +39,23 @@ def example_metrics(
         undecided_penalty=undecided_penalty,
         undecided_criterion=undecided_criterion,
     )
+
+
+def floor_metrics(record: dict[str, Any], example_tags: tuple[str, ...]) -> dict[str, float]:
+    """A vetoed record, or one without an answer, keeps its score (0, or the lowest its rubric allows) overall and on
+    its example tags, and counts on every criterion tag (axis, cluster) of its rubric as nothing earned with every
+    penalty met, that tag's lowest (0 when its score was clipped). simple-evals judges every criterion of every
+    response, so each axis counts every example the overall score counts; so do ours."""
+    score = record.get("score") or 0.0
+    metrics = {"overall_score": score, **{tag: score for tag in example_tags}}
+    verdicts = [v for v in record.get("verdicts") or () if v.get("tags")]
+    if verdicts:
+        rubric = Rubric(tuple(Criterion(v["criterion"], v["points"], tuple(v["tags"])) for v in verdicts))
+        lowest = tag_scores(rubric, [v["points"] < 0 for v in verdicts], min_coverage=0.0)
+        for tag, value in lowest.items():
+            if tag != "overall_score" and tag not in metrics:
+                metrics[tag] = value if score < 0 else max(0.0, value)
+    return metrics
 
 
 def build_report(

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from grading.dataset import load_rubric_rows
-from grading.report import build_report, format_report, judge_decisions, provenance
+from grading.report import build_report, example_metrics, format_report, judge_decisions, provenance
 from grading.rubric import RubricError, rubric_from_items
 from grading.scores import aggregate, bootstrap_std, explicit_score, tag_scores, training_reward
 from rubricrl.errors import UserError
@@ -172,6 +172,32 @@ def test_the_report_table_never_cuts_a_metric_name():
     rows = {line.split()[0]: line.split()[1] for line in lines[1:-1]}
     assert rows == {"overall_score": "0.500", tags[0]: "1.000", tags[1]: "0.000"}
     assert len({len(line) for line in lines[:-1]}) == 1  # the columns line up under the header
+
+
+def test_a_vetoed_or_answerless_record_counts_on_every_axis_as_nothing_earned():
+    """simple-evals judges every criterion of every response, so each axis counts every example: a record the
+    integrity check vetoed (or without an answer) counts on its axes too, at their lowest (0 when clipped)."""
+    tagged = [
+        {"criterion": "a", "points": 5, "tags": ["axis:accuracy"], "met": None, "source": "none"},
+        {"criterion": "b", "points": 5, "tags": ["axis:completeness"], "met": None, "source": "none"},
+        {"criterion": "c", "points": -5, "tags": ["axis:completeness"], "met": None, "source": "none"},
+    ]
+    judged = [{**v, "met": v["points"] > 0, "source": "judge"} for v in tagged]
+    records = [
+        {"score": 0.0, "verdicts": tagged, "example_tags": ["theme:x"], "integrity_flag": "addresses the grader"},
+        {"score": -0.5, "verdicts": tagged, "example_tags": [], "no_answer": "reasoning never closed"},
+        {"score": 1.0, "verdicts": judged, "example_tags": ["theme:x"]},
+    ]
+    metrics = build_report(records)["metrics"]
+    for name in ("overall_score", "axis:accuracy", "axis:completeness"):
+        assert metrics[f"{name}:n_samples"] == 3, name  # every example on every axis, as the overall score
+    assert example_metrics(records[0]) == {
+        "overall_score": 0.0,
+        "theme:x": 0.0,
+        "axis:accuracy": 0.0,
+        "axis:completeness": 0.0,
+    }
+    assert example_metrics(records[1])["axis:completeness"] == -1.0  # unclipped: nothing earned, the penalty met
 
 
 def test_the_judge_failure_rate_counts_judge_decisions_only():
