@@ -104,7 +104,10 @@ def run_audit(args: argparse.Namespace) -> int:
     dataset, dropped = DatasetAudit(), {}
     with Buckets(sum(p.stat().st_size for p in files)) as buckets:
         for row in iter_rubric_rows(rubrics) if rubrics else ():
-            criteria = [(c.text, c.points, list(c.tags)) for c in row.rubric.criteria]
+            criteria = [
+                (c.text, c.points, [*c.tags, *([f"category:{c.category}"] if c.category else [])])
+                for c in row.rubric.criteria
+            ]
             buckets.add_rubric(row.id, criteria, list(row.rubric.example_tags))
         for path in files:
             print(f"reading {path}", file=sys.stderr)
