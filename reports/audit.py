@@ -22,9 +22,10 @@ from grading.audit import FLAGS, AuditSettings, DatasetAudit, audit_query
 from grading.audit_input import Buckets, criterion_key
 from grading.dataset import iter_rubric_rows
 from reports.audit_summary import draw, markdown, pct
+from reports.read import read_yaml
 from rubricrl.config import ConfigError, add_config_arguments, parse_settings, resolved, write_resolved
 from rubricrl.records import COMPANION_KEY, iter_rows
-from rubricrl.runs.jsonl import json_line, write_whole
+from rubricrl.runs.jsonl import json_line, write_jsonl, write_whole
 from rubricrl.runs.manifest import package_versions, write_manifest
 
 GRADED_FILES = ("candidates.jsonl", "graded.jsonl", "eval_answers.jsonl")
@@ -81,13 +82,9 @@ def graded_file(path: Path) -> Path:
 def default_rubrics(paths: list[Path]) -> Path | None:
     """The rubric dataset the first input was graded against, as its folder's config.yaml (or a graded file's
     <name>.config.yaml) names it."""
-    import yaml
-
     first = paths[0]
     config = first / "config.yaml" if first.is_dir() else first.with_name(first.stem + ".config.yaml")
-    if not config.is_file():
-        return None
-    rubrics = (yaml.safe_load(config.read_text()) or {}).get("rubrics")
+    rubrics = read_yaml(config).get("rubrics")
     return Path(rubrics) if rubrics else None
 
 
@@ -189,7 +186,7 @@ def prune_dataset(rubrics: Path, dropped: dict[str, dict[str, dict]], out: Path)
             kept.append({**raw, column: keep})
     target = out / rubrics.name
     if suffix == ".jsonl":
-        write_whole(target, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept))
+        write_jsonl(target, kept)
     else:
         import pyarrow as pa
         import pyarrow.parquet as pq

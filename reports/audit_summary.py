@@ -4,6 +4,7 @@ from pathlib import Path
 from typing import Any
 
 from grading.audit import FLAGS, AuditSettings
+from reports import facts
 from reports.tables import md_table
 from rubricrl import charts
 
@@ -18,7 +19,7 @@ MAX_TAGS = 20
 
 
 def pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{100 * value:.1f}%"
+    return facts.pct(value) or "n/a"
 
 
 def flag_table(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:

@@ -22,7 +22,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from rubricrl.runs.jsonl import json_line, write_whole
+from rubricrl.runs.jsonl import write_jsonl, write_whole
 from rurl.rubric_buffer import RubricBuffer
 
 EVOLVED_FILE = "evolved_rubrics.jsonl"
@@ -72,11 +72,10 @@ class RubricEvolution(TrainerCallback):
                 if query_id not in self.pending and query_id in self.rows and len(scored) >= 2:
                     self._ask(query_id, scored, step)
         evolved_verdicts = [
-            met
+            verdicts[evolved.criterion]
             for query_id, verdicts in answers
             for evolved in self.buffer.active.get(query_id, [])
-            for text, met in verdicts.items()
-            if text == evolved.criterion
+            if evolved.criterion in verdicts
         ]
         counts = self.buffer.counts()
         metrics = {
@@ -178,19 +177,17 @@ class RubricEvolution(TrainerCallback):
         every command reads, the whole buffer (retired criteria too), the wandb table; the summary's counts."""
         for future, _, _ in self.pending.values():  # asked again by a resumed run, from the cache
             future.cancel()
-        lines = [
-            json_line(
-                {
-                    "id": query_id,
-                    "prompt": row.conversation,
-                    "rubrics": self.rubric_for(query_id, self.original[query_id]),
-                    "reference_answer": row.reference,
-                    "example_tags": list(row.rubric.example_tags),
-                }
-            )
+        rows = [
+            {
+                "id": query_id,
+                "prompt": row.conversation,
+                "rubrics": self.rubric_for(query_id, self.original[query_id]),
+                "reference_answer": row.reference,
+                "example_tags": list(row.rubric.example_tags),
+            }
             for query_id, row in self.rows.items()
         ]
-        write_whole(output_dir / EVOLVED_FILE, b"".join(lines).decode())
+        write_jsonl(output_dir / EVOLVED_FILE, rows)
         write_whole(output_dir / "rubric_buffer.json", json.dumps(self.buffer.state(), indent=1, ensure_ascii=False))
         if wandb is not None and self.new:
             import wandb as wandb_module

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grading.rar import PitfallConvention
-from rubricrl.config import ConfigError, add_config_arguments, parse_settings
-from rubricrl.runs.jsonl import json_line, write_whole
-from rurl.export_verl import verl_rows
+from rubricrl.config import add_config_arguments, parse_settings
+from rubricrl.runs.jsonl import write_jsonl
+from rurl.export_verl import checked_output, verl_rows
 
 
 @dataclass
@@ -38,14 +38,9 @@ class ExportOpenRLHFArgs:
 
 def export_openrlhf(rubrics: str | Path, output: Path, **options) -> int:
     """Write OpenRLHF's rows for `rubrics` to `output`, in the dataset's order; the number of rows."""
-    output = Path(output)
-    if output.suffix.lower() != ".jsonl":
-        raise ConfigError(f"--output {output}: name the file *.jsonl (OpenRLHF reads it with `datasets`)")
-    if Path(rubrics).resolve() == output.resolve():
-        raise ConfigError(f"--output {output} is the --rubrics file, which writing would replace")
+    output = checked_output(rubrics, output, ".jsonl", "name the file *.jsonl (OpenRLHF reads it with `datasets`)")
     rows = [{"prompt": row["prompt"], "id": row["extra_info"]["id"]} for row in verl_rows(rubrics, **options)]
-    output.parent.mkdir(parents=True, exist_ok=True)
-    write_whole(output, b"".join(json_line(row) for row in rows).decode())
+    write_jsonl(output, rows)
     return len(rows)
 
 

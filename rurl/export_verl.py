@@ -63,16 +63,22 @@ def verl_rows(
     return rows
 
 
+def checked_output(rubrics: str | Path, output: Path, suffix: str, hint: str) -> Path:
+    """An export's --output, refused before any row is read: the engine's file type, and never the input itself."""
+    output = Path(output)
+    if output.suffix.lower() != suffix:
+        raise ConfigError(f"--output {output}: {hint}")
+    if Path(rubrics).resolve() == output.resolve():
+        raise ConfigError(f"--output {output} is the --rubrics file, which writing would replace")
+    return output
+
+
 def export_verl(rubrics: str | Path, output: Path, **options) -> int:
     """Write verl's parquet for `rubrics` to `output`; the number of rows."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    output = Path(output)
-    if output.suffix.lower() != ".parquet":
-        raise ConfigError(f"--output {output}: verl reads parquet; name the file *.parquet")
-    if Path(rubrics).resolve() == output.resolve():
-        raise ConfigError(f"--output {output} is the --rubrics file, which writing would replace")
+    output = checked_output(rubrics, output, ".parquet", "verl reads parquet; name the file *.parquet")
     rows = verl_rows(rubrics, **options)
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
