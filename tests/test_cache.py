@@ -225,6 +225,50 @@ def test_a_corrupted_index_is_rebuilt_from_the_segments(tmp_path):
     assert [rebuilt.get(key) for key in keys] == [{"text": f"answer {i}"} for i in range(20)] and len(rebuilt) == 20
 
 
+def test_a_busy_index_is_an_error_not_a_corruption_to_rebuild(tmp_path, monkeypatch):
+    cache = ResponseCache(tmp_path / "c")
+    cache.put(cache_key("m", [], {}, 0), {"text": "kept"})
+    cache.close()
+    busy = sqlite3.OperationalError("database is locked")
+    busy.sqlite_errorcode = sqlite3.SQLITE_BUSY
+    monkeypatch.setattr(ResponseCache, "_connect_index", lambda self: (_ for _ in ()).throw(busy))
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        ResponseCache(tmp_path / "c")
+    monkeypatch.undo()  # the index another process had open is still there, entries and all
+    assert read_back(tmp_path / "c", [cache_key("m", [], {}, 0)]) == [{"text": "kept"}]
+
+
+OPENER = textwrap.dedent("""
+    import sys, time
+    from rubricrl.llm.cache import ResponseCache, cache_key
+    path, tag, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    time.sleep(max(0.0, start - time.time()))  # every process opens the fresh directory at the same instant
+    cache = ResponseCache(path)
+    for i in range(200):
+        cache.put(cache_key("m", [], {"tag": tag}, i), {"text": f"{tag} {i}"})
+    cache.close()
+""")
+
+
+def test_processes_opening_a_fresh_cache_at_once_all_write_and_nothing_is_lost(tmp_path):
+    import time
+
+    start, tags = time.time() + 2.0, [f"p{i}" for i in range(6)]
+    openers = [
+        subprocess.Popen(
+            [sys.executable, "-c", OPENER, str(tmp_path / "c"), tag, str(start)],
+            cwd=ROOT,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for tag in tags
+    ]
+    errors = [opener.communicate(timeout=120)[1] for opener in openers]
+    assert [opener.returncode for opener in openers] == [0] * 6, errors
+    keys = [cache_key("m", [], {"tag": tag}, i) for tag in tags for i in range(200)]
+    assert read_back(tmp_path / "c", keys) == [{"text": f"{tag} {i}"} for tag in tags for i in range(200)]
+
+
 def test_records_written_before_the_preset_dictionary_are_still_read(tmp_path, monkeypatch):
     import json
     import zlib

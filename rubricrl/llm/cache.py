@@ -7,7 +7,8 @@ URL or API key: the same model elsewhere answers the same. Storage is log-struct
   answers), a few hundred bytes being too short for plain zlib; older plain-zlib records still read;
 - `index.sqlite` (WAL, never synced): key -> (segment, offset, length), written every FLUSH_SECONDS or FLUSH_ENTRIES
   and on close (a page write per answer made SQLite write 7-16x the bytes held). Derived data: rebuilt from the
-  segments after a corrupting power loss (answers deleted as invalid come back, to be rejected again);
+  segments after a corrupting power loss (answers deleted as invalid come back, to be rejected again). Opened under
+  `index.lock`: processes creating it at once got SQLITE_BUSY, which, taken for corruption, deleted it under them;
 - each process appends under an exclusive `flock` on its own segment, so any number write at once; the next opener
   re-indexes a dead writer's tail, checking CRCs and truncating a cut-off record.
 Unflushed answers are seen by their process at once, by others at its next flush (<= FLUSH_SECONDS). The first
@@ -117,14 +118,7 @@ class ResponseCache:
         self.path = Path(path) if path else default_cache_path()
         self.path.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()  # the TRL reward runs the client on its own thread
-        try:
-            self._db = self._open_index()
-        except sqlite3.DatabaseError:  # corrupted by a power loss (it is never synced): rebuilt from the segments
-            for leftover in self.path.glob("index.sqlite*"):
-                leftover.unlink(missing_ok=True)  # the -wal may go with the connection that found the fault
-            self._db = self._open_index()
-            segments = sorted(int(p.stem.removeprefix("segment-")) for p in self.path.glob("segment-*.log"))
-            self._db.executemany("INSERT INTO segments (id, indexed) VALUES (?, 0)", [(s,) for s in segments])
+        self._db = self._open_index()
         self._readers: dict[int, int] = {}  # segment id -> read-only fd
         self._segment: int | None = None  # the segment this process appends to (locked), once it has written
         self._fd: int | None = None
@@ -226,11 +220,29 @@ class ResponseCache:
     # --- segments --------------------------------------------------------------------------------------------------
 
     def _open_index(self) -> sqlite3.Connection:
+        """Open the index, creating it, or rebuilding it from the segments if a power loss corrupted it (it is
+        never synced). One process at a time: processes creating it at once can get SQLITE_BUSY from the set-up
+        pragmas, and a rebuild must not delete a file another opener is reading."""
+        with open(self.path / "index.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            try:
+                return self._connect_index()
+            except sqlite3.DatabaseError as error:
+                if error.sqlite_errorcode & 0xFF not in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+                    raise  # busy, read-only, disk full: not for a rebuild to hide
+            for leftover in self.path.glob("index.sqlite*"):
+                leftover.unlink(missing_ok=True)  # the -wal may go with the connection that found the fault
+            db = self._connect_index()
+            segments = sorted(int(p.stem.removeprefix("segment-")) for p in self.path.glob("segment-*.log"))
+            db.executemany("INSERT INTO segments (id, indexed) VALUES (?, 0)", [(s,) for s in segments])
+            return db
+
+    def _connect_index(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path / "index.sqlite", timeout=60, isolation_level=None, check_same_thread=False)
         try:
             return self._set_up_index(db)
         except sqlite3.DatabaseError:
-            db.close()  # now, not when the traceback goes: the caller deletes the files next
+            db.close()  # now, not when the traceback goes: the caller may delete the files next
             raise
 
     @staticmethod
