@@ -13,12 +13,12 @@ from typing import Literal
 from tqdm.asyncio import tqdm_asyncio
 
 from grading.dataset import RubricRow, check_references, load_responses, load_rubric_rows
-from grading.grader import GradeItem, Grader, GradingConfig
+from grading.grader import EvalGradingConfig, GradeItem, Grader, GradingConfig
 from grading.report import build_report, first_judge_error, format_report, provenance, with_score_alias
 from grading.rubric import RubricError
 from rubricrl.config import ConfigError, add_config_arguments, config_source, parse_settings, resolved, write_resolved
 from rubricrl.llm import LLMError, LLMSession, LLMSettings, open_llm
-from rubricrl.llm.reasoning import as_written
+from rubricrl.llm.reasoning import as_written, split_reasoning
 from rubricrl.records import iter_rows
 from rubricrl.records.hub import describe_input
 from rubricrl.runs.jsonl import write_jsonl
@@ -66,6 +66,9 @@ class EvalArgs:
     wrote it, whose settings stay)."""
     rar_pitfalls: Pitfalls = "auto"
     """RaR rubrics: whether pitfall texts name the mistake or what to avoid (grading/rar.py)."""
+    length_adjusted: bool = False
+    """Also report simple-evals' length-adjusted score (`overall_score_length_adjusted`, as in its HealthBench
+    Professional mode): each example's score less 0.0147 per 500 characters of answer beyond 2,000."""
 
     shard: str | None = None
     """i/n: grade only the ids of shard i of n (0 <= i < n; a split by id, independent of row order: each machine
@@ -85,7 +88,7 @@ def add_commands(commands) -> None:
     grade.set_defaults(run=run_grade)
 
     evaluate = commands.add_parser("eval", help="evaluate a policy HealthBench-style (generate, grade, report)")
-    add_config_arguments(evaluate, [EvalArgs, GradingConfig, LLMSettings])
+    add_config_arguments(evaluate, [EvalArgs, EvalGradingConfig, LLMSettings])
     evaluate.set_defaults(run=run_eval)
 
 
@@ -145,7 +148,8 @@ def run_eval(args: argparse.Namespace) -> int:
     if not evaluate.graded:
         records = generate_and_grade(evaluate, config, llm, config_source(args))
         write_jsonl(graded_file, records)
-    report = with_score_alias(build_report(records, **config.rule()))
+    lengths = [answer_length(r, config) for r in records] if evaluate.length_adjusted else None
+    report = with_score_alias(build_report(records, **config.rule(), answer_lengths=lengths))
     report["provenance"] = provenance(records)
     (evaluate.output_dir / "report.json").write_text(json.dumps(report, indent=2))
     print(format_report(report))
@@ -218,6 +222,13 @@ def generate_and_grade(evaluate: EvalArgs, config: GradingConfig, llm: LLMSettin
     _print_budgets(session)
     policy_model = session.roles["policy"].model if given is None else None
     return with_provenance(records, rubrics=evaluate.rubrics, responses=evaluate.responses, policy_model=policy_model)
+
+
+def answer_length(record: dict, config: GradingConfig) -> int:
+    """Characters of the answer the judge saw: the response less its reasoning (0 where it never closed)."""
+    response = record.get("response") or ""
+    split = split_reasoning(response, config.reasoning_delimiters, starts_open=config.reasoning_starts_open)
+    return len(split.answer or "")
 
 
 def check_not_an_input(output: Path, flag: str, inputs: dict[str, Path | None]) -> None:

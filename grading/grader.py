@@ -53,13 +53,18 @@ class GradingConfig:
     min_coverage: float = DEFAULT_MIN_COVERAGE
     """Share of criteria that must have a verdict for the score to be defined (else it is None)."""
     undecided_penalty: UndecidedPenalty = "unscored"
-    """A penalty without a verdict: unscored (the score is None; left out, it could only raise the score), or
-    met (counted as met: a lower bound of the true score)."""
+    """A penalty without a verdict: unscored (the score is None; left out, it could only raise the score), met
+    (counted as met: a lower bound of the true score), or unmet (not applied: simple-evals' count, which pays a
+    judge failure on a penalty)."""
     undecided_criterion: UndecidedCriterion = "drop"
-    """A positive criterion without a verdict: drop (left out of numerator and denominator, HealthBench's way:
-    unbiased only if the judge fails independently of the answer) or unmet (counted as not met: a lower bound
-    that pays a judge failure nothing; the training presets' choice, since RL learns whatever answers make the
-    judge fail more). grading/scores.py has the arithmetic."""
+    """A positive criterion without a verdict: drop (left out of numerator and denominator: unbiased only if the
+    judge fails independently of the answer) or unmet (counted as not met, as simple-evals counts one: a lower
+    bound that pays a judge failure nothing; the training presets' choice, since RL learns whatever answers make
+    the judge fail more). grading/scores.py has the arithmetic."""
+    reask_undecided: int = 0
+    """Ask the judge again about a criterion left without a verdict (a failed call, or a tied vote), up to this
+    many times, before the two rules above count it; each try adds one sample to the vote, and answers that
+    did not parse are asked afresh. simple-evals asks until it gets a verdict; `eval` bounds it at 3."""
     clip_reward: bool = True
     """Reward = explicit score clipped to [0, 1]; False passes penalised scores below 0 through."""
     integrity_check: bool = True
@@ -95,6 +100,8 @@ class GradingConfig:
             raise ValueError(f"grading mode {self.mode!r} is not one of {list(MODES)}")
         if self.samples < 1 or self.chunk_size < 1:
             raise ValueError("samples and chunk_size must be at least 1")
+        if self.reask_undecided < 0:
+            raise ValueError(f"reask_undecided must be 0 or more, got {self.reask_undecided}")
         if not 0.0 <= self.min_coverage <= 1.0:
             raise ValueError(f"min_coverage must be within [0, 1], got {self.min_coverage}")
         if not 0.0 <= self.max_failure_rate <= 1.0:
@@ -126,6 +133,19 @@ class GradingConfig:
         return {self.judge_role: min(2048, 120 * self.chunk_size) if self.mode == "batched" else 400}
 
 
+@dataclass
+class EvalGradingConfig(GradingConfig):
+    """`rubricrl eval`'s grading: HealthBench as simple-evals scores it. A verdict the judge does not give is asked
+    again (3 times: simple-evals asks until it gets one), then counted as simple-evals' `calculate_score` counts a
+    missing one, not met whatever its sign; every example is scored (no coverage threshold). `grade` and training
+    keep their own defaults (docs/grading.md says why they differ)."""
+
+    min_coverage: float = 0.0
+    undecided_penalty: UndecidedPenalty = "unmet"
+    undecided_criterion: UndecidedCriterion = "unmet"
+    reask_undecided: int = 3
+
+
 @dataclass(frozen=True)
 class GradeItem:
     """One response to grade: what the judge sees (conversation, response) and what it grades against."""
@@ -152,6 +172,9 @@ class Graded:
     integrity_note: str | None = None
     """Grading talk the check noted without vetoing (the reward is the judge's), or the integrity judge's answer."""
     judge_failures: int = 0
+    """Verdicts (or a rating) the judge did not give, after any re-asking."""
+    reasked: int = 0
+    """Judge calls made again for a verdict the first call did not give (reask_undecided)."""
     no_answer: str | None = None
     """Why the response holds no answer to judge (its reasoning never closed); it has the floor score."""
 
@@ -172,6 +195,7 @@ class Graded:
             "integrity_note": self.integrity_note,
             "explanation": self.explanation,
             "judge_failures": self.judge_failures,
+            "reasked": self.reasked,
             "no_answer": self.no_answer,
         }
 
@@ -192,6 +216,7 @@ class Grader:
             "judge_model": role.model,
             "mode": config.mode,
             "samples": config.samples,
+            "reask_undecided": config.reask_undecided,
             "prompt": self.prompt.name,
             "prompt_sha256": self.prompt.sha256,
             "system_sha256": judge.SYSTEM.sha256,
@@ -248,7 +273,7 @@ class Grader:
         return sum(c.points for c in rubric.criteria if c.points < 0) / rubric.positive_points
 
     async def _explicit(self, conversation, response, rubric: Rubric | None) -> Graded:
-        config, client, role, prompt = self.config, self.client, self.config.judge_role, self.prompt
+        config = self.config
         if rubric is None:
             raise ValueError(f"{config.mode} grading needs a rubric")
         by_rule = {i: c for i, c in enumerate(rubric.criteria) if c.rule is not None}
@@ -257,23 +282,37 @@ class Grader:
             i: judge.Verdict.of(c, check_rule(c.rule, response), f"rule {c.rule['type']}", "rule")
             for i, c in by_rule.items()
         }
-        if config.mode == "per_criterion":
-            judged = await gather_or_cancel(
-                judge.judge_per_criterion(client, role, prompt, conversation, response, c, config.samples)
-                for _, c in by_judge
-            )
-        else:
-            chunks = [by_judge[k : k + config.chunk_size] for k in range(0, len(by_judge), config.chunk_size)]
-            results = await gather_or_cancel(
-                judge.judge_batched(client, role, prompt, conversation, response, [c for _, c in chunk], config.samples)
-                for chunk in chunks
-            )
-            judged = [v for chunk in results for v in chunk]
+        criteria = [c for _, c in by_judge]
+        judged = await self._judge(conversation, response, criteria, config.samples)
+        reasked = 0
+        for extra in range(1, config.reask_undecided + 1):  # one more sample each time: a tied vote can break
+            undecided = [k for k, v in enumerate(judged) if v.met is None]
+            if not undecided:
+                break
+            reasked += len(undecided)
+            again = await self._judge(conversation, response, [criteria[k] for k in undecided], config.samples + extra)
+            for k, verdict in zip(undecided, again):
+                judged[k] = verdict
         verdicts.update({i: v for (i, _), v in zip(by_judge, judged)})
         ordered = [verdicts[i] for i in range(len(rubric.criteria))]
         score = explicit_score([v.points for v in ordered], [v.met for v in ordered], **config.rule()).score
         failures = sum(v.met is None for v in ordered)
-        return Graded(score, training_reward(score, clip=config.clip_reward), ordered, judge_failures=failures)
+        return Graded(
+            score, training_reward(score, clip=config.clip_reward), ordered, judge_failures=failures, reasked=reasked
+        )
+
+    async def _judge(self, conversation, response, criteria: list, samples: int) -> list[judge.Verdict]:
+        """The judge's verdicts on `criteria`, in order: a call each, or chunks of chunk_size (batched)."""
+        config, client, role, prompt = self.config, self.client, self.config.judge_role, self.prompt
+        if config.mode == "per_criterion":
+            return await gather_or_cancel(
+                judge.judge_per_criterion(client, role, prompt, conversation, response, c, samples) for c in criteria
+            )
+        chunks = [criteria[k : k + config.chunk_size] for k in range(0, len(criteria), config.chunk_size)]
+        results = await gather_or_cancel(
+            judge.judge_batched(client, role, prompt, conversation, response, chunk, samples) for chunk in chunks
+        )
+        return [v for chunk in results for v in chunk]
 
     async def _rate(self, conversation, response, rubric: Rubric | None, reference: str | None) -> Graded:
         config = self.config

@@ -58,6 +58,20 @@ def floor_metrics(record: dict[str, Any], example_tags: tuple[str, ...]) -> dict
     return metrics
 
 
+LENGTH_CENTER = 2000
+LENGTH_PENALTY_PER_500 = 0.0147
+"""simple-evals' length-adjusted HealthBench score (PR 108, 2026-04), as two independent reproductions state it:
+score - 0.0147 * (answer characters - 2000) / 500 per example, unclipped, the mean clipped as every metric's."""
+
+
+def length_adjusted(score: float, characters: int) -> float:
+    """
+    >>> round(length_adjusted(1.0, 913), 7)  # nanocodex PR 150's recorded figure for a 913-character answer
+    1.0319578
+    """
+    return score - LENGTH_PENALTY_PER_500 * (characters - LENGTH_CENTER) / 500
+
+
 def build_report(
     records: Sequence[dict[str, Any]],
     *,
@@ -65,13 +79,19 @@ def build_report(
     undecided_penalty: UndecidedPenalty = "unscored",
     undecided_criterion: UndecidedCriterion = "drop",
     seed: int = 0,
+    answer_lengths: Sequence[int] | None = None,
 ) -> dict:
+    """The report of `records`; with `answer_lengths` (characters of each record's answer) it also holds
+    `overall_score_length_adjusted`."""
     rule = {
         "min_coverage": min_coverage,
         "undecided_penalty": undecided_penalty,
         "undecided_criterion": undecided_criterion,
     }
     per_example = [example_metrics(r, **rule) for r in records]
+    for metrics, characters in zip(per_example, answer_lengths or ()):
+        if "overall_score" in metrics:
+            metrics["overall_score_length_adjusted"] = length_adjusted(metrics["overall_score"], characters)
     metrics = {}
     for name, stats in aggregate(per_example, seed=seed).items():
         metrics[name] = stats["value"]
@@ -84,6 +104,7 @@ def build_report(
         "examples": len(records),
         "unscored_examples": sum("overall_score" not in m for m in per_example),
         "judge_failure_rate": failed / asked if asked else 0.0,
+        "reasked_verdicts": sum(r.get("reasked") or 0 for r in records),
         "policy_failures": sum(bool(r.get("policy_error")) for r in records),
         "integrity_flagged": sum(bool(r.get("integrity_flag")) for r in records),
         "integrity_noted": sum(bool(r.get("integrity_note")) and not r.get("integrity_flag") for r in records),
@@ -164,7 +185,9 @@ def format_report(report: dict) -> str:
     policy = f" ({report['policy_failures']} policy calls failed)" if report.get("policy_failures") else ""
     lines.append(
         f"{report['examples']} examples, {report['unscored_examples']} unscored{policy}, judge failure rate "
-        f"{report['judge_failure_rate']:.1%}, {report['integrity_flagged']} flagged by the integrity check"
+        f"{report['judge_failure_rate']:.1%}"
+        + (f" after {report['reasked_verdicts']} re-asked" if report.get("reasked_verdicts") else "")
+        + f", {report['integrity_flagged']} flagged by the integrity check"
         + (f" ({report['integrity_noted']} more noted)" if report.get("integrity_noted") else "")
         + (f", {report['no_answer']} without an answer (reasoning never closed)" if report.get("no_answer") else "")
     )

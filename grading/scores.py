@@ -7,7 +7,8 @@ Verdicts not obtained are None, never False. Scores use decided criteria only (m
 None scores are left out of every mean and counted apart.
 
 Leaving out an undecided penalty could only raise the score, so a judge failure would pay: `undecided_penalty`
-"unscored" (default) makes the example None, "met" counts it met (a lower bound). Dropping an undecided positive
+"unscored" (default) makes the example None, "met" counts it met (a lower bound), "unmet" not met (simple-evals'
+`calculate_score`, which counts a missing verdict as not met, whatever its sign: a judge failure on a penalty pays). Dropping an undecided positive
 criterion (default) is unbiased only if the judge fails independently of the answer; if it fails more on some
 (long ones, odd formats), dropping pays them and RL learns to write them. `undecided_criterion="unmet"` is a lower bound
 that pays a judge failure nothing ([10, 5, 3, 2, 1], all met but the 5 undecided: 16/16 = 1.0 dropped, 16/21 = 0.76).
@@ -23,7 +24,7 @@ from typing import Literal
 from grading.rubric import Rubric
 
 DEFAULT_MIN_COVERAGE = 0.8
-UndecidedPenalty = Literal["unscored", "met"]
+UndecidedPenalty = Literal["unscored", "met", "unmet"]
 UNDECIDED_PENALTY: tuple[str, ...] = UndecidedPenalty.__args__
 UndecidedCriterion = Literal["drop", "unmet"]
 UNDECIDED_CRITERION: tuple[str, ...] = UndecidedCriterion.__args__
@@ -68,8 +69,8 @@ def explicit_score(
         raise ValueError(f"undecided_criterion {undecided_criterion!r} is not one of {list(UNDECIDED_CRITERION)}")
     decided = sum(m is not None for m in met)
     open_penalty = any(p < 0 and m is None for p, m in zip(points, met))
-    if open_penalty and undecided_penalty == "met":
-        met = [True if p < 0 and m is None else m for p, m in zip(points, met)]
+    if open_penalty and undecided_penalty != "unscored":
+        met = [(undecided_penalty == "met") if p < 0 and m is None else m for p, m in zip(points, met)]
     if undecided_criterion == "unmet":
         met = [False if p > 0 and m is None else m for p, m in zip(points, met)]
     counted = [(p, m) for p, m in zip(points, met) if m is not None]

@@ -107,6 +107,49 @@ def test_an_undecided_penalty_leaves_the_response_unscored_unless_counted_as_met
     assert grade(fault_server, min_coverage=0.8, undecided_penalty="met").score is None  # coverage: real verdicts
 
 
+def test_an_undecided_verdict_is_asked_again_up_to_reask_undecided_times(fault_server):
+    refusals = iter(range(2))  # the doctor criterion's first call fails: both samples it may take refuse JSON
+
+    def flaky(body):
+        if "seeing a doctor" in body["messages"][-1]["content"] and next(refusals, None) is not None:
+            return "I refuse to answer in JSON."
+        return per_criterion_judge(body)
+
+    fault_server.reply = flaky
+    graded = grade(fault_server, min_coverage=0.75)
+    assert [v.met for v in graded.verdicts] == [True, None, True, True] and graded.reasked == 0
+    refusals = iter(range(2))
+    graded = grade(fault_server, "another response", reask_undecided=2)
+    assert [v.met for v in graded.verdicts] == [True, False, True, True] and graded.score == pytest.approx(0.5)
+    assert (graded.reasked, graded.judge_failures) == (1, 0)  # one re-ask was enough: the second never made
+    refusals = iter(range(10))
+    graded = grade(fault_server, "a third response", reask_undecided=2, min_coverage=0.75)
+    assert graded.verdicts[1].met is None and (graded.reasked, graded.judge_failures) == (2, 1)  # bounded
+
+
+def test_a_tied_vote_is_broken_by_the_sample_a_reask_adds(fault_server):
+    votes = iter([True, False, True, False, True])  # the doctor criterion: a 1-1 tie, then 2-1 over 3 samples
+
+    def split(body):
+        if "seeing a doctor" in body["messages"][-1]["content"]:
+            return json.dumps({"explanation": "split", "criteria_met": next(votes)})
+        return per_criterion_judge(body)
+
+    fault_server.reply = split
+    graded = grade(fault_server, samples=2, reask_undecided=1)
+    assert graded.verdicts[1].met is True and graded.reasked == 1
+    asked = [r.get("n") for r in fault_server.requests if "seeing a doctor" in r["messages"][-1]["content"]]
+    assert asked == [2, 3]  # without a cache all three are new; with one, the first two are read back
+
+
+def test_batched_mode_asks_again_about_the_criteria_left_undecided_only(fault_server):
+    first = iter([json.dumps({"verdicts": [{"id": "c1", "explanation": "s", "criteria_met": True}] * 4})] * 2)
+    fault_server.reply = lambda body: next(first, None) or batched_judge(body)
+    graded = grade(fault_server, mode="batched", reask_undecided=1)
+    assert [v.met for v in graded.verdicts] == [True, False, True, True] and graded.reasked == 4
+    assert "c1 (+7)" in fault_server.requests[-1]["messages"][-1]["content"]
+
+
 def test_an_undecided_criterion_is_dropped_or_counted_unmet(fault_server):
     fault_server.reply = failing_on("seeing a doctor")  # the 5-point criterion (truly unmet) fails
     dropped = grade(fault_server, min_coverage=0.75)
@@ -226,7 +269,7 @@ def test_a_judge_prompt_with_other_placeholders_is_refused_at_construction(tmp_p
         Grader(None, GradingConfig(judge_prompt=str(tmp_path / "nowhere.txt")))
 
 
-def test_eval_of_a_graded_file_reports_an_undecided_penalty_as_unscored(tmp_path, capsys):
+def test_eval_counts_an_undecided_penalty_as_simple_evals_does_unless_told_otherwise(tmp_path, capsys):
     from rubricrl.cli import main
 
     verdicts = [
@@ -246,9 +289,12 @@ def test_eval_of_a_graded_file_reports_an_undecided_penalty_as_unscored(tmp_path
     )
     assert main(["eval", "--graded", str(graded), "--output-dir", str(tmp_path / "report")]) == 0
     report = json.loads((tmp_path / "report" / "report.json").read_text())
-    assert (
-        report["unscored_examples"] == 1 and "overall_score" not in report["metrics"]
-    )  # the stored 1.0 is not trusted
+    assert report["metrics"]["overall_score"] == 1.0  # simple-evals: a missing verdict is not met, the penalty unpaid
+    assert report["undecided_penalty"] == "unmet" and report["min_coverage"] == 0.0
+    out = tmp_path / "unscored"
+    assert main(["eval", "--graded", str(graded), "--output-dir", str(out), "--undecided-penalty", "unscored"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["unscored_examples"] == 1 and "overall_score" not in report["metrics"]  # the stored 1.0 not trusted
     assert (
         main(
             [
@@ -280,8 +326,34 @@ def test_eval_of_a_graded_file_counts_an_undecided_criterion_as_the_flag_says(tm
     graded.write_text(
         json.dumps({"id": "a", "response": "r", "score": 1.0, "verdicts": verdicts, "example_tags": []}) + "\n"
     )
-    for rule, expected in (("drop", 1.0), ("unmet", 16 / 21)):
+    for rule, expected in (("drop", 1.0), ("unmet", 16 / 21)):  # unmet: eval's default
         out = tmp_path / rule
         assert main(["eval", "--graded", str(graded), "--output-dir", str(out), "--undecided-criterion", rule]) == 0
         report = json.loads((out / "report.json").read_text())
         assert report["metrics"]["overall_score"] == pytest.approx(expected) and report["undecided_criterion"] == rule
+
+
+def test_eval_reports_simple_evals_length_adjusted_score_on_the_answer_alone(tmp_path):
+    from rubricrl.cli import main
+
+    def record(i, response):
+        verdicts = [
+            {"criterion": c, "points": 5, "tags": [], "met": m, "explanation": "", "source": "judge"}
+            for c, m in (("A", True), ("B", False))
+        ]
+        return {"id": i, "response": response, "score": 0.5, "verdicts": verdicts, "example_tags": []}
+
+    thinking = "<think>" + "x" * 5000 + "</think>\n\n"  # reasoning is not what the user reads: not counted
+    graded = tmp_path / "graded.jsonl"
+    graded.write_text(
+        "".join(json.dumps(record(i, r)) + "\n" for i, r in (("a", "y" * 913), ("b", thinking + "z" * 3000)))
+    )
+    assert main(["eval", "--graded", str(graded), "--output-dir", str(tmp_path / "plain")]) == 0
+    assert (
+        "overall_score_length_adjusted" not in json.loads((tmp_path / "plain" / "report.json").read_text())["metrics"]
+    )
+    assert main(["eval", "--graded", str(graded), "--output-dir", str(tmp_path / "adj"), "--length-adjusted"]) == 0
+    metrics = json.loads((tmp_path / "adj" / "report.json").read_text())["metrics"]
+    short, long = 0.5 - 0.0147 * (913 - 2000) / 500, 0.5 - 0.0147 * (3000 - 2000) / 500
+    assert metrics["overall_score_length_adjusted"] == pytest.approx((short + long) / 2)
+    assert metrics["overall_score"] == 0.5 and metrics["overall_score_length_adjusted:n_samples"] == 2
