@@ -13,9 +13,10 @@ from typing import Literal
 from tqdm.asyncio import tqdm_asyncio
 
 from grading.dataset import RubricRow, check_references, load_responses, load_rubric_rows
-from grading.grader import EvalGradingConfig, GradeItem, Grader, GradingConfig
+from grading.grader import GradeItem, Grader, GradingConfig
 from grading.report import build_report, first_judge_error, format_report, provenance, with_score_alias
 from grading.rubric import RubricError
+from grading.scores import UndecidedCriterion, UndecidedPenalty
 from rubricrl.config import ConfigError, add_config_arguments, config_source, parse_settings, resolved, write_resolved
 from rubricrl.llm import LLMError, LLMSession, LLMSettings, open_llm
 from rubricrl.llm.reasoning import as_written, split_reasoning
@@ -80,6 +81,19 @@ class EvalArgs:
             raise ValueError("give at most one of policy, responses and graded")
         if self.rubrics is None and self.graded is None:
             raise ValueError("give the rubric dataset (--rubrics), or a graded file to report on (--graded)")
+
+
+@dataclass
+class EvalGradingConfig(GradingConfig):
+    """`rubricrl eval`'s grading: HealthBench as simple-evals scores it. A verdict the judge does not give is asked
+    again (3 times: simple-evals asks until it gets one), then counted as simple-evals' `calculate_score` counts a
+    missing one, not met whatever its sign; every example is scored (no coverage threshold). `grade` and training
+    keep their own defaults (docs/grading.md says why they differ)."""
+
+    min_coverage: float = 0.0
+    undecided_penalty: UndecidedPenalty = "unmet"
+    undecided_criterion: UndecidedCriterion = "unmet"
+    reask_undecided: int = 3
 
 
 def add_commands(commands) -> None:

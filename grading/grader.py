@@ -32,6 +32,7 @@ from rubricrl.llm.reasoning import DEFAULT_DELIMITERS, split_reasoning
 from rubricrl.prompts import Prompt
 
 Mode = Literal["per_criterion", "batched", "implicit", "likert", "reference_likert"]
+VerdictFormat = Literal["explained", "verdict_only", "probability"]
 MODES: tuple[str, ...] = Mode.__args__
 EXPLICIT_MODES = ("per_criterion", "batched")
 """The modes that decide each criterion (a verdict per criterion, weighted); the others rate the whole answer."""
@@ -46,6 +47,11 @@ class GradingConfig:
     1-10 rating against the rubric), likert / reference_likert (one rating without a rubric, with a reference)."""
     judge_role: str = "judge"
     """The role (llm.roles) that judges."""
+    verdict_format: VerdictFormat = "explained"
+    """Explicit modes: explained (an explanation before each verdict), verdict_only (the verdict alone: a few
+    tokens instead of ~60), or probability (per_criterion: one word, yes or no; P(met) from the judge's
+    log-probabilities of it, which the score uses in place of 0/1; needs an endpoint that returns logprobs and a
+    judge that answers without reasoning first)."""
     samples: int = 1
     """Judge samples per verdict, majority vote (self-consistency); odd numbers avoid ties."""
     chunk_size: int = 16
@@ -100,6 +106,12 @@ class GradingConfig:
             raise ValueError(f"grading mode {self.mode!r} is not one of {list(MODES)}")
         if self.samples < 1 or self.chunk_size < 1:
             raise ValueError("samples and chunk_size must be at least 1")
+        if self.verdict_format not in judge.VERDICT_FORMATS:
+            raise ValueError(f"verdict_format {self.verdict_format!r} is not one of {list(judge.VERDICT_FORMATS)}")
+        if self.verdict_format != "explained" and self.mode not in EXPLICIT_MODES:
+            raise ValueError(f"verdict_format {self.verdict_format} is for the explicit modes; {self.mode} rates")
+        if self.verdict_format == "probability" and self.mode != "per_criterion":
+            raise ValueError("verdict_format probability reads one verdict per call: use mode per_criterion")
         if self.reask_undecided < 0:
             raise ValueError(f"reask_undecided must be 0 or more, got {self.reask_undecided}")
         if not 0.0 <= self.min_coverage <= 1.0:
@@ -130,20 +142,10 @@ class GradingConfig:
     def cpu_max_tokens(self) -> dict[str, int]:
         """max_tokens for a judge on the embedded model on a CPU that sets none: room for a 300-character
         explanation and the verdict (batched: one per criterion of a chunk)."""
-        return {self.judge_role: min(2048, 120 * self.chunk_size) if self.mode == "batched" else 400}
-
-
-@dataclass
-class EvalGradingConfig(GradingConfig):
-    """`rubricrl eval`'s grading: HealthBench as simple-evals scores it. A verdict the judge does not give is asked
-    again (3 times: simple-evals asks until it gets one), then counted as simple-evals' `calculate_score` counts a
-    missing one, not met whatever its sign; every example is scored (no coverage threshold). `grade` and training
-    keep their own defaults (docs/grading.md says why they differ)."""
-
-    min_coverage: float = 0.0
-    undecided_penalty: UndecidedPenalty = "unmet"
-    undecided_criterion: UndecidedCriterion = "unmet"
-    reask_undecided: int = 3
+        per_verdict = 120 if self.verdict_format == "explained" else 24
+        if self.mode == "batched":
+            return {self.judge_role: min(2048, per_verdict * self.chunk_size)}
+        return {self.judge_role: 400 if self.verdict_format == "explained" else 64}
 
 
 @dataclass(frozen=True)
@@ -215,6 +217,7 @@ class Grader:
         return {
             "judge_model": role.model,
             "mode": config.mode,
+            "verdict_format": config.verdict_format,
             "samples": config.samples,
             "reask_undecided": config.reask_undecided,
             "prompt": self.prompt.name,
@@ -295,7 +298,7 @@ class Grader:
                 judged[k] = verdict
         verdicts.update({i: v for (i, _), v in zip(by_judge, judged)})
         ordered = [verdicts[i] for i in range(len(rubric.criteria))]
-        score = explicit_score([v.points for v in ordered], [v.met for v in ordered], **config.rule()).score
+        score = explicit_score([v.points for v in ordered], [v.credit for v in ordered], **config.rule()).score
         failures = sum(v.met is None for v in ordered)
         return Graded(
             score, training_reward(score, clip=config.clip_reward), ordered, judge_failures=failures, reasked=reasked
@@ -304,13 +307,15 @@ class Grader:
     async def _judge(self, conversation, response, criteria: list, samples: int) -> list[judge.Verdict]:
         """The judge's verdicts on `criteria`, in order: a call each, or chunks of chunk_size (batched)."""
         config, client, role, prompt = self.config, self.client, self.config.judge_role, self.prompt
+        asked = (conversation, response)
         if config.mode == "per_criterion":
             return await gather_or_cancel(
-                judge.judge_per_criterion(client, role, prompt, conversation, response, c, samples) for c in criteria
+                judge.judge_per_criterion(client, role, prompt, *asked, c, samples, config.verdict_format)
+                for c in criteria
             )
         chunks = [criteria[k : k + config.chunk_size] for k in range(0, len(criteria), config.chunk_size)]
         results = await gather_or_cancel(
-            judge.judge_batched(client, role, prompt, conversation, response, chunk, samples) for chunk in chunks
+            judge.judge_batched(client, role, prompt, *asked, chunk, samples, config.verdict_format) for chunk in chunks
         )
         return [v for chunk in results for v in chunk]
 
@@ -369,7 +374,7 @@ def _freeze(messages: list[dict[str, str]]) -> tuple:
 def judge_prompt(config: GradingConfig) -> Prompt:
     """The mode's default judge prompt, or the file `config.judge_prompt` names. Its placeholders must be exactly
     the default's: rendering is strict, so a difference would otherwise fail (or drop a value) on every call."""
-    default = judge.PROMPT_FOR_MODE[config.mode]
+    default = judge.PROMPT_FOR_FORMAT.get((config.mode, config.verdict_format)) or judge.PROMPT_FOR_MODE[config.mode]
     if config.judge_prompt is None:
         return default
     path = Path(config.judge_prompt)

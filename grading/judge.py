@@ -6,17 +6,21 @@ hit the cache. Verdicts are read only from the judge's structured output. A call
 output unparsable after bounded resampling) gives `None` verdicts, never False: a judge failure is not a score.
 
 `samples` = k judge samples per call, majority vote per criterion; a tie is undecided (None), so use an odd k.
-Ratings (implicit, Likert) average over samples. Each judge renders the prompt it is given (defaults in
+Ratings (implicit, Likert) average over samples. Verdicts come in three formats (VERDICT_FORMATS): explained (an
+explanation, then the verdict), verdict_only (the verdict alone, a few tokens) and probability (one word, yes or no,
+whose first-token log-probabilities give P(met); per criterion only). Each judge renders the prompt it is given (defaults in
 `PROMPT_FOR_MODE`; the grader may pass one with the same placeholders): no module state decides what is asked.
 """
 
 import hashlib
+import math
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from grading.rubric import Criterion
+from rubricrl.errors import UserError
 from rubricrl.llm import EndpointUnreachable, LLMClient, LLMError
 from rubricrl.prompts import Prompt, format_conversation, load_prompt
 
@@ -33,6 +37,15 @@ PROMPT_FOR_MODE = {
     "likert": LIKERT,
     "reference_likert": LIKERT,
 }
+VERDICT_FORMATS = ("explained", "verdict_only", "probability")
+PROMPT_FOR_FORMAT = {
+    ("per_criterion", "verdict_only"): load_prompt(PROMPTS / "judge_criterion_verdict_only.txt"),
+    ("batched", "verdict_only"): load_prompt(PROMPTS / "judge_batched_verdict_only.txt"),
+    ("per_criterion", "probability"): load_prompt(PROMPTS / "judge_criterion_probability.txt"),
+}
+"""The default prompt of a mode in a format other than explained (the same placeholders as the mode's)."""
+PROBABILITY_REQUEST = {"max_tokens": 1, "logprobs": True, "top_logprobs": 20}
+"""One answer token and its 20 likeliest alternatives (vLLM's default max_logprobs, and OpenAI's limit)."""
 
 # Short enough that the JSON closes well within a judge's max_tokens even in scripts that take a token per
 # character: with 600 characters, a small judge repeating itself in Spanish ran out of tokens mid-string.
@@ -41,6 +54,12 @@ VERDICT_SCHEMA = {
     "type": "object",
     "properties": {"explanation": EXPLANATION, "criteria_met": {"type": "boolean"}},
     "required": ["explanation", "criteria_met"],
+    "additionalProperties": False,
+}
+VERDICT_ONLY_SCHEMA = {
+    "type": "object",
+    "properties": {"criteria_met": {"type": "boolean"}},
+    "required": ["criteria_met"],
     "additionalProperties": False,
 }
 RATING_SCHEMA = {
@@ -61,13 +80,22 @@ class Verdict:
     explanation: str
     source: str
     """"judge", "rule", or "none" (not graded)."""
+    probability: float | None = None
+    """The probability format's P(met) (met is P >= 0.5); the score uses it in place of 0/1. None otherwise."""
 
     @classmethod
-    def of(cls, criterion: Criterion, met: bool | None, explanation: str, source: str) -> "Verdict":
-        return cls(criterion.text, criterion.points, criterion.tags, met, explanation, source)
+    def of(
+        cls, criterion: Criterion, met: bool | None, explanation: str, source: str, probability: float | None = None
+    ) -> "Verdict":
+        return cls(criterion.text, criterion.points, criterion.tags, met, explanation, source, probability)
+
+    @property
+    def credit(self) -> float | bool | None:
+        """What the score counts: P(met) where the judge gave one, else met."""
+        return self.met if self.probability is None else self.probability
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        verdict = {
             "criterion": self.criterion,
             "points": self.points,
             "tags": list(self.tags),
@@ -75,6 +103,7 @@ class Verdict:
             "explanation": self.explanation,
             "source": self.source,
         }
+        return verdict if self.probability is None else {**verdict, "probability": self.probability}
 
 
 @dataclass
@@ -122,28 +151,53 @@ async def judge_per_criterion(
     response: str,
     criterion: Criterion,
     samples: int = 1,
+    verdict_format: str = "explained",
 ) -> Verdict:
-    """One judge call for one criterion (HealthBench style); `prompt`: CRITERION or one with its placeholders."""
+    """One judge call for one criterion (HealthBench style); `prompt`: CRITERION (or the format's default) or one
+    with its placeholders."""
     messages = quoted(prompt, conversation, response, points=f"{criterion.points:+d}", criterion=criterion.text)
+    schema = VERDICT_SCHEMA if verdict_format == "explained" else VERDICT_ONLY_SCHEMA
     try:
-        result = await client.chat(role, messages, n=samples, schema=VERDICT_SCHEMA, schema_name="verdict")
+        if verdict_format == "probability":
+            return probability_verdict(
+                criterion, await client.chat(role, messages, allow_empty=True, **PROBABILITY_REQUEST)
+            )
+        result = await client.chat(role, messages, n=samples, schema=schema, schema_name="verdict")
     except EndpointUnreachable:  # the judge's server is down: the command stops, not one verdict
         raise
     except LLMError as error:
         return Verdict.of(criterion, None, judge_failure(error), "judge")
     met = majority([value["criteria_met"] for value in result.parsed])
-    return Verdict.of(criterion, met, result.parsed[0]["explanation"], "judge")
+    return Verdict.of(criterion, met, result.parsed[0].get("explanation", ""), "judge")
 
 
-def batched_schema(ids: list[str]) -> dict[str, Any]:
+def probability_verdict(criterion: Criterion, result) -> Verdict:
+    """The verdict in a yes-or-no answer's first-token log-probabilities: P(met) = P(yes) / (P(yes) + P(no)), each
+    summed over the forms of the word among the likeliest tokens ("Yes", " yes", ...). Neither among them:
+    undecided. An endpoint that sends no log-probabilities stops the command: every verdict would fail the same."""
+    positions = result.top_logprobs[0]
+    if not positions:
+        raise UserError(
+            f"judge role '{result.role}' ({result.model}) sent no logprobs: verdict_format probability needs an "
+            "endpoint that returns them (vLLM, OpenAI chat completions); choose verdict_only or explained"
+        )
+    mass = {"yes": 0.0, "no": 0.0}
+    for token, logprob in positions[0].items():
+        word = token.strip().lower()
+        if word in mass:
+            mass[word] += math.exp(logprob)
+    if mass["yes"] + mass["no"] == 0:
+        return Verdict.of(criterion, None, f"neither yes nor no among the likeliest answers ({result.text!r})", "judge")
+    probability = mass["yes"] / (mass["yes"] + mass["no"])
+    return Verdict.of(criterion, probability >= 0.5, f"P(yes) = {probability:.3f}", "judge", probability)
+
+
+def batched_schema(ids: list[str], explained: bool = True) -> dict[str, Any]:
+    fields = {"id": {"type": "string", "enum": ids}, **({"explanation": EXPLANATION} if explained else {})}
     item = {
         "type": "object",
-        "properties": {
-            "id": {"type": "string", "enum": ids},
-            "explanation": EXPLANATION,
-            "criteria_met": {"type": "boolean"},
-        },
-        "required": ["id", "explanation", "criteria_met"],
+        "properties": {**fields, "criteria_met": {"type": "boolean"}},
+        "required": [*fields, "criteria_met"],
         "additionalProperties": False,
     }
     verdicts = {"type": "array", "items": item, "minItems": len(ids), "maxItems": len(ids)}
@@ -173,15 +227,22 @@ async def judge_batched(
     response: str,
     criteria: list[Criterion],
     samples: int = 1,
+    verdict_format: str = "explained",
 ) -> list[Verdict]:
-    """All given criteria in one call (`prompt`: BATCHED or one with its placeholders): one verdict per criterion
-    id, or the call is sampled again (bounded); never padded or truncated. The caller chunks long rubrics."""
+    """All given criteria in one call (`prompt`: BATCHED, its verdict_only form, or one with its placeholders): one
+    verdict per criterion id, or the call is sampled again (bounded); never padded or truncated. The caller chunks
+    long rubrics."""
     ids = [f"c{i + 1}" for i in range(len(criteria))]
     listing = "\n".join(f"{i} ({c.points:+d}): {c.text}" for i, c in zip(ids, criteria))
     messages = quoted(prompt, conversation, response, criteria=listing)
     try:
         result = await client.chat(
-            role, messages, n=samples, schema=batched_schema(ids), schema_name="verdicts", check=exactly_these_ids(ids)
+            role,
+            messages,
+            n=samples,
+            schema=batched_schema(ids, explained=verdict_format == "explained"),
+            schema_name="verdicts",
+            check=exactly_these_ids(ids),
         )
     except EndpointUnreachable:  # the judge's server is down: the command stops, not one verdict
         raise
@@ -189,7 +250,7 @@ async def judge_batched(
         return [Verdict.of(c, None, judge_failure(error), "judge") for c in criteria]
     by_id = [{v["id"]: v for v in value["verdicts"]} for value in result.parsed]
     return [
-        Verdict.of(c, majority([sample[i]["criteria_met"] for sample in by_id]), by_id[0][i]["explanation"], "judge")
+        Verdict.of(c, majority([s[i]["criteria_met"] for s in by_id]), by_id[0][i].get("explanation", ""), "judge")
         for i, c in zip(ids, criteria)
     ]
 

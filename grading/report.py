@@ -34,7 +34,7 @@ def example_metrics(
     )
     return tag_scores(
         rubric,
-        [v["met"] for v in verdicts],
+        [v["met"] if v.get("probability") is None else v["probability"] for v in verdicts],  # judge.Verdict.credit
         min_coverage=min_coverage,
         undecided_penalty=undecided_penalty,
         undecided_criterion=undecided_criterion,

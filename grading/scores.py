@@ -48,13 +48,14 @@ class ExampleScore:
 
 def explicit_score(
     points: Sequence[int],
-    met: Sequence[bool | None],
+    met: Sequence[bool | float | None],
     *,
     min_coverage: float = DEFAULT_MIN_COVERAGE,
     undecided_penalty: UndecidedPenalty = "unscored",
     undecided_criterion: UndecidedCriterion = "drop",
 ) -> ExampleScore:
-    """HealthBench's per-example score over the decided verdicts (undecided ones: see the module doc).
+    """HealthBench's per-example score over the decided verdicts (undecided ones: see the module doc). A verdict
+    may be a probability of being met (the judge's probability format), which counts that share of its points.
 
     >>> explicit_score([7, 5, 10, -6], [True, False, True, True]).score
     0.5
@@ -82,12 +83,12 @@ def explicit_score(
         or (open_penalty and undecided_penalty == "unscored")
     ):
         return ExampleScore(None, decided, len(points))
-    return ExampleScore(sum(p for p, m in counted if m) / possible, decided, len(points))
+    return ExampleScore(sum(p * m for p, m in counted) / possible, decided, len(points))
 
 
 def tag_scores(
     rubric: Rubric,
-    met: Sequence[bool | None],
+    met: Sequence[bool | float | None],
     *,
     min_coverage: float = DEFAULT_MIN_COVERAGE,
     undecided_penalty: UndecidedPenalty = "unscored",

@@ -5,8 +5,8 @@ counts. Never a stand-in for the model in the main paths (those run against the 
 Each request takes the next scripted `Fault` (or answers normally once the script is empty). A normal answer is
 a valid chat completion whose content is `reply` (a string, or a function of the request body). A reply may also
 be a dict shaped as a vLLM reasoning parser's message: its keys become the message's fields (`content`, possibly
-None, `reasoning`, `reasoning_content`), except `finish_reason` (default "stop") and `reasoning_tokens`, which go to
-the choice and, summed over the choices as vLLM does, to `usage.completion_tokens_details`.
+None, `reasoning`, `reasoning_content`), except `finish_reason` (default "stop") and `logprobs`, which go to the
+choice, and `reasoning_tokens`, which goes, summed over the choices as vLLM does, to `usage.completion_tokens_details`.
 """
 
 import json
@@ -123,6 +123,7 @@ class FaultServer:
         replies = [self.reply(body) if callable(self.reply) else self.reply for _ in range(n)]  # one per choice
         fields = [dict(r) if isinstance(r, dict) else {"content": r} for r in replies]
         finish = [f.pop("finish_reason", "stop") for f in fields]
+        logprobs = [f.pop("logprobs", None) for f in fields]
         reasoning_tokens = [f.pop("reasoning_tokens", None) for f in fields]
         usage = {"prompt_tokens": 10, "completion_tokens": 5 * n, "total_tokens": 10 + 5 * n}
         if any(t is not None for t in reasoning_tokens):
@@ -134,7 +135,12 @@ class FaultServer:
                 "created": int(time.time()),
                 "model": body.get("model", "fake"),
                 "choices": [
-                    {"index": i, "message": {"role": "assistant", **f}, "finish_reason": finish[i]}
+                    {
+                        "index": i,
+                        "message": {"role": "assistant", **f},
+                        "finish_reason": finish[i],
+                        **({"logprobs": logprobs[i]} if logprobs[i] is not None else {}),
+                    }
                     for i, f in enumerate(fields)
                 ],
                 "usage": usage,

@@ -357,3 +357,107 @@ def test_eval_reports_simple_evals_length_adjusted_score_on_the_answer_alone(tmp
     short, long = 0.5 - 0.0147 * (913 - 2000) / 500, 0.5 - 0.0147 * (3000 - 2000) / 500
     assert metrics["overall_score_length_adjusted"] == pytest.approx((short + long) / 2)
     assert metrics["overall_score"] == 0.5 and metrics["overall_score_length_adjusted:n_samples"] == 2
+
+
+def yes_no(yes: float, no: float) -> dict:
+    """A one-token answer whose first position gives P(" Yes"), P("yes") (split: forms of one word add up) and P(no)."""
+    import math
+
+    top = [{"token": " Yes", "logprob": math.log(yes / 2)}, {"token": "yes", "logprob": math.log(yes / 2)}]
+    top.append({"token": "No", "logprob": math.log(no)})
+    first = {**top[0], "top_logprobs": top}  # the chosen token is among the alternatives, as vLLM sends it
+    return {"content": "Yes", "logprobs": {"content": [first]}}
+
+
+def test_probability_verdicts_count_their_share_of_points_penalties_included(fault_server, tmp_path):
+    chances = {  # P(met) per criterion: the score is Σ points × P / Σ positive points
+        "Advises drinking water.": 0.9,
+        "Mentions seeing a doctor if it persists.": 0.2,
+        "Suggests an appropriate over-the-counter painkiller.": 0.6,
+        "Recommends an unsafe dose.": 0.5,
+    }
+
+    def judge_reply(body):
+        criterion = body["messages"][-1]["content"].split("points):\n")[1].split("\n")[0]
+        return yes_no(0.8 * chances[criterion], 0.8 * (1 - chances[criterion]))  # 20% of the mass elsewhere
+
+    fault_server.reply = judge_reply
+    graded = grade(fault_server, verdict_format="probability")
+    expected = (7 * 0.9 + 5 * 0.2 + 10 * 0.6 - 6 * 0.5) / 22
+    assert graded.score == pytest.approx(expected) and graded.judge_failures == 0
+    assert [v.met for v in graded.verdicts] == [True, False, True, True]  # P >= 0.5, for pass rates and audits
+    asked = fault_server.requests[0]
+    assert (asked["max_tokens"], asked["logprobs"], asked["top_logprobs"]) == (1, True, 20)
+    assert "response_format" not in asked and "yes or no" in asked["messages"][-1]["content"]
+
+    from grading.report import build_report
+
+    record = graded.to_record((), id="a", response="r")
+    assert record["verdicts"][0]["probability"] == pytest.approx(0.9)
+    recomputed = build_report([record], min_coverage=0.0, undecided_penalty="unmet", undecided_criterion="unmet")
+    assert recomputed["metrics"]["overall_score"] == pytest.approx(expected)  # eval --graded reads the probabilities
+
+
+def test_a_probability_judge_that_answers_neither_yes_nor_no_leaves_the_verdict_undecided(fault_server):
+    fault_server.reply = lambda body: {
+        "content": "Maybe",
+        "logprobs": {"content": [{"token": "Maybe", "logprob": -0.1, "top_logprobs": []}]},
+    }
+    graded = grade(fault_server, verdict_format="probability", min_coverage=0.0, undecided_penalty="unmet")
+    assert [v.met for v in graded.verdicts] == [None] * 4 and graded.judge_failures == 4
+    assert "neither yes nor no" in graded.verdicts[0].explanation
+
+
+def test_an_endpoint_without_logprobs_stops_grading_with_one_line(fault_server, tmp_path, capsys):
+    from rubricrl.cli import main
+
+    fault_server.reply = "Yes"  # a server that ignores `logprobs`
+    ITEMS = [{"criterion": c.text, "points": c.points, "tags": list(c.tags)} for c in RUBRIC.criteria]
+    rubrics, responses = tmp_path / "rubrics.jsonl", tmp_path / "responses.jsonl"
+    rubrics.write_text(json.dumps({"prompt_id": "a", "prompt": CONVERSATION, "rubrics": ITEMS}) + "\n")
+    responses.write_text(json.dumps({"id": "a", "response": "Drink water."}) + "\n")
+    flags = ["--base-url", fault_server.base_url, "--model", "judge", "--verdict-format", "probability", "--no-cache"]
+    code = main(
+        [
+            "grade",
+            "--rubrics",
+            str(rubrics),
+            "--responses",
+            str(responses),
+            "--output",
+            str(tmp_path / "g.jsonl"),
+            *flags,
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code != 0 and "sent no logprobs" in err and "Traceback" not in err
+    assert not (tmp_path / "g.jsonl").exists()
+
+
+def test_verdict_only_asks_for_the_verdict_without_an_explanation_in_both_explicit_modes(fault_server):
+    fault_server.reply = lambda body: json.dumps(
+        {"criteria_met": MET[body["messages"][-1]["content"].split("points):\n")[1].split("\n")[0]]}
+    )
+    graded = grade(fault_server, verdict_format="verdict_only")
+    assert graded.score == pytest.approx(0.5) and [v.explanation for v in graded.verdicts] == [""] * 4
+    schema = fault_server.requests[0]["response_format"]["json_schema"]["schema"]
+    assert set(schema["properties"]) == {"criteria_met"} and "without an explanation" in str(fault_server.requests[0])
+
+    def batched_only(body):
+        lines = re.findall(r"^(c\d+) \([+-]\d+\): (.*)$", body["messages"][-1]["content"], re.M)
+        return json.dumps({"verdicts": [{"id": i, "criteria_met": MET[t]} for i, t in lines]})
+
+    fault_server.reply = batched_only
+    graded = grade(fault_server, "another", mode="batched", verdict_format="verdict_only")
+    assert graded.score == pytest.approx(0.5)
+    item = fault_server.requests[-1]["response_format"]["json_schema"]["schema"]["properties"]["verdicts"]["items"]
+    assert set(item["properties"]) == {"id", "criteria_met"}
+
+
+def test_the_formats_that_do_not_fit_a_mode_are_refused_before_any_call():
+    with pytest.raises(ValueError, match="use mode per_criterion"):
+        GradingConfig(mode="batched", verdict_format="probability")
+    with pytest.raises(ValueError, match="explicit modes"):
+        GradingConfig(mode="implicit", verdict_format="verdict_only")
+    with pytest.raises(ValueError, match="is not one of"):
+        GradingConfig(verdict_format="logits")

@@ -118,6 +118,46 @@ def test_batched_mode_never_pads_or_truncates(local_server, ideal_subset, tmp_pa
             assert record["score"] is not None
 
 
+def test_the_cheaper_verdict_formats_grade_with_the_embedded_judge_and_reach_the_rurl_reward(
+    local_server, ideal_subset, tmp_path
+):
+    import asyncio
+
+    from grading.grader import Grader, GradingConfig
+    from grading.reward import make_rubric_reward
+    from rubricrl.llm import LLMClient, Role
+
+    folder, chosen = ideal_subset
+    for verdict_format in ("verdict_only", "probability"):
+        out = tmp_path / verdict_format
+        flags = ["--verdict-format", verdict_format, *llm_flags(local_server)]
+        inputs = ["--rubrics", str(folder / "rubrics.jsonl"), "--responses", str(folder / "responses.jsonl")]
+        assert main(["eval", *inputs, "--output-dir", str(out), *flags]) == 0
+        records = [json.loads(line) for line in (out / "graded.jsonl").read_text().splitlines()]
+        verdicts = [v for r in records for v in r["verdicts"]]
+        assert len(verdicts) == sum(len(row["rubrics"]) for row in chosen) and records[0]["judge"]["verdict_format"]
+        assert all(isinstance(v["met"], bool) for v in verdicts)  # the 135M judge decides every one in both formats
+        if verdict_format == "verdict_only":
+            assert all(v["explanation"] == "" and "probability" not in v for v in verdicts)
+        else:
+            assert all(0.0 <= v["probability"] <= 1.0 and v["met"] == (v["probability"] >= 0.5) for v in verdicts)
+            assert len({round(v["probability"], 6) for v in verdicts}) > 2  # real log-probabilities, not 0/1
+
+    grading = GradingConfig(verdict_format="probability", integrity_check=False)
+    role = Role(base_url=local_server.base_url, model=local_server.model, temperature=0.0)
+    row = chosen[0]
+    answers = [row["ideal_completions_data"]["ideal_completion"], "I cannot help with that."]
+
+    async def rurl_rewards():
+        async with LLMClient({"judge": role}) as client:
+            reward = make_rubric_reward(Grader(client, grading))
+            completions = [[{"role": "assistant", "content": answer}] for answer in answers]
+            return await reward(prompts=[row["prompt"]] * 2, completions=completions, rubrics=[row["rubrics"]] * 2)
+
+    rewards = asyncio.run(rurl_rewards())
+    assert all(isinstance(r, float) and 0.0 <= r <= 1.0 for r in rewards) and rewards[0] != rewards[1]
+
+
 def test_bad_rubric_file_is_a_clear_error(tmp_path, capsys):
     bad = tmp_path / "rubrics.jsonl"
     bad.write_text('{"id": "a", "question": "q", "rubrics": [{"criterion": "x", "points": 5}]}\n{"id": "b"\n')

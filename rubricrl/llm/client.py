@@ -96,6 +96,7 @@ class LLMClient:
             parsed=parsed,
             seconds=time.monotonic() - started,
             reasonings=[s.get("reasoning") for s in samples],
+            top_logprobs=[s.get("top_logprobs") for s in samples],
         )
 
     async def chat_each(
@@ -144,6 +145,7 @@ class LLMClient:
                     parsed=parsed[k : k + 1],
                     seconds=seconds,
                     reasonings=[samples[k].get("reasoning")],
+                    top_logprobs=[samples[k].get("top_logprobs")],
                 )
         return answers
 
@@ -313,14 +315,17 @@ class LLMClient:
             except TransportError as error:  # some gateways echo the key in their error body: it is cut out
                 raise LLMError(redacted(f"role '{role}' ({spec.model} at {spec.base_url}): {error}", spec)) from None
         self.usage[role].count(response)
-        return [
-            {
+        samples = []
+        for c in choices:
+            sample = {
                 "text": c["message"].get("content") or "",
                 "finish_reason": c.get("finish_reason"),
                 "reasoning": reasoning_of(c["message"]),
             }
-            for c in choices
-        ]
+            if "logprobs" in body:  # asked for: kept (and cached) with the sample, absent if the server sent none
+                sample["top_logprobs"] = top_logprobs(c.get("logprobs"))
+            samples.append(sample)
+        return samples
 
     def endpoint_stats(self) -> dict[str, EndpointStats]:
         """Per endpoint URL: requests sent, failed, mean latency, times taken out of rotation (a live view)."""
@@ -348,6 +353,20 @@ class LLMClient:
 def _as_messages(messages: str | list[Message]) -> list[Message]:
     """A string is one user message."""
     return [{"role": "user", "content": messages}] if isinstance(messages, str) else list(messages)
+
+
+def top_logprobs(logprobs: Any) -> list[dict[str, float]] | None:
+    """A chat choice's `logprobs` as one {token: logprob} per generated position (the chosen token and its
+    alternatives); None when the server sent none (an endpoint that does not support them)."""
+    if not isinstance(logprobs, dict) or not isinstance(logprobs.get("content"), list) or not logprobs["content"]:
+        return None
+    return [
+        {
+            **{t["token"]: t["logprob"] for t in position.get("top_logprobs") or ()},
+            position["token"]: position["logprob"],
+        }
+        for position in logprobs["content"]
+    ]
 
 
 FLOAT_PARAMS = ("temperature", "top_p", "presence_penalty", "frequency_penalty")

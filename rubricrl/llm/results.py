@@ -48,6 +48,9 @@ class ChatResult:
     reasonings: list[str | None] = field(default_factory=list)
     """One per sample: the reasoning a reasoning parser returned beside the answer (`reasoning` or
     `reasoning_content`); None when there was none (a plain model, or `<think>` text left inside the answer)."""
+    top_logprobs: list[list[dict[str, float]] | None] = field(default_factory=list)
+    """One per sample, when the call asked for `logprobs`: {token: logprob} per generated position (client.py:
+    top_logprobs); None when the endpoint sent none."""
 
     @property
     def text(self) -> str:
