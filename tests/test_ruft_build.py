@@ -155,6 +155,30 @@ def test_build_writes_candidates_and_an_sft_dataset_of_the_best_answers(tmp_path
     assert "kept: 2 of 2 queries (100% retained)" in capsys.readouterr().out
 
 
+def test_a_probability_judge_scores_candidates_by_each_criterions_share_of_its_points(tmp_path, home):
+    import math
+
+    script = Script()
+
+    def reply(body):
+        if not body.get("logprobs"):
+            return script(body)  # a candidate
+        p = 0.8 if json.loads(verdict(body))["criteria_met"] else 0.3  # P(yes) of the scripted verdict
+        top = [{"token": "Yes", "logprob": math.log(p)}, {"token": "No", "logprob": math.log(1 - p)}]
+        return {"content": "Yes", "logprobs": {"content": [{**top[0], "top_logprobs": top}]}}
+
+    with FaultServer(reply=reply) as server:
+        assert build(server, tmp_path, rubrics(tmp_path / "rubrics.jsonl"), "--verdict-format", "probability") == 0
+    candidates = [json.loads(line) for line in (tmp_path / "out" / "candidates.jsonl").read_text().splitlines()]
+    by_text = {c["response"]: round(c["score"], 6) for c in candidates}  # (5 P1 + 5 P2 - 5 P3) / 10
+    assert by_text == {ANSWERS[0]: 0.4, ANSWERS[1]: 0.65, ANSWERS[2]: -0.1, ANSWERS[3]: 0.65}
+    assert candidates[0]["verdicts"][0]["probability"] == pytest.approx(0.8)
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["judge"]["verdict_format"] == "probability"
+    kept = [json.loads(line) for line in (tmp_path / "out" / "sft.jsonl").read_text().splitlines()]
+    assert [k["completion"][0]["content"] for k in kept] == [ANSWERS[1]] * 2  # above 0.5, the shorter of the tie
+
+
 def test_queries_below_tau_are_listed_and_an_empty_selection_still_writes_a_dataset(tmp_path, home):
     import datasets
 
