@@ -8,8 +8,9 @@ output unparsable after bounded resampling) gives `None` verdicts, never False: 
 `samples` = k judge samples per call, majority vote per criterion; a tie is undecided (None), so use an odd k.
 Ratings (implicit, Likert) average over samples. Verdicts come in three formats (VERDICT_FORMATS): explained (an
 explanation, then the verdict), verdict_only (the verdict alone, a few tokens) and probability (one word, yes or no,
-whose first-token log-probabilities give P(met); per criterion only). Each judge renders the prompt it is given (defaults in
-`PROMPT_FOR_MODE`; the grader may pass one with the same placeholders): no module state decides what is asked.
+whose first-token log-probabilities give P(met); per criterion only). Each judge renders the prompt it is given
+(defaults in `PROMPT_FOR_MODE` and `PROMPT_FOR_FORMAT`; the grader may pass one with the same placeholders): no
+module state decides what is asked.
 """
 
 import hashlib

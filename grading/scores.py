@@ -8,10 +8,11 @@ None scores are left out of every mean and counted apart.
 
 Leaving out an undecided penalty could only raise the score, so a judge failure would pay: `undecided_penalty`
 "unscored" (default) makes the example None, "met" counts it met (a lower bound), "unmet" not met (simple-evals'
-`calculate_score`, which counts a missing verdict as not met, whatever its sign: a judge failure on a penalty pays). Dropping an undecided positive
-criterion (default) is unbiased only if the judge fails independently of the answer; if it fails more on some
-(long ones, odd formats), dropping pays them and RL learns to write them. `undecided_criterion="unmet"` is a lower bound
-that pays a judge failure nothing ([10, 5, 3, 2, 1], all met but the 5 undecided: 16/16 = 1.0 dropped, 16/21 = 0.76).
+`calculate_score` counts a missing verdict as not met, whatever its sign: a judge failure on a penalty pays).
+Dropping an undecided positive criterion (default) is unbiased only if the judge fails independently of the answer;
+if it fails more on some (long ones, odd formats), dropping pays them and RL learns to write them.
+`undecided_criterion="unmet"` is a lower bound that pays a judge failure nothing ([10, 5, 3, 2, 1], all met but the
+5 undecided: 16/16 = 1.0 dropped, 16/21 = 0.76).
 """
 
 import random
