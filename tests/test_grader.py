@@ -417,21 +417,11 @@ def test_an_endpoint_without_logprobs_stops_grading_with_one_line(fault_server, 
     rubrics.write_text(json.dumps({"prompt_id": "a", "prompt": CONVERSATION, "rubrics": ITEMS}) + "\n")
     responses.write_text(json.dumps({"id": "a", "response": "Drink water."}) + "\n")
     flags = ["--base-url", fault_server.base_url, "--model", "judge", "--verdict-format", "probability", "--no-cache"]
-    code = main(
-        [
-            "grade",
-            "--rubrics",
-            str(rubrics),
-            "--responses",
-            str(responses),
-            "--output",
-            str(tmp_path / "g.jsonl"),
-            *flags,
-        ]
-    )
+    out = tmp_path / "g.jsonl"
+    code = main(["grade", "--rubrics", str(rubrics), "--responses", str(responses), "--output", str(out), *flags])
     err = capsys.readouterr().err
     assert code != 0 and "sent no logprobs" in err and "Traceback" not in err
-    assert not (tmp_path / "g.jsonl").exists()
+    assert not out.exists()
 
 
 def test_verdict_only_asks_for_the_verdict_without_an_explanation_in_both_explicit_modes(fault_server):
