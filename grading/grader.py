@@ -48,10 +48,9 @@ class GradingConfig:
     judge_role: str = "judge"
     """The role (llm.roles) that judges."""
     verdict_format: VerdictFormat = "explained"
-    """Explicit modes: explained (an explanation before each verdict), verdict_only (the verdict alone: a few
-    tokens instead of ~60), or probability (per_criterion: one word, yes or no; P(met) from the judge's
-    log-probabilities of it, which the score uses in place of 0/1; needs an endpoint that returns logprobs and a
-    judge that answers without reasoning first)."""
+    """Explicit modes: explained (an explanation, then the verdict), verdict_only (the verdict alone: ~10 tokens, not
+    ~60), or probability (per_criterion: yes or no; the score uses P(met) from the judge's logprobs in place of 0/1;
+    needs an endpoint that returns logprobs and a judge that answers without reasoning first)."""
     samples: int = 1
     """Judge samples per verdict, majority vote (self-consistency); odd numbers avoid ties."""
     chunk_size: int = 16
@@ -68,9 +67,9 @@ class GradingConfig:
     bound that pays a judge failure nothing; the training presets' choice, since RL learns whatever answers make
     the judge fail more). grading/scores.py has the arithmetic."""
     reask_undecided: int = 0
-    """Ask the judge again about a criterion left without a verdict (a failed call, or a tied vote), up to this
-    many times, before the two rules above count it; each try adds one sample to the vote, and answers that
-    did not parse are asked afresh. simple-evals asks until it gets a verdict; `eval` bounds it at 3."""
+    """Ask the judge again about a criterion left without a verdict, up to this many times, before the two rules
+    above count it: a failed call as it was (its unparsable answers asked afresh), a tied vote with one more
+    sample. simple-evals asks until it gets a verdict; `eval` bounds it at 3."""
     clip_reward: bool = True
     """Reward = explicit score clipped to [0, 1]; False passes penalised scores below 0 through."""
     integrity_check: bool = True
@@ -176,7 +175,7 @@ class Graded:
     judge_failures: int = 0
     """Verdicts (or a rating) the judge did not give, after any re-asking."""
     reasked: int = 0
-    """Judge calls made again for a verdict the first call did not give (reask_undecided)."""
+    """Times a criterion was asked again because the judge gave it no verdict (reask_undecided)."""
     no_answer: str | None = None
     """Why the response holds no answer to judge (its reasoning never closed); it has the floor score."""
 
@@ -248,7 +247,9 @@ class Grader:
 
         found = integrity.check(response, rubric) if config.integrity_check else integrity.Integrity()
         if found.note and config.integrity_judge:
-            asked = await integrity.ask_judge(self.client, config.judge_role, conversation, response, config.samples)
+            asked = await integrity.ask_judge(
+                self.client, config.judge_role, conversation, response, config.samples, config.verdict_format
+            )
             if asked.met:
                 found = integrity.Integrity(veto=f"integrity judge: {asked.explanation}"[:300], note=found.note)
             else:
@@ -287,15 +288,22 @@ class Grader:
         }
         criteria = [c for _, c in by_judge]
         judged = await self._judge(conversation, response, criteria, config.samples)
-        reasked = 0
-        for extra in range(1, config.reask_undecided + 1):  # one more sample each time: a tied vote can break
-            undecided = [k for k, v in enumerate(judged) if v.met is None]
-            if not undecided:
+        samples, reasked = [config.samples] * len(criteria), 0
+        for _ in range(config.reask_undecided):
+            again: dict[int, list[int]] = {}  # samples to ask with -> the criteria asked again with as many
+            for k, verdict in enumerate(judged):
+                if (n := judge.samples_to_reask(verdict, samples[k])) is not None:
+                    samples[k] = n
+                    again.setdefault(n, []).append(k)
+            if not again:
                 break
-            reasked += len(undecided)
-            again = await self._judge(conversation, response, [criteria[k] for k in undecided], config.samples + extra)
-            for k, verdict in zip(undecided, again):
-                judged[k] = verdict
+            reasked += sum(map(len, again.values()))
+            answers = await gather_or_cancel(
+                self._judge(conversation, response, [criteria[k] for k in ks], n) for n, ks in again.items()
+            )
+            for ks, answered in zip(again.values(), answers):
+                for k, verdict in zip(ks, answered):
+                    judged[k] = verdict
         verdicts.update({i: v for (i, _), v in zip(by_judge, judged)})
         ordered = [verdicts[i] for i in range(len(rubric.criteria))]
         score = explicit_score([v.points for v in ordered], [v.credit for v in ordered], **config.rule()).score

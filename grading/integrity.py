@@ -97,10 +97,15 @@ def integrity_flag(response: str, rubric: Rubric | None = None) -> str | None:
     return check(response, rubric).veto
 
 
-async def ask_judge(client: LLMClient, role: str, conversation: list[dict], response: str, samples: int = 1):
-    """The judge's verdict on QUESTION for one response (one call, `samples` choices): met = addresses the grader;
-    None when the judge failed (then nothing is vetoed)."""
-    return await judge.judge_per_criterion(client, role, judge.CRITERION, conversation, response, QUESTION, samples)
+async def ask_judge(
+    client: LLMClient, role: str, conversation: list[dict], response: str, samples: int = 1, verdict_format="explained"
+):
+    """The judge's verdict on QUESTION for one response (one call, `samples` choices, in the grading's verdict
+    format, within its token budget): met = addresses the grader; None when the judge failed (nothing is vetoed)."""
+    prompt = judge.PROMPT_FOR_FORMAT.get(("per_criterion", verdict_format), judge.CRITERION)
+    return await judge.judge_per_criterion(
+        client, role, prompt, conversation, response, QUESTION, samples, verdict_format
+    )
 
 
 def _grading_request(response: str) -> str | None:

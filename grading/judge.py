@@ -46,6 +46,7 @@ PROMPT_FOR_FORMAT = {
 }
 """The default prompt of a mode in a format other than explained (the same placeholders as the mode's)."""
 PROBABILITY_REQUEST = {"max_tokens": 1, "logprobs": True, "top_logprobs": 20}
+NEITHER = "neither yes nor no"
 """One answer token and its 20 likeliest alternatives (vLLM's default max_logprobs, and OpenAI's limit)."""
 
 # Short enough that the JSON closes well within a judge's max_tokens even in scripts that take a token per
@@ -132,9 +133,24 @@ def quoted(template: Prompt, conversation: list[dict[str, str]], response: str, 
     return [{"role": "system", "content": SYSTEM.text}, {"role": "user", "content": user}]
 
 
+FAILED = "judge failed"
+
+
 def judge_failure(error: Exception) -> str:
     """The explanation recorded for a verdict or rating the judge could not give."""
-    return f"judge failed: {error}"[:500]
+    return f"{FAILED}: {error}"[:500]
+
+
+def samples_to_reask(verdict: Verdict, samples: int) -> int | None:
+    """How many samples to ask again with for an undecided verdict: as many for a failed call (its unparsable
+    answers were dropped, so they are asked afresh; more would only add ways to fail), one more for a tied vote
+    (its samples come back from the cache and the new one breaks the tie); None where asking again would replay
+    the same answer (a probability answer that was neither yes nor no)."""
+    if verdict.met is not None or verdict.probability is not None:
+        return None
+    if verdict.explanation.startswith(FAILED):
+        return samples
+    return None if verdict.explanation.startswith(NEITHER) else samples + 1
 
 
 def majority(votes: list[bool]) -> bool | None:
@@ -179,8 +195,9 @@ def probability_verdict(criterion: Criterion, result) -> Verdict:
     positions = result.top_logprobs[0]
     if not positions:
         raise UserError(
-            f"judge role '{result.role}' ({result.model}) sent no logprobs: verdict_format probability needs an "
-            "endpoint that returns them (vLLM, OpenAI chat completions); choose verdict_only or explained"
+            f"judge role '{result.role}' ({result.model}) sent no logprobs with its answer: verdict_format "
+            "probability needs an endpoint that returns them (vLLM, OpenAI chat completions); choose verdict_only "
+            "or explained"
         )
     mass = {"yes": 0.0, "no": 0.0}
     for token, logprob in positions[0].items():
@@ -188,7 +205,7 @@ def probability_verdict(criterion: Criterion, result) -> Verdict:
         if word in mass:
             mass[word] += math.exp(logprob)
     if mass["yes"] + mass["no"] == 0:
-        return Verdict.of(criterion, None, f"neither yes nor no among the likeliest answers ({result.text!r})", "judge")
+        return Verdict.of(criterion, None, f"{NEITHER} among the likeliest answers ({result.text!r})", "judge")
     probability = mass["yes"] / (mass["yes"] + mass["no"])
     return Verdict.of(criterion, probability >= 0.5, f"P(yes) = {probability:.3f}", "judge", probability)
 

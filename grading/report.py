@@ -5,6 +5,7 @@ n_samples and bootstrap std, under simple-evals' metric names (`overall_score`, 
 from collections.abc import Sequence
 from typing import Any
 
+from grading.judge import FAILED
 from grading.rubric import Criterion, Rubric
 from grading.scores import DEFAULT_MIN_COVERAGE, UndecidedCriterion, UndecidedPenalty, aggregate, tag_scores
 
@@ -144,7 +145,7 @@ def first_judge_error(records: Sequence[dict[str, Any]]) -> str | None:
     """The first recorded judge failure (`judge failed: ...`), the likeliest clue to what went wrong."""
     for record in records:
         for text in [v.get("explanation") for v in record.get("verdicts") or ()] + [record.get("explanation")]:
-            if isinstance(text, str) and text.startswith("judge failed"):
+            if isinstance(text, str) and text.startswith(FAILED):
                 return text
     return None
 

@@ -8,7 +8,7 @@ sees through (an object with an async `__call__` it does not), so that TRL runs 
 
 Each row carries its rubric in the `rubrics` column (TRL repeats it per generation). A completion that could not be
 graded gets `None` (TRL: NaN, out of the advantage), never 0, and counts in `rubric/judge_failure_rate` (a penalty
-left undecided too, unless `undecided_penalty` is "met": grading/scores.py). DAPO's soft overlong penalty is applied
+left undecided too, unless `undecided_penalty` counts it: grading/scores.py). DAPO's soft overlong penalty is applied
 here, on the whole completion as DAPO does, not as a second reward function: TRL's nansum would make a None beside
 a number a scored completion. The reasoning (`reasoning_delimiters`, or TRL's `reasoning_content`) never reaches the
 judge; a completion whose reasoning never closed gets the floor without a judge call.

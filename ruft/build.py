@@ -131,13 +131,20 @@ async def sample_and_select(
         return await builder.run(rows, total), grader.metadata
 
 
+ADDED_LATER = {"verdict_format": "explained", "reask_undecided": 0}
+"""Grading settings newer than some builds, at their defaults: the rows they shape are those of older builds."""
+
+
 def build_settings(build: BuildArgs, config: RuftConfig, grading: GradingConfig, roles: dict) -> dict[str, Any]:
     """What determines the rows (rubricrl/runs/provenance.py): the selection, the grading settings, how RaR pitfalls
     read, each role as resolved, the judge's prompts (by hash: a copied prompt file is the same prompt). Not
     concurrency, timeouts, the limit or paths."""
-    # not the judge prompt's path (its hash is below), nor max_failure_rate (grade and eval's exit code, not rows)
+    # not the judge prompt's path (its hash is below), nor max_failure_rate (grade and eval's exit code, not rows);
+    # settings added after builds existed count only when set, so that such a build still resumes
     grading_values = {
-        k: v for k, v in resolved([grading])["grading"].items() if k not in ("judge_prompt", "max_failure_rate")
+        k: v
+        for k, v in resolved([grading])["grading"].items()
+        if k not in ("judge_prompt", "max_failure_rate") and ADDED_LATER.get(k, object()) != v
     }
     return {
         "command": "ruft build",

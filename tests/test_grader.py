@@ -10,6 +10,7 @@ import pytest
 from grading import judge
 from grading.grader import GradeItem, Grader, GradingConfig
 from grading.rubric import rubric_from_items
+from rubricrl.errors import UserError
 from rubricrl.llm import LLMClient, Role
 from tests.fault_server import Fault
 from tests.helpers import run
@@ -122,6 +123,8 @@ def test_an_undecided_verdict_is_asked_again_up_to_reask_undecided_times(fault_s
     graded = grade(fault_server, "another response", reask_undecided=2)
     assert [v.met for v in graded.verdicts] == [True, False, True, True] and graded.score == pytest.approx(0.5)
     assert (graded.reasked, graded.judge_failures) == (1, 0)  # one re-ask was enough: the second never made
+    doctor = [r for r in fault_server.requests if "seeing a doctor" in r["messages"][-1]["content"]]
+    assert {r.get("n", 1) for r in doctor} == {1}  # a failed call is asked again as it was, not with more samples
     refusals = iter(range(10))
     graded = grade(fault_server, "a third response", reask_undecided=2, min_coverage=0.75)
     assert graded.verdicts[1].met is None and (graded.reasked, graded.judge_failures) == (2, 1)  # bounded
@@ -403,9 +406,25 @@ def test_a_probability_judge_that_answers_neither_yes_nor_no_leaves_the_verdict_
         "content": "Maybe",
         "logprobs": {"content": [{"token": "Maybe", "logprob": -0.1, "top_logprobs": []}]},
     }
-    graded = grade(fault_server, verdict_format="probability", min_coverage=0.0, undecided_penalty="unmet")
+    graded = grade(
+        fault_server, verdict_format="probability", min_coverage=0.0, undecided_penalty="unmet", reask_undecided=2
+    )
     assert [v.met for v in graded.verdicts] == [None] * 4 and graded.judge_failures == 4
     assert "neither yes nor no" in graded.verdicts[0].explanation
+    assert graded.reasked == 0 and fault_server.count == 4  # asking again would replay the same log-probabilities
+
+
+def test_an_answer_without_the_logprobs_asked_for_is_not_cached(fault_server, cache):
+    async def go():
+        roles = {"judge": Role(base_url=fault_server.base_url, model="judge")}
+        async with LLMClient(roles, cache=cache) as client:
+            return await Grader(client, GradingConfig(verdict_format="probability")).grade(CONVERSATION, "r", RUBRIC)
+
+    fault_server.reply = "Yes"  # an endpoint that ignores `logprobs`
+    with pytest.raises(UserError, match="sent no logprobs"):
+        run(go())
+    fault_server.reply = yes_no(0.9, 0.1)  # the same model name served by one that sends them: asked, not replayed
+    assert run(go()).score == pytest.approx((7 + 5 + 10 - 6) * 0.9 / 22)
 
 
 def test_an_endpoint_without_logprobs_stops_grading_with_one_line(fault_server, tmp_path, capsys):

@@ -166,6 +166,15 @@ def test_the_integrity_judge_saying_no_leaves_the_reward_at_one_more_call(fault_
     assert graded.reward == pytest.approx(0.5) and fault_server.count == 1 + len(RUBRIC.criteria)
 
 
+def test_the_integrity_judge_asks_in_the_gradings_verdict_format_within_its_budget(fault_server):
+    fault_server.reply = json.dumps({"criteria_met": True})  # yes, in a few tokens: an explanation would not parse
+    graded = grade(fault_server, AMBIGUOUS[2], integrity_judge=True, verdict_format="verdict_only")
+    asked = fault_server.requests[0]
+    assert set(asked["response_format"]["json_schema"]["schema"]["properties"]) == {"criteria_met"}
+    assert QUESTION.text in asked["messages"][-1]["content"] and "without an explanation" in str(asked)
+    assert graded.integrity_flag.startswith("integrity judge") and fault_server.count == 1
+
+
 def test_the_integrity_judge_is_not_asked_about_clean_or_vetoed_responses(fault_server):
     fault_server.reply = judge_with_integrity_answer(True)
     assert grade(fault_server, "Drink water and rest.", integrity_judge=True).integrity_flag is None

@@ -472,3 +472,20 @@ def test_rows_no_candidate_could_be_scored_on_are_refused_or_left_out_and_listed
     assert {json.loads(line)["id"] for line in (out / "candidates.jsonl").read_text().splitlines()} == {"r0", "r1"}
     captured = capsys.readouterr()
     assert "left out 2 rows" in captured.err and "2 bad rows left out" in captured.out
+
+
+def test_grading_settings_newer_than_a_build_leave_its_fingerprint_alone_until_set(tmp_path):
+    from grading.grader import GradingConfig
+    from ruft.build import BuildArgs, build_settings
+    from ruft.config import RuftConfig
+
+    def grading_of(**settings):
+        args = BuildArgs(rubrics=tmp_path / "r.jsonl", output_dir=tmp_path / "out")
+        return build_settings(args, RuftConfig(threshold=0.5), GradingConfig(**settings), {})["grading"]
+
+    assert not {"verdict_format", "reask_undecided"} & set(grading_of())  # what a build before them recorded
+    assert grading_of(verdict_format="verdict_only", reask_undecided=2) == {
+        **grading_of(),
+        "verdict_format": "verdict_only",
+        "reask_undecided": 2,
+    }

@@ -221,8 +221,8 @@ class ResponseCache:
 
     def _open_index(self) -> sqlite3.Connection:
         """Open the index, creating it, or rebuilding it from the segments if a power loss corrupted it (it is
-        never synced). One process at a time: processes creating it at once can get SQLITE_BUSY from the set-up
-        pragmas, and a rebuild must not delete a file another opener is reading."""
+        never synced). One opener at a time: processes creating it at once got SQLITE_BUSY from the set-up pragmas,
+        and a rebuild deletes the files (a process that opened them before the corruption fails on them anyway)."""
         with open(self.path / "index.lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
             try:

@@ -226,9 +226,9 @@ class LLMClient:
             self._in_flight.update(futures)
             try:
                 fresh = await self._ask(role, spec, messages, request, [i for i, _ in mine], allow_empty)
-                if self.cache is not None:  # first writer wins: what the cache holds is the answer; no answer is
-                    fresh = [
-                        self.cache.put(key, sample) if sample["text"].strip() else sample  # never stored
+                if self.cache is not None:  # first writer wins: what the cache holds is the answer; no answer, or
+                    fresh = [  # one without the logprobs asked for (another endpoint may send them), is never stored
+                        self.cache.put(key, sample) if _storable(sample) else sample
                         for (_, key), sample in zip(mine, fresh)
                     ]
                 for (_, key), stored in zip(mine, fresh):
@@ -353,6 +353,10 @@ class LLMClient:
 def _as_messages(messages: str | list[Message]) -> list[Message]:
     """A string is one user message."""
     return [{"role": "user", "content": messages}] if isinstance(messages, str) else list(messages)
+
+
+def _storable(sample: dict[str, Any]) -> bool:
+    return bool(sample["text"].strip()) and sample.get("top_logprobs", ()) is not None
 
 
 def top_logprobs(logprobs: Any) -> list[dict[str, float]] | None:
