@@ -382,7 +382,7 @@ def _freeze(messages: list[dict[str, str]]) -> tuple:
 def judge_prompt(config: GradingConfig) -> Prompt:
     """The mode's default judge prompt, or the file `config.judge_prompt` names. Its placeholders must be exactly
     the default's: rendering is strict, so a difference would otherwise fail (or drop a value) on every call."""
-    default = judge.PROMPT_FOR_FORMAT.get((config.mode, config.verdict_format)) or judge.PROMPT_FOR_MODE[config.mode]
+    default = judge.default_prompt(config.mode, config.verdict_format)
     if config.judge_prompt is None:
         return default
     path = Path(config.judge_prompt)

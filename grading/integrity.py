@@ -102,7 +102,7 @@ async def ask_judge(
 ):
     """The judge's verdict on QUESTION for one response (one call, `samples` choices, in the grading's verdict
     format, within its token budget): met = addresses the grader; None when the judge failed (nothing is vetoed)."""
-    prompt = judge.PROMPT_FOR_FORMAT.get(("per_criterion", verdict_format), judge.CRITERION)
+    prompt = judge.default_prompt("per_criterion", verdict_format)
     return await judge.judge_per_criterion(
         client, role, prompt, conversation, response, QUESTION, samples, verdict_format
     )

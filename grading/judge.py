@@ -45,6 +45,18 @@ PROMPT_FOR_FORMAT = {
     ("per_criterion", "probability"): load_prompt(PROMPTS / "judge_criterion_probability.txt"),
 }
 """The default prompt of a mode in a format other than explained (the same placeholders as the mode's)."""
+
+
+def default_prompt(mode: str, verdict_format: str) -> Prompt:
+    """The prompt a mode asks with in a verdict format, unless a judge_prompt file replaces it."""
+    return PROMPT_FOR_FORMAT.get((mode, verdict_format)) or PROMPT_FOR_MODE[mode]
+
+
+def credit(met: bool | None, probability: float | None) -> float | bool | None:
+    """What the score counts for a verdict: P(met) where the judge gave one, else met."""
+    return met if probability is None else probability
+
+
 PROBABILITY_REQUEST = {"max_tokens": 1, "logprobs": True, "top_logprobs": 20}
 NEITHER = "neither yes nor no"
 """One answer token and its 20 likeliest alternatives (vLLM's default max_logprobs, and OpenAI's limit)."""
@@ -93,8 +105,7 @@ class Verdict:
 
     @property
     def credit(self) -> float | bool | None:
-        """What the score counts: P(met) where the judge gave one, else met."""
-        return self.met if self.probability is None else self.probability
+        return credit(self.met, self.probability)
 
     def to_dict(self) -> dict[str, Any]:
         verdict = {

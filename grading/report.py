@@ -5,7 +5,7 @@ n_samples and bootstrap std, under simple-evals' metric names (`overall_score`, 
 from collections.abc import Sequence
 from typing import Any
 
-from grading.judge import FAILED
+from grading.judge import FAILED, credit
 from grading.rubric import Criterion, Rubric
 from grading.scores import DEFAULT_MIN_COVERAGE, UndecidedCriterion, UndecidedPenalty, aggregate, tag_scores
 
@@ -35,7 +35,7 @@ def example_metrics(
     )
     return tag_scores(
         rubric,
-        [v["met"] if v.get("probability") is None else v["probability"] for v in verdicts],  # judge.Verdict.credit
+        [credit(v["met"], v.get("probability")) for v in verdicts],
         min_coverage=min_coverage,
         undecided_penalty=undecided_penalty,
         undecided_criterion=undecided_criterion,
