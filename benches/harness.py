@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from contextlib import contextmanager
@@ -73,13 +74,14 @@ def canned_endpoint(latency: float, jitter: float = 0.2):
         server.wait()
 
 
-def run_command(argv: list[str], out: Path, home: Path) -> dict:
-    """One `rubricrl` command in a child process: wall time, bytes it wrote, its output's size, its peak RSS."""
+def run_command(argv: list[str], out: Path, home: Path, root: Path = ROOT) -> dict:
+    """One `rubricrl` command in a child process: wall time, bytes it wrote, its output's size, its peak RSS. `root`:
+    the tree whose code runs (a baseline's checkout from `baseline_tree`; its folder is first on the path)."""
     started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-c", RUN, *argv],
         env={**os.environ, "RUBRICRL_HOME": str(home)},
-        cwd=ROOT,
+        cwd=root,
         capture_output=True,
         text=True,
     )
@@ -96,6 +98,24 @@ def run_command(argv: list[str], out: Path, home: Path) -> dict:
         "output": output,
         "rss_mb": rss_kb / 1024,
     }
+
+
+@contextmanager
+def baseline_tree(rev: str | None):
+    """A checkout of commit `rev` of this repository in a temporary folder (git worktree), for running its code beside
+    this tree's in one benchmark run, on the same machine at the same moment, in the same venv; None: no baseline."""
+    if rev is None:
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="baseline-") as folder:
+        tree = Path(folder) / "tree"
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", str(tree), rev], cwd=ROOT, check=True, capture_output=True
+        )
+        try:
+            yield tree
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, capture_output=True)
 
 
 def where_time_went(stats: dict, run: dict, concurrency: int) -> str:

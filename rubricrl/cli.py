@@ -2,7 +2,6 @@
 
 import argparse
 import asyncio
-import importlib
 import json
 import signal
 import sys
@@ -14,6 +13,7 @@ from rubricrl import __version__
 from rubricrl.cli_help import EXAMPLES, ON_INTERRUPT, PRESETS, all_commands, presets
 from rubricrl.config import add_config_arguments, config_source, parse_settings
 from rubricrl.errors import UserError
+from rubricrl.lazy import when_called
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,15 +49,6 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
-
-
-def _when_called(module: str, name: str):
-    """`module.name`, imported at its first call: `rubricrl --help` does not load the stages' merges and cards."""
-
-    def call(*args):
-        return getattr(importlib.import_module(module), name)(*args)
-
-    return call
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -142,8 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_merge_command(
         commands,
         {
-            "synth": MergeKind("final.jsonl", _when_called("synthesis.merge", "merge_synthesis")),
-            "ruft build": MergeKind("queries.jsonl", _when_called("ruft.merge", "merge_ruft")),
+            "synth": MergeKind("final.jsonl", when_called("synthesis.merge", "merge_synthesis")),
+            "ruft build": MergeKind("queries.jsonl", when_called("ruft.merge", "merge_ruft")),
         },
     )
     from rubricrl.runs.publish import add_command as add_publish_command
@@ -151,8 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_publish_command(
         commands,
         {
-            "sft.parquet": _when_called("ruft.card", "build_folder"),
-            "final.parquet": _when_called("synthesis.card", "build_folder"),
+            "sft.parquet": when_called("ruft.card", "build_folder"),
+            "final.parquet": when_called("synthesis.card", "build_folder"),
         },
     )
 

@@ -1,23 +1,36 @@
-"""Synthesis on the embedded model through the real vLLM server: every valid query gets a rubric."""
+"""Synthesis on the embedded model through the real vLLM server: every valid query gets a rubric, and the command
+never imports the training stack."""
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
-from rubricrl.cli import main
 from synthesis.config import SynthesisConfig
 from synthesis.output import final_schema
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).parent))
+from test_startup import TRAINING_STACK  # noqa: E402
+
+RUN = """
+import json, sys
+from rubricrl.cli import main
+code = main(sys.argv[2:])
+print("LOADED", json.dumps([m for m in json.loads(sys.argv[1]) if m in sys.modules]), file=sys.stderr)
+sys.exit(code)
+"""
 
 
-def test_coarse_to_fine_on_the_embedded_model(local_server, tmp_path, monkeypatch, capsys):
+def test_coarse_to_fine_on_the_embedded_model(local_server, tmp_path):
     """Only the server's URL is given: the model is the one it serves, and as it is the embedded model, the CPU
-    token budgets apply to every role without a preset naming them (and the summary says which)."""
-    monkeypatch.setenv("RUBRICRL_HOME", str(tmp_path / "home"))  # a cache of its own: real calls are made
+    token budgets apply to every role without a preset naming them (and the summary says which). The command runs
+    as a user's does, in a process of its own: from its start to its summary, no torch, TRL or datasets."""
     queries = tmp_path / "queries.jsonl"
     rows = [
         {"id": "single", "prompt": "How do I boil an egg?"},
@@ -33,21 +46,29 @@ def test_coarse_to_fine_on_the_embedded_model(local_server, tmp_path, monkeypatc
     ]
     queries.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     out = tmp_path / "out"
-    code = main(
-        [
-            "synth",
-            "--input",
-            str(queries),
-            "--output-dir",
-            str(out),
-            "--base-url",
-            local_server.base_url,
-            "--config",
-            str(ROOT / "configs" / "synthesis" / "tiny-cpu.yaml"),
-        ]
+    argv = [
+        "synth",
+        "--input",
+        str(queries),
+        "--output-dir",
+        str(out),
+        "--base-url",
+        local_server.base_url,
+        "--config",
+        str(ROOT / "configs" / "synthesis" / "tiny-cpu.yaml"),
+    ]
+    env = {**os.environ, "RUBRICRL_HOME": str(tmp_path / "home")}  # a cache of its own: real calls are made
+    done = subprocess.run(
+        [sys.executable, "-c", RUN, json.dumps(TRAINING_STACK), *argv],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
-    assert code == 0
-    assert "max_tokens for the embedded model on CPU" in capsys.readouterr().out
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "max_tokens for the embedded model on CPU" in done.stdout
+    assert "LOADED []" in done.stderr, done.stderr[-500:]
     table = pq.read_table(out / "final.parquet")
     assert table.schema == final_schema()
     rubrics = {row["id"]: row["rubrics"] for row in table.to_pylist()}
