@@ -4,13 +4,15 @@ The GPU machine this project can reach is bare and offline: PyTorch, transformer
 pandas, but no TRL, datasets, vLLM, openai, wandb or model weights. So:
 
     python benches/gpu_smoke.py prepare     # here, online: missing wheels, model config and tokenizer into .gpu_smoke/
-    python benches/gpu_smoke.py run         # there: 3 GRPO steps, generation, `ruft build`, 3 SFT steps; the figures
-    python benches/gpu_smoke.py --dry-run   # here: prepare, check the wheels install there, the run on CPU, 1 step each
+    python benches/gpu_smoke.py run         # there: 6 GRPO steps against `trl grpo`'s in two shapes (the
+                                            # head-to-head, benches/gpu_head_to_head.py), generation, `ruft build`,
+                                            # 3 SFT steps; the figures
+    python benches/gpu_smoke.py --dry-run   # here: prepare, check the wheels install there, the run on CPU, tiny
 
 `prepare` prints the folder's size against the 64 MiB that may travel; `run` installs the wheels offline and uses a
 random model and a canned judge; tests/test_gpu_smoke.py runs --dry-run. A failed step prints one line naming it
-(after its log's tail); the run ends itself within --deadline seconds. Figures: step times, generated tokens/s, peak
-GPU memory, versions (the guide: docs/benchmarks.md).
+(after its log's tail); the run ends itself within --deadline seconds. Figures: step times against trl grpo's, generated
+tokens/s, peak GPU memory, versions (the guide: docs/benchmarks.md).
 """
 
 import argparse
@@ -25,94 +27,14 @@ import traceback
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+from gpu_head_to_head import DRY_RUN_SHORT, compare, report_lines, rurl_argv, shapes
+from gpu_smoke_prepare import StepFailed, check_installable, pip, prepare
+
 ROOT = Path(__file__).resolve().parents[1]
 PREPARED = ROOT / ".gpu_smoke"  # git-ignored; carried to the GPU machine as it is
-LIMIT_MIB = 64  # what may travel to the GPU machine: the working tree and the prepared files together
-CARRIED = "trl datasets dill multiprocess jsonschema jsonschema-specifications referencing rpds-py".split()
-"""What the GPU image lacks of what `rurl train` and `ruft train` import (the device tool's package list, 2026-11-17),
-at the versions installed here: the ones the suite passes with. wandb stays behind (the runs log to none)."""
-THERE = {"python": "3.12", "platforms": ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")}
-"""The GPU machine's python3 (3.12.3, /opt/torch/.venv) and the wheel platforms it takes."""
-MODEL_FILES = "config.json generation_config.json tokenizer.json tokenizer_config.json chat_template.jinja".split()
-"""SmolLM2-135M's config and tokenizer (3.5 MB) from the embedded model: no weights travel, the run draws them."""
 JUDGE_LATENCY = 0.05  # the canned judge's answer time (s): what is measured is the GPU side
-CHILD = Path(__file__).with_name("gpu_smoke_child.py")  # a timed `rubricrl` command; generation alone
-
-
-class StepFailed(Exception):
-    """A step of the smoke run failed: the message says how in one line, `log` is the tail of its log if any."""
-
-    def __init__(self, message: str, log: str = ""):
-        super().__init__(message)
-        self.log = log
-
-
-# --- here: preparation -------------------------------------------------------------------------------------------
-
-
-def prepare(folder: Path) -> dict:
-    """The wheels the GPU machine lacks and the model's config and tokenizer into `folder`, checked to fit."""
-    from importlib.metadata import version
-
-    from rubricrl.serving.embedded_model import prepare_embedded_model
-
-    shutil.rmtree(folder, ignore_errors=True)
-    (folder / "wheels").mkdir(parents=True)
-    pins = [f"{name}=={version(name)}" for name in CARRIED]
-    pip(["download", "--no-deps", "--dest", str(folder / "wheels"), *target_flags(), *pins], "download the wheels")
-    (folder / "model").mkdir()
-    source = prepare_embedded_model(log=lambda line: print(f"gpu_smoke: {line}", file=sys.stderr))
-    for name in MODEL_FILES:
-        shutil.copy2(source / name, folder / "model" / name)
-    prepared, tree = size_of(folder.rglob("*")), size_of(ROOT / p for p in travelling_files())
-    print(
-        f"gpu_smoke: prepared {mib(prepared)} ({', '.join(pins)}; model config and tokenizer) + working tree "
-        f"{mib(tree)} = {mib(prepared + tree)} of the {LIMIT_MIB} MiB that may travel",
-        file=sys.stderr,
-    )
-    if prepared + tree > LIMIT_MIB * 2**20:
-        raise StepFailed(f"{mib(prepared + tree)} would travel, more than {LIMIT_MIB} MiB")
-    return {"wheels": pins, "prepared_bytes": prepared, "tree_bytes": tree}
-
-
-def check_installable(folder: Path) -> None:
-    """pip's dry run of the offline install, for the GPU machine's Python and platform (not this one's)."""
-    wheels = sorted(str(p) for p in (folder / "wheels").glob("*.whl"))
-    with tempfile.TemporaryDirectory() as target:
-        pip(
-            ["install", "--dry-run", "--no-index", "--no-deps", "--target", target, *target_flags(), *wheels], "install"
-        )
-
-
-def target_flags() -> list[str]:
-    flags = ["--only-binary=:all:", "--python-version", THERE["python"], "--implementation", "cp"]
-    return flags + [f"--platform={platform}" for platform in THERE["platforms"]]
-
-
-def travelling_files() -> list[str]:
-    """The working tree as the device tool sends it: tracked files and untracked ones git does not ignore."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT, capture_output=True
-    )
-    return [name for name in listed.stdout.decode().split("\0") if name and (ROOT / name).is_file()]
-
-
-def size_of(paths) -> int:
-    return sum(p.stat().st_size for p in paths if p.is_file())
-
-
-def mib(size: int) -> str:
-    return f"{size / 2**20:.1f} MiB"
-
-
-def pip(args: list[str], what: str) -> None:
-    done = subprocess.run([sys.executable, "-m", "pip", "-q", *args], capture_output=True, text=True)
-    if done.returncode != 0:
-        said = [line.strip() for line in done.stderr.splitlines() if line.strip()]
-        raise StepFailed(f"pip could not {what}: {said[-1] if said else 'no message'}", "\n".join(said[-30:]))
-
-
-# --- there: the run ----------------------------------------------------------------------------------------------
+CHILD = Path(__file__).with_name("gpu_smoke_child.py")  # a timed `rubricrl` or `trl grpo` command; generation alone
+SMOKE_SHAPE = "135M LoRA 8x48"  # the head-to-head's shape that the smoke's own GRPO run is (its rurl train side)
 
 
 class Run:
@@ -141,7 +63,7 @@ class Run:
             return ["--use_cpu", "true", "--bf16", "false", "--dtype", "float32", *short]
         return ["--use_cpu", "false", "--bf16", "true", "--dtype", "bfloat16"]
 
-    def child(self, name: str, kind: str, args: list[str]):
+    def child(self, name: str, kind: str, args: list[str]) -> tuple[dict, float]:
         """benches/gpu_smoke_child.py `kind` in a child process, its log in work/<name>.log; what it wrote."""
         log, result = self.work / f"{name}.log", self.work / f"{name}.json"
         started = time.monotonic()
@@ -161,9 +83,9 @@ class Run:
             raise StepFailed(f"exit {done.returncode}: {last_line(log)} (log {log})", tail(log))
         return json.loads(result.read_text()), time.monotonic() - started
 
-    def command(self, name: str, argv: list[str]) -> dict:
-        """A `rubricrl` command, each of its optimizer steps timed; its peak GPU memory."""
-        figures, seconds = self.child(name, "command", argv)
+    def command(self, name: str, argv: list[str], kind: str = "command") -> dict:
+        """A `rubricrl` command (kind `trl`: `trl grpo`), each of its optimizer steps timed; its peak GPU memory."""
+        figures, seconds = self.child(name, kind, argv)
         return {**figures, "seconds": seconds}
 
     def install(self, folder: Path) -> Path:
@@ -198,29 +120,28 @@ class Run:
         for note in notes:
             print(f"gpu_smoke: note: {note}", file=sys.stderr)
 
-    def random_model(self, folder: Path) -> Path:
-        """SmolLM2-135M's architecture and tokenizer with freshly drawn weights (seed 0), saved in bf16; in a dry run
-        2 of its 30 layers (what is checked is the script, and the suite's 2 cores save, load and merge it 3 times)."""
+    def random_model(self, folder: Path, name: str = "model", shape: dict | None = None) -> Path:
+        """SmolLM2-135M's architecture (`shape` overrides its config) and tokenizer with freshly drawn weights (seed
+        0), saved in bf16; drawn on the GPU where there is one (a 1.7B model takes a while on a host's cores)."""
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
         torch.manual_seed(0)
-        model_dir = self.work / "model"
+        model_dir = self.work / name
         config = AutoConfig.from_pretrained(folder / "model")
-        if self.dry_run:
-            config.num_hidden_layers = 2
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+        for key, value in (shape if shape is not None else shapes(self.dry_run)[SMOKE_SHAPE]["config"]).items():
+            setattr(config, key, value)
+        with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
         model.save_pretrained(model_dir)
         AutoTokenizer.from_pretrained(folder / "model").save_pretrained(model_dir)
         shutil.copy2(folder / "model" / "generation_config.json", model_dir)
         return model_dir
 
-    def grpo(self, model_dir: Path, judge_url: str, steps: int) -> None:
+    def grpo(self, model_dir: Path, judge_url: str, steps: int) -> list[str]:
+        """The tiny preset's GRPO on the random model; returns its argv (the head-to-head's first shape reuses it)."""
         out = self.work / "rurl"
-        argv = ["rurl", "train", "--config", "configs/rurl/tiny-cpu.yaml", "--output_dir", str(out)]
-        argv += ["--model_name_or_path", str(model_dir), "--max_steps", str(steps), "--report_to", "none"]
-        argv += ["--base_url", judge_url, "--model", "canned"]
-        argv += self.device_flags("--max_completion_length", "12", "--overlong_buffer", "4")
+        argv = rurl_argv(model_dir, out, judge_url, steps, self.device_flags(*DRY_RUN_SHORT))
         ran = self.command("grpo", argv)
         logged = [e for e in json.loads((out / "log_history.json").read_text()) if "completions/mean_length" in e]
         if len(ran["step_seconds"]) != steps or len(logged) != steps:
@@ -230,6 +151,7 @@ class Run:
         ran["reward"] = [e["reward"] for e in logged]
         ran["extra_rounds"] = [e.get("dynamic_sampling/extra_rounds", 0) for e in logged]  # generations beyond one
         self.result["grpo"] = ran
+        return argv
 
     def generate(self, model_dir: Path) -> None:
         """transformers' generate alone, every sequence held to its length: the preset's batch (8 x 48) and 64 x 256
@@ -303,7 +225,7 @@ def step(name: str, run: Run | None = None):
     print(f"gpu_smoke: {name} done in {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
 
 
-def smoke(folder: Path, run: Run, steps: int) -> dict:
+def smoke(folder: Path, run: Run, steps: int, grpo_steps: int) -> dict:
     from harness import canned_endpoint  # after the install: it imports rubricrl
 
     if run.dry_run:
@@ -321,8 +243,12 @@ def smoke(folder: Path, run: Run, steps: int) -> dict:
     with ExitStack() as stack:
         with step("canned judge", run):
             judge = stack.enter_context(canned_endpoint(JUDGE_LATENCY))
-        with step(f"grpo ({steps} steps of configs/rurl/tiny-cpu.yaml)", run):
-            run.grpo(model_dir, judge.base_url, steps)
+        with step(f"grpo ({grpo_steps} steps of configs/rurl/tiny-cpu.yaml)", run):
+            argv = run.grpo(model_dir, judge.base_url, grpo_steps)
+        with step(f"head-to-head with trl grpo ({grpo_steps} steps a side; {', '.join(shapes(run.dry_run))})", run):
+            done = {SMOKE_SHAPE: (argv, run.result["grpo"])}
+            model_for = lambda slug, shape: run.random_model(folder, f"model-{slug}", shape)  # noqa: E731
+            run.result["head_to_head"] = compare(run, model_for, judge.base_url, grpo_steps, done)
         with step("generate", run):
             run.generate(model_dir)
         with step("ruft build", run):
@@ -353,6 +279,7 @@ def report(result: dict) -> str:
         ),
         f"ruft build (canned candidates and judge): {result['ruft_build']['seconds']:.1f} s",
         f"SFT step s: {seconds(sft['step_seconds'])}; command {sft['seconds']:.1f} s; peak GPU memory {gib(sft)}",
+        *report_lines(result["head_to_head"]),
     ]
     return "\n".join(f"gpu_smoke: {line}" for line in lines)
 
@@ -362,8 +289,9 @@ def main() -> int:
     parser.add_argument("stage", nargs="?", choices=["prepare", "run"], help="prepare here, run on the GPU machine")
     parser.add_argument("--dry-run", action="store_true", help="prepare, then run on this CPU, one step each")
     parser.add_argument("--prepared", type=Path, default=PREPARED, help="the prepared folder (default .gpu_smoke)")
-    parser.add_argument("--steps", type=int, help="GRPO and SFT steps (default 3; 1 in a dry run)")
-    parser.add_argument("--deadline", type=float, default=420.0, help="seconds before the run stops itself")
+    parser.add_argument("--steps", type=int, help="SFT steps (default 3; 1 in a dry run)")
+    parser.add_argument("--grpo-steps", type=int, help="GRPO steps of each side (default 6; 3 in a dry run)")
+    parser.add_argument("--deadline", type=float, default=470.0, help="seconds before the run stops itself")
     parser.add_argument("--out", type=Path, help="where gpu_smoke.json and the commands' logs are copied")
     args = parser.parse_args()
     if (args.stage is None) == (not args.dry_run):
@@ -377,12 +305,16 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="gpu_smoke-") as work:
             run = Run(Path(work), args.deadline, args.dry_run)
             try:
-                result = smoke(args.prepared, run, args.steps or (1 if args.dry_run else 3))
+                steps, grpo_steps = (
+                    args.steps or (1 if args.dry_run else 3),
+                    args.grpo_steps or (3 if args.dry_run else 6),
+                )
+                result = smoke(args.prepared, run, steps, grpo_steps)
             finally:
                 if args.out:
                     args.out.mkdir(parents=True, exist_ok=True)
                     (args.out / "gpu_smoke.json").write_text(json.dumps(run.result, indent=1))
-                    for log in Path(work).glob("*.log"):
+                    for log in [*Path(work).glob("*.log"), *Path(work).glob("trl-*.yaml")]:  # trl grpo's configs
                         shutil.copy2(log, args.out / log.name)
         print(report(result))
         print(json.dumps(result))

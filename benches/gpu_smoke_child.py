@@ -1,10 +1,12 @@
-"""The two child processes of benches/gpu_smoke.py, each writing its figures as JSON to the file named last.
+"""The child processes of benches/gpu_smoke.py, each writing its figures as JSON to the file named second.
 
 python benches/gpu_smoke_child.py command RESULT.json rurl train ...   # a `rubricrl` command, its steps timed
+python benches/gpu_smoke_child.py trl RESULT.json --config FILE        # `trl grpo` (trl/scripts/grpo.py), the same
 python benches/gpu_smoke_child.py generate RESULT.json MODEL_DIR      # transformers' generate alone
 """
 
 import json
+import random
 import sys
 import time
 
@@ -31,7 +33,25 @@ def command(argv: list[str]) -> dict:
     from rubricrl.cli import main
 
     transformers.trainer.DEFAULT_CALLBACKS.append(StepClock)  # every Trainer the command builds gets one
-    code = main(argv)
+    return measured(main(argv))
+
+
+def trl_grpo(argv: list[str]) -> dict:
+    """TRL's own GRPO script, run as `trl grpo ARGV` runs it (its parser, then its main)."""
+    from trl.scripts.grpo import main, make_parser
+
+    transformers.trainer.DEFAULT_CALLBACKS.append(StepClock)
+    main(*make_parser().parse_args_and_config(args=argv, fail_with_unknown_args=False))
+    return measured(0)
+
+
+def instant_reward(completions, **kwargs) -> list[float]:
+    """The head-to-head's reward for `trl grpo`: random, at once (groups are never flat, nothing is waited for)."""
+    return [random.random() for _ in completions]
+
+
+def measured(code: int) -> dict:
+    """The exit code, each step's seconds, peak GPU memory."""
     cuda = torch.cuda.is_available()
     return {
         "exit": code,
@@ -77,7 +97,7 @@ def synchronize() -> None:
 
 if __name__ == "__main__":
     kind, result_path, *rest = sys.argv[1:]
-    result = command(rest) if kind == "command" else generate(*rest)
+    result = {"command": command, "trl": trl_grpo, "generate": lambda rest: generate(*rest)}[kind](rest)
     with open(result_path, "w") as f:
         json.dump(result, f)
-    sys.exit(result["exit"] if kind == "command" else 0)
+    sys.exit(result["exit"] if kind != "generate" else 0)

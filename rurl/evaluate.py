@@ -13,6 +13,7 @@ process grades them."""
 import asyncio
 import json
 import sys
+import time
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -54,6 +55,8 @@ class PolicyEvaluation(TrainerCallback):
         self.answers_path = Path(output_dir) / ANSWERS_FILE
         self.last: dict | None = None
         self._done_at: int | None = None
+        self.seconds = 0.0
+        """Wall time spent evaluating (answers and grading), which the run's step times leave out."""
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.every and state.global_step % self.every == 0:
@@ -69,6 +72,13 @@ class PolicyEvaluation(TrainerCallback):
         """Every process answers its share (ZeRO-3 needs them all); the main one grades, reports and writes. Every
         process calls trainer.log, so that GRPOTrainer's per-process metric buffers stay in step (a main-only call
         desynchronised gloo's collectives under torchrun); the overall scores reach every process's alarms."""
+        started = time.monotonic()
+        try:
+            self._evaluate(step)
+        finally:
+            self.seconds += time.monotonic() - started
+
+    def _evaluate(self, step: int) -> None:
         answers = self.answer()
         self._done_at = step
         scores = self._grade(step, answers) if self.trainer.accelerator.is_main_process else None

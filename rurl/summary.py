@@ -104,6 +104,8 @@ def summary_text(summary: dict[str, Any], output_dir: Path) -> str:
             f"  monitor (last eval): overall {_num(monitor.get('overall_score'))}, gap {_num(monitor.get('gap'))}; "
             f"{calls} calls, {monitor['failed']:g} evaluation(s) it failed to grade"
         )
+    if summary.get("seconds_by_phase"):
+        lines.append("  time: " + ", ".join(f"{name} {s:.1f} s" for name, s in summary["seconds_by_phase"].items()))
     for alarm in summary.get("alarms") or ():
         lines.append(f"  ALARM: {alarm['line']}")
     lines.append(

@@ -12,13 +12,13 @@ In order, everything a user can get wrong checked before the policy loads:
 4. the judge (`grading.judge_role`, the local server when it names no endpoint), reachable, and one preflight call;
 5. `train`: config.yaml, the wandb run, RubricGRPOTrainer (rurl/trainer.py) with the rubric reward
    (grading/reward.py), the judge-failure guard and the in-training evaluation; the model saved (LoRA merged),
-   then criteria.json, log_history.json, reward.png and manifest.json (last). docs/outputs.md lists the folder.
+   then criteria.json, log_history.json, reward.png and manifest.json (last; rurl/outputs.py), with the seconds each
+   phase took. docs/outputs.md lists the folder.
    `--resume_from_checkpoint true` goes on from the latest complete checkpoint; replayed judge calls come from the
    response cache.
 """
 
 import asyncio
-import json
 import sys
 import time
 from dataclasses import asdict
@@ -30,13 +30,10 @@ import yaml
 from grading.dataset import RubricRow
 from grading.grader import EXPLICIT_MODES, Grader, GradingConfig
 from grading.reward import Overlong, make_rubric_reward
-from rubricrl import charts
 from rubricrl.config import ConfigError, config_source, parse_settings, resolved
 from rubricrl.errors import UserError
 from rubricrl.llm import LLMClient, Role, open_llm
-from rubricrl.queries import write_rejected
-from rubricrl.runs.jsonl import write_whole
-from rubricrl.runs.manifest import package_versions, write_manifest
+from rubricrl.runs.stopwatch import Stopwatch
 from rubricrl.runs.training import (
     base_model,
     begin_run,
@@ -55,14 +52,14 @@ from rurl.config import RurlConfig, TrainArgs, check_with_trl
 from rurl.data import RurlData, load_rurl_data
 from rurl.evaluate import add_evaluation
 from rurl.evolution import RubricEvolution
+from rurl.outputs import COMMAND, write_inputs, write_outputs
 from rurl.rewards import extra_reward_funcs
-from rurl.summary import log_criteria, run_summary, summary_text
+from rurl.summary import run_summary
 from rurl.vllm_cpu import close_colocated_engine, patch_cpu_colocate
 
 if TYPE_CHECKING:
     from trl import GRPOConfig, ModelConfig
 
-COMMAND = "rurl train"
 NO_JUDGE = Role(base_url="http://no-judge.invalid/v1", model="none (rule checks only)")
 """The judge role of a run whose criteria are all rule checks: never called (grading decides rules in code)."""
 PREFLIGHT_ANSWER = "Drink water and rest; see a doctor if it gets worse."
@@ -74,12 +71,14 @@ class TrainingStopped(UserError):
 
 
 def run_train(args) -> int:
-    settings = parse_settings(args, command=COMMAND, trl_defaults=trl_defaults())
-    train_args, rurl, grading, llm, grpo, model = settings
-    check_with_trl(rurl, grpo, train_args.reward_funcs)  # before the dry run: it refuses what the run would
-    check_judge_wait(rurl, grpo)
-    extra_rewards = extra_reward_funcs(train_args.reward_funcs)
-    config = run_config(settings)
+    clock = Stopwatch()  # where the command's time goes, in the summary beside the steps' own
+    with clock.phase("settings"):  # TRL's import is most of it
+        settings = parse_settings(args, command=COMMAND, trl_defaults=trl_defaults())
+        train_args, rurl, grading, llm, grpo, model = settings
+        check_with_trl(rurl, grpo, train_args.reward_funcs)  # before the dry run: it refuses what the run would
+        check_judge_wait(rurl, grpo)
+        extra_rewards = extra_reward_funcs(train_args.reward_funcs)
+        config = run_config(settings)
     if train_args.reward_funcs:
         weights = grpo.reward_weights or [1.0] * (1 + len(extra_rewards))
         print(
@@ -93,16 +92,29 @@ def run_train(args) -> int:
         print(yaml.safe_dump(config, sort_keys=False, allow_unicode=True), end="")
         return 0
     output_dir = require_output_dir(grpo, COMMAND)
-    data = load_rurl_data(train_args.rubrics, rurl, grpo.seed, mode=grading.mode, grpo=grpo, model=model)
-    resume = resume_target(grpo)
-    base_model(model)
-    config["model_name_or_path"] = model.model_name_or_path
-    tokenizer = read_policy_template(grading, grpo, model, config)
+    with clock.phase("data"):
+        data = load_rurl_data(train_args.rubrics, rurl, grpo.seed, mode=grading.mode, grpo=grpo, model=model)
+        resume = resume_target(grpo)
+        base_model(model)
+        config["model_name_or_path"] = model.model_name_or_path
+        tokenizer = read_policy_template(grading, grpo, model, config)
     judged = first_judged_row(grading, data)
 
     def run(client: LLMClient) -> int:
         return train(
-            train_args, rurl, grading, grpo, model, data, client, config, output_dir, resume, tokenizer, extra_rewards
+            train_args,
+            rurl,
+            grading,
+            grpo,
+            model,
+            data,
+            client,
+            config,
+            output_dir,
+            resume,
+            tokenizer,
+            extra_rewards,
+            clock,
         )
 
     if judged is None:  # rule checks decide every criterion: no judge to start or ask
@@ -113,7 +125,8 @@ def run_train(args) -> int:
     budgets["monitor"] = budgets[grading.judge_role]
     with open_llm(llm, roles, source=config_source(args), cpu_budgets=budgets) as llm_session:
         if rurl.preflight:
-            preflight(llm_session.roles, grading, judged)
+            with clock.phase("judge preflight"):
+                preflight(llm_session.roles, grading, judged)
         client = llm_session.client()
         try:
             return run(client)
@@ -217,10 +230,12 @@ def train(
     resume: str | None,
     tokenizer=None,
     extra_rewards=(),
+    clock: Stopwatch | None = None,
 ) -> int:
     from rurl.alarms import RewardAlarms
     from rurl.guards import FailureMonitor, StopOnJudgeFailures, StopOnRequest
 
+    clock = clock or Stopwatch()
     grader = Grader(client, grading)
     monitor = FailureMonitor(rurl.failure_window, rurl.criteria_window)
     overlong = (
@@ -269,22 +284,30 @@ def train(
     trainer = None
     try:
         with wandb_run(grpo, run_settings, COMMAND) as wandb:
-            trainer = build_trainer(rurl, grpo, model, data, [reward, *extra_rewards], monitor, evolution)
-            guard, requested = StopOnJudgeFailures(monitor, grading.max_failure_rate), StopOnRequest(trainer)
-            trainer.add_callback(guard)
-            trainer.add_callback(requested)
-            alarms = RewardAlarms(trainer, rurl, monitor)
-            evaluation = add_evaluation(trainer, grader, data, rurl, output_dir, alarms)
-            trainer.add_callback(alarms)  # after the evaluation: a divergence found at a step stops at that step
+            with clock.phase("trainer"):  # the policy loaded, LoRA applied, the callbacks
+                trainer = build_trainer(rurl, grpo, model, data, [reward, *extra_rewards], monitor, evolution)
+                guard, requested = StopOnJudgeFailures(monitor, grading.max_failure_rate), StopOnRequest(trainer)
+                trainer.add_callback(guard)
+                trainer.add_callback(requested)
+                alarms = RewardAlarms(trainer, rurl, monitor)
+                evaluation = add_evaluation(trainer, grader, data, rurl, output_dir, alarms)
+                trainer.add_callback(alarms)  # after the evaluation: a divergence found at a step stops at that step
             trained = train_model(trainer, resume, wandb, run_settings)
+            evaluated = evaluation.seconds if evaluation else 0.0
+            clock.add("steps and checkpoints", trained.seconds - evaluated)
+            clock.add("evaluation", evaluated)
             stopped = guard.reason or requested.reason
             criteria = trainer.criteria_table()  # every process (it gathers), before the main process merges alone
             if not stopped:
-                save_model(trainer, output_dir, model.use_peft and train_args.merge_adapter)
+                with clock.phase(
+                    "model saved" + (" (LoRA merged)" if model.use_peft and train_args.merge_adapter else "")
+                ):
+                    save_model(trainer, output_dir, model.use_peft and train_args.merge_adapter)
             if main_process:
                 summary = run_summary(
                     trainer, monitor, evaluation, trained.first_step, trained.seconds, stopped, criteria, alarms.fired
                 )
+                summary["seconds_by_phase"] = clock.rounded()  # before the outputs: they are written with it
                 summary["usage_main_process"] = {role: asdict(usage) for role, usage in client.usage.items()}
                 if evolution is not None:
                     summary["evolve"] = evolution.finish(output_dir, wandb)
@@ -301,37 +324,6 @@ def train(
             "fix the cause and rerun with --resume_from_checkpoint true"
         )
     return 0
-
-
-def write_inputs(data: RurlData, output_dir: Path) -> None:
-    """The rows left out (rurl.bad_rows: skip) and the held-out ids, before training."""
-    if data.rejected:
-        write_rejected(data.rejected, output_dir / "rejected.jsonl")
-    if data.evaluation:
-        (output_dir / "eval_ids.txt").write_text("".join(f"{row.id}\n" for row in data.evaluation))
-
-
-def write_outputs(
-    trainer,
-    output_dir: Path,
-    config: dict[str, Any],
-    data_info: dict[str, Any],
-    criteria: list[dict[str, Any]],
-    summary: dict[str, Any],
-    wandb: Any,
-) -> None:
-    """What the run leaves beside the model (main process): criteria.json, log_history.json, reward.png and the
-    manifest, last; the summary on stderr."""
-    write_whole(output_dir / "criteria.json", json.dumps(criteria, indent=1, ensure_ascii=False))
-    if wandb is not None and criteria:
-        log_criteria(wandb, criteria)
-    write_whole(output_dir / "log_history.json", json.dumps(trainer.state.log_history, indent=1))
-    write_reward_plot(trainer.state.log_history, output_dir / "reward.png")
-    write_manifest(
-        output_dir,
-        {"command": COMMAND, "config": config, "data": data_info, "versions": package_versions(), "summary": summary},
-    )
-    print(f"{COMMAND}: {summary_text(summary, output_dir)}", file=sys.stderr)
 
 
 def build_trainer(
@@ -383,17 +375,3 @@ def check_judge_wait(rurl: RurlConfig, grpo: "GRPOConfig") -> None:
             "reach the process group's timeout, which kills the run without a checkpoint; lower "
             "--judge_deadline or raise --ddp_timeout"
         )
-
-
-def write_reward_plot(log_history: list[dict[str, Any]], path: Path) -> None:
-    """The mean reward per logged step, and the eval overall score where there is one."""
-    train = [(e["step"], e["reward"]) for e in log_history if e.get("reward") is not None]
-    evals = [(e["step"], e["eval/overall_score"]) for e in log_history if e.get("eval/overall_score") is not None]
-    if not train and not evals:
-        return
-    figure, axis = charts.figure(6, 3.5)
-    charts.curves(axis, {"train reward (mean)": train}, marker=".")
-    charts.curves(axis, {"eval overall score": evals}, marker="o")
-    axis.set(xlabel="step", ylabel="rubric score")
-    axis.legend()
-    charts.save_png(figure, path)

@@ -8,11 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benches" / "gpu_smoke.py"
 sys.path.insert(0, str(SCRIPT.parent))
-from gpu_smoke import CARRIED, LIMIT_MIB, MODEL_FILES  # noqa: E402
+from gpu_smoke_prepare import CARRIED, LIMIT_MIB, MODEL_FILES  # noqa: E402
 
 
 @pytest.mark.slow
@@ -40,6 +41,19 @@ def test_the_dry_run_prepares_what_may_travel_and_runs_every_step(tmp_path):
     assert result["trl"] and result["transformers"] and result["torch"]
     assert "gpu_smoke: GRPO step s:" in done.stdout and "gpu_smoke: SFT step s:" in done.stdout
     assert {"grpo.log", "generate.log", "ruft_build.log", "sft.log"} <= {path.name for path in out.iterdir()}
+
+    # the head-to-head: each shape through rurl train and through trl grpo, from the same resolved keys
+    assert set(result["head_to_head"]) == {"135M LoRA 8x48", "1.7B full 16x128"}
+    for shape in result["head_to_head"].values():
+        for side in ("rubricrl", "trl"):
+            assert len(shape[side]["first_steps_s"]) == 2 and len(shape[side]["steady_steps_s"]) == 1, shape
+            assert shape[side]["command_s"] > sum(shape[side]["first_steps_s"])
+        assert shape["steady_ratio"] > 0
+    lora, full = (yaml.safe_load((out / f"trl-{slug}.yaml").read_text()) for slug in ("135m", "1_7b"))
+    assert (lora["use_peft"], lora["lora_r"], lora["gradient_checkpointing"]) == (True, 16, False)
+    assert (full["use_peft"], full["gradient_checkpointing"], full["per_device_train_batch_size"]) == (False, True, 8)
+    assert lora["max_steps"] == full["max_steps"] == 3 and lora["eval_strategy"] == "no"
+    assert "135M LoRA 8x48: steady-step ratio rubricrl / trl grpo" in done.stdout
 
 
 def test_a_failed_step_is_one_line_that_names_it(tmp_path):

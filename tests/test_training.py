@@ -1,7 +1,7 @@
 """What the training commands share: TRL's configs parsed beside our sections (rubricrl/config.py), and
-rubricrl/runs/training.py's save_model with LoRA: the merged model is built from the saved adapter on the base model
-loaded on the CPU (what still works under ZeRO-3/FSDP, where the trained parameters are shards), and it is the
-folder that merging the trained model in memory gives, in the dtype it trained in."""
+rubricrl/runs/training.py's save_model with LoRA: the trained model merged in place, and the folder it gives is the one
+that merging the saved adapter into the base model loaded on the CPU gives (what a sharded model under ZeRO-3/FSDP
+takes), in the dtype it trained in."""
 
 import argparse
 import json
@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from rubricrl.config import ConfigError, add_config_arguments, parse_settings, parse_trl
-from rubricrl.runs.training import save_model
+from rubricrl.runs import training
+from rubricrl.runs.training import merge_saved_adapter, save_model
 from tests.test_config import Knobs, Paths
 from tests.test_ruft_train import tensors
 
@@ -75,7 +76,11 @@ def test_a_training_command_takes_our_sections_and_trl_fields_from_one_file_and_
 
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_a_lora_model_merged_from_its_saved_adapter_equals_the_one_merged_in_memory(dtype, tmp_path, quiet_env):
+def test_a_lora_model_merged_in_memory_equals_the_one_merged_from_its_saved_adapter(
+    dtype, tmp_path, quiet_env, monkeypatch
+):
+    """save_model merges an unsharded model in place; a sharded one (ZeRO-3, FSDP) from the saved adapter on the base
+    model loaded again: both give the same weights, config and generation config."""
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
@@ -98,11 +103,14 @@ def test_a_lora_model_merged_from_its_saved_adapter_equals_the_one_merged_in_mem
         args=TrainingArguments(str(tmp_path / "run"), use_cpu=True, report_to="none"),
     )
 
-    out, in_memory = tmp_path / "out", tmp_path / "in_memory"
-    save_model(trainer, out, merge=True)
-    trainer.model.merge_and_unload().save_pretrained(in_memory)  # after: it merges in place
+    out, from_adapter = tmp_path / "out", tmp_path / "from_adapter"
+    trained = trainer.model.get_base_model()
+    with monkeypatch.context() as patched:  # unsharded: the base model is not loaded again
+        patched.setattr(training, "merge_saved_adapter", lambda *args: pytest.fail("loaded the base model again"))
+        save_model(trainer, out, merge=True)  # merges `trained` in place: class, config and dtype stay
+    merge_saved_adapter(trained, out / "adapter", from_adapter)  # how a sharded model is merged
 
-    merged, expected, base = tensors(out), tensors(in_memory), tensors(base_path)
+    merged, expected, base = tensors(out), tensors(from_adapter), tensors(base_path)
     assert merged.keys() == expected.keys() and merged
     for name, tensor in expected.items():
         assert merged[name].dtype == tensor.dtype == getattr(torch, dtype), name
@@ -110,7 +118,7 @@ def test_a_lora_model_merged_from_its_saved_adapter_equals_the_one_merged_in_mem
     changed = {name for name in base if not torch.equal(base[name].float(), merged[name].float())}
     assert changed and all(name.endswith(("q_proj.weight", "v_proj.weight")) for name in changed), sorted(changed)
     for file in ("config.json", "generation_config.json"):
-        assert json.loads((out / file).read_text()) == json.loads((in_memory / file).read_text()), file
+        assert json.loads((out / file).read_text()) == json.loads((from_adapter / file).read_text()), file
     assert json.loads((out / "generation_config.json").read_text())["eos_token_id"] == [tokenizer.eos_token_id, 0]
     assert (out / "adapter" / "adapter_config.json").is_file() and (out / "tokenizer_config.json").is_file()
     assert AutoModelForCausalLM.from_pretrained(out).dtype == getattr(torch, dtype)
