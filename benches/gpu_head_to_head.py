@@ -40,13 +40,10 @@ SHAPES = {
     },
 }
 DRY_SHAPES = {
-    # on the CPU the script is checked, not the speed: 2 layers of each, a few tokens
+    # on the CPU the script is checked, not the speed: 2 layers, a few tokens; the second shape's settings are
+    # resolved for both commands but not run (each GRPO process costs the suite's shared cores ~20 s of imports)
     "135M LoRA 8x48": {"config": {"num_hidden_layers": 2}, "flags": []},
-    "1.7B full 16x128": {
-        "config": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4}
-        | {"intermediate_size": 128},
-        "flags": ["--use_peft", "false", "--gradient_checkpointing", "true", "--per_device_train_batch_size", "8"],
-    },
+    "1.7B full 16x128": {"config": {}, "flags": SHAPES["1.7B full 16x128"]["flags"], "resolve_only": True},
 }
 DRY_RUN_SHORT = ("--max_completion_length", "12", "--overlong_buffer", "4")
 """A dry run's shorter completions (gpu_smoke's Run.device_flags adds them on the CPU only)."""
@@ -95,15 +92,19 @@ def compare(run, model_for, judge_url: str, steps: int, done: dict) -> dict:
     figures = {}
     for name, shape in shapes(run.dry_run).items():
         slug = name.split()[0].lower().replace(".", "_")
+        flags = [*shape["flags"], *run.device_flags(*DRY_RUN_SHORT)]
         if name in done:
             argv, rubricrl = done[name]
+        elif shape.get("resolve_only"):
+            argv = rurl_argv(run.work / "model", run.work / f"rurl-{slug}", judge_url, steps, flags)
         else:
-            model_dir = model_for(slug, shape["config"])
-            flags = [*shape["flags"], *run.device_flags(*DRY_RUN_SHORT)]
-            argv = rurl_argv(model_dir, run.work / f"rurl-{slug}", judge_url, steps, flags)
+            argv = rurl_argv(model_for(slug, shape["config"]), run.work / f"rurl-{slug}", judge_url, steps, flags)
             rubricrl = run.command(f"h2h-rurl-{slug}", argv)
         config = trl_config(argv, dataset, run.work / f"trl-{slug}")
         (run.work / f"trl-{slug}.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        if shape.get("resolve_only"):
+            figures[name] = {"resolved_only": True}
+            continue
         trl = run.command(f"h2h-trl-{slug}", ["--config", str(run.work / f"trl-{slug}.yaml")], kind="trl")
         for side, ran in (("rubricrl", rubricrl), ("trl grpo", trl)):
             if len(ran["step_seconds"]) != steps:
@@ -148,6 +149,9 @@ def report_lines(figures: dict) -> list[str]:
 
     lines = []
     for name, shape in figures.items():
+        if shape.get("resolved_only"):
+            lines.append(f"{name}: settings resolved for both commands, not run (dry run)")
+            continue
         ratio = "-" if shape["steady_ratio"] is None else f"{shape['steady_ratio']:.2f}"
         lines.append(f"{name}: steady-step ratio rubricrl / trl grpo {ratio}")
         lines += [f"  {side('rubricrl', shape['rubricrl'])}", f"  {side('trl grpo', shape['trl'])}"]

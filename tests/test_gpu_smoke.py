@@ -42,16 +42,19 @@ def test_the_dry_run_prepares_what_may_travel_and_runs_every_step(tmp_path):
     assert "gpu_smoke: GRPO step s:" in done.stdout and "gpu_smoke: SFT step s:" in done.stdout
     assert {"grpo.log", "generate.log", "ruft_build.log", "sft.log"} <= {path.name for path in out.iterdir()}
 
-    # the head-to-head: each shape through rurl train and through trl grpo, from the same resolved keys
-    assert set(result["head_to_head"]) == {"135M LoRA 8x48", "1.7B full 16x128"}
-    for shape in result["head_to_head"].values():
-        for side in ("rubricrl", "trl"):
-            assert len(shape[side]["first_steps_s"]) == 2 and len(shape[side]["steady_steps_s"]) == 1, shape
-            assert shape[side]["command_s"] > sum(shape[side]["first_steps_s"])
-        assert shape["steady_ratio"] > 0
+    # the head-to-head: the first shape through rurl train and through trl grpo, from the same resolved keys; the
+    # second's settings resolved for both (a dry run does not run it: the suite's cores)
+    small, full_shape = result["head_to_head"]["135M LoRA 8x48"], result["head_to_head"]["1.7B full 16x128"]
+    for side in ("rubricrl", "trl"):
+        assert len(small[side]["first_steps_s"]) == 2 and len(small[side]["steady_steps_s"]) == 1, small
+        assert small[side]["command_s"] > sum(small[side]["first_steps_s"])
+    assert small["steady_ratio"] > 0 and full_shape == {"resolved_only": True}
+    assert (
+        len(small["rubricrl"]["extra_rounds"]) == 3 and "steps and checkpoints" in small["rubricrl"]["seconds_by_phase"]
+    )
     lora, full = (yaml.safe_load((out / f"trl-{slug}.yaml").read_text()) for slug in ("135m", "1_7b"))
     assert (lora["use_peft"], lora["lora_r"], lora["gradient_checkpointing"]) == (True, 16, False)
-    assert (full["use_peft"], full["gradient_checkpointing"], full["per_device_train_batch_size"]) == (False, True, 8)
+    assert (full["use_peft"], full["gradient_checkpointing"], full["per_device_train_batch_size"]) == (False, True, 16)
     assert lora["max_steps"] == full["max_steps"] == 3 and lora["eval_strategy"] == "no"
     assert "135M LoRA 8x48: steady-step ratio rubricrl / trl grpo" in done.stdout
 
