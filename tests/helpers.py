@@ -6,8 +6,6 @@ Everything the tests read lives in this repository: the HealthBench sample is in
 import asyncio
 import hashlib
 import json
-import re
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,10 +53,20 @@ async def ask(roles: dict[str, Role], role: str, messages, *, cache=None, **kwar
         return result, client.usage[role]
 
 
-def requests_served(local_server) -> float:
-    """vLLM's own count of finished requests, from its Prometheus metrics."""
-    metrics = urllib.request.urlopen(local_server.base_url.removesuffix("/v1") + "/metrics").read().decode()
-    return sum(float(m) for m in re.findall(r"^vllm:request_success_total\{[^}]*\} ([0-9.e+]+)$", metrics, re.M))
+def count_posts(monkeypatch) -> list[str]:
+    """Every request this process posts to a model endpoint, from now on (its path): what "no model call" means
+    here. The suite's server is shared by the other xdist workers, so its own count moves under their calls."""
+    from rubricrl.llm.transport import Transport
+
+    posted: list[str] = []
+    post = Transport.post_json
+
+    async def counted(self, pool, path, *args, **kwargs):
+        posted.append(path)
+        return await post(self, pool, path, *args, **kwargs)
+
+    monkeypatch.setattr(Transport, "post_json", counted)
+    return posted
 
 
 def hashed_verdict(body: dict) -> str:

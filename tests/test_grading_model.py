@@ -7,7 +7,7 @@ import pytest
 
 from rubricrl.cli import main
 from tests.helpers import HEALTHBENCH_SAMPLE as SAMPLE
-from tests.helpers import requests_served
+from tests.helpers import count_posts
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 
@@ -39,7 +39,9 @@ def llm_flags(local_server):
     ]
 
 
-def test_eval_of_ideal_completions_gives_a_verdict_for_every_criterion(local_server, ideal_subset, tmp_path, capsys):
+def test_eval_of_ideal_completions_gives_a_verdict_for_every_criterion(
+    local_server, ideal_subset, tmp_path, capsys, monkeypatch
+):
     folder, chosen = ideal_subset
     code = main(
         [
@@ -66,7 +68,7 @@ def test_eval_of_ideal_completions_gives_a_verdict_for_every_criterion(local_ser
     assert "overall_score" in capsys.readouterr().out
 
     # The report comes back from the graded file alone, identical, without one model call.
-    served = requests_served(local_server)
+    posted = count_posts(monkeypatch)
     assert (
         main(
             [
@@ -82,7 +84,7 @@ def test_eval_of_ideal_completions_gives_a_verdict_for_every_criterion(local_ser
         == 0
     )
     assert json.loads((tmp_path / "again" / "report.json").read_text()) == report
-    assert requests_served(local_server) == served
+    assert posted == []
 
 
 def test_batched_mode_never_pads_or_truncates(local_server, ideal_subset, tmp_path):
