@@ -58,8 +58,9 @@ class Buckets:
 
     def add_graded(self, rows: Iterable[tuple[str, dict[str, Any]]]) -> None:
         """Graded records (`grade`, `eval`, a RuFT build's candidates, a RuRL run's eval answers): each answer's
-        verdicts; criteria text once per run of lines of one query. Verdicts never graded (source "none": a vetoed
-        or empty answer) are no vote."""
+        verdicts; criteria text once per run of lines of one query, from its first answer with graded verdicts.
+        Verdicts never graded (source "none": a vetoed or empty answer) are no vote, and such an answer no answer to
+        the audit (it still names its query, which is reported)."""
         last = None
         for where, record in rows:
             query_id, verdicts = _checked(where, record)
@@ -73,7 +74,8 @@ class Buckets:
                     criteria.append([keys[-1], v["criterion"], v["points"], list(v.get("tags") or [])])
             if query_id != last:
                 self._write(query_id, ["c", criteria, None])
-                last = query_id
+                if criteria:  # a vetoed first answer names no criterion: the next graded one will
+                    last = query_id
             response = record.get("response")
             answer = (
                 hashlib.blake2b(response.encode(), digest_size=8).hexdigest() if isinstance(response, str) else where

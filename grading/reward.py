@@ -210,6 +210,9 @@ class BatchStats:
     answers: list[tuple[str, dict[str, bool]]] = field(default_factory=list)
     """Per judged completion: its group (the prompt) and its decided verdicts by criterion, for the share of
     criteria every completion of a group meets (saturated) or none does (dead), over the processes."""
+    penalties: set[str] = field(default_factory=set)
+    """The criteria (texts) with negative points among the batch's verdicts: one that no completion of a group
+    triggers is a guard-rail at work, counted apart from dead criteria."""
 
     def metrics(self) -> dict[str, float]:
         out = {
@@ -283,6 +286,7 @@ def batch_stats(
         timed_out=sum(g is None for g in graded),
         criteria={text: (met, total) for text, (met, total) in criteria.items()},
         answers=answers,
+        penalties={v.criterion for g in graded if g is not None for v in g.verdicts if v.points < 0},
         pass_rates={key: sum(values) / len(values) for key, values in decided.items()},
         mean_length=sum(lengths) / len(lengths) if lengths else 0.0,
         no_answer=sum(g is not None and g.no_answer is not None for g in graded),

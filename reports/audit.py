@@ -14,12 +14,14 @@ import json
 import shutil
 import sys
 import time
+from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from grading.audit import FLAGS, AuditSettings, DatasetAudit, audit_query
+from grading.audit import FLAGS, OUTCOMES, AuditSettings, DatasetAudit, audit_query, decide
 from grading.audit_input import Buckets, criterion_key
+from grading.audit_tests import bh_threshold
 from grading.dataset import iter_rubric_rows
 from reports.audit_summary import draw, markdown, pct
 from reports.read import read_yaml
@@ -41,13 +43,14 @@ class AuditArgs:
     reported; --prune needs it."""
     prune: list[str] = field(default_factory=list)
     """Write the rubric dataset without the criteria flagged so (any of saturated, dead, duplicate, unreliable,
-    suspect_sign): rubrics.jsonl or .parquet in the input's schema, and pruned.jsonl with each dropped criterion and
-    its flags. Rubric files only (.jsonl, .parquet)."""
+    suspect_sign; never_triggered: penalties no answer triggered, kept unless named): rubrics.jsonl or .parquet in
+    the input's schema, and pruned.jsonl with each dropped criterion, its flags and their evidence. A criterion whose
+    test had too little evidence is never dropped. Rubric files only (.jsonl, .parquet)."""
 
     def __post_init__(self) -> None:
-        unknown = sorted(set(self.prune) - set(FLAGS))
+        unknown = sorted(set(self.prune) - set(OUTCOMES))
         if unknown:
-            raise ValueError(f"prune: unknown flag(s) {unknown}; the flags are {', '.join(FLAGS)}")
+            raise ValueError(f"prune: unknown flag(s) {unknown}; the outcomes are {', '.join(OUTCOMES)}")
 
 
 @dataclass
@@ -99,6 +102,8 @@ def run_audit(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     write_resolved(out / "config.yaml", resolved([settings, config], graded=[str(p) for p in args.graded]))
     dataset, dropped = DatasetAudit(), {}
+    staged = out / ".criteria.staged.jsonl"  # pass 1's rows with their p-values; pass 2 decides and writes them
+    p_values = {flag: array("d") for flag in FLAGS}  # 8 bytes a test: millions of criteria fit
     with Buckets(sum(p.stat().st_size for p in files)) as buckets:
         for row in iter_rubric_rows(rubrics) if rubrics else ():
             criteria = [
@@ -109,17 +114,30 @@ def run_audit(args: argparse.Namespace) -> int:
         for path in files:
             print(f"reading {path}", file=sys.stderr)
             buckets.add_graded(iter_rows(path))
-        with open(out / "criteria.jsonl", "wb") as criteria_out, open(out / "queries.jsonl", "wb") as queries_out:
+        with open(staged, "wb") as staging:
             for query_id, query in buckets.queries():
                 line, rows = audit_query(query_id, query, config)
-                dataset.add(line, rows)
-                queries_out.write(json_line(line))
+                staging.write(json_line({"query": line, "rows": rows}))
                 for row in rows:
-                    criteria_out.write(json_line(row))
-                    if set(row["flags"]) & set(settings.prune):
-                        dropped.setdefault(query_id, {})[criterion_key(row["criterion"], row["points"])] = row
+                    for flag, test in row["tests"].items():
+                        if test["floor"] <= config.fdr:  # a test that could reach the level (Gilbert 2005)
+                            p_values[flag].append(test["p"])
         answers, verdicts = buckets.answers, buckets.verdicts
-    summary = {**dataset.summary(), "graded_answers": answers, "verdicts": verdicts}
+    thresholds = {flag: bh_threshold(values, config.fdr) for flag, values in p_values.items()}
+    prune = set(settings.prune)
+    with open(out / "criteria.jsonl", "wb") as criteria_out, open(out / "queries.jsonl", "wb") as queries_out:
+        for _, item in iter_rows(staged):
+            line, rows = item["query"], [decide(row, thresholds, config) for row in item["rows"]]
+            dataset.add(line, rows)
+            line["flags"] = {flag: n for flag in FLAGS if (n := sum(flag in row["flags"] for row in rows))}
+            line["insufficient"] = sum(bool(row["insufficient"]) for row in rows)
+            queries_out.write(json_line(line))
+            for row in rows:
+                criteria_out.write(json_line(row))
+                if set(row["flags"]) & prune or (row["never_triggered"] and "never_triggered" in prune):
+                    dropped.setdefault(line["id"], {})[criterion_key(row["criterion"], row["points"])] = row
+    staged.unlink()
+    summary = {**dataset.summary(thresholds, config), "graded_answers": answers, "verdicts": verdicts}
     write_whole(out / "summary.json", json.dumps(summary, indent=2))
     pruned = prune_dataset(rubrics, dropped, out) if settings.prune else None
     charts = draw(summary, out)
@@ -138,11 +156,18 @@ def run_audit(args: argparse.Namespace) -> int:
             "packages": package_versions(),
         },
     )
-    shares = ", ".join(f"{f} {pct(summary['flag_shares'][f])}" for f in FLAGS)
+    tests = summary["tests"]
+    shares = ", ".join(
+        f"{f} {pct(summary['flag_shares'][f])} ({tests[f]['flagged']} of {tests[f]['tested']} tested, "
+        f"{tests[f]['insufficient']} insufficient)"
+        for f in FLAGS
+    )
     print(
         f"audited {summary['criteria']} criteria of {summary['queries']} queries from {answers} answers "
         f"({verdicts} verdicts) in {seconds:.1f} s; {summary['queries_with_too_few_answers']} queries with fewer "
-        f"than {config.min_answers} answers not flagged\nflags: {shares}\noutput: {out} (audit.md, summary.json, "
+        f"than {config.min_answers} graded answers not tested\nflags at false discovery rate {config.fdr:g}: "
+        f"{shares}; {summary['never_triggered']} penalties never triggered (kept)\noutput: {out} (audit.md, "
+        "summary.json, "
         f"criteria.jsonl, queries.jsonl{''.join(', ' + c.name for c in charts)}"
         f"{', pruned.jsonl and the pruned rubrics' if pruned is not None else ''})"
     )
@@ -180,6 +205,8 @@ def prune_dataset(rubrics: Path, dropped: dict[str, dict[str, dict]], out: Path)
                                 "criterion": criterion.text,
                                 "points": criterion.points,
                                 "flags": found["flags"],
+                                "never_triggered": found["never_triggered"],
+                                "tests": {flag: found["tests"][flag] for flag in found["flags"]},
                             }
                         )
                     )

@@ -9,8 +9,8 @@ from reports.tables import md_table
 from rubricrl import charts
 
 MEANING = {
-    "saturated": "met by every answer of its query",
-    "dead": "met by no answer of its query",
+    "saturated": "met by nearly every answer of its query",
+    "dead": "a positive criterion met by nearly no answer of its query",
     "duplicate": "the same verdict on every answer as an earlier criterion of its query",
     "unreliable": "undecided, or its votes disputed, too often",
     "suspect_sign": "its verdicts run against the rest of its rubric",
@@ -23,10 +23,28 @@ def pct(value: float | None) -> str:
 
 
 def flag_table(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    rows = [
-        [flag, str(summary["flag_counts"][flag]), pct(summary["flag_shares"][flag]), MEANING[flag]] for flag in FLAGS
-    ]
-    return ["flag", "criteria", "share", "meaning"], rows
+    """Per flag: the criteria flagged, their share, how many were tested and how many had too little evidence, the
+    Benjamini-Hochberg threshold the p-values were held to, what it means (the test: test_table)."""
+    rows = []
+    for flag in FLAGS:
+        test = summary["tests"][flag]
+        threshold = f"p <= {test['threshold']:.3g}" if test["flagged"] else "none within"
+        rows.append(
+            [
+                flag,
+                str(summary["flag_counts"][flag]),
+                pct(summary["flag_shares"][flag]),
+                str(test["tested"]),
+                str(test["insufficient"]),
+                f"{threshold} (FDR {test['fdr']:g})",
+                MEANING[flag],
+            ]
+        )
+    return ["flag", "criteria", "share", "tested", "insufficient", "BH threshold", "meaning"], rows
+
+
+def test_table(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    return ["flag", "test"], [[flag, summary["tests"][flag]["test"]] for flag in FLAGS]
 
 
 def discriminating_table(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
@@ -50,11 +68,14 @@ def markdown(summary: dict[str, Any], config: AuditSettings, files: list[Path], 
         f"- rubric dataset: {rubrics or 'not given (only criteria with verdicts are counted)'}",
         f"- {summary['queries']} queries, {summary['criteria']} criteria, {summary['graded_answers']} answers, "
         f"{summary['verdicts']} verdicts",
-        f"- flagged on the {summary['criteria_flagged_on']} criteria of queries with at least {config.min_answers} "
-        f"answers; {summary['queries_with_too_few_answers']} queries had fewer and are not flagged",
-        f"- unreliable: undecided on more than {pct(config.max_undecided)} of answers or votes disputed on more than "
-        f"{pct(config.max_disagreement)}; suspect sign: correlation with the rest of the rubric at or below "
-        f"-{config.sign_correlation}",
+        f"- tested: the {summary['criteria_flagged_on']} criteria of queries with at least {config.min_answers} "
+        f"graded answers; {summary['queries_with_too_few_answers']} queries had fewer and are not tested; "
+        f"{summary['ungraded_answers']} answers had no graded verdict (vetoed or empty) and do not count",
+        f"- a flag is a test that passed: each flag's p-values are held to a false discovery rate of {config.fdr:g} "
+        "over the dataset's criteria (Benjamini-Hochberg); a criterion whose counts could never reach that level is "
+        "`insufficient` for that flag, never flagged (criteria.jsonl: `tests`, `insufficient`)",
+        f"- {summary['never_triggered']} penalties no answer triggered: guard-rails at work, kept (`never_triggered`; "
+        "`--prune never_triggered` drops them)",
     ]
     if pruned is not None:
         lines.append(f"- pruned: {pruned['criteria_dropped']} criteria dropped over {pruned['queries']} queries")
@@ -67,6 +88,7 @@ def audit_tables(summary: dict[str, Any]) -> dict[str, tuple[list[str], list[lis
     """{title: (header, rows)} of the tables with rows, for audit.md and `rubricrl report`."""
     tables = {
         "Rubric audit: flags": flag_table(summary),
+        "The test behind each flag": test_table(summary),
         "Criteria that separate answers, per query": discriminating_table(summary),
         "Flags by tag": tag_table(summary),
     }

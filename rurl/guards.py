@@ -42,6 +42,8 @@ class FailureMonitor:
         self.synced = 0
         self.answers: list[tuple[str, dict[str, bool]]] = []
         """This process's judged completions since the last sync (grading/reward.py BatchStats.answers)."""
+        self.penalties: set[str] = set()
+        """The penalty criteria (texts) this process has graded (BatchStats.penalties)."""
         self._pending = dict.fromkeys(COUNTS, 0)
         self._pending_criteria: dict[str, list[int]] = defaultdict(lambda: [0, 0])
 
@@ -54,6 +56,7 @@ class FailureMonitor:
                 counts[0] += met
                 counts[1] += total
         self.answers += stats.answers
+        self.penalties |= stats.penalties
 
     def sync(self, reduce: Callable[[list[float]], list[float]] = lambda values: values) -> None:
         summed = dict(zip(COUNTS, (int(v) for v in reduce([float(self._pending[n]) for n in COUNTS]))))

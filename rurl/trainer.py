@@ -95,7 +95,8 @@ class RubricGRPOTrainer(GRPOTrainer):
         self.last_rewards = rewards
         if self.failure_monitor is not None:  # every process is here, once per generation batch
             self.failure_monitor.sync(self.sum_over_processes)
-            answers = [a for part in gather_object([self.failure_monitor.take_answers()]) for a in part]
+            parts = gather_object([(self.failure_monitor.take_answers(), sorted(self.failure_monitor.penalties))])
+            answers = [a for part, _ in parts for a in part]
             if self.evolution is not None and self.model.training:
                 texts = [(str(row["id"]), completion_text(c)) for row, c in zip(inputs, completions)]
                 scored = [(q, t, r) for (q, t), r in zip(gather_object(texts), rewards[:, 0].tolist())]
@@ -108,10 +109,13 @@ class RubricGRPOTrainer(GRPOTrainer):
                 metrics = self._metrics["train"]
                 metrics["guard/unscored_rate"].append(self.failure_monitor.rate)
                 metrics["guard/failed_verdict_rate"].append(self.failure_monitor.verdict_rate)
-                saturated, dead, counted = group_saturation(answers)  # groups may span processes: all of them
+                penalties = {text for _, texts in parts for text in texts}
+                # groups may span processes: all of them; dead counts positive criteria, penalties apart
+                saturated, dead, untriggered, counted = group_saturation(answers, penalties)
                 if counted:
                     metrics["rubric/saturated_criteria"].append(saturated / counted)
                     metrics["rubric/dead_criteria"].append(dead / counted)
+                    metrics["rubric/untriggered_penalties"].append(untriggered / counted)
         return rewards
 
     def _generate_and_score_completions(self, inputs):

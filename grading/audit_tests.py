@@ -1,0 +1,94 @@
+"""The tests behind the audit's flags, exact where the counts allow: at the sizes audits run on (4 to 32 answers a
+query) a rate or a correlation read off the counts is mostly chance, so a flag is a test that passed.
+
+Each test returns a p-value and the smallest p-value its counts could ever give (`floor`): where even that is above
+the level, the data cannot show the effect whatever it says, and the outcome is `insufficient`, not a flag. Across a
+dataset, `bh_threshold` controls the false discovery rate per flag (Benjamini-Hochberg, over the criteria whose floor
+is within the level: Gilbert 2005's rule for discrete tests, which never reach the others' share of the level).
+"""
+
+import functools
+import hashlib
+import itertools
+import math
+from collections.abc import Sequence
+
+EXACT_SUBSETS = 20_000
+"""Up to this many ways to choose which answers met a criterion, the permutation test enumerates them all; beyond,
+it draws MONTE_CARLO of them (seeded by the criterion: the same input gives the same p-value)."""
+MONTE_CARLO = 2_000
+
+
+def binomial_at_least(k: int, n: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p): exact."""
+    if k <= 0:
+        return 1.0
+    return min(1.0, sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1)))
+
+
+def at_least_share(k: int, n: int, share: float) -> tuple[float, float]:
+    """(p, floor) of H0 "met by fewer than `share` of answers" against k met of n: one-sided exact binomial, as the
+    Clopper-Pearson bound is (the p-value is below the level exactly when the bound is at or above `share`)."""
+    return binomial_at_least(k, n, share), share**n
+
+
+def sign_permutation(
+    met: Sequence[bool], rest: Sequence[float], low_is_suspect: bool, seed: str
+) -> tuple[float, float]:
+    """(p, floor): are the answers that met a criterion the ones the rest of its rubric scores lowest (a positive
+    criterion, `low_is_suspect`) or highest (a penalty)? A permutation test of the sum of the rest-of-rubric scores
+    over the met answers, the met count fixed (the same ranking as a correlation with fixed margins), one-sided;
+    ties count against the flag."""
+    import numpy as np  # pyarrow's own dependency
+
+    n, k = len(met), sum(met)
+    subsets = math.comb(n, k)
+    if k == 0 or k == n:
+        return 1.0, 1.0
+    signed = np.asarray(rest, dtype=float) * (1.0 if low_is_suspect else -1.0)
+    limit = signed[np.asarray(met, dtype=bool)].sum() + 1e-9
+    if subsets <= EXACT_SUBSETS:
+        hits = int((signed[_subsets(n, k)].sum(axis=1) <= limit).sum())
+        return hits / subsets, 1 / subsets
+    draw = np.random.default_rng(int.from_bytes(hashlib.blake2b(seed.encode(), digest_size=8).digest(), "big"))
+    chosen = np.argpartition(draw.random((MONTE_CARLO, n)), k, axis=1)[:, :k]
+    hits = int((signed[chosen].sum(axis=1) <= limit).sum())
+    return (hits + 1) / (MONTE_CARLO + 1), 1 / (MONTE_CARLO + 1)
+
+
+@functools.lru_cache(maxsize=64)
+def _subsets(n: int, k: int):
+    """Every k-subset of range(n) as an index array: built once per size, shared by every criterion of that size."""
+    import numpy as np
+
+    return np.fromiter(itertools.chain.from_iterable(itertools.combinations(range(n), k)), dtype=np.int16).reshape(
+        -1, k
+    )
+
+
+def same_verdicts(decided: int, met: int, earlier_alike: int) -> float:
+    """The p-value of a verdict vector equal to an earlier criterion's: with the met count fixed, another criterion's
+    met answers are any `met` of the `decided` equally likely, so one earlier criterion matches by chance with
+    probability 1 / C(decided, met); over the `earlier_alike` earlier criteria with the same count, at most that many
+    times it (a union bound). No match is p = 1, so this is also the test's floor."""
+    return min(1.0, earlier_alike / math.comb(decided, met))
+
+
+def two_proportions(met_a: int, n_a: int, met_b: int, n_b: int) -> float:
+    """Two-sided p-value of the pooled two-proportion z-test: did the pass rate change between two samples?"""
+    pooled = (met_a + met_b) / (n_a + n_b)
+    spread = math.sqrt(pooled * (1 - pooled) * (1 / n_a + 1 / n_b))
+    if spread == 0:
+        return 1.0
+    z = abs(met_a / n_a - met_b / n_b) / spread
+    return math.erfc(z / math.sqrt(2))
+
+
+def bh_threshold(p_values: Sequence[float], level: float) -> float:
+    """The largest p-value Benjamini-Hochberg rejects at false discovery rate `level` (0.0: it rejects none):
+    p_(i) <= i / m x level for the largest such i."""
+    import numpy as np  # pyarrow's own dependency: millions of p-values sort in a blink
+
+    ordered = np.sort(np.asarray(p_values, dtype=float))
+    within = np.nonzero(ordered <= np.arange(1, len(ordered) + 1) / max(1, len(ordered)) * level)[0]
+    return float(ordered[within[-1]]) if len(within) else 0.0
