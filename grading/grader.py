@@ -51,6 +51,9 @@ class GradingConfig:
     """Explicit modes: explained (an explanation, then the verdict), verdict_only (the verdict alone: ~10 tokens, not
     ~60), or probability (per_criterion: yes or no; the score uses P(met) from the judge's logprobs in place of 0/1;
     needs an endpoint that returns logprobs and a judge that answers without reasoning first)."""
+    probability_min_mass: float = 0.5
+    """verdict_format probability: the least P(yes) + P(no) at the first token for a verdict (each records it as
+    `mass`); below it the judge mostly began another answer: undecided (the undecided rules apply)."""
     samples: int = 1
     """Judge samples per verdict, majority vote (self-consistency); odd numbers avoid ties."""
     chunk_size: int = 16
@@ -89,7 +92,6 @@ class GradingConfig:
     (verdicts, or ratings) failed, or of policy calls. The client has already retried transient errors, so what
     still fails is mostly systematic (endpoint, model, max_tokens); past a tenth, scores rest on the criteria the
     judge manages and are biased, while min_coverage (0.8) still scores most examples and hides it. 1: never."""
-
     reasoning_delimiters: list[str] = field(default_factory=lambda: list(DEFAULT_DELIMITERS))
     """The two delimiters around a response's reasoning (rubricrl/llm/reasoning.py), removed before any judging: the
     judge, the rule checks and the integrity check see the answer alone, and a response whose reasoning never
@@ -113,10 +115,9 @@ class GradingConfig:
             raise ValueError("verdict_format probability reads one verdict per call: use mode per_criterion")
         if self.reask_undecided < 0:
             raise ValueError(f"reask_undecided must be 0 or more, got {self.reask_undecided}")
-        if not 0.0 <= self.min_coverage <= 1.0:
-            raise ValueError(f"min_coverage must be within [0, 1], got {self.min_coverage}")
-        if not 0.0 <= self.max_failure_rate <= 1.0:
-            raise ValueError(f"max_failure_rate must be within [0, 1], got {self.max_failure_rate}")
+        for name in ("min_coverage", "max_failure_rate", "probability_min_mass"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be within [0, 1], got {getattr(self, name)}")
         if self.undecided_penalty not in UNDECIDED_PENALTY:
             raise ValueError(f"undecided_penalty {self.undecided_penalty!r} is not one of {list(UNDECIDED_PENALTY)}")
         if self.undecided_criterion not in UNDECIDED_CRITERION:
@@ -124,10 +125,8 @@ class GradingConfig:
                 f"undecided_criterion {self.undecided_criterion!r} is not one of {list(UNDECIDED_CRITERION)}"
             )
         if len(self.reasoning_delimiters) not in (0, 2) or any(not d for d in self.reasoning_delimiters):
-            raise ValueError(
-                f"reasoning_delimiters must be two non-empty strings (open, close) or [], got "
-                f"{self.reasoning_delimiters}"
-            )
+            got = self.reasoning_delimiters
+            raise ValueError(f"reasoning_delimiters must be two non-empty strings (open, close) or [], got {got}")
         judge_prompt(self)  # a missing file or wrong placeholders: said now, before any server starts or call is paid
 
     def rule(self) -> dict[str, Any]:
@@ -139,8 +138,7 @@ class GradingConfig:
         }
 
     def cpu_max_tokens(self) -> dict[str, int]:
-        """max_tokens for a judge on the embedded model on a CPU that sets none: room for a 300-character
-        explanation and the verdict (batched: one per criterion of a chunk)."""
+        """max_tokens for the embedded judge on a CPU: a 300-character explanation and the verdict (batched: each)."""
         per_verdict = 120 if self.verdict_format == "explained" else 24
         if self.mode == "batched":
             return {self.judge_role: min(2048, per_verdict * self.chunk_size)}
@@ -318,7 +316,9 @@ class Grader:
         asked = (conversation, response)
         if config.mode == "per_criterion":
             return await gather_or_cancel(
-                judge.judge_per_criterion(client, role, prompt, *asked, c, samples, config.verdict_format)
+                judge.judge_per_criterion(
+                    client, role, prompt, *asked, c, samples, config.verdict_format, config.probability_min_mass
+                )
                 for c in criteria
             )
         chunks = [criteria[k : k + config.chunk_size] for k in range(0, len(criteria), config.chunk_size)]

@@ -96,12 +96,21 @@ class Verdict:
     """"judge", "rule", or "none" (not graded)."""
     probability: float | None = None
     """The probability format's P(met) (met is P >= 0.5); the score uses it in place of 0/1. None otherwise."""
+    mass: float | None = None
+    """The probability format's P(yes) + P(no) at the answer's first token: how much of the judge's answer was a
+    verdict at all (below grading.probability_min_mass the verdict is undecided). None otherwise."""
 
     @classmethod
     def of(
-        cls, criterion: Criterion, met: bool | None, explanation: str, source: str, probability: float | None = None
+        cls,
+        criterion: Criterion,
+        met: bool | None,
+        explanation: str,
+        source: str,
+        probability: float | None = None,
+        mass: float | None = None,
     ) -> "Verdict":
-        return cls(criterion.text, criterion.points, criterion.tags, met, explanation, source, probability)
+        return cls(criterion.text, criterion.points, criterion.tags, met, explanation, source, probability, mass)
 
     @property
     def credit(self) -> float | bool | None:
@@ -116,6 +125,8 @@ class Verdict:
             "explanation": self.explanation,
             "source": self.source,
         }
+        if self.mass is not None:
+            verdict["mass"] = self.mass
         return verdict if self.probability is None else {**verdict, "probability": self.probability}
 
 
@@ -180,15 +191,16 @@ async def judge_per_criterion(
     criterion: Criterion,
     samples: int = 1,
     verdict_format: str = "explained",
+    min_mass: float = 0.0,
 ) -> Verdict:
     """One judge call for one criterion (HealthBench style); `prompt`: CRITERION (or the format's default) or one
-    with its placeholders."""
+    with its placeholders. `min_mass`: the probability format's floor on P(yes) + P(no)."""
     messages = quoted(prompt, conversation, response, points=f"{criterion.points:+d}", criterion=criterion.text)
     schema = VERDICT_SCHEMA if verdict_format == "explained" else VERDICT_ONLY_SCHEMA
     try:
         if verdict_format == "probability":
             return probability_verdict(
-                criterion, await client.chat(role, messages, allow_empty=True, **PROBABILITY_REQUEST)
+                criterion, await client.chat(role, messages, allow_empty=True, **PROBABILITY_REQUEST), min_mass
             )
         result = await client.chat(role, messages, n=samples, schema=schema, schema_name="verdict")
     except EndpointUnreachable:  # the judge's server is down: the command stops, not one verdict
@@ -199,10 +211,12 @@ async def judge_per_criterion(
     return Verdict.of(criterion, met, result.parsed[0].get("explanation", ""), "judge")
 
 
-def probability_verdict(criterion: Criterion, result) -> Verdict:
+def probability_verdict(criterion: Criterion, result, min_mass: float = 0.0) -> Verdict:
     """The verdict in a yes-or-no answer's first-token log-probabilities: P(met) = P(yes) / (P(yes) + P(no)), each
-    summed over the forms of the word among the likeliest tokens ("Yes", " yes", ...). Neither among them:
-    undecided. An endpoint that sends no log-probabilities stops the command: every verdict would fail the same."""
+    summed over the forms of the word among the likeliest tokens ("Yes", " yes", ...). Neither among them, or the
+    two together holding less than `min_mass` of the probability (the judge mostly began some other answer, and a
+    ratio of two small numbers would pass for a confident verdict): undecided, with the mass recorded. An endpoint
+    that sends no log-probabilities stops the command: every verdict would fail the same."""
     positions = result.top_logprobs[0]
     if not positions:
         raise UserError(
@@ -215,10 +229,17 @@ def probability_verdict(criterion: Criterion, result) -> Verdict:
         word = token.strip().lower()
         if word in mass:
             mass[word] += math.exp(logprob)
-    if mass["yes"] + mass["no"] == 0:
-        return Verdict.of(criterion, None, f"{NEITHER} among the likeliest answers ({result.text!r})", "judge")
-    probability = mass["yes"] / (mass["yes"] + mass["no"])
-    return Verdict.of(criterion, probability >= 0.5, f"P(yes) = {probability:.3f}", "judge", probability)
+    total = mass["yes"] + mass["no"]
+    if total == 0:
+        return Verdict.of(
+            criterion, None, f"{NEITHER} among the likeliest answers ({result.text!r})", "judge", mass=0.0
+        )
+    if total < min_mass:
+        said = f"{NEITHER} for most of the probability: yes and no hold {total:.3f} (answer {result.text!r})"
+        return Verdict.of(criterion, None, said, "judge", mass=total)
+    probability = mass["yes"] / total
+    said = f"P(yes) = {probability:.3f} (yes and no hold {total:.3f})"
+    return Verdict.of(criterion, probability >= 0.5, said, "judge", probability, total)
 
 
 def batched_schema(ids: list[str], explained: bool = True) -> dict[str, Any]:

@@ -414,6 +414,30 @@ def test_a_probability_judge_that_answers_neither_yes_nor_no_leaves_the_verdict_
     assert graded.reasked == 0 and fault_server.count == 4  # asking again would replay the same log-probabilities
 
 
+def test_a_verdict_from_a_sliver_of_probability_is_undecided_and_same_text_tokens_add_up(fault_server):
+    """Issue 39: a first token that is neither word must not turn the little left to yes and no into a confident P;
+    two tokens that decode to the same text (distinct ids, e.g. byte-level variants) are summed, not overwritten."""
+    import math
+
+    def reply(yes: float, no: float, other: float, split_yes: bool = False) -> dict:
+        top = [{"token": "The", "logprob": math.log(other)}, {"token": "No", "logprob": math.log(no)}]
+        halves = [yes / 2, yes / 2] if split_yes else [yes]
+        top += [{"token": "Yes", "logprob": math.log(p)} for p in halves]  # the same text, twice
+        first = {**max(top, key=lambda t: t["logprob"]), "top_logprobs": top}
+        return {"content": first["token"], "logprobs": {"content": [first]}}
+
+    fault_server.reply = lambda body: reply(yes=0.09, no=0.01, other=0.9)  # "The ..." : 10% left to yes and no
+    graded = grade(fault_server, verdict_format="probability", min_coverage=0.0, undecided_penalty="unmet")
+    assert [v.met for v in graded.verdicts] == [None] * 4 and graded.verdicts[0].mass == pytest.approx(0.1)
+    assert "yes and no hold 0.100" in graded.verdicts[0].explanation
+    assert graded.to_record((), id="a", response="r")["verdicts"][0]["mass"] == pytest.approx(0.1)
+    # split over two tokens of one text, yes still holds its whole 0.6 (overwritten, it would be 0.3 against no's 0.35)
+    fault_server.reply = lambda body: reply(yes=0.6, no=0.35, other=0.05, split_yes=True)
+    graded = grade(fault_server, verdict_format="probability", probability_min_mass=0.5)
+    assert graded.verdicts[0].probability == pytest.approx(0.6 / 0.95) and graded.verdicts[0].met
+    assert graded.verdicts[0].mass == pytest.approx(0.95)
+
+
 def test_an_answer_without_the_logprobs_asked_for_is_not_cached(fault_server, cache):
     async def go():
         roles = {"judge": Role(base_url=fault_server.base_url, model="judge")}

@@ -13,6 +13,7 @@ vLLM <= 0.10 and DeepSeek) kept beside it; no content is an error saying why (`r
 
 import asyncio
 import json
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -360,17 +361,22 @@ def _storable(sample: dict[str, Any]) -> bool:
 
 
 def top_logprobs(logprobs: Any) -> list[dict[str, float]] | None:
-    """A chat choice's `logprobs` as one {token: logprob} per generated position (the chosen token and its
-    alternatives); None when the server sent none (an endpoint that does not support them)."""
+    """A chat choice's `logprobs` as one {token text: logprob} per generated position (the chosen token and its
+    alternatives); None when the server sent none (an endpoint that does not support them). Distinct tokens that
+    decode to the same text have their probabilities summed, never one overwriting the other; the chosen token
+    counts once (servers list it among the alternatives too)."""
     if not isinstance(logprobs, dict) or not isinstance(logprobs.get("content"), list) or not logprobs["content"]:
         return None
-    return [
-        {
-            **{t["token"]: t["logprob"] for t in position.get("top_logprobs") or ()},
-            position["token"]: position["logprob"],
-        }
-        for position in logprobs["content"]
-    ]
+    positions = []
+    for position in logprobs["content"]:
+        entries = [(t["token"], t["logprob"]) for t in position.get("top_logprobs") or ()]
+        if (position["token"], position["logprob"]) not in entries:
+            entries.append((position["token"], position["logprob"]))
+        summed: dict[str, float] = {}
+        for token, logprob in entries:
+            summed[token] = math.log(math.exp(summed[token]) + math.exp(logprob)) if token in summed else logprob
+        positions.append(summed)
+    return positions
 
 
 FLOAT_PARAMS = ("temperature", "top_p", "presence_penalty", "frequency_penalty")
