@@ -43,20 +43,19 @@ def example_metrics(
 
 
 def floor_metrics(record: dict[str, Any], example_tags: tuple[str, ...]) -> dict[str, float]:
-    """A vetoed record, or one without an answer, keeps its score (0, or the lowest its rubric allows) overall and on
-    its example tags, and counts on every criterion tag (axis, cluster) of its rubric as nothing earned with every
-    penalty met, that tag's lowest (0 when its score was clipped). simple-evals judges every criterion of every
-    response, so each axis counts every example the overall score counts; so do ours."""
-    score = record.get("score") or 0.0
-    metrics = {"overall_score": score, **{tag: score for tag in example_tags}}
-    verdicts = [v for v in record.get("verdicts") or () if v.get("tags")]
-    if verdicts:
-        rubric = Rubric(tuple(Criterion(v["criterion"], v["points"], tuple(v["tags"])) for v in verdicts))
-        lowest = tag_scores(rubric, [v["points"] < 0 for v in verdicts], min_coverage=0.0)
-        for tag, value in lowest.items():
-            if tag != "overall_score" and tag not in metrics:
-                metrics[tag] = value if score < 0 else max(0.0, value)
-    return metrics
+    """A vetoed record, or one without an answer, scores the lowest its rubric allows (nothing earned, every penalty
+    met), overall and on its example tags, and on every criterion tag (axis, cluster) that tag's lowest: reports
+    keep per-example scores unclipped (as simple-evals), and a stored 0 would let a veto outscore an honest answer
+    whose penalties outweigh its points. simple-evals judges every criterion of every response, so each axis counts
+    every example the overall score counts; so do ours. A record without its verdicts keeps its stored score."""
+    verdicts = record.get("verdicts") or ()
+    if not verdicts:
+        score = record.get("score") or 0.0
+        return {"overall_score": score, **{tag: score for tag in example_tags}}
+    rubric = Rubric(tuple(Criterion(v["criterion"], v["points"], tuple(v.get("tags") or ())) for v in verdicts))
+    lowest = tag_scores(rubric, [v["points"] < 0 for v in verdicts], min_coverage=0.0)
+    score = lowest.get("overall_score", 0.0)  # none without positive points: 0, as tag_scores leaves it undefined
+    return {**lowest, "overall_score": score, **{tag: score for tag in example_tags}}
 
 
 LENGTH_CENTER = 2000

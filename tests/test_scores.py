@@ -176,7 +176,8 @@ def test_the_report_table_never_cuts_a_metric_name():
 
 def test_a_vetoed_or_answerless_record_counts_on_every_axis_as_nothing_earned():
     """simple-evals judges every criterion of every response, so each axis counts every example: a record the
-    integrity check vetoed (or without an answer) counts on its axes too, at their lowest (0 when clipped)."""
+    integrity check vetoed (or without an answer) counts on its axes too, at their lowest; and overall at the lowest
+    its rubric allows, whatever it stored (issue 39: a stored 0 outscored an honest answer whose penalties won)."""
     tagged = [
         {"criterion": "a", "points": 5, "tags": ["axis:accuracy"], "met": None, "source": "none"},
         {"criterion": "b", "points": 5, "tags": ["axis:completeness"], "met": None, "source": "none"},
@@ -192,12 +193,15 @@ def test_a_vetoed_or_answerless_record_counts_on_every_axis_as_nothing_earned():
     for name in ("overall_score", "axis:accuracy", "axis:completeness"):
         assert metrics[f"{name}:n_samples"] == 3, name  # every example on every axis, as the overall score
     assert example_metrics(records[0]) == {
-        "overall_score": 0.0,
-        "theme:x": 0.0,
+        "overall_score": -0.5,  # -5 / 10: every penalty, no point
+        "theme:x": -0.5,
         "axis:accuracy": 0.0,
-        "axis:completeness": 0.0,
+        "axis:completeness": -1.0,
     }
     assert example_metrics(records[1])["axis:completeness"] == -1.0  # unclipped: nothing earned, the penalty met
+    honest = {"score": -0.2, "verdicts": [{**judged[0], "met": False}, {**judged[1], "met": True}, judged[2]]}
+    honest["verdicts"][2] = {**judged[2], "met": True}
+    assert example_metrics(honest)["overall_score"] == 0.0 > example_metrics(records[0])["overall_score"]
 
 
 def test_the_judge_failure_rate_counts_judge_decisions_only():
