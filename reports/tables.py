@@ -183,13 +183,14 @@ def evolved_table(folder: Folder) -> tuple[list[str], list[list[str]]]:
 def moved_table(folder: Folder) -> tuple[list[str], list[list[str]]]:
     """A RuRL run's criteria whose pass rate moved most between its first and latest batches: where a policy
     pleasing its judge shows first."""
-    return ["criterion", "first", "last", "moved", "decided"], [
+    return ["criterion", "first", "last", "moved", "decided", "p (two-proportion z-test)"], [
         [
             row["criterion"],
             f"{row['first_pass_rate']:.0%} of {row['first_decided']}",
             f"{row['last_pass_rate']:.0%} of {row['last_decided']}",
             f"{row['moved']:+.0%}",
             str(row["decided"]),
+            f"{row['p']:.2g} (BH threshold {row['threshold']:.2g})",
         ]
         for row in folder.moved
     ]

@@ -17,13 +17,36 @@ def log_criteria(wandb_run, criteria: list[dict[str, Any]], shown: int = 10) -> 
     )
 
 
-def moved_most(criteria: list[dict[str, Any]], shown: int = 10, min_decided: int = 2) -> list[dict[str, Any]]:
-    """The criteria whose pass rate moved most between the run's first and latest windows, decided at least
-    `min_decided` times in each (none that did not move)."""
-    both = [
-        row for row in criteria if row.get("moved") and min(row["first_decided"], row["last_decided"]) >= min_decided
+MOVED_MIN_DECIDED = 30
+"""Decided verdicts a criterion needs in each window before its move is tested."""
+MOVED_FDR = 0.05
+"""The false discovery rate of the criteria named as moved (Benjamini-Hochberg over those tested)."""
+
+
+def moved_most(
+    criteria: list[dict[str, Any]], shown: int = 10, min_decided: int = MOVED_MIN_DECIDED
+) -> list[dict[str, Any]]:
+    """The criteria whose pass rate moved most between the run's first and latest windows, among those decided at
+    least `min_decided` times in each whose move is significant: a two-sided two-proportion z-test (pooled), held to
+    a false discovery rate of MOVED_FDR over the criteria tested. Each row gains its `p` and `threshold`. The two
+    windows hold different queries: a move is a change in what the policy's answers earn, not in one answer."""
+    from grading.audit_tests import bh_threshold, two_proportions
+
+    tested = [
+        {**row, "p": two_proportions(*_counts(row, "first"), *_counts(row, "last"))}
+        for row in criteria
+        if row.get("moved") is not None and min(row["first_decided"], row["last_decided"]) >= min_decided
     ]
-    return sorted(both, key=lambda row: (-abs(row["moved"]), row["criterion"]))[:shown]
+    threshold = bh_threshold([row["p"] for row in tested], MOVED_FDR)
+    moved = [{**row, "threshold": threshold} for row in tested if row["moved"] and row["p"] <= threshold]
+    return sorted(moved, key=lambda row: (-abs(row["moved"]), row["criterion"]))[:shown]
+
+
+def _counts(row: dict[str, Any], window: str) -> tuple[int, int]:
+    """(met, decided) in a window (rows written before `first_met` existed: from the pass rate)."""
+    decided = row[f"{window}_decided"]
+    met = row.get(f"{window}_met")
+    return (round(row[f"{window}_pass_rate"] * decided) if met is None else met), decided
 
 
 def run_summary(
@@ -85,9 +108,10 @@ def summary_text(summary: dict[str, Any], output_dir: Path) -> str:
         lines.append("  easiest criteria: " + "; ".join(_criterion(row) for row in summary["easiest_criteria"]))
     if summary.get("moved_most"):
         lines.append(
-            "  moved most (first -> latest batches): "
+            "  moved most (first -> latest batches; two-proportion z-test, FDR 0.05): "
             + "; ".join(
-                f"{row['first_pass_rate']:.0%} -> {row['last_pass_rate']:.0%} {_short(row['criterion'])!r}"
+                f"{row['first_pass_rate']:.0%} of {row['first_decided']} -> {row['last_pass_rate']:.0%} of "
+                f"{row['last_decided']} {_short(row['criterion'])!r} (p = {row['p']:.2g})"
                 for row in summary["moved_most"]
             )
         )

@@ -72,7 +72,7 @@ class TrainingStopped(UserError):
 
 def run_train(args) -> int:
     clock = Stopwatch()  # where the command's time goes, in the summary beside the steps' own
-    with clock.phase("settings"):  # TRL's import is most of it
+    with clock.phase("settings"):
         settings = parse_settings(args, command=COMMAND, trl_defaults=trl_defaults())
         train_args, rurl, grading, llm, grpo, model = settings
         check_with_trl(rurl, grpo, train_args.reward_funcs)  # before the dry run: it refuses what the run would
@@ -92,7 +92,7 @@ def run_train(args) -> int:
         print(yaml.safe_dump(config, sort_keys=False, allow_unicode=True), end="")
         return 0
     output_dir = require_output_dir(grpo, COMMAND)
-    with clock.phase("data"):
+    with clock.phase("data and tokenizer"):
         data = load_rurl_data(train_args.rubrics, rurl, grpo.seed, mode=grading.mode, grpo=grpo, model=model)
         resume = resume_target(grpo)
         base_model(model)
@@ -124,6 +124,8 @@ def run_train(args) -> int:
     budgets = {**grading.cpu_max_tokens(), "evolver": 150 + 90 * rurl.evolve_max_new}  # as synthesis's evolver
     budgets["monitor"] = budgets[grading.judge_role]
     with open_llm(llm, roles, source=config_source(args), cpu_budgets=budgets) as llm_session:
+        if rurl.monitor_judge:
+            check_monitor(llm_session.roles, grading.judge_role)
         if rurl.preflight:
             with clock.phase("judge preflight"):
                 preflight(llm_session.roles, grading, judged)
@@ -362,6 +364,19 @@ def build_trainer(
     if grpo.use_vllm:  # TRL's colocated weight push fails on vLLM's CPU build: rurl/vllm_cpu.py
         patch_cpu_colocate(trainer)
     return trainer
+
+
+def check_monitor(roles: dict[str, Role], judge_role: str) -> None:
+    """A monitor that is the training judge (the same model and parameters, wherever it is served) would get the
+    judge's own answers back from the response cache, which keys requests by model, not address: its gap would
+    stay 0 while real endpoints disagree. Refused before the policy loads."""
+    judge, monitor = roles[judge_role], roles["monitor"]
+    if judge.model == monitor.model and judge.sampling_params() == monitor.sampling_params():
+        raise ConfigError(
+            f"rurl.monitor_judge: the monitor role is the training judge ({monitor.model}, the same parameters; "
+            f"{monitor.base_url} and {judge.base_url}): it would be answered from the judge's cached verdicts and "
+            "never disagree; give the monitor another model (llm.roles.monitor.model)"
+        )
 
 
 def check_judge_wait(rurl: RurlConfig, grpo: "GRPOConfig") -> None:

@@ -529,8 +529,8 @@ def test_rurl_run_shows_the_monitor_beside_the_judge_and_the_criteria_that_moved
         entry["monitor/overall_score"], entry["monitor/gap"] = 0.6 - 0.2 * step, entry["eval/overall_score"] - 0.6
     (tmp_path / "run" / "log_history.json").write_text(json.dumps(history))
     rows = [
-        {"criterion": "Flatters the grader.", "first_pass_rate": 0.1, "first_decided": 20, "last_pass_rate": 0.9},
-        {"criterion": "Steady.", "first_pass_rate": 0.5, "first_decided": 20, "last_pass_rate": 0.55},
+        {"criterion": "Flatters the grader.", "first_pass_rate": 0.1, "first_decided": 40, "last_pass_rate": 0.9},
+        {"criterion": "Wobbles.", "first_pass_rate": 0.5, "first_decided": 40, "last_pass_rate": 0.6},  # chance
         {"criterion": "Seen once.", "first_pass_rate": 0.0, "first_decided": 1, "last_pass_rate": 1.0},
     ]
     criteria = [
@@ -539,7 +539,7 @@ def test_rurl_run_shows_the_monitor_beside_the_judge_and_the_criteria_that_moved
             "pass_rate": 0.5,
             "met": 10,
             "decided": 40,
-            "last_decided": 20,
+            "last_decided": 40,
             "moved": r["last_pass_rate"] - r["first_pass_rate"],
         }
         for r in rows
@@ -550,8 +550,9 @@ def test_rurl_run_shows_the_monitor_beside_the_judge_and_the_criteria_that_moved
     titles = [a["alt"] for t, a in page.tags if t == "img"]
     assert any(t.endswith(", the monitor judge's beside it") for t in titles)
     moved = page.table_with(["criterion", "first", "last", "moved", "decided"])
-    assert [r[0] for r in moved[1:]] == ["Flatters the grader.", "Steady."]  # decided once: not ranked
-    assert moved[1][1:4] == ["10% of 20", "90% of 20", "+80%"]
+    # decided once: not tested; 50% -> 60% of 40: chance (p = 0.37); 10% -> 90%: p = 8.3e-13
+    assert [r[0] for r in moved[1:]] == ["Flatters the grader."]
+    assert moved[1][1:4] == ["10% of 40", "90% of 40", "+80%"] and moved[1][5].startswith("8.3e-13")
     training = page.table_with(["series", "steps", "first", "last", "min", "max"])
     assert [r[0] for r in training if r[0].startswith("monitor/")] == ["monitor/overall_score", "monitor/gap"]
 

@@ -267,6 +267,19 @@ def test_an_evolver_or_monitor_that_does_not_answer_stops_before_the_policy_load
             assert url in err and "does not answer" in err and f"roles ['{role}']" in err
 
 
+def test_a_monitor_that_is_the_training_judge_elsewhere_is_refused(tmp_path, capsys, no_model_load):
+    """Issue 39: two endpoints serving a model of one name, with the same parameters: the monitor's requests were the
+    judge's cached ones (0 calls, gap 0.000 while the endpoints disagreed). Another model name is accepted."""
+    verdict = json.dumps({"explanation": "ok", "criteria_met": True})
+    with FaultServer(reply=verdict) as judge, FaultServer(reply=verdict) as other:
+        argv = ["--config", str(TINY), "--output_dir", str(tmp_path), "--base-url", judge.base_url, "--model", "fake"]
+        argv += ["--monitor_judge", "true", "--roles", f"monitor.base_url={other.base_url}", "monitor.temperature=0"]
+        assert main(rurl_train(*argv)) == 2
+        err = capsys.readouterr().err
+        assert "the monitor role is the training judge (fake, the same parameters" in err and other.base_url in err
+        assert judge.requests == other.requests == []  # refused before the preflight's first grade
+
+
 def test_a_judge_that_answers_no_verdict_fails_the_preflight(tmp_path, capsys, no_model_load):
     with FaultServer(reply="I cannot grade this.") as judge:
         code = main(
