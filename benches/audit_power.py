@@ -82,9 +82,8 @@ def null_rates(answers: int, queries: int, seed: int, settings: AuditSettings | 
     return rates
 
 
-def power(plant: str, answers: int, queries: int, seed: int) -> tuple[float, float]:
+def power(plant: str, answers: int, queries: int, seed: int, settings: AuditSettings) -> tuple[float, float]:
     """(share of planted criteria flagged as planted, share whose test was insufficient)."""
-    settings = AuditSettings()
     rng = random.Random(seed)
     rows = audit_simulated([simulated_query(rng, answers, plant) for _ in range(queries)], settings)
     planted = [r for r in rows if r["criterion"] == f"criterion {POSITIVE - 1}"]
@@ -99,12 +98,17 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=400)
     parser.add_argument("--answers", type=int, nargs="+", default=[4, 8, 16, 32])
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--saturation", type=float, default=AuditSettings().saturation)
     args = parser.parse_args()
-    level = AuditSettings().fdr
-    print(f"null: {args.queries} queries x ({POSITIVE} coins + 1 untriggered penalty), seed {args.seed}; level {level}")
+    settings = AuditSettings(saturation=args.saturation)
+    level = settings.fdr
+    print(
+        f"null: {args.queries} queries x ({POSITIVE} coins + 1 untriggered penalty), seed {args.seed}; level {level}; "
+        f"saturation {settings.saturation:g}"
+    )
     print("answers | " + " | ".join(f"{flag} false (insufficient)" for flag in FLAGS) + " | penalty dead / never")
     for n in args.answers:
-        rates = null_rates(n, args.queries, args.seed)
+        rates = null_rates(n, args.queries, args.seed, settings)
         cells = []
         for flag in FLAGS:
             r = rates[flag]
@@ -114,7 +118,7 @@ def main() -> None:
         print(f"{n:7d} | " + " | ".join(cells) + f" | {pen['dead']}/{pen['criteria']} / {pen['never_triggered']}")
     print("power on planted effects (share found, share insufficient):")
     for n in args.answers:
-        found = [power(plant, n, args.queries, args.seed + 1) for plant in PLANTS]
+        found = [power(plant, n, args.queries, args.seed + 1, settings) for plant in PLANTS]
         print(f"{n:7d} | " + " | ".join(f"{p}: {f:.0%} ({i:.0%})" for p, (f, i) in zip(PLANTS, found)))
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from grading.audit_tests import at_least_share, binomial_at_least, same_verdicts, sign_permutation
 
 FLAGS = ("saturated", "dead", "duplicate", "unreliable", "suspect_sign")
-"""saturated: met by at least `saturation` of answers; dead: a positive criterion met by at most 1 - `saturation`;
+"""saturated: met by at least `saturation` (80%) of answers; dead: a positive criterion met by at most 1 - `saturation`;
 duplicate: the same verdict on every answer as an earlier criterion that separates, more often than chance gives;
 unreliable: undecided or disputed on more than its limit; suspect_sign: its verdicts run against the rest of its
 rubric (a positive criterion met by the answers the others score lowest, or a penalty met by the best ones:
@@ -43,8 +43,9 @@ TESTS = {
 class AuditSettings:
     min_answers: int = 4
     """Answers with a graded verdict a query needs before its criteria are tested (fewer: reported, no test)."""
-    saturation: float = 0.9
-    """saturated: met by at least this share of answers; dead: met by at most 1 minus it (positive criteria)."""
+    saturation: float = 0.8
+    """saturated: met by at least this share of answers; dead: met by at most 1 minus it (positive criteria). At 0.9
+    a criterion met by 95% of answers is found in none of 4-64 answers (benches/audit_power.py); at 0.8, from 32."""
     max_undecided: float = 0.2
     """unreliable: undecided on more than this share of its answers."""
     max_disagreement: float = 0.2

@@ -81,7 +81,7 @@ def audit(out, *argv) -> tuple[dict, dict]:
 
 
 def test_the_tests_by_hand():
-    assert at_least_share(4, 4, 0.9) == pytest.approx((0.9**4, 0.9**4))  # all 4 met: 66% likely at a 90% rate
+    assert at_least_share(4, 4, 0.8) == pytest.approx((0.8**4, 0.8**4))  # all 4 met: 41% likely at an 80% rate
     assert at_least_share(63, 64, 0.9)[0] == pytest.approx(0.9**64 + 64 * 0.9**63 * 0.1)
     assert same_verdicts(4, 2, 1) == pytest.approx(1 / 6) and same_verdicts(8, 4, 3) == pytest.approx(3 / 70)
     # the two met answers score lowest on the rest of the rubric: 1 arrangement of 6 is as low
@@ -115,7 +115,7 @@ def test_the_audit_finds_exactly_the_criteria_made_to_fail_and_shows_the_evidenc
     assert four["dup"]["duplicate_of"] == "good"
     # the evidence beside each flag: the p-value, the threshold it was held to
     sat = rows[("q", "sat")]["tests"]["saturated"]
-    assert sat["p"] == pytest.approx(0.9**64) and sat["p"] <= sat["threshold"] <= 0.05
+    assert sat["p"] == pytest.approx(0.8**64) and sat["p"] <= sat["threshold"] <= 0.05
     assert rows[("q", "dup")]["duplicate_of"] == "good"
     guard = rows[("q", "guard-rail")]
     assert guard["never_triggered"] and "dead" not in guard["tests"]
@@ -127,8 +127,8 @@ def test_the_audit_finds_exactly_the_criteria_made_to_fail_and_shows_the_evidenc
     assert summary["flag_counts"] == {"saturated": 1, "dead": 1, "duplicate": 1, "unreliable": 1, "suspect_sign": 1}
     assert summary["never_triggered"] == 2  # q's and four's guard-rail
     tests = summary["tests"]["saturated"]
-    assert tests["flagged"] == 1 and tests["insufficient"] == 6 and "90%" in tests["test"]  # four's 6 criteria
-    assert tests["tested"] == 9 and tests["threshold"] == pytest.approx(0.9**64)  # q's 6 and p's 3
+    assert tests["flagged"] == 1 and tests["insufficient"] == 6 and "80%" in tests["test"]  # four's 6 criteria
+    assert tests["tested"] == 9 and tests["threshold"] == pytest.approx(0.8**64)  # q's 6 and p's 3
     queries = {q["id"]: q for q in map(json.loads, (tmp_path / "out" / "queries.jsonl").read_text().splitlines())}
     assert {i: q["flagged"] for i, q in queries.items()} == {"q": True, "p": True, "four": True, "few": False}
     assert queries["q"]["flags"] == {"saturated": 1, "dead": 1, "duplicate": 1, "unreliable": 1}
@@ -137,8 +137,8 @@ def test_the_audit_finds_exactly_the_criteria_made_to_fail_and_shows_the_evidenc
     assert "audited 16 criteria of 4 queries from 134 answers" in said
     assert "saturated 6.7% (1 of 9 tested, 6 insufficient)" in said and "2 penalties never triggered (kept)" in said
     md = (tmp_path / "out" / "audit.md").read_text().replace("---:", "---")
-    assert "| saturated | 1 | 6.7% | 9 | 6 | p <= 0.00118 (FDR 0.05) |" in md
-    assert "one-sided exact binomial: met by at least 90% of answers" in md
+    assert "| saturated | 1 | 6.7% | 9 | 6 | p <= 6.28e-07 (FDR 0.05) |" in md
+    assert "one-sided exact binomial: met by at least 80% of answers" in md
 
 
 def test_no_flag_fires_on_criteria_without_effect_at_4_and_8_answers():
@@ -206,7 +206,7 @@ def test_prune_writes_the_rubric_file_in_its_own_schema_and_says_what_went(tmp_p
         ("q", "dup", ["duplicate"]),
         ("p", "herbal tea for a baby", ["suspect_sign"]),
     ]
-    assert why[0]["tests"]["dead"]["p"] == pytest.approx(0.9**N) and why[0]["never_triggered"] is False
+    assert why[0]["tests"]["dead"]["p"] == pytest.approx(0.8**N) and why[0]["never_triggered"] is False
     # the guard-rails go only when named
     audit(tmp_path / "named", graded_file, "--rubrics", rubrics, "--prune", "never_triggered")
     named = load_rubric_rows(tmp_path / "named" / "rubrics.jsonl")
