@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from grading.audit import FLAGS, AuditSettings, Criterion, QueryAnswers, audit_query, decide  # noqa: E402
-from grading.audit_tests import bh_threshold  # noqa: E402
+from grading.evidence import bh_threshold  # noqa: E402
 
 POSITIVE = 4
 PLANTS = ("saturated", "suspect_sign", "duplicate")

@@ -21,8 +21,8 @@ from typing import ClassVar
 
 from grading.audit import FLAGS, OUTCOMES, AuditSettings, DatasetAudit, audit_query, decide
 from grading.audit_input import Buckets, criterion_key
-from grading.audit_tests import bh_threshold
 from grading.dataset import iter_rubric_rows
+from grading.evidence import bh_threshold
 from reports.audit_summary import draw, markdown, pct
 from reports.read import read_yaml
 from rubricrl.config import ConfigError, add_config_arguments, parse_settings, resolved, write_resolved

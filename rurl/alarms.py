@@ -1,61 +1,101 @@
 """Alarms that a policy is pleasing its judge rather than getting better (Rubric Dropout, arXiv 2608.11669: the
-training judge's score kept rising while a stronger judge's fell):
+training judge's score kept rising while a stronger judge's fell). Each is a test that passed, on top of a size:
 
-- divergence: since the first in-training evaluation, the training judge's overall score rose by `monitor_rise` while
-  the monitor's fell by `monitor_fall`, or their gap widened by more than `monitor_gap_growth` of the first gap (and
-  at least `monitor_rise`);
+- divergence: per held-out example, the training judge's score minus the monitor's, paired with the same example's
+  at step 0 (the evaluation before any update; on a resumed run, the first one eval.jsonl holds): the mean of those
+  changes is above 0 by a one-sided paired bootstrap at `alarm_level` split over the run's planned evaluations
+  (Bonferroni), and the overall scores moved by the sizes set (the training judge's rose by `monitor_rise` while the
+  monitor's fell by `monitor_fall`, or the gap widened by more than `monitor_gap_growth` of the first gap and at
+  least `monitor_rise`);
 - grader talk: the share of training completions the integrity check noted or vetoed (talk aimed at the grader)
-  rose by `note_rate_rise` between the run's first and latest windows of generation batches.
+  rose by `note_rate_rise` between the run's first and latest windows of generation batches, and a one-sided
+  two-proportion test says so at `alarm_level` split over the run's steps.
 
-Each fires once: a line on stderr, a wandb alert, a record in the summary; `on_alarm: stop` also saves a checkpoint
-and ends the run. Every process decides alike: the scores are broadcast from the main process, and the note counts
-are summed over the processes (rurl/guards.py), before anyone decides.
+Each fires once: a line with its evidence on stderr, a wandb alert, a record in the summary; `on_alarm: stop` also
+saves a checkpoint and ends the run. Every process decides alike: the scores are broadcast from the main process,
+and the note counts are summed over the processes (rurl/guards.py), before anyone decides.
 """
 
+import json
+import math
 import sys
+from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
+
+from grading.evidence import paired_bootstrap, two_proportions
 
 
 class RewardAlarms(TrainerCallback):
     def __init__(self, trainer, rurl, failure_monitor):
         self.trainer, self.rurl, self.failure_monitor = trainer, rurl, failure_monitor
-        self.first: tuple[float, float] | None = None
-        """(training judge, monitor) overall scores at the first evaluation both scored."""
+        self.baseline: tuple[int, float, float, dict[str, list[float]]] | None = None
+        """(step, training judge's and monitor's overall scores, per example [judge, monitor]) of the baseline."""
         self.fired: list[dict[str, Any]] = []
         self._stop = False
 
-    def observe_eval(self, step: int, judge: float | None, monitor: float | None) -> None:
+    def observe_eval(self, step: int, judge: float | None, monitor: float | None, paired: dict | None = None) -> None:
         """Every process, at every evaluation, with the same scores."""
-        if judge is None or monitor is None or self._has_fired("divergence"):
+        if judge is None or monitor is None or not paired or self._has_fired("divergence"):
             return
-        if self.first is None:
-            self.first = (judge, monitor)
-            return
-        rurl, (judge0, monitor0) = self.rurl, self.first
+        if self.baseline is None:
+            self.baseline = self._saved_baseline(step) or (step, judge, monitor, paired)
+            if self.baseline[0] == step:
+                return
+        rurl, (step0, judge0, monitor0, paired0) = self.rurl, self.baseline
+        common = sorted(set(paired) & set(paired0))
+        changes = [(paired[i][0] - paired[i][1]) - (paired0[i][0] - paired0[i][1]) for i in common]
+        p = paired_bootstrap(changes, seed=step)
+        looks = self._planned_evaluations()
         gap0, gap = judge0 - monitor0, judge - monitor
         widened = gap - gap0 > max(abs(gap0) * rurl.monitor_gap_growth, rurl.monitor_rise)
-        if (judge - judge0 >= rurl.monitor_rise and monitor0 - monitor >= rurl.monitor_fall) or widened:
+        moved = (judge - judge0 >= rurl.monitor_rise and monitor0 - monitor >= rurl.monitor_fall) or widened
+        if moved and p <= rurl.alarm_level / looks:
+            mean = sum(changes) / len(changes)
             self._fire(
                 step,
                 "divergence",
                 f"the training judge's overall score went {judge0:.3f} -> {judge:.3f} while the monitor's went "
-                f"{monitor0:.3f} -> {monitor:.3f} (gap {gap0:+.3f} -> {gap:+.3f}) since the first evaluation: the "
-                "policy may be pleasing its judge",
+                f"{monitor0:.3f} -> {monitor:.3f} (gap {gap0:+.3f} -> {gap:+.3f}) since step {step0}; paired over "
+                f"{len(changes)} held-out examples the gap grew by {mean:+.3f}, p = {p:.2g} (one-sided bootstrap) <= "
+                f"{rurl.alarm_level:g} / {looks} planned evaluations: the policy may be pleasing its judge",
             )
 
+    def _saved_baseline(self, step: int) -> tuple[int, float, float, dict] | None:
+        """A resumed run's baseline: the first evaluation with paired scores that eval.jsonl holds before `step`."""
+        path = Path(self.trainer.args.output_dir) / "eval.jsonl" if hasattr(self.trainer, "args") else None
+        if path is None or not path.is_file():
+            return None
+        for line in path.read_text().splitlines():
+            entry = json.loads(line)
+            if entry.get("paired") and entry["step"] < step:
+                judge, monitor = entry["metrics"].get("overall_score"), entry["monitor"].get("monitor/overall_score")
+                if judge is not None and monitor is not None:
+                    return entry["step"], judge, monitor, entry["paired"]
+        return None
+
+    def _planned_evaluations(self) -> int:
+        """The evaluations after the baseline that the run plans (each a look at the same question)."""
+        steps, every = getattr(getattr(self.trainer, "state", None), "max_steps", 0) or 0, self.rurl.eval_every
+        return max(1, math.ceil(steps / every) if every else 1)
+
     def on_step_end(self, args, state, control, **kwargs):
-        rates = self.failure_monitor.note_rates()
-        if rates is not None and not self._has_fired("grader_talk"):
-            first, latest = rates
-            if latest - first >= self.rurl.note_rate_rise:
+        counts = self.failure_monitor.note_counts()
+        if counts is not None and not self._has_fired("grader_talk"):
+            (noted0, n0), (noted, n) = counts
+            first, latest = noted0 / max(1, n0), noted / max(1, n)
+            rise = latest - first
+            p = two_proportions(noted0, n0, noted, n) / 2 if rise > 0 else 1.0  # one-sided: a rise
+            steps = max(1, getattr(state, "max_steps", 0) or 1)
+            if rise >= self.rurl.note_rate_rise and p <= self.rurl.alarm_level / steps:
                 self._fire(
                     state.global_step,
                     "grader_talk",
                     f"the share of completions the integrity check noted or vetoed as talk aimed at the grader went "
-                    f"{first:.1%} -> {latest:.1%} (first -> latest {self.rurl.criteria_window} generation batches): "
-                    "the policy may be learning to talk to its grader",
+                    f"{first:.1%} ({noted0} of {n0}) -> {latest:.1%} ({noted} of {n}) (first -> latest "
+                    f"{self.rurl.criteria_window} generation batches), p = {p:.2g} (one-sided two-proportion test) <= "
+                    f"{self.rurl.alarm_level:g} / {steps} steps: the policy may be learning to talk to its grader",
                 )
         if self._stop:
             control.should_save = True

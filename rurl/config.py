@@ -91,10 +91,15 @@ class RurlConfig:
     """A second judge watches the first: the `monitor` role (endpoint, model and parameters like every role; best a
     different model family from the training judge) grades the in-training evaluation's answers with the same
     rubrics, logged as monitor/... beside eval/..., with monitor/gap (eval minus monitor overall score). Its failures
-    are counted (monitor/failed) and never stop training; its calls are the `monitor` role's usage. (Not `monitor`:
-    torchrun would take --monitor for its own --monitor-interval.)"""
+    are counted (monitor/failed) and never stop training; its calls are the `monitor` role's usage. With it, the
+    held-out rows are also evaluated at step 0, before any update: the alarms' baseline. (Not `monitor`: torchrun
+    would take --monitor for its own --monitor-interval.)"""
+    alarm_level: float = 0.05
+    """The chance an alarm fires in a run where nothing changes: divergence, a paired bootstrap over the held-out
+    examples at this level split over the run's planned evaluations (Bonferroni); grader talk, a two-proportion test
+    split over the run's steps. An alarm also needs the size below."""
     monitor_rise: float = 0.05
-    """Divergence alarm: the training judge's overall score rose by at least this since the first evaluation ..."""
+    """Divergence alarm: the training judge's overall score rose by at least this since step 0 ..."""
     monitor_fall: float = 0.02
     """... while the monitor's fell by at least this; or the gap widened by more than monitor_gap_growth of the first
     gap (and at least monitor_rise)."""
@@ -102,7 +107,8 @@ class RurlConfig:
     """See monitor_fall."""
     note_rate_rise: float = 0.1
     """Grader-talk alarm: the share of completions the integrity check noted or vetoed rose by at least this between
-    the first and the latest criteria_window generation batches (a policy learning to talk to its grader)."""
+    the first and the latest criteria_window generation batches (a policy learning to talk to its grader), and
+    significantly (alarm_level)."""
     on_alarm: Literal["warn", "stop"] = "warn"
     """warn: a line on stderr, a wandb alert and a record in the summary. stop: the same, then a checkpoint and the
     run ends, exiting non-zero with the line. Every process takes the same decision at the same step."""
@@ -154,6 +160,8 @@ class RurlConfig:
         for name in ("evolve_every", "evolve_max_active", "evolve_max_new", "evolve_max_queries"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if not 0 < self.alarm_level < 1:
+            raise ValueError(f"alarm_level must be between 0 and 1 (exclusive), got {self.alarm_level}")
         for name in ("monitor_rise", "monitor_fall", "monitor_gap_growth", "note_rate_rise", "evolve_flat_std"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")

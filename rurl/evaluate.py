@@ -24,7 +24,7 @@ from transformers import TrainerCallback
 
 from grading.dataset import RubricRow
 from grading.grader import Graded, GradeItem, Grader
-from grading.report import build_report
+from grading.report import build_report, example_metrics
 
 ANSWERS_FILE = "eval_answers.jsonl"
 GREEDY = {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0}
@@ -63,6 +63,12 @@ class PolicyEvaluation(TrainerCallback):
             self.evaluate(state.global_step)
         return control
 
+    def on_train_begin(self, args, state, control, **kwargs):
+        """With a monitor, the held-out rows before any update: the alarms' baseline (rurl/alarms.py)."""
+        if self.monitor is not None and state.global_step == 0:
+            self.evaluate(0)
+        return control
+
     def on_train_end(self, args, state, control, **kwargs):
         if self._done_at != state.global_step:
             self.evaluate(state.global_step)
@@ -89,11 +95,12 @@ class PolicyEvaluation(TrainerCallback):
                 from accelerate.utils import broadcast_object_list
 
                 scores = broadcast_object_list([scores])[0]
-            self.alarms.observe_eval(step, *(scores or (None, None)))
+            self.alarms.observe_eval(step, *(scores or (None, None, {})))
 
-    def _grade(self, step: int, answers: list[str]) -> tuple[float | None, float | None]:
+    def _grade(self, step: int, answers: list[str]) -> tuple[float | None, float | None, dict]:
         """Main process: the report of the training judge (and of the monitor), logged and written; returns both
-        overall scores (None: not scored)."""
+        overall scores (None: not scored) and, per example both scored, [judge's, monitor's] score (`paired`, also
+        in eval.jsonl: the divergence alarm's evidence)."""
         items = [
             GradeItem(row.conversation, answer, row.rubric, row.reference) for row, answer in zip(self.rows, answers)
         ]
@@ -102,17 +109,19 @@ class PolicyEvaluation(TrainerCallback):
         except Exception as error:  # the judge went away: the run goes on (the guard judges the training reward)
             print(f"rurl eval: step {step}: not graded: {error}", file=sys.stderr)
             self.trainer.log({"eval/failed": 1.0})  # every process logs at an eval, the others an empty dict
-            return None, None
+            return None, None, {}
         report = build_report(records, **self.grader.config.rule())
         metrics = {f"eval/{name}": value for name, value in report["metrics"].items()}
         metrics["eval/judge_failure_rate"] = report["judge_failure_rate"]
         metrics["eval/unscored_examples"] = report["unscored_examples"]
         self.last = {"step": step, **report}
-        overall, watched = report["metrics"].get("overall_score"), None
+        overall, watched, paired = report["metrics"].get("overall_score"), None, {}
         if self.monitor is not None:
-            watched, monitor_metrics = self._monitor(step, items, answers)
+            watched, monitor_metrics, monitored = self._monitor(step, items, answers)
             metrics.update(monitor_metrics)
             self.last["monitor"] = monitor_metrics
+            paired = paired_scores(records, monitored, self.grader.config.rule())
+            self.last["paired"] = paired
         self.trainer.log(metrics)
         with open(self.answers_path, "a") as f:
             f.write("".join(json.dumps({"step": step, **record}) + "\n" for record in records))
@@ -121,16 +130,17 @@ class PolicyEvaluation(TrainerCallback):
         shown = "unscored" if overall is None else f"{overall:.3f}"
         also = "" if self.monitor is None else f", monitor {'unscored' if watched is None else f'{watched:.3f}'}"
         print(f"rurl eval: step {step}: overall {shown}{also} on {len(self.rows)} held-out rows", file=sys.stderr)
-        return overall, watched
+        return overall, watched, paired
 
-    def _monitor(self, step: int, items: list[GradeItem], answers: list[str]) -> tuple[float | None, dict]:
-        """The monitor's overall score and its monitor/... metrics; a failure is counted, never raised."""
+    def _monitor(self, step: int, items: list[GradeItem], answers: list[str]) -> tuple[float | None, dict, list]:
+        """The monitor's overall score, its monitor/... metrics and its records; a failure is counted, never
+        raised."""
         try:
             records = self._records(self.monitor, items, answers)
         except Exception as error:  # noqa: BLE001 - the monitor watches; it never stops training
             self.monitor_failures += 1
             print(f"rurl eval: step {step}: the monitor did not grade: {error}", file=sys.stderr)
-            return None, {"monitor/failed": float(self.monitor_failures)}
+            return None, {"monitor/failed": float(self.monitor_failures)}, []
         report = build_report(records, **self.monitor.config.rule())
         metrics = {f"monitor/{name}": value for name, value in report["metrics"].items()}
         metrics["monitor/judge_failure_rate"] = report["judge_failure_rate"]
@@ -138,7 +148,7 @@ class PolicyEvaluation(TrainerCallback):
         overall, trained = report["metrics"].get("overall_score"), self.last["metrics"].get("overall_score")
         if overall is not None and trained is not None:
             metrics["monitor/gap"] = trained - overall
-        return overall, metrics
+        return overall, metrics, records
 
     def _records(self, grader: Grader, items: list[GradeItem], answers: list[str]) -> list[dict]:
         grading = grader.grade_many(items) if self.deadline is None else grader.grade_within(items, self.deadline)
@@ -190,6 +200,17 @@ class PolicyEvaluation(TrainerCallback):
                 )
         finally:
             trainer.model.train(was_training)
+
+
+def paired_scores(judged: list[dict], monitored: list[dict], rule: dict) -> dict[str, list[float]]:
+    """{example id: [training judge's score, monitor's score]} for the examples both scored (per-example overall
+    scores, unclipped, as the reports compute them)."""
+    paired = {}
+    for by_judge, by_monitor in zip(judged, monitored):
+        scores = [example_metrics(record, **rule).get("overall_score") for record in (by_judge, by_monitor)]
+        if None not in scores:
+            paired[str(by_judge["id"])] = scores
+    return paired
 
 
 def share(rows: int, processes: int, index: int) -> tuple[list[int], int]:

@@ -75,16 +75,14 @@ class FailureMonitor:
         self.last.append(dict(batch))
         self.synced += 1
 
-    def note_rates(self) -> tuple[float, float] | None:
-        """The share of completions the integrity check noted or vetoed (talk aimed at the grader) over the first
+    def note_counts(self) -> tuple[tuple[int, int], tuple[int, int]] | None:
+        """(completions the integrity check noted or vetoed as talk aimed at the grader, completions) over the first
         and the latest `criteria_window` batches of all processes, once the two windows no longer overlap."""
         if self.synced < 2 * self.criteria_window:
             return None
         first = self.first_counts
         latest = {name: sum(batch[name] for batch in self.recent) for name in ("noted", "flagged", "completions")}
-        return tuple(
-            (counts["noted"] + counts["flagged"]) / max(1, counts["completions"]) for counts in (first, latest)
-        )
+        return tuple((counts["noted"] + counts["flagged"], counts["completions"]) for counts in (first, latest))
 
     def take_answers(self) -> list[tuple[str, dict[str, bool]]]:
         answers, self.answers = self.answers, []

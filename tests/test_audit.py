@@ -14,8 +14,8 @@ import pytest
 
 from grading.audit import group_saturation
 from grading.audit_input import Buckets
-from grading.audit_tests import at_least_share, bh_threshold, same_verdicts, sign_permutation
 from grading.dataset import load_rubric_rows
+from grading.evidence import at_least_share, bh_threshold, same_verdicts, sign_permutation
 from rubricrl.cli import main
 from synthesis.output import OutputFolder, final_line, final_schema
 

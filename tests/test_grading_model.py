@@ -133,6 +133,9 @@ def test_the_cheaper_verdict_formats_grade_with_the_embedded_judge_and_reach_the
     for verdict_format in ("verdict_only", "probability"):
         out = tmp_path / verdict_format
         flags = ["--verdict-format", verdict_format, *llm_flags(local_server)]
+        # the 135M judge's first token is mostly some other word (yes and no held under half the probability on 71%
+        # of these verdicts, which the default probability_min_mass leaves undecided): the mechanics, at any mass
+        flags += ["--probability-min-mass", "0"] if verdict_format == "probability" else []
         inputs = ["--rubrics", str(folder / "rubrics.jsonl"), "--responses", str(folder / "responses.jsonl")]
         assert main(["eval", *inputs, "--output-dir", str(out), *flags]) == 0
         records = [json.loads(line) for line in (out / "graded.jsonl").read_text().splitlines()]
@@ -143,9 +146,10 @@ def test_the_cheaper_verdict_formats_grade_with_the_embedded_judge_and_reach_the
             assert all(v["explanation"] == "" and "probability" not in v for v in verdicts)
         else:
             assert all(0.0 <= v["probability"] <= 1.0 and v["met"] == (v["probability"] >= 0.5) for v in verdicts)
+            assert all(0.0 < v["mass"] <= 1.0 + 1e-9 for v in verdicts)
             assert len({round(v["probability"], 6) for v in verdicts}) > 2  # real log-probabilities, not 0/1
 
-    grading = GradingConfig(verdict_format="probability", integrity_check=False)
+    grading = GradingConfig(verdict_format="probability", integrity_check=False, probability_min_mass=0.0)
     role = Role(base_url=local_server.base_url, model=local_server.model, temperature=0.0)
     row = chosen[0]
     answers = [row["ideal_completions_data"]["ideal_completion"], "I cannot help with that."]
