@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Literal
 from tqdm import tqdm
 
 from grading import judge
+from grading.asking import ask_verdicts
 from grading.rubric import Rubric
 from grading.rules import check_rule
 from grading.scores import (
@@ -28,6 +29,7 @@ from grading.scores import (
 from rubricrl.aio import gather_or_cancel
 from rubricrl.config import ConfigError
 from rubricrl.llm import LLMClient
+from rubricrl.llm.calls import CallCount, counting_calls
 from rubricrl.llm.reasoning import DEFAULT_DELIMITERS, split_reasoning
 from rubricrl.prompts import Prompt
 
@@ -73,6 +75,9 @@ class GradingConfig:
     """Ask the judge again about a criterion left without a verdict, up to this many times, before the two rules
     above count it: a failed call as it was (its unparsable answers asked afresh), a tied vote with one more
     sample. simple-evals asks until it gets a verdict; `eval` bounds it at 3."""
+    max_judge_calls: int = 6
+    """The most requests one verdict may cost (batched: one chunk), the client's resamples of invalid answers and
+    the re-asks together; the call past it is not made and the verdict stays undecided. 0: no bound."""
     clip_reward: bool = True
     """Reward = explicit score clipped to [0, 1]; False passes penalised scores below 0 through."""
     integrity_check: bool = True
@@ -113,8 +118,8 @@ class GradingConfig:
             raise ValueError(f"verdict_format {self.verdict_format} is for the explicit modes; {self.mode} rates")
         if self.verdict_format == "probability" and self.mode != "per_criterion":
             raise ValueError("verdict_format probability reads one verdict per call: use mode per_criterion")
-        if self.reask_undecided < 0:
-            raise ValueError(f"reask_undecided must be 0 or more, got {self.reask_undecided}")
+        if self.reask_undecided < 0 or self.max_judge_calls < 0:
+            raise ValueError("reask_undecided and max_judge_calls must be 0 or more")
         for name in ("min_coverage", "max_failure_rate", "probability_min_mass"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be within [0, 1], got {getattr(self, name)}")
@@ -174,6 +179,9 @@ class Graded:
     """Verdicts (or a rating) the judge did not give, after any re-asking."""
     reasked: int = 0
     """Times a criterion was asked again because the judge gave it no verdict (reask_undecided)."""
+    judge_calls: int = 0
+    """Requests the judge was sent for these verdicts, every retry and re-ask included (answers from the cache are
+    none); each verdict's own are its `calls` (grading/asking.py)."""
     no_answer: str | None = None
     """Why the response holds no answer to judge (its reasoning never closed); it has the floor score."""
 
@@ -195,6 +203,7 @@ class Graded:
             "explanation": self.explanation,
             "judge_failures": self.judge_failures,
             "reasked": self.reasked,
+            "judge_calls": self.judge_calls,
             "no_answer": self.no_answer,
         }
 
@@ -244,10 +253,12 @@ class Grader:
         from grading import integrity  # ~25 ms of regex compiling: paid where answers are graded, not by `synth`
 
         found = integrity.check(response, rubric) if config.integrity_check else integrity.Integrity()
+        asked_integrity = CallCount()
         if found.note and config.integrity_judge:
-            asked = await integrity.ask_judge(
-                self.client, config.judge_role, conversation, response, config.samples, config.verdict_format
-            )
+            with counting_calls(config.max_judge_calls or None) as asked_integrity:
+                asked = await integrity.ask_judge(
+                    self.client, config.judge_role, conversation, response, config.samples, config.verdict_format
+                )
             if asked.met:
                 found = integrity.Integrity(veto=f"integrity judge: {asked.explanation}"[:300], note=found.note)
             else:
@@ -259,12 +270,18 @@ class Grader:
                 for c in (rubric.criteria if rubric else ())
             ]
             floor = self._lowest_score(rubric)
-            return Graded(floor, floor, not_graded, integrity_flag=found.veto, integrity_note=found.note)
+            return Graded(
+                floor, floor, not_graded, integrity_flag=found.veto, integrity_note=found.note,
+                judge_calls=asked_integrity.used,
+            )  # fmt: skip
         if config.mode not in EXPLICIT_MODES:
-            graded = await self._rate(conversation, response, rubric, reference)
+            with counting_calls(config.max_judge_calls or None) as rated:  # one rating: one question
+                graded = await self._rate(conversation, response, rubric, reference)
+            graded.judge_calls = rated.used
         else:
             graded = await self._explicit(conversation, response, rubric)
         graded.integrity_note = found.note
+        graded.judge_calls += asked_integrity.used
         return graded
 
     def _lowest_score(self, rubric: Rubric | None) -> float:
@@ -285,47 +302,13 @@ class Grader:
             for i, c in by_rule.items()
         }
         criteria = [c for _, c in by_judge]
-        judged = await self._judge(conversation, response, criteria, config.samples)
-        samples, reasked = [config.samples] * len(criteria), 0
-        for _ in range(config.reask_undecided):
-            again: dict[int, list[int]] = {}  # samples to ask with -> the criteria asked again with as many
-            for k, verdict in enumerate(judged):
-                if (n := judge.samples_to_reask(verdict, samples[k])) is not None:
-                    samples[k] = n
-                    again.setdefault(n, []).append(k)
-            if not again:
-                break
-            reasked += sum(map(len, again.values()))
-            answers = await gather_or_cancel(
-                self._judge(conversation, response, [criteria[k] for k in ks], n) for n, ks in again.items()
-            )
-            for ks, answered in zip(again.values(), answers):
-                for k, verdict in zip(ks, answered):
-                    judged[k] = verdict
+        judged, reasked, calls = await ask_verdicts(self.client, config, self.prompt, conversation, response, criteria)
         verdicts.update({i: v for (i, _), v in zip(by_judge, judged)})
         ordered = [verdicts[i] for i in range(len(rubric.criteria))]
         score = explicit_score([v.points for v in ordered], [v.credit for v in ordered], **config.rule()).score
         failures = sum(v.met is None for v in ordered)
-        return Graded(
-            score, training_reward(score, clip=config.clip_reward), ordered, judge_failures=failures, reasked=reasked
-        )
-
-    async def _judge(self, conversation, response, criteria: list, samples: int) -> list[judge.Verdict]:
-        """The judge's verdicts on `criteria`, in order: a call each, or chunks of chunk_size (batched)."""
-        config, client, role, prompt = self.config, self.client, self.config.judge_role, self.prompt
-        asked = (conversation, response)
-        if config.mode == "per_criterion":
-            return await gather_or_cancel(
-                judge.judge_per_criterion(
-                    client, role, prompt, *asked, c, samples, config.verdict_format, config.probability_min_mass
-                )
-                for c in criteria
-            )
-        chunks = [criteria[k : k + config.chunk_size] for k in range(0, len(criteria), config.chunk_size)]
-        results = await gather_or_cancel(
-            judge.judge_batched(client, role, prompt, *asked, chunk, samples, config.verdict_format) for chunk in chunks
-        )
-        return [v for chunk in results for v in chunk]
+        reward = training_reward(score, clip=config.clip_reward)
+        return Graded(score, reward, ordered, judge_failures=failures, reasked=reasked, judge_calls=calls)
 
     async def _rate(self, conversation, response, rubric: Rubric | None, reference: str | None) -> Graded:
         config = self.config

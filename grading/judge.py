@@ -99,6 +99,8 @@ class Verdict:
     mass: float | None = None
     """The probability format's P(yes) + P(no) at the answer's first token: how much of the judge's answer was a
     verdict at all (below grading.probability_min_mass the verdict is undecided). None otherwise."""
+    calls: int = 0
+    """Requests its question took, retries and re-asks included (grading/asking.py; batched: its chunk's)."""
 
     @classmethod
     def of(
@@ -127,6 +129,8 @@ class Verdict:
         }
         if self.mass is not None:
             verdict["mass"] = self.mass
+        if self.source == "judge":
+            verdict["calls"] = self.calls
         return verdict if self.probability is None else {**verdict, "probability": self.probability}
 
 

@@ -99,12 +99,15 @@ def build_report(
         metrics[f"{name}:bootstrap_std"] = stats["bootstrap_std"]
     decisions = [judge_decisions(r) for r in records]
     asked, failed = sum(a for a, _ in decisions), sum(f for _, f in decisions)
+    per_verdict = [v["calls"] for r in records for v in r.get("verdicts") or () if "calls" in v]
     return {
         "metrics": metrics,
         "examples": len(records),
         "unscored_examples": sum("overall_score" not in m for m in per_example),
         "judge_failure_rate": failed / asked if asked else 0.0,
         "reasked_verdicts": sum(r.get("reasked") or 0 for r in records),
+        "judge_calls": sum(r.get("judge_calls") or 0 for r in records),
+        "most_judge_calls_per_verdict": max(per_verdict, default=0),
         "policy_failures": sum(bool(r.get("policy_error")) for r in records),
         "integrity_flagged": sum(bool(r.get("integrity_flag")) for r in records),
         "integrity_noted": sum(bool(r.get("integrity_note")) and not r.get("integrity_flag") for r in records),
@@ -187,6 +190,11 @@ def format_report(report: dict) -> str:
         f"{report['examples']} examples, {report['unscored_examples']} unscored{policy}, judge failure rate "
         f"{report['judge_failure_rate']:.1%}"
         + (f" after {report['reasked_verdicts']} re-asked" if report.get("reasked_verdicts") else "")
+        + (
+            f" ({report['judge_calls']} judge calls, at most {report['most_judge_calls_per_verdict']} for a verdict)"
+            if report.get("judge_calls")
+            else ""
+        )
         + f", {report['integrity_flagged']} flagged by the integrity check"
         + (f" ({report['integrity_noted']} more noted)" if report.get("integrity_noted") else "")
         + (f", {report['no_answer']} without an answer (reasoning never closed)" if report.get("no_answer") else "")

@@ -131,7 +131,7 @@ async def sample_and_select(
         return await builder.run(rows, total), grader.metadata
 
 
-ADDED_LATER = {"verdict_format": "explained", "reask_undecided": 0, "probability_min_mass": 0.5}
+ADDED_LATER = {"verdict_format": "explained", "reask_undecided": 0, "probability_min_mass": 0.5, "max_judge_calls": 6}
 """Grading settings newer than some builds, at their defaults: the rows they shape are those of older builds."""
 
 

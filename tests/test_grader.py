@@ -438,6 +438,30 @@ def test_a_verdict_from_a_sliver_of_probability_is_undecided_and_same_text_token
     assert graded.verdicts[0].mass == pytest.approx(0.95)
 
 
+def test_every_judge_call_is_counted_and_one_setting_bounds_a_verdicts(fault_server):
+    """Issue 39: a verdict that never comes cost the client's resamples inside each call times the re-asks, while
+    `reasked` counted the re-asks alone. Each verdict records its calls, the record and the report their sum, and
+    max_judge_calls bounds them, resamples and re-asks together."""
+    from grading.report import build_report, format_report
+
+    fault_server.reply = "no JSON here"  # every answer invalid: each ask is 2 calls (the helper's 1 resample)
+    unbounded = grade(fault_server, reask_undecided=5, max_judge_calls=0, min_coverage=0.0, undecided_penalty="unmet")
+    assert [v.calls for v in unbounded.verdicts] == [12] * 4 and unbounded.judge_calls == 48 == fault_server.count
+    assert unbounded.reasked == 4 * 5  # the re-asks alone: a quarter of what the verdicts cost
+    fault_server.requests.clear()
+    bounded = grade(fault_server, reask_undecided=5, max_judge_calls=4, min_coverage=0.0, undecided_penalty="unmet")
+    assert [v.calls for v in bounded.verdicts] == [4] * 4 and bounded.judge_calls == 16 == fault_server.count
+    assert bounded.reasked == 4 and all(v.met is None for v in bounded.verdicts)
+    record = bounded.to_record((), id="a", response="r")
+    assert record["judge_calls"] == 16 and record["verdicts"][0]["calls"] == 4
+    report = build_report([record], min_coverage=0.0, undecided_penalty="unmet", undecided_criterion="unmet")
+    assert (report["judge_calls"], report["most_judge_calls_per_verdict"]) == (16, 4)
+    assert "(16 judge calls, at most 4 for a verdict)" in format_report(report)
+    fault_server.reply = per_criterion_judge  # a judge that answers: one call a verdict
+    fault_server.requests.clear()
+    assert grade(fault_server).judge_calls == 4 == fault_server.count
+
+
 def test_an_answer_without_the_logprobs_asked_for_is_not_cached(fault_server, cache):
     async def go():
         roles = {"judge": Role(base_url=fault_server.base_url, model="judge")}

@@ -20,6 +20,7 @@ from typing import Any
 
 from rubricrl.aio import gather_or_cancel
 from rubricrl.llm.cache import ResponseCache, cache_key
+from rubricrl.llm.calls import spend_call
 from rubricrl.llm.endpoints import EndpointStats, Router
 from rubricrl.llm.replies import (
     EndpointUnreachable,
@@ -291,6 +292,7 @@ class LLMClient:
         """One chat completion request (transport faults are retried by the transport); a 200 whose body is not
         a chat completion with n choices is asked for again, a bounded number of times."""
         for attempt in range(self.invalid_answer_retries + 1):
+            spend_call(f"role '{role}' ({spec.model})")  # counted for the question asked (rubricrl/llm/calls.py)
             try:
                 response = await self._transport.post_json(self._pools[role], "/chat/completions", body, spec.api_key())
                 choices = checked_choices(response, n)
