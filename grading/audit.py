@@ -124,7 +124,7 @@ def audit_query(query_id: str, query: QueryAnswers, settings: AuditSettings) -> 
             "graded_twice": len(several),
             "separates": met > 0 and not_met > 0,
             "sign_correlation": _sign_correlation(key, criterion.points, decided, rest),
-            "never_triggered": criterion.points < 0 and met == 0 and not_met > 0,
+            "never_triggered": enough and criterion.points < 0 and met == 0 and not_met > 0,
             "tests": {},
             "flags": [],
             "insufficient": [],

@@ -5,7 +5,9 @@ off the counts is mostly chance, so a flag or an alarm is a test that passed.
 Each test returns a p-value and the smallest p-value its counts could ever give (`floor`): where even that is above
 the level, the data cannot show the effect whatever it says, and the outcome is `insufficient`, not a flag. Across a
 dataset, `bh_threshold` controls the false discovery rate per flag (Benjamini-Hochberg, over the criteria whose floor
-is within the level: Gilbert 2005's rule for discrete tests, which never reach the others' share of the level).
+is within the level: a test that could never reach the level is left out of the count, in the spirit of Tarone's
+and Gilbert's (2005) screening for discrete tests, which is stricter; ours stays valid, and conservative where tied
+scores keep a permutation test's true floor above the one stated).
 """
 
 import functools
@@ -76,7 +78,10 @@ def same_verdicts(decided: int, met: int, earlier_alike: int) -> float:
 
 
 def two_proportions(met_a: int, n_a: int, met_b: int, n_b: int) -> float:
-    """Two-sided p-value of the pooled two-proportion z-test: did the pass rate change between two samples?"""
+    """Two-sided p-value of the pooled two-proportion z-test: did the pass rate change between two samples? (1.0
+    when either is empty.)"""
+    if not n_a or not n_b:
+        return 1.0
     pooled = (met_a + met_b) / (n_a + n_b)
     spread = math.sqrt(pooled * (1 - pooled) * (1 / n_a + 1 / n_b))
     if spread == 0:

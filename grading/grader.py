@@ -257,8 +257,9 @@ class Grader:
         if found.note and config.integrity_judge:
             with counting_calls(config.max_judge_calls or None) as asked_integrity:
                 asked = await integrity.ask_judge(
-                    self.client, config.judge_role, conversation, response, config.samples, config.verdict_format
-                )
+                    self.client, config.judge_role, conversation, response, config.samples, config.verdict_format,
+                    config.probability_min_mass,
+                )  # fmt: skip
             if asked.met:
                 found = integrity.Integrity(veto=f"integrity judge: {asked.explanation}"[:300], note=found.note)
             else:

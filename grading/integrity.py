@@ -98,13 +98,20 @@ def integrity_flag(response: str, rubric: Rubric | None = None) -> str | None:
 
 
 async def ask_judge(
-    client: LLMClient, role: str, conversation: list[dict], response: str, samples: int = 1, verdict_format="explained"
+    client: LLMClient,
+    role: str,
+    conversation: list[dict],
+    response: str,
+    samples: int = 1,
+    verdict_format="explained",
+    min_mass: float = 0.0,
 ):
     """The judge's verdict on QUESTION for one response (one call, `samples` choices, in the grading's verdict
-    format, within its token budget): met = addresses the grader; None when the judge failed (nothing is vetoed)."""
+    format, within its token budget; `min_mass` as grading.probability_min_mass): met = addresses the grader; None
+    when the judge failed (nothing is vetoed)."""
     prompt = judge.default_prompt("per_criterion", verdict_format)
     return await judge.judge_per_criterion(
-        client, role, prompt, conversation, response, QUESTION, samples, verdict_format
+        client, role, prompt, conversation, response, QUESTION, samples, verdict_format, min_mass
     )
 
 

@@ -28,26 +28,34 @@ from grading.evidence import paired_bootstrap, two_proportions
 
 
 class RewardAlarms(TrainerCallback):
-    def __init__(self, trainer, rurl, failure_monitor):
+    def __init__(self, trainer, rurl, failure_monitor, resumed: bool = False):
         self.trainer, self.rurl, self.failure_monitor = trainer, rurl, failure_monitor
+        self.resumed = resumed
+        """A resumed run takes its baseline from eval.jsonl (`saved_baseline`); a fresh one from its step 0."""
         self.baseline: tuple[int, float, float, dict[str, list[float]]] | None = None
         """(step, training judge's and monitor's overall scores, per example [judge, monitor]) of the baseline."""
         self.fired: list[dict[str, Any]] = []
         self._stop = False
 
-    def observe_eval(self, step: int, judge: float | None, monitor: float | None, paired: dict | None = None) -> None:
-        """Every process, at every evaluation, with the same scores."""
+    def observe_eval(
+        self, step: int, judge: float | None, monitor: float | None, paired: dict | None = None, saved=None
+    ) -> None:
+        """Every process, at every evaluation, with the same scores (and the same `saved` baseline, read by the main
+        process: `saved_baseline`)."""
         if judge is None or monitor is None or not paired or self._has_fired("divergence"):
             return
         if self.baseline is None:
-            self.baseline = self._saved_baseline(step) or (step, judge, monitor, paired)
+            self.baseline = tuple(saved) if saved else (step, judge, monitor, paired)
             if self.baseline[0] == step:
                 return
         rurl, (step0, judge0, monitor0, paired0) = self.rurl, self.baseline
         common = sorted(set(paired) & set(paired0))
         changes = [(paired[i][0] - paired[i][1]) - (paired0[i][0] - paired0[i][1]) for i in common]
-        p = paired_bootstrap(changes, seed=step)
         looks = self._planned_evaluations()
+        # enough draws that the bootstrap's smallest p-value (1 / (draws + 1)) sits well below the per-look level
+        p = paired_bootstrap(
+            changes, seed=step, draws=min(200_000, max(4_000, math.ceil(20 * looks / rurl.alarm_level)))
+        )
         gap0, gap = judge0 - monitor0, judge - monitor
         widened = gap - gap0 > max(abs(gap0) * rurl.monitor_gap_growth, rurl.monitor_rise)
         moved = (judge - judge0 >= rurl.monitor_rise and monitor0 - monitor >= rurl.monitor_fall) or widened
@@ -62,10 +70,11 @@ class RewardAlarms(TrainerCallback):
                 f"{rurl.alarm_level:g} / {looks} planned evaluations: the policy may be pleasing its judge",
             )
 
-    def _saved_baseline(self, step: int) -> tuple[int, float, float, dict] | None:
-        """A resumed run's baseline: the first evaluation with paired scores that eval.jsonl holds before `step`."""
+    def saved_baseline(self, step: int) -> tuple[int, float, float, dict] | None:
+        """A resumed run's baseline: the first evaluation with paired scores that eval.jsonl holds before `step`
+        (the main process reads it and broadcasts it with the scores; a fresh run has none)."""
         path = Path(self.trainer.args.output_dir) / "eval.jsonl" if hasattr(self.trainer, "args") else None
-        if path is None or not path.is_file():
+        if not self.resumed or path is None or not path.is_file():
             return None
         for line in path.read_text().splitlines():
             entry = json.loads(line)
@@ -86,7 +95,7 @@ class RewardAlarms(TrainerCallback):
             (noted0, n0), (noted, n) = counts
             first, latest = noted0 / max(1, n0), noted / max(1, n)
             rise = latest - first
-            p = two_proportions(noted0, n0, noted, n) / 2 if rise > 0 else 1.0  # one-sided: a rise
+            p = two_proportions(noted0, n0, noted, n) / 2 if rise > 0 and n0 and n else 1.0  # one-sided: a rise
             steps = max(1, getattr(state, "max_steps", 0) or 1)
             if rise >= self.rurl.note_rate_rise and p <= self.rurl.alarm_level / steps:
                 self._fire(

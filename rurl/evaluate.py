@@ -91,11 +91,13 @@ class PolicyEvaluation(TrainerCallback):
         if not self.trainer.accelerator.is_main_process:
             self.trainer.log({})
         if self.alarms is not None:
+            main = self.trainer.accelerator.is_main_process
+            saved = self.alarms.saved_baseline(step) if main and self.alarms.baseline is None else None
             if self.trainer.accelerator.num_processes > 1:
                 from accelerate.utils import broadcast_object_list
 
-                scores = broadcast_object_list([scores])[0]
-            self.alarms.observe_eval(step, *(scores or (None, None, {})))
+                scores, saved = broadcast_object_list([scores, saved])
+            self.alarms.observe_eval(step, *(scores or (None, None, {})), saved=saved)
 
     def _grade(self, step: int, answers: list[str]) -> tuple[float | None, float | None, dict]:
         """Main process: the report of the training judge (and of the monitor), logged and written; returns both

@@ -108,7 +108,7 @@ def summary_text(summary: dict[str, Any], output_dir: Path) -> str:
         lines.append("  easiest criteria: " + "; ".join(_criterion(row) for row in summary["easiest_criteria"]))
     if summary.get("moved_most"):
         lines.append(
-            "  moved most (first -> latest batches; two-proportion z-test, FDR 0.05): "
+            f"  moved most (first -> latest batches; two-proportion z-test, FDR {MOVED_FDR:g}): "
             + "; ".join(
                 f"{row['first_pass_rate']:.0%} of {row['first_decided']} -> {row['last_pass_rate']:.0%} of "
                 f"{row['last_decided']} {_short(row['criterion'])!r} (p = {row['p']:.2g})"

@@ -291,7 +291,7 @@ def train(
                 guard, requested = StopOnJudgeFailures(monitor, grading.max_failure_rate), StopOnRequest(trainer)
                 trainer.add_callback(guard)
                 trainer.add_callback(requested)
-                alarms = RewardAlarms(trainer, rurl, monitor)
+                alarms = RewardAlarms(trainer, rurl, monitor, resumed=resume is not None)
                 evaluation = add_evaluation(trainer, grader, data, rurl, output_dir, alarms)
                 trainer.add_callback(alarms)  # after the evaluation: a divergence found at a step stops at that step
             trained = train_model(trainer, resume, wandb, run_settings)

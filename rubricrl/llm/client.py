@@ -376,9 +376,15 @@ def top_logprobs(logprobs: Any) -> list[dict[str, float]] | None:
             entries.append((position["token"], position["logprob"]))
         summed: dict[str, float] = {}
         for token, logprob in entries:
-            summed[token] = math.log(math.exp(summed[token]) + math.exp(logprob)) if token in summed else logprob
+            summed[token] = _log_add(summed[token], logprob) if token in summed else logprob
         positions.append(summed)
     return positions
+
+
+def _log_add(a: float, b: float) -> float:
+    """log(e^a + e^b) without underflow (servers send -9999 or -inf for masked tokens)."""
+    high, low = max(a, b), min(a, b)
+    return high if low == -math.inf else high + math.log1p(math.exp(low - high))
 
 
 FLOAT_PARAMS = ("temperature", "top_p", "presence_penalty", "frequency_penalty")

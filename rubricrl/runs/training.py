@@ -230,16 +230,18 @@ def keep_run_config(wandb_run, settings: dict[str, Any]):
 def save_model(trainer: "Trainer", output_dir: Path, merge: bool) -> None:
     """The model and tokenizer in output_dir; a LoRA model merged (the adapter alone in output_dir/adapter). The
     trained model is merged where it is, in place (the run is over), unless its parameters are shards (ZeRO-3,
-    FSDP): then the saved adapter is merged into the base model loaded again, on the CPU (`merge_saved_adapter`),
-    which for a large model costs a load from disk and a merge on the host's cores."""
+    FSDP) or its base is quantized (QLoRA): then the saved adapter is merged into the base model loaded again, on the
+    CPU (`merge_saved_adapter`), which for a large model costs a load from disk and a merge on the host's cores."""
     if not merge:
         trainer.save_model(str(output_dir))
         return
     adapter = output_dir / "adapter"
     trainer.save_model(str(adapter))  # every process: it gathers the weights where sharded (ZeRO-3, FSDP)
     if trainer.args.should_save:
-        if trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled:
-            merge_saved_adapter(trainer.model.get_base_model(), adapter, output_dir)
+        base = trainer.model.get_base_model()
+        # shards (ZeRO-3, FSDP) merge nothing whole; a quantized base (QLoRA) would keep its rounding: both from disk
+        if trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled or getattr(base, "hf_quantizer", None) is not None:
+            merge_saved_adapter(base, adapter, output_dir)
         else:
             trainer.accelerator.unwrap_model(trainer.model).merge_and_unload().save_pretrained(output_dir)
         trainer.processing_class.save_pretrained(output_dir)
