@@ -11,6 +11,7 @@ choice, and `reasoning_tokens`, which goes, summed over the choices as vLLM does
 
 import json
 import select
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -49,6 +50,14 @@ class _CountingServer(ThreadingHTTPServer):
             request = super().get_request()
             self.open_connections += 1
         return request
+
+    def handle_error(self, request, client_address):
+        """A client that hangs up mid-request (a command that stops cancels its calls in flight) is no fault to
+        print: socketserver writes a traceback to stderr, which the tests read as the command's own (CI at
+        c6000de: a ConnectionResetError there failed a test that asserts no traceback)."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
     def shutdown_request(self, request):  # once a connection is done, in its own thread
         try:

@@ -307,5 +307,5 @@ def test_a_newcomers_first_half_hour_has_no_traceback_and_no_false_statement(new
     assert f"audited {criteria} criteria of 1 queries from 4 answers" in text
     for row in map(json.loads, Path("audit/criteria.jsonl").read_text().splitlines()):  # the judge's own verdicts
         assert row["met"] + row["not_met"] + row["undecided"] == 4
-        assert ("saturated" in row["flags"]) == (row["met"] > 0 == row["not_met"])
-        assert ("dead" in row["flags"]) == (row["not_met"] > 0 == row["met"])
+        # 4 answers: no count can reach the level, so nothing is flagged and the tests say why
+        assert row["flags"] == [] and ("saturated" in row["insufficient"]) == (row["met"] + row["not_met"] > 0)

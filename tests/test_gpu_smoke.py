@@ -33,7 +33,7 @@ def test_the_dry_run_prepares_what_may_travel_and_runs_every_step(tmp_path):
     assert result["prepared"]["prepared_bytes"] + result["prepared"]["tree_bytes"] < LIMIT_MIB * 2**20
 
     # every step ran: one GRPO step (logged by TRL and timed), generation, the RuFT build, one SFT step
-    assert len(result["grpo"]["step_seconds"]) == len(result["grpo"]["reward"]) == 1
+    assert len(result["grpo"]["step_seconds"]) == len(result["grpo"]["reward"]) == 3
     assert result["grpo"]["mean_completion_tokens"][0] > 0
     assert result["generate"][0]["tokens_per_s"] > 0
     assert result["ruft_build"]["seconds"] > 0
