@@ -19,8 +19,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from grading.audit import FLAGS, AuditSettings, Criterion, QueryAnswers, audit_query, decide  # noqa: E402
-from grading.evidence import bh_threshold  # noqa: E402
+from grading.audit import FLAGS, AuditSettings, Criterion, QueryAnswers, audit_query, decide, reachable, thresholds  # noqa: E402  # noqa: E402
 
 POSITIVE = 4
 PLANTS = ("saturated", "suspect_sign", "duplicate")
@@ -50,14 +49,11 @@ def simulated_query(rng: random.Random, answers: int, plant: str | None = None) 
 def audit_simulated(queries: list[QueryAnswers], settings: AuditSettings) -> list[dict]:
     """Every query's rows, decided at the dataset's Benjamini-Hochberg thresholds, as `rubricrl audit` does."""
     rows = [row for i, q in enumerate(queries) for row in audit_query(f"q{i}", q, settings)[1]]
-    thresholds = {
-        flag: bh_threshold(
-            [r["tests"][flag]["p"] for r in rows if flag in r["tests"] and r["tests"][flag]["floor"] <= settings.fdr],
-            settings.fdr,
-        )
-        for flag in FLAGS
+    p_values = {
+        flag: [t["p"] for r in rows if (t := r["tests"].get(flag)) and reachable(t, settings)] for flag in FLAGS
     }
-    return [decide(row, thresholds, settings) for row in rows]
+    held_to = thresholds(p_values, settings)
+    return [decide(row, held_to, settings) for row in rows]
 
 
 def null_rates(answers: int, queries: int, seed: int, settings: AuditSettings | None = None) -> dict[str, dict]:

@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from grading.evidence import at_least_share, binomial_at_least, same_verdicts, sign_permutation
+from grading.evidence import at_least_share, bh_threshold, binomial_at_least, same_verdicts, sign_permutation
 
 FLAGS = ("saturated", "dead", "duplicate", "unreliable", "suspect_sign")
 """saturated: met by at least `saturation` (80%) of answers; dead: a positive criterion met by at most 1 - `saturation`;
@@ -186,11 +186,22 @@ def _alike(a: tuple, b: tuple) -> bool:
     return [x is None for x in a] == [x is None for x in b] and a.count(True) == b.count(True)
 
 
+def reachable(test: dict[str, float], settings: AuditSettings) -> bool:
+    """Whether a test's counts could reach the level at all: the others are insufficient, and stay out of the
+    Benjamini-Hochberg count."""
+    return test["floor"] <= settings.fdr
+
+
+def thresholds(p_values: dict[str, Any], settings: AuditSettings) -> dict[str, float]:
+    """Per flag, the largest p-value Benjamini-Hochberg flags at `fdr`, from the reachable tests' p-values."""
+    return {flag: bh_threshold(values, settings.fdr) for flag, values in p_values.items()}
+
+
 def decide(row: dict[str, Any], thresholds: dict[str, float], settings: AuditSettings) -> dict[str, Any]:
     """The row's flags (a test within its flag's Benjamini-Hochberg threshold) and its insufficient tests (whose
     floor is above the level); each test's entry gains the threshold it was held to."""
     for flag, test in row["tests"].items():
-        if test["floor"] > settings.fdr:
+        if not reachable(test, settings):
             row["insufficient"].append(flag)
             continue
         test["threshold"] = thresholds.get(flag, 0.0)

@@ -19,10 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from grading.audit import FLAGS, OUTCOMES, AuditSettings, DatasetAudit, audit_query, decide
+from grading.audit import FLAGS, OUTCOMES, AuditSettings, DatasetAudit, audit_query, decide, reachable, thresholds
 from grading.audit_input import Buckets, criterion_key
 from grading.dataset import iter_rubric_rows
-from grading.evidence import bh_threshold
 from reports.audit_summary import draw, markdown, pct
 from reports.read import read_yaml
 from rubricrl.config import ConfigError, add_config_arguments, parse_settings, resolved, write_resolved
@@ -120,14 +119,14 @@ def run_audit(args: argparse.Namespace) -> int:
                 staging.write(json_line({"query": line, "rows": rows}))
                 for row in rows:
                     for flag, test in row["tests"].items():
-                        if test["floor"] <= config.fdr:  # a test that could reach the level (Gilbert 2005)
+                        if reachable(test, config):
                             p_values[flag].append(test["p"])
         answers, verdicts = buckets.answers, buckets.verdicts
-    thresholds = {flag: bh_threshold(values, config.fdr) for flag, values in p_values.items()}
+    held_to = thresholds(p_values, config)
     prune = set(settings.prune)
     with open(out / "criteria.jsonl", "wb") as criteria_out, open(out / "queries.jsonl", "wb") as queries_out:
         for _, item in iter_rows(staged):
-            line, rows = item["query"], [decide(row, thresholds, config) for row in item["rows"]]
+            line, rows = item["query"], [decide(row, held_to, config) for row in item["rows"]]
             dataset.add(line, rows)
             line["flags"] = {flag: n for flag in FLAGS if (n := sum(flag in row["flags"] for row in rows))}
             line["insufficient"] = sum(bool(row["insufficient"]) for row in rows)
@@ -137,7 +136,7 @@ def run_audit(args: argparse.Namespace) -> int:
                 if set(row["flags"]) & prune or (row["never_triggered"] and "never_triggered" in prune):
                     dropped.setdefault(line["id"], {})[criterion_key(row["criterion"], row["points"])] = row
     staged.unlink()
-    summary = {**dataset.summary(thresholds, config), "graded_answers": answers, "verdicts": verdicts}
+    summary = {**dataset.summary(held_to, config), "graded_answers": answers, "verdicts": verdicts}
     write_whole(out / "summary.json", json.dumps(summary, indent=2))
     pruned = prune_dataset(rubrics, dropped, out) if settings.prune else None
     charts = draw(summary, out)

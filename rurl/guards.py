@@ -43,7 +43,7 @@ class FailureMonitor:
         self.answers: list[tuple[str, dict[str, bool]]] = []
         """This process's judged completions since the last sync (grading/reward.py BatchStats.answers)."""
         self.penalties: set[str] = set()
-        """The penalty criteria (texts) this process has graded (BatchStats.penalties)."""
+        """The penalty criteria (texts) among those completions' verdicts (BatchStats.penalties)."""
         self._pending = dict.fromkeys(COUNTS, 0)
         self._pending_criteria: dict[str, list[int]] = defaultdict(lambda: [0, 0])
 
@@ -84,9 +84,10 @@ class FailureMonitor:
         latest = {name: sum(batch[name] for batch in self.recent) for name in ("noted", "flagged", "completions")}
         return tuple((counts["noted"] + counts["flagged"], counts["completions"]) for counts in (first, latest))
 
-    def take_answers(self) -> list[tuple[str, dict[str, bool]]]:
-        answers, self.answers = self.answers, []
-        return answers
+    def take_answers(self) -> tuple[list[tuple[str, dict[str, bool]]], set[str]]:
+        """The judged completions since the last take, and the penalties among their criteria; both start anew."""
+        answers, self.answers, penalties, self.penalties = self.answers, [], self.penalties, set()
+        return answers, penalties
 
     def windows(self) -> dict[str, dict[str, list[int]]]:
         """This process's per-criterion [met, decided] over the first and the latest `criteria_window` batches."""

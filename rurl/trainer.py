@@ -95,7 +95,7 @@ class RubricGRPOTrainer(GRPOTrainer):
         self.last_rewards = rewards
         if self.failure_monitor is not None:  # every process is here, once per generation batch
             self.failure_monitor.sync(self.sum_over_processes)
-            parts = gather_object([(self.failure_monitor.take_answers(), sorted(self.failure_monitor.penalties))])
+            parts = gather_object([self.failure_monitor.take_answers()])  # this batch's, from every process
             answers = [a for part, _ in parts for a in part]
             if self.evolution is not None and self.model.training:
                 texts = [(str(row["id"]), completion_text(c)) for row, c in zip(inputs, completions)]
