@@ -113,21 +113,46 @@ class RurlConfig:
     """warn: a line on stderr, a wandb alert and a record in the summary. stop: the same, then a checkpoint and the
     run ends, exiting non-zero with the line. Every process takes the same decision at the same step."""
     evolve: bool = False
-    """Difficulty evolution online (RLER; rurl/evolution.py): the `evolver` role writes stricter criteria for queries
-    whose groups went flat, from the query, its rubric and the group's best and worst answers; they grade the
-    query's next draws. The original criteria are never removed."""
+    """Rubrics that evolve under the policy (RLER, DR Tulu; rurl/evolution.py): the `evolver` role writes new criteria
+    for a query from its group of answers and its current rubric. The original criteria are never removed."""
+    evolve_apply: Literal["same_step", "next_draw"] = "same_step"
+    """same_step (DR Tulu's training code): a group's new criteria grade that same group before its advantages are
+    computed, the step waiting for the calls (at most evolve_deadline); the only mode in which a one-epoch run's
+    evolved criteria grade anything. next_draw (open-instruct's RubricManager): the calls run while training goes
+    on and the criteria grade the query's next draws: no wait, for runs of many epochs."""
     evolve_every: int = 1
-    """Steps between evolution rounds (each round takes the latest generation batch's groups)."""
+    """Steps between evolution rounds (each round takes the step's generation batches)."""
     evolve_groups: Literal["flat", "all"] = "flat"
     """flat: the groups no criterion split (or whose rewards spread by <= evolve_flat_std); all: every group (RLER)."""
     evolve_flat_std: float = 0.02
     """A group whose rewards spread by no more than this counts as flat."""
+    evolve_on_failed: Literal["partial", "none"] = "partial"
+    """A flat group whose answers earned nothing: partial asks for criteria that credit steps toward the rubric's
+    unmet criteria (the group has no learning signal otherwise); none asks nothing (leaves it to dynamic sampling)."""
     evolve_max_active: int = 5
-    """Evolved criteria active per query at most (RLER's max_active_rubrics, 5); the least varied go first."""
+    """Evolved criteria active per query at most (RLER's max_active_rubrics, 5), held at every moment: a new
+    criterion that finds the query full displaces an untested or unsplitting one, never one that split groups."""
     evolve_max_new: int = 3
     """New criteria one evolve call may write."""
-    evolve_max_queries: int = 64
-    """Evolve calls a round starts at most (a query with a call in flight is not asked again)."""
+    evolve_max_share: float = 0.5
+    """The evolved criteria's share of a query's positive points at most: a new positive criterion past it is
+    refused, so that evolution never outweighs the original rubric."""
+    evolve_retire_window: int = 1
+    """An evolved criterion is retired when none of its latest this-many groups (each with two or more decided
+    answers) was split by it; 1 is DR Tulu's rule (no reward variance at the current step)."""
+    evolve_max_calls: int = 64
+    """Evolve calls a step starts at most, over all its dynamic-sampling rounds (a query with a call in flight is
+    not asked again)."""
+    evolve_answers: int = 8
+    """Answers of a group an evolve call sees at most: all of a smaller group, else a sample spread over its
+    rewards (the best and the worst included). Each as the judge sees it, reasoning removed."""
+    evolve_answer_tokens: int = 1024
+    """Each answer the evolver sees is cut to this many tokens (of the policy's tokenizer)."""
+    evolve_concurrency: int = 8
+    """Evolve calls in flight at most (per run), so that they never hold all of a shared endpoint's slots."""
+    evolve_deadline: float = 120.0
+    """same_step: seconds a step waits for its evolve calls; a group whose call is not back by then is graded
+    without new criteria (counted in `timed_out`), its call cancelled."""
     judge_deadline: float = 600.0
     """Seconds a generation batch waits for its judge: completions still unjudged then get no score (None, counted
     in rubric/timed_out_rate and by the guard) and their calls are cancelled. The other processes wait for the
@@ -157,11 +182,19 @@ class RurlConfig:
         low_high = self.prefilter_mean_range
         if len(low_high) != 2 or not 0.0 <= low_high[0] <= low_high[1] <= 1.0:
             raise ValueError(f"prefilter_mean_range must be [low, high] with 0 <= low <= high <= 1, got {low_high}")
-        for name in ("evolve_every", "evolve_max_active", "evolve_max_new", "evolve_max_queries"):
+        for name in ("evolve_every", "evolve_max_active", "evolve_max_new", "evolve_max_calls", "evolve_answers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if not 0 < self.alarm_level < 1:
             raise ValueError(f"alarm_level must be between 0 and 1 (exclusive), got {self.alarm_level}")
+        for name in ("evolve_retire_window", "evolve_answer_tokens", "evolve_concurrency"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if not 0 < self.evolve_max_share <= 1 or self.evolve_deadline <= 0:
+            raise ValueError(
+                f"evolve_max_share must be within (0, 1] and evolve_deadline above 0, got {self.evolve_max_share} "
+                f"and {self.evolve_deadline}"
+            )
         for name in ("monitor_rise", "monitor_fall", "monitor_gap_growth", "note_rate_rise", "evolve_flat_std"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")

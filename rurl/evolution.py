@@ -1,97 +1,172 @@
-"""Rubrics that keep up with the policy: difficulty evolution online, during RuRL (RLER, AI2's DR Tulu, in
-allenai/open-instruct `open_instruct/rubrics/`), with synthesis's own evolve stage and prompt (synthesis/stages.py).
+"""Rubrics that keep up with the policy: difficulty evolution online, during RuRL (RLER: AI2's DR Tulu, and
+allenai/open-instruct `open_instruct/rubrics/`).
 
-Every `evolve_every` steps, for the queries of the latest generation batch whose group is flat (no criterion split
-its answers, or its rewards spread by <= `evolve_flat_std`; `evolve_groups: all` takes every group, as RLER does),
-the `evolver` role writes stricter criteria from the query, its current rubric and the group's best and worst
-answers. The calls run on the reward's event loop while training goes on; at each step's end the main process
-hands every finished call's criteria to all processes (one broadcast), and every process adds them alike
-(rurl/rubric_buffer.py validates, caps and retires). A query's new criteria grade its next draw, never the batch that
-produced them. A failed or malformed call adds nothing and is counted; the client caches every call, so a resumed
-run asks nothing twice that it already asked and applied.
+Every `evolve_every` steps, for the groups of each generation batch (the flat ones, or all), the `evolver` role
+writes new criteria from the query, its current rubric and the group's answers as the judge saw them, with a prompt
+for the group's situation (rurl/evolve_choice.py). The main process runs the calls on the reward's event loop (at
+most `evolve_concurrency` at once, `evolve_max_calls` per step) and hands every result to all processes in one
+broadcast; every process adds them alike (rurl/rubric_buffer.py validates, caps and retires). Then:
+
+- `same_step` (DR Tulu's training code): the step waits for its calls (at most `evolve_deadline`; a late call is
+  cancelled and its group graded without it, counted), and the trainer grades the groups whose rubric changed again
+  before their advantages are computed (RubricGRPOTrainer._evolve_now).
+- `next_draw` (open-instruct's RubricManager): the calls run while training goes on; at each step's end the
+  finished ones join the rubric, which grades the query's next draws.
+
+A failed or malformed call adds nothing and is counted; the client caches every call, so a resumed run asks nothing
+twice that it asked before, and the calls in flight at a checkpoint are asked again after a resume.
 """
 
 import asyncio
-import hashlib
+import concurrent.futures
 import json
 import statistics
 import sys
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
 
 from rubricrl.runs.jsonl import write_jsonl, write_whole
+from rurl.evolve_choice import as_judged, concordance, digest, scores_with_and_without, situation, spread_sample
 from rurl.rubric_buffer import RubricBuffer
 
 EVOLVED_FILE = "evolved_rubrics.jsonl"
+STEPS_FILE = "evolve_steps.jsonl"
+"""A line per evolve call: its step, query, situation, the criteria it wrote (added or why refused), and the
+group's scores and each added criterion's verdicts on the group (same_step) or the group's scores it read."""
+COUNTS = ("asked", "added", "refused", "failed", "timed_out", "retired", "regraded")
+
+
+@dataclass
+class Call:
+    """An evolve call the main process made: what it read, and its future on the reward's event loop."""
+
+    query: str
+    step: int
+    situation: str
+    answers: list[tuple[str, float]]
+    future: Any = None
+
+    def source(self, mode: str) -> dict[str, Any]:
+        """What every criterion it wrote records about where it came from."""
+        seen = [{"score": round(score, 4), "sha256": digest(text)} for text, score in self.answers]
+        return {"apply": mode, "situation": self.situation, "answers": seen}
 
 
 class RubricEvolution(TrainerCallback):
-    def __init__(self, rurl, client, data):
+    def __init__(self, rurl, grading, client, data):
         from rurl.data import rubric_items
         from synthesis.config import SynthesisConfig
 
         self.trainer = None  # set by `attach`, once the trainer exists (the reward needs `rubric_for` before)
-        self.rurl, self.client = rurl, client
+        self.rurl, self.grading, self.client = rurl, grading, client
         self.rows = {row.id: row for row in data.train}
         self.original = {row.id: rubric_items(row.rubric) for row in data.train}
         """The training rows by id, and each one's original `rubrics` items."""
-        self.buffer = RubricBuffer(rurl.evolve_max_active)
+        self.buffer = RubricBuffer(rurl.evolve_max_active, rurl.evolve_retire_window, rurl.evolve_max_share)
         self.synthesis = SynthesisConfig(max_new_criteria=rurl.evolve_max_new)
-        self.pending: dict[str, tuple[Any, int, dict]] = {}
-        """Main process: query id -> (future of its evolve call, step, source)."""
+        self.pending: dict[str, Call] = {}
+        """Main process, next_draw: query id -> its call in flight."""
         self.counts: Counter = Counter()
-        """asked, added, refused, failed, retired over the run (main process counts asked and failed)."""
+        """Over the run; the main process counts asked, failed and timed_out, every process the rest alike."""
+        self.budget = [-1, 0]
+        """[step, evolve calls it started]: evolve_max_calls holds per step, whatever the sampling rounds."""
         self.new: list[list[Any]] = []
         """(step, query, criterion, points) of every criterion added: the wandb table."""
+        self.lines: dict[str, dict[str, Any]] = {}
+        """Main process: this round's evolve_steps.jsonl lines by query, finished once their group is graded."""
+        self.cut = None
+        self._limit: asyncio.Semaphore | None = None
+
+    @property
+    def same_step(self) -> bool:
+        return self.rurl.evolve_apply == "same_step"
 
     def attach(self, trainer) -> None:
-        self.trainer = trainer
-        trainer.add_callback(self)
+        from rurl.evolve_choice import token_cut
 
-    # --- called by the trainer, on every process, once per scored generation batch -----------------------------
+        self.trainer = trainer
+        self.cut = token_cut(trainer.processing_class, self.rurl.evolve_answer_tokens)
+        trainer.add_callback(self)
 
     def rubric_for(self, query_id: str, items: list[dict]) -> list[dict]:
         return self.buffer.rubric(query_id, self.original.get(query_id, items))
 
+    # --- a round: every process, once per scored generation batch --------------------------------------------
+
+    def evolve_now(self, step: int, groups: dict[str, list[tuple[str, float]]], answers: list) -> set[str]:
+        """same_step: the main process asks about this batch's groups and waits (at most evolve_deadline); every
+        process adds the criteria alike. Returns the queries whose rubric changed: their groups are graded again."""
+        changes = None
+        if self.trainer.accelerator.is_main_process:
+            calls = [self._ask(call) for call in self._choose(step, groups, answers)]
+            futures = [call.future for call in calls]
+            _, late = concurrent.futures.wait(futures, timeout=self.rurl.evolve_deadline) if futures else ((), ())
+            for future in late:
+                future.cancel()
+            self.counts["timed_out"] += len(late)
+            if late:
+                print(
+                    f"rurl evolve: step {step}: {len(late)} of {len(calls)} evolve call(s) not back within "
+                    f"{self.rurl.evolve_deadline:g} s (rurl.evolve_deadline): their groups graded without them",
+                    file=sys.stderr,
+                )
+            changes = [done for call in calls if call.future not in late for done in [self._written(call)] if done]
+        return {query_id for query_id, added in self._apply(self._broadcast(changes)) if added}
+
     def observe(self, step: int, groups: dict[str, list[tuple[str, float]]], answers: list) -> dict[str, float]:
-        """A scored batch of all processes: per query its (completion, reward) pairs, and every completion's
-        decided verdicts. Updates the evolved criteria's statistics (every process alike), starts evolve calls
-        (main process) and returns the batch's metrics."""
+        """A scored batch of all processes (graded again where its rubric changed this step): per query its
+        (completion, reward) pairs, and every completion's decided verdicts. Updates the buffer's statistics and
+        retirements (every process alike), starts next_draw's calls (main process) and returns the metrics."""
         retired = self.buffer.observe(answers, step)
         self.counts["retired"] += len(retired)
         verdicts_of: dict[str, list[dict[str, bool]]] = {}
         for query_id, verdicts in answers:
             verdicts_of.setdefault(query_id, []).append(verdicts)
-        flat = {q for q in groups if self._flat(q, groups[q], verdicts_of.get(q, []))}
-        if self.trainer.accelerator.is_main_process and step % self.rurl.evolve_every == 0:
-            chosen = groups if self.rurl.evolve_groups == "all" else {q: groups[q] for q in flat}
-            for query_id, scored in list(chosen.items())[: self.rurl.evolve_max_queries]:
-                if query_id not in self.pending and query_id in self.rows and len(scored) >= 2:
-                    self._ask(query_id, scored, step)
-        evolved_verdicts = [
-            verdicts[evolved.criterion]
-            for query_id, verdicts in answers
-            for evolved in self.buffer.active.get(query_id, [])
-            if evolved.criterion in verdicts
-        ]
-        counts = self.buffer.counts()
-        metrics = {
-            "evolve/flat_groups": len(flat) / len(groups) if groups else 0.0,
-            "evolve/flat_groups_original": (
-                sum(self._flat(q, groups[q], verdicts_of.get(q, []), original_only=True) for q in groups) / len(groups)
-                if groups
-                else 0.0
-            ),
-            "evolve/active": counts["active"],
-            "evolve/active_per_query": counts["active"] / counts["queries"] if counts["queries"] else 0.0,
-            "evolve/retired": float(self.counts["retired"]),
-        }
-        if evolved_verdicts:
-            metrics["evolve/pass_rate"] = sum(evolved_verdicts) / len(evolved_verdicts)
-        return metrics
+        if self.trainer.accelerator.is_main_process:
+            self._write_lines(step, groups, verdicts_of)
+            if not self.same_step:
+                for call in self._choose(step, groups, answers):
+                    self.pending[call.query] = self._ask(call)
+        return self._metrics(groups, verdicts_of)
+
+    def _choose(self, step: int, groups: dict, answers: list) -> list[Call]:
+        """Main process: the groups to ask about, each with its situation and the answers the evolver sees."""
+        rurl = self.rurl
+        if step % rurl.evolve_every:
+            return []
+        if self.budget[0] != step:
+            self.budget = [step, 0]
+        verdicts_of: dict[str, list[dict[str, bool]]] = {}
+        for query_id, verdicts in answers:
+            verdicts_of.setdefault(query_id, []).append(verdicts)
+        chosen = []
+        for query_id, scored in groups.items():
+            if self.budget[1] + len(chosen) >= rurl.evolve_max_calls:
+                break
+            rewards = [r for _, r in scored if r == r]  # NaN: unscored
+            if query_id in self.pending or query_id not in self.rows or len(rewards) < 2:
+                continue
+            flat = self._flat(query_id, scored, verdicts_of.get(query_id, []))
+            kind = situation(flat, rewards)
+            if (rurl.evolve_groups == "flat" and not flat) or (kind == "failed" and rurl.evolve_on_failed == "none"):
+                continue
+            if self.buffer.room(query_id) <= 0:  # full of criteria that split groups: a new one would be refused
+                continue
+            grading = self.grading
+            seen = [
+                (answer, reward)
+                for text, reward in spread_sample([(t, r) for t, r in scored if r == r], rurl.evolve_answers)
+                for answer in [as_judged(text, grading.reasoning_delimiters, grading.reasoning_starts_open, self.cut)]
+                if answer is not None
+            ]
+            if seen:
+                chosen.append(Call(query_id, step, kind, seen))
+        self.budget[1] += len(chosen)
+        return chosen
 
     def _flat(self, query_id: str, scored: list, answers: list[dict[str, bool]], original_only: bool = False) -> bool:
         """No criterion split the group's answers (over its original criteria only, when asked), or its rewards
@@ -103,67 +178,85 @@ class RubricEvolution(TrainerCallback):
                 if allowed is None or text in allowed:
                     split.setdefault(text, set()).add(met)
         if any(len(values) > 1 for values in split.values()):
-            rewards = [r for _, r in scored if r == r]  # NaN: unscored
+            rewards = [r for _, r in scored if r == r]
             return not original_only and len(rewards) > 1 and statistics.pstdev(rewards) <= self.rurl.evolve_flat_std
         return True
 
-    def _ask(self, query_id: str, scored: list[tuple[str, float]], step: int) -> None:
+    def _ask(self, call: Call) -> Call:
+        """Main process: start the call on the reward's event loop (the client caches it)."""
         from synthesis import stages
 
-        ranked = sorted((r, text) for text, r in scored if r == r)
-        if len(ranked) < 2:
-            return
-        (worst_score, worst), (best_score, best) = ranked[0], ranked[-1]
-        current = self.rubric_for(query_id, self.original[query_id])
+        current = self.rubric_for(call.query, self.original[call.query])
         merged = [
             {"title": " ".join(c["criterion"].split()[:5]), "description": c["criterion"], "weight": c["points"]}
             for c in current
         ]
-        call = stages.evolve(self.client, self.synthesis, self.rows[query_id].conversation, merged, [best, worst])
-        future = asyncio.run_coroutine_threadsafe(call, self.trainer.async_loop)
-        source = {
-            "best": {"score": round(best_score, 4), "sha256": _digest(best)},
-            "worst": {"score": round(worst_score, 4), "sha256": _digest(worst)},
-        }
-        self.pending[query_id] = (future, step, source)
+        conversation = self.rows[call.query].conversation
+
+        async def limited():
+            if self._limit is None:  # made on the loop that runs it
+                self._limit = asyncio.Semaphore(self.rurl.evolve_concurrency)
+            async with self._limit:
+                return await stages.evolve_group(
+                    self.client, self.synthesis, conversation, merged, call.answers, call.situation
+                )
+
+        call.future = asyncio.run_coroutine_threadsafe(limited(), self.trainer.async_loop)
         self.counts["asked"] += 1
+        return call
 
-    # --- at each step's end, on every process ----------------------------------------------------------------------
+    def _written(self, call: Call) -> tuple[str, list[dict], int, dict] | None:
+        """Main process: a finished call's criteria as (query, criteria, step, source); a failure counted."""
+        from synthesis.criteria import export
 
-    def on_step_end(self, args, state, control, **kwargs):
-        changes = self._finished() if self.trainer.accelerator.is_main_process else None
+        try:
+            written = export(call.future.result())
+        except Exception as error:  # noqa: BLE001 - one failed call adds nothing; training goes on
+            self.counts["failed"] += 1
+            print(f"rurl evolve: query {call.query}: no new criteria: {error}"[:300], file=sys.stderr)
+            return None
+        mode = self.rurl.evolve_apply
+        criteria = [{"criterion": c["criterion"], "points": c["points"]} for c in written]
+        self.lines[call.query] = {"step": call.step, "query": call.query, **call.source(mode), "written": criteria}
+        return call.query, criteria, call.step, call.source(mode)
+
+    def _broadcast(self, changes):
         if self.trainer.accelerator.num_processes > 1:
             from accelerate.utils import broadcast_object_list
 
             changes = broadcast_object_list([changes])[0]
-        for query_id, written, step, source in changes or ():
+        return changes or ()
+
+    def _apply(self, changes) -> list[tuple[str, int]]:
+        """Every process, alike: the written criteria into the buffer. Returns (query, criteria added) pairs."""
+        applied = []
+        for query_id, written, step, source in changes:
             added, refused = self.buffer.add(query_id, self.original[query_id], written, step, source)
-            self.counts["added"] += added
+            self.counts["added"] += len(added)
             self.counts["refused"] += len(refused)
+            self.new += [[step, query_id, e.criterion, e.points] for e in added]
+            if query_id in self.lines:
+                self.lines[query_id]["added"] = [e.criterion for e in added]
+                self.lines[query_id]["refused"] = refused
             if added:
-                self.new += [[step, query_id, e.criterion, e.points] for e in self.buffer.active[query_id][-added:]]
                 self._eligible_again(query_id)
+            applied.append((query_id, len(added)))
+        return applied
+
+    # --- next_draw: at each step's end, on every process -----------------------------------------------------------
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if not self.same_step:
+            finished = None
+            if self.trainer.accelerator.is_main_process:
+                done = [call for call in self.pending.values() if call.future.done()]
+                for call in done:
+                    del self.pending[call.query]
+                finished = [written for call in done for written in [self._written(call)] if written]
+            self._apply(self._broadcast(finished))
+            if self.trainer.accelerator.is_main_process:  # their group was graded before they existed
+                self._write_lines(state.global_step, {}, {})
         return control
-
-    def _finished(self) -> list[tuple[str, list[dict], int, dict]]:
-        """Main process: the evolve calls that are done, as (query, criteria, step, source); failures counted."""
-        from synthesis.criteria import export
-
-        done = []
-        for query_id, (future, step, source) in list(self.pending.items()):
-            if not future.done():
-                continue
-            del self.pending[query_id]
-            try:
-                written = export(future.result())
-            except Exception as error:  # noqa: BLE001 - one failed call adds nothing; training goes on
-                self.counts["failed"] += 1
-                print(f"rurl evolve: query {query_id}: no new criteria: {error}"[:300], file=sys.stderr)
-                continue
-            done.append(
-                (query_id, [{"criterion": c["criterion"], "points": c["points"]} for c in written], step, source)
-            )
-        return done
 
     def _eligible_again(self, query_id: str) -> None:
         """A query dynamic sampling found flat this epoch may be drawn again once its rubric changed."""
@@ -171,12 +264,99 @@ class RubricEvolution(TrainerCallback):
         if sampler is not None:
             sampler.flat.discard(query_id)  # its key: rurl/dynamic_sampling.py DynamicSampler._key
 
+    # --- what it reports --------------------------------------------------------------------------------------------
+
+    def _write_lines(self, step: int, groups: dict, verdicts_of: dict) -> None:
+        """Main process: this round's lines of evolve_steps.jsonl, with the group's scores under the new rubric and
+        each added criterion's verdicts where the group was graded with it (same_step)."""
+        if not self.lines or self.trainer.args.output_dir is None:
+            return
+        with open(Path(self.trainer.args.output_dir) / STEPS_FILE, "a", encoding="utf-8") as out:
+            for query_id, line in self.lines.items():
+                if query_id in groups:
+                    line["scores_after"] = [round(r, 4) for _, r in groups[query_id] if r == r]
+                    line["verdicts"] = {
+                        text: {
+                            "met": sum(v[text] for v in verdicts_of.get(query_id, []) if text in v),
+                            "decided": sum(text in v for v in verdicts_of.get(query_id, [])),
+                        }
+                        for text in line.get("added", [])
+                    }
+                out.write(json.dumps(line, ensure_ascii=False) + "\n")
+        self.lines = {}
+
+    def _metrics(self, groups: dict, verdicts_of: dict) -> dict[str, float]:
+        counts = self.buffer.counts()
+        flat = [q for q in groups if self._flat(q, groups[q], verdicts_of.get(q, []))]
+        original_flat = [q for q in groups if self._flat(q, groups[q], verdicts_of.get(q, []), original_only=True)]
+        metrics = {
+            "evolve/flat_groups": len(flat) / len(groups) if groups else 0.0,
+            "evolve/flat_groups_original": len(original_flat) / len(groups) if groups else 0.0,
+            "evolve/active": counts["active"],
+            "evolve/active_per_query": counts["active"] / counts["queries"] if counts["queries"] else 0.0,
+            "evolve/retired": float(self.counts["retired"]),
+            "evolve/added": float(self.counts["added"]),
+        }
+        met = decided = alike = pairs = 0
+        changes = []
+        rule = self.grading.rule()
+        for query_id, answers in verdicts_of.items():
+            evolved = {e.criterion: e.points for e in self.buffer.active.get(query_id, [])}
+            evolved |= {e.criterion: e.points for e in self.buffer.retired.get(query_id, [])}
+            graded = [v for v in answers if any(text in evolved for text in v)]
+            if not graded:
+                continue
+            original = {c["criterion"]: c["points"] for c in self.original.get(query_id, [])}
+            both = [scores_with_and_without(v, original, evolved, rule) for v in graded]
+            both = [(a, b) for a, b in both if a is not None and b is not None]
+            here = concordance(both)
+            alike, pairs = alike + here[0], pairs + here[1]
+            changes += [b - a for a, b in both]
+            met += sum(met_ for v in graded for text, met_ in v.items() if text in evolved)
+            decided += sum(text in evolved for v in graded for text in v)
+        if decided:
+            metrics["evolve/pass_rate"] = met / decided
+            metrics["evolve/graded_completions"] = float(len(changes))
+        if pairs:
+            metrics["evolve/agreement"] = alike / pairs
+        if changes:
+            metrics["evolve/reward_change"] = statistics.fmean(changes)
+        return metrics
+
+    # --- the run's state, and its end -------------------------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint keeps: the buffer, the counts, this step's call budget and the calls in flight."""
+        return {
+            **self.buffer.state(),
+            "counts": dict(self.counts),
+            "budget": self.budget,
+            "new": self.new,
+            "pending": [[c.query, c.step, c.situation, c.answers] for c in self.pending.values()],
+        }
+
+    def load(self, state: dict[str, Any], step: int) -> None:
+        """A resumed run: everything state() kept; the calls in flight are asked again (the cache answers those
+        that were answered); evolve_steps.jsonl keeps the lines up to the checkpoint's step."""
+        self.buffer.load(state)
+        self.counts = Counter(state.get("counts", {}))
+        self.budget = list(state.get("budget", [-1, 0]))
+        self.new = [row for row in state.get("new", []) if row[0] <= step]
+        if self.trainer.accelerator.is_main_process:
+            for query, asked_at, kind, answers in state.get("pending", []):
+                self.pending[query] = self._ask(Call(query, asked_at, kind, [tuple(a) for a in answers]))
+                self.counts["asked"] -= 1  # asked again, counted once
+            path = Path(self.trainer.args.output_dir) / STEPS_FILE
+            if path.is_file():
+                kept = [x for x in path.read_text().splitlines() if x.strip() and json.loads(x)["step"] <= step]
+                write_whole(path, "".join(line + "\n" for line in kept))
+
     def finish(self, output_dir: Path, wandb) -> dict[str, Any]:
         """Main process, at the end: the evolved rubric dataset (every training query, its original criteria then
         its active evolved ones, each tagged `evolved` with its step and the answers it came from) in the format
         every command reads, the whole buffer (retired criteria too), the wandb table; the summary's counts."""
-        for future, _, _ in self.pending.values():  # asked again by a resumed run, from the cache
-            future.cancel()
+        for call in self.pending.values():  # asked again by a resumed run, from the cache
+            call.future.cancel()
         rows = [
             {
                 "id": query_id,
@@ -195,12 +375,9 @@ class RubricEvolution(TrainerCallback):
             columns = ["step", "query", "criterion", "points"]
             wandb.log({"evolved_criteria": wandb_module.Table(columns=columns, data=self.new)})
         return {
-            **{name: self.counts[name] for name in ("asked", "added", "refused", "failed", "retired")},
+            "apply": self.rurl.evolve_apply,
+            **{name: self.counts[name] for name in COUNTS},
             "in_flight_at_end": len(self.pending),
             "active": int(self.buffer.counts()["active"]),
             "queries_evolved": int(self.buffer.counts()["queries"]),
         }
-
-
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:12]

@@ -84,6 +84,15 @@ class FailureMonitor:
         latest = {name: sum(batch[name] for batch in self.recent) for name in ("noted", "flagged", "completions")}
         return tuple((counts["noted"] + counts["flagged"], counts["completions"]) for counts in (first, latest))
 
+    def state(self) -> dict:
+        """What the grader-talk alarm compares, for a checkpoint: the first window's counts and the latest window."""
+        return {"first_counts": self.first_counts, "synced": self.synced, "recent": list(self.recent)}
+
+    def load(self, state: dict) -> None:
+        """A resumed run goes on from the saved windows: its first window stays the first run's."""
+        self.first_counts, self.synced = dict(state["first_counts"]), int(state["synced"])
+        self.recent.extend(state["recent"])
+
     def take_answers(self) -> tuple[list[tuple[str, dict[str, bool]]], set[str]]:
         """The judged completions since the last take, and the penalties among their criteria; both start anew."""
         answers, self.answers, penalties, self.penalties = self.answers, [], self.penalties, set()

@@ -253,7 +253,7 @@ def train(
             "decode": lambda ids: tokenizer.batch_decode(ids, skip_special_tokens=True),
         }
     )
-    evolution = RubricEvolution(rurl, client, data) if rurl.evolve else None
+    evolution = RubricEvolution(rurl, grading, client, data) if rurl.evolve else None
     reward = make_rubric_reward(
         grader,
         overlong=overlong,

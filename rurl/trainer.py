@@ -8,8 +8,10 @@ the trainer refuses others, and tests/test_rurl.py fails when their contract cha
 shape). Multimodal batches are refused.
 """
 
+import asyncio
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +27,9 @@ from rurl.update_gate import UpdateGate
 TRL_RANGE = ((1, 16), (1, 17))
 """TRL versions [from, to) whose private GRPOTrainer methods this subclass was checked against."""
 STATE_FILE = "rurl_state.json"
-"""In each checkpoint: the prompts found flat in the current epoch (extra rounds do not draw them again) and the
-criteria table so far (a resumed run goes on counting)."""
+"""In each checkpoint: the prompts found flat in the current epoch (extra rounds do not draw them again), the
+criteria table so far (a resumed run goes on counting), the grader-talk alarm's windows and the evolving rubrics'
+state (rurl/evolution.py)."""
 
 
 def check_trl_version() -> None:
@@ -79,37 +82,35 @@ class RubricGRPOTrainer(GRPOTrainer):
         super().save_model(output_dir, _internal_call)
         if _internal_call and output_dir is not None:
             criteria = self.criteria_table()  # every process: it gathers
-            evolved = None if self.evolution is None else self.evolution.buffer.state()
-            if evolved is not None:  # every process grades with its own copy: they must be one
-                copies = gather_object([json.dumps(evolved, sort_keys=True)])
+            evolved = None
+            if self.evolution is not None:  # every process grades with its own copy: they must be one
+                copies = gather_object([json.dumps(self.evolution.buffer.state(), sort_keys=True)])
                 if len(set(copies)) > 1:
                     raise RuntimeError("rurl evolve: the processes' evolved rubrics differ; please report this")
+                evolved = self.evolution.state()
             if self.args.should_save:
                 flat = {"epoch": 0, "flat": []} if self.sampler is None else self.sampler.state()
-                (Path(output_dir) / STATE_FILE).write_text(
-                    json.dumps({**flat, "criteria": criteria, "evolve": evolved}, ensure_ascii=False)
-                )
+                monitor = None if self.failure_monitor is None else self.failure_monitor.state()
+                state = {**flat, "criteria": criteria, "evolve": evolved, "monitor": monitor}
+                (Path(output_dir) / STATE_FILE).write_text(json.dumps(state, ensure_ascii=False))
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        rewards = unscored_rows(super()._calculate_rewards(inputs, prompts, completions, completion_ids_list))
+        raw = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        rewards = unscored_rows(raw.clone())
         self.last_rewards = rewards
         if self.failure_monitor is not None:  # every process is here, once per generation batch
             self.failure_monitor.sync(self.sum_over_processes)
             parts = gather_object([self.failure_monitor.take_answers()])  # this batch's, from every process
             answers = [a for part, _ in parts for a in part]
+            penalties = {text for _, texts in parts for text in texts}
             if self.evolution is not None and self.model.training:
-                texts = [(str(row["id"]), completion_text(c)) for row, c in zip(inputs, completions)]
-                scored = [(q, t, r) for (q, t), r in zip(gather_object(texts), rewards[:, 0].tolist())]
-                groups: dict[str, list[tuple[str, float]]] = {}
-                for query_id, text, reward in scored:
-                    groups.setdefault(query_id, []).append((text, reward))
-                for name, value in self.evolution.observe(self.state.global_step, groups, answers).items():
-                    self._metrics["train"][name].append(value)
+                batch = (inputs, prompts, completions, completion_ids_list, raw)
+                rewards, answers, penalties = self._evolve(batch, rewards, answers, penalties)
+                self.last_rewards = rewards
             if self.model.training:
                 metrics = self._metrics["train"]
                 metrics["guard/unscored_rate"].append(self.failure_monitor.rate)
                 metrics["guard/failed_verdict_rate"].append(self.failure_monitor.verdict_rate)
-                penalties = {text for _, texts in parts for text in texts}
                 # groups may span processes: all of them; dead counts positive criteria, penalties apart
                 saturated, dead, untriggered, counted = group_saturation(answers, penalties)
                 if counted:
@@ -117,6 +118,57 @@ class RubricGRPOTrainer(GRPOTrainer):
                     metrics["rubric/dead_criteria"].append(dead / counted)
                     metrics["rubric/untriggered_penalties"].append(untriggered / counted)
         return rewards
+
+    def _evolve(self, batch, rewards, answers, penalties):
+        """The evolution round of a scored batch (rurl/evolution.py); with evolve_apply same_step, the groups whose
+        rubric changed are graded again, on every process, before TRL computes their advantages. `batch` is what
+        _calculate_rewards was given, and TRL's rewards per function. Returns (rewards, answers, penalties) as they
+        stand after the round."""
+        inputs, _, completions, _, _ = batch
+        evolution, step, metrics = self.evolution, self.state.global_step, self._metrics["train"]
+        texts = gather_object([(str(row["id"]), completion_text(c)) for row, c in zip(inputs, completions)])
+        if evolution.same_step:
+            started = time.monotonic()
+            changed = evolution.evolve_now(step, grouped(texts, rewards), answers)
+            metrics["evolve/wait_s"].append(time.monotonic() - started)
+            if changed:
+                started = time.monotonic()
+                again, regraded, more = self._grade_again(changed, *batch)
+                rewards = unscored_rows(again)
+                answers = [a for a in answers if a[0] not in changed] + regraded
+                penalties = penalties | more
+                evolution.counts["regraded"] += sum(query_id in changed for query_id, _ in texts)
+                metrics["evolve/regrade_s"].append(time.monotonic() - started)
+        for name, value in evolution.observe(step, grouped(texts, rewards), answers).items():
+            metrics[name].append(value)
+        return rewards, answers, penalties
+
+    def _grade_again(self, changed: set[str], inputs, prompts, completions, completion_ids_list, raw):
+        """Every process grades its completions of the `changed` queries again with the rubric reward (as TRL calls
+        it, under the rubrics as they stand now; the response cache answers the criteria asked before), and the
+        rubric column is gathered anew. Returns (rewards per function, the regraded answers and penalties of every
+        process)."""
+        local = len(prompts)
+        rank = self.accelerator.process_index
+        column = raw[rank * local : (rank + 1) * local, 0].clone()
+        mine = [i for i, row in enumerate(inputs) if str(row["id"]) in changed]
+        seen: list = []
+        if mine:
+            columns = [key for key in inputs[0] if key not in ("prompt", "completion", "completion_ids")]
+            call = self.reward_funcs[0](  # the rubric reward; its failures and metrics were counted the first time
+                prompts=[prompts[i] for i in mine],
+                completions=[completions[i] for i in mine],
+                completion_ids=[completion_ids_list[i] for i in mine],
+                trainer_state=self.state,
+                on_batch=seen.append,
+                **{key: [inputs[i][key] for i in mine] for key in columns},
+            )
+            values = asyncio.run_coroutine_threadsafe(call, self.async_loop).result()
+            column[mine] = torch.tensor([torch.nan if v is None else v for v in values], dtype=column.dtype)
+        again = raw.clone()
+        again[:, 0] = self.accelerator.gather(column.to(raw.device))
+        parts = gather_object([([a for s in seen for a in s.answers], {t for s in seen for t in s.penalties})])
+        return again, [a for part, _ in parts for a in part], {t for _, texts in parts for t in texts}
 
     def _generate_and_score_completions(self, inputs):
         if self.sampler is None or not self.model.training:
@@ -143,8 +195,10 @@ class RubricGRPOTrainer(GRPOTrainer):
         if self.sampler is not None:
             self.sampler.flat, self.sampler.epoch = set(state["flat"]), state["epoch"]
         self._criteria_before = state.get("criteria", [])
+        if self.failure_monitor is not None and state.get("monitor"):
+            self.failure_monitor.load(state["monitor"])
         if self.evolution is not None and state.get("evolve"):
-            self.evolution.buffer.load(state["evolve"])
+            self.evolution.load(state["evolve"], step=int(path.parent.name.rsplit("-", 1)[-1]))
 
     def criteria_table(self) -> list[dict[str, Any]]:
         """Every criterion decided during the run (the run resumed from included), over all processes: pass rate
@@ -201,3 +255,11 @@ def completion_text(completion: Any) -> str:
     if isinstance(completion, str):
         return completion
     return "".join(m.get("content") or "" for m in completion if m.get("role") == "assistant")
+
+
+def grouped(texts: list[tuple[str, str]], rewards: torch.Tensor) -> dict[str, list[tuple[str, float]]]:
+    """Per query id, its completions' (text, rubric reward) over all processes, in the gathered order."""
+    groups: dict[str, list[tuple[str, float]]] = {}
+    for (query_id, text), reward in zip(texts, rewards[:, 0].tolist()):
+        groups.setdefault(query_id, []).append((text, reward))
+    return groups

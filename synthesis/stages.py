@@ -30,6 +30,11 @@ RUBRIC = load_prompt(PROMPTS / "rubric.txt")
 AGGREGATE = load_prompt(PROMPTS / "aggregate.txt")
 EVOLVE = load_prompt(PROMPTS / "evolve.txt")
 ALL_PROMPTS = (REFERENCE, RESPONSE, RUBRIC, AGGREGATE, EVOLVE)
+EVOLVE_ONLINE = {
+    situation: load_prompt(PROMPTS / f"evolve_{situation}.txt") for situation in ("saturated", "failed", "mixed")
+}
+"""RuRL's evolver (rurl/evolution.py), by the situation of the group it reads: answers all scored alike (stricter
+criteria), all scored nothing (criteria for partial progress), or scored apart (discriminating criteria)."""
 
 Criteria = list[dict[str, Any]]
 
@@ -112,6 +117,29 @@ async def evolve(
         rubric=listing(merged),
         response_a=responses[0],
         response_b=responses[1],
+        max_new=str(config.max_new_criteria),
+        weight_rules=weight_rules(config),
+    )
+    schema = criteria_schema(config, config.max_new_criteria, min_items=0)
+    result = await client.chat("evolver", prompt, schema=schema, schema_name="new_criteria")
+    return [{**c, "stage": "evolve", "source": result.model} for c in usable(result.value["criteria"])]
+
+
+async def evolve_group(
+    client: LLMClient,
+    config: SynthesisConfig,
+    messages: list[dict],
+    merged: Criteria,
+    answers: list[tuple[str, float]],
+    situation: str,
+) -> Criteria:
+    """New criteria for a query from a group of a policy's answers (each as the judge saw it, with its reward), by
+    the group's situation (EVOLVE_ONLINE)."""
+    responses = "\n\n".join(f"Response {i + 1} (score {score:.2f}):\n{text}" for i, (text, score) in enumerate(answers))
+    prompt = EVOLVE_ONLINE[situation].render(
+        conversation=format_conversation(messages),
+        rubric=listing(merged),
+        responses=responses,
         max_new=str(config.max_new_criteria),
         weight_rules=weight_rules(config),
     )

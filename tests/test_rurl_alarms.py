@@ -114,7 +114,7 @@ def test_a_diverging_monitor_stops_both_processes_at_the_same_step_with_a_checkp
     rows = 2 * 5  # 2 held-out rows of 5 judged criteria: the monitor's calls per evaluation
 
     def judges(body: dict) -> str:
-        if "Make the rubric harder" in body["messages"][-1]["content"]:  # the evolver
+        if "Evolve the rubric." in body["messages"][-1]["content"]:  # the evolver
             return json.dumps({"criteria": [{"title": "Strict", "description": "STRICT: names a fact.", "weight": 3}]})
         with lock:
             if body["model"] == "scripted-monitor":

@@ -20,7 +20,7 @@ from tests.helpers import hashed_verdict, tiny_rurl_train
 ORIGINAL = [{"criterion": "Answers politely.", "points": 5}]
 
 
-def test_the_buffer_validates_retires_without_variance_and_caps_by_variance():
+def test_the_buffer_validates_and_holds_its_cap_on_add_where_an_untested_criterion_never_displaces_a_splitting_one():
     buffer = RubricBuffer(max_active=2)
     written = [
         {"criterion": "Names a source.", "points": 3},
@@ -28,50 +28,140 @@ def test_the_buffer_validates_retires_without_variance_and_caps_by_variance():
         {"criterion": "", "points": 2},
         {"criterion": "Uses metric units.", "points": 50},  # beyond the original's ±5
         {"criterion": "Gives a number.", "points": -2},
-        {"criterion": "Cites a date.", "points": 1},
+        {"criterion": "Cites a date.", "points": 1},  # a third: over the cap of 2, refused at once
     ]
-    added, refused = buffer.add("q", ORIGINAL, written, step=1, source={"model": "m"})
-    assert added == 3 and len(refused) == 3 and any("repeats" in r for r in refused)
+    added, refused = buffer.add("q", ORIGINAL, written, step=1, source={"situation": "saturated"})
+    assert [e.criterion for e in added] == ["Names a source.", "Gives a number."]
+    assert len(refused) == 4 and any("repeats" in r for r in refused) and refused[-1].endswith("over the cap of 2")
     assert [c["criterion"] for c in buffer.rubric("q", ORIGINAL)] == [
         "Answers politely.",
         "Names a source.",
         "Gives a number.",
-        "Cites a date.",
     ]
     assert buffer.rubric("other", ORIGINAL) == ORIGINAL
-    # a group of 3 answers: "Names a source." splits them, "Gives a number." is met by all, "Cites a date." by one
+    # "Names a source." splits its group; "Gives a number." is met by all three answers: no variance, retired
     group = [
-        ("q", {"Names a source.": True, "Gives a number.": True, "Cites a date.": True}),
-        ("q", {"Names a source.": False, "Gives a number.": True, "Cites a date.": False}),
-        ("q", {"Names a source.": True, "Gives a number.": True, "Cites a date.": False}),
+        ("q", {"Names a source.": True, "Gives a number.": True}),
+        ("q", {"Names a source.": False, "Gives a number.": True}),
+        ("q", {"Names a source.": True, "Gives a number.": True}),
     ]
     gone = buffer.observe(group, step=2)
-    assert [(e.criterion, e.retired) for e in gone] == [("Gives a number.", "no variance (step 2)")]
-    assert [e.criterion for e in buffer.active["q"]] == ["Names a source.", "Cites a date."]
-    buffer.add("q", ORIGINAL, [{"criterion": "Mentions a risk.", "points": 2}], step=3, source={})
-    buffer.observe([], step=3)  # three active, the cap is two: the newest untested one stays, the older varied
+    assert [(e.criterion, e.retired) for e in gone] == [("Gives a number.", "no variance in its last group (step 2)")]
+    # two new untested ones: one takes the free place, the other is refused, the splitting one stays
+    added, refused = buffer.add("q", ORIGINAL, [{"criterion": "Mentions a risk.", "points": 2},
+                                                {"criterion": "Says why.", "points": 1}], step=3, source={})  # fmt: skip
     assert [e.criterion for e in buffer.active["q"]] == ["Names a source.", "Mentions a risk."]
-    assert buffer.retired["q"][-1].retired == "over the cap of 2 (step 3)"
+    assert [e.criterion for e in added] == ["Mentions a risk."] and "over the cap" in refused[0]
+    assert buffer.room("q") == 1  # one place holds a criterion that split groups
+    # tested without splitting (window 1 retires it at once), so a newer untested one may take its place
+    buffer.observe([("q", {"Names a source.": True, "Mentions a risk.": True}),
+                    ("q", {"Names a source.": False, "Mentions a risk.": True})], step=4)  # fmt: skip
+    assert [e.criterion for e in buffer.active["q"]] == ["Names a source."]
     again = RubricBuffer(max_active=2)
     again.load(json.loads(json.dumps(buffer.state())))
     assert again.state() == buffer.state() and again.rubric("q", ORIGINAL) == buffer.rubric("q", ORIGINAL)
 
 
-def scripted(log: list[str], lock: threading.Lock):
-    """The judge: every original criterion met (groups flat), an evolved one by a hash of the request; the evolver
-    (told by its prompt): a stricter criterion per query, garbage for the BROKEN query."""
+def test_a_full_query_displaces_its_unsplitting_criteria_first_and_the_cap_holds_at_every_moment():
+    buffer = RubricBuffer(max_active=2, window=2)
+    buffer.add("q", ORIGINAL, [{"criterion": "A.", "points": 1}, {"criterion": "B.", "points": 1}], 1, {})
+    split, flat = (
+        [("q", {"A.": True, "B.": True}), ("q", {"A.": False, "B.": True})],
+        [("q", {"A.": True, "D.": False})] * 2,
+    )
+    buffer.observe(split, step=2)  # A split its group, B did not (window 2: B not retired yet)
+    assert [e.criterion for e in buffer.active["q"]] == ["A.", "B."]
+    added, _ = buffer.add("q", ORIGINAL, [{"criterion": "C.", "points": 1}], 3, {})
+    assert [e.criterion for e in buffer.active["q"]] == ["A.", "C."] and len(added) == 1  # B displaced, not A
+    assert buffer.retired["q"][0].criterion == "B." and "displaced over the cap of 2" in buffer.retired["q"][0].retired
+    added, refused = buffer.add("q", ORIGINAL, [{"criterion": "D.", "points": 1}], 4, {})
+    assert [e.criterion for e in buffer.active["q"]] == ["A.", "D."]  # the newest untested one replaces C
+    buffer.observe(flat, step=5)  # A's window: split, then flat: kept; D: flat once of two: kept
+    assert [e.criterion for e in buffer.active["q"]] == ["A.", "D."]
+    gone = buffer.observe(flat, step=6)  # A flat in both of its last 2 groups: retired, with the window named
+    assert [(e.criterion, e.retired) for e in gone] == [
+        ("A.", "no variance in its last 2 groups (step 6)"),
+        ("D.", "no variance in its last 2 groups (step 6)"),
+    ]
+
+
+def test_the_evolved_criteria_never_hold_more_than_their_share_of_the_positive_points():
+    buffer = RubricBuffer(max_active=5, max_share=0.5)  # the original: 5 positive points
+    written = [{"criterion": f"New {i}.", "points": 3} for i in range(3)] + [{"criterion": "A fault.", "points": -5}]
+    added, refused = buffer.add("q", ORIGINAL, written, step=1, source={})
+    assert [e.criterion for e in added] == ["New 0.", "A fault."]  # 3 of 8 points; 6 of 11 would be over half
+    assert len(refused) == 2 and "would hold 55% of the positive points" in refused[0]
+
+
+def evolution_for(rows, **settings):
+    """A RubricEvolution over hand-made rows, on a main process of one, its trainer a stand-in (no calls made)."""
+    from types import SimpleNamespace
+
+    from grading.dataset import RubricRow
+    from grading.grader import GradingConfig
+    from grading.rubric import rubric_from_items
+    from rurl.evolution import RubricEvolution
+
+    data = SimpleNamespace(
+        train=[RubricRow(q, [{"role": "user", "content": q}], rubric_from_items(r, q)) for q, r in rows]
+    )
+    evolution = RubricEvolution(RurlConfig(evolve=True, **settings), GradingConfig(), client=None, data=data)
+    accelerator = SimpleNamespace(is_main_process=True, num_processes=1)
+    evolution.trainer = SimpleNamespace(accelerator=accelerator, sampler=SimpleNamespace(flat={"q0", "q9"}))
+    evolution.cut = lambda text: text[:20]  # the policy's tokenizer cuts in the runs below
+    return evolution
+
+
+def test_a_step_asks_at_most_evolve_max_calls_over_its_sampling_rounds_with_a_prompt_for_each_situation():
+    rows = [(f"q{i}", ORIGINAL) for i in range(6)]
+    evolution = evolution_for(rows, evolve_max_calls=3, evolve_groups="all", evolve_answers=3)
+    met = [("q", {"Answers politely.": True})] * 2
+    verdicts = lambda q, mets: [(q, {"Answers politely.": m}) for m in mets]  # noqa: E731
+    first_round = {
+        "q0": [("<think>long thought</think>Hello there, kind person of the sea.", 1.0), ("Hi.", 1.0)],  # saturated
+        "q1": [("No.", 0.0), ("Nope.", 0.0)],  # failed
+    }
+    answers = verdicts("q0", [True, True]) + verdicts("q1", [False, False])
+    chosen = evolution._choose(3, first_round, answers)
+    assert [(c.query, c.situation) for c in chosen] == [("q0", "saturated"), ("q1", "failed")]
+    assert chosen[0].answers == [("Hello there, kind pe", 1.0), ("Hi.", 1.0)]  # reasoning gone, cut to the budget
+    second_round = {
+        q: [("A good one.", 1.0), ("A bad one.", 0.0), ("So-so.", 0.5), ("Meh.", 0.4)] for q in ("q2", "q3")
+    }
+    answers = verdicts("q2", [True, False, True, False]) + verdicts("q3", [True, False, True, False])
+    chosen = evolution._choose(3, second_round, answers)  # the same step: one call left of its 3
+    assert [(c.query, c.situation) for c in chosen] == [("q2", "mixed")]
+    assert chosen[0].answers == [("A good one.", 1.0), ("Meh.", 0.4), ("A bad one.", 0.0)]  # best, ranks apart, worst
+    assert len(evolution._choose(4, second_round, answers)) == 2  # a new step, a new budget
+    assert len(evolution._choose(4, {"q4": [("x", 1.0), ("y", 1.0)]}, met)) == 1  # its third
+    assert evolution._choose(4, {"q5": [("x", 1.0), ("y", 1.0)]}, met) == []  # spent
+    none = evolution_for(rows, evolve_on_failed="none", evolve_groups="flat")
+    split = answers + verdicts("q0", [True, True]) + verdicts("q1", [False, False])
+    assert [c.query for c in none._choose(1, {**first_round, **second_round}, split)] == ["q0"]  # flat, not failed
+
+
+def scripted(log: list[str], lock: threading.Lock, split: bool = False):
+    """The judge: every original criterion met (groups flat), an evolved one by a hash of the request (with `split`:
+    unmet for the first answer asked about, met for every other, so that it splits a group of distinct answers);
+    the evolver (told by its prompt): a stricter criterion per query, garbage for the BROKEN query."""
+    strict_seen: list[str] = []
 
     def reply(body: dict) -> str:
         content = body["messages"][-1]["content"]
         with lock:
             log.append(content)
-        if "Make the rubric harder" in content:
+        if "Evolve the rubric." in content:
             if "BROKEN" in content:
                 return "no criteria today"
             topic = "sea" if "sea" in content else "sky"
             description = f"STRICT: names one fact about the {topic}."
             return json.dumps({"criteria": [{"title": "Strict", "description": description, "weight": 3}]})
         if "STRICT" in content.rsplit("points):", 1)[-1]:
+            if split:
+                with lock:
+                    strict_seen.append(content)
+                    met = content != strict_seen[0]
+                return json.dumps({"explanation": "scripted", "criteria_met": met})
             return hashed_verdict(body)
         return json.dumps({"explanation": "scripted", "criteria_met": True})
 
@@ -90,8 +180,8 @@ def rubric_file(path, prompts):
 
 
 @pytest.mark.slow
-def test_evolved_criteria_grade_later_draws_come_back_on_resume_and_are_read_back(tmp_path, quiet_env):
-    """Two steps with a checkpoint, then a resume to three: new criteria grade only later draws, the BROKEN query's
+def test_next_draw_criteria_grade_later_draws_come_back_on_resume_and_are_read_back(tmp_path, quiet_env):
+    """next_draw. Two steps with a checkpoint, then a resume to three: new criteria grade only later draws, the BROKEN query's
     malformed evolve replies add nothing and are counted, the buffer comes back from the checkpoint, no evolve request
     is sent twice, and the evolved dataset is read by `grade`, `rurl train` and `rubricrl report`."""
     prompts = ["Say one thing about the sea.", "BROKEN: say hi."]
@@ -100,32 +190,41 @@ def test_evolved_criteria_grade_later_draws_come_back_on_resume_and_are_read_bac
     out = tmp_path / "run"
     common = ["--rubrics", str(data), "--eval_size", "0", "--dynamic_sampling", "false", "--evolve", "true"]
     common += ["--per_device_train_batch_size", "8", "--max_completion_length", "8", "--overlong_buffer", "0"]
-    common += ["--report_to", "none", "--save_steps", "2", "--merge_adapter", "false"]
+    common += ["--report_to", "none", "--save_steps", "2", "--merge_adapter", "false", "--evolve_apply", "next_draw"]
     with FaultServer(reply=scripted(log, lock)) as server:
         assert main(tiny_rurl_train(out, *common, "--max_steps", "2", judge_url=server.base_url)) == 0
         saved = json.loads((out / "checkpoint-2" / "rurl_state.json").read_text())["evolve"]
-        asked_before = sum("Make the rubric harder" in text for text in log)
+        asked_before = sum("Evolve the rubric." in text for text in log)
         resumed = ["--max_steps", "3", "--resume_from_checkpoint", "true"]
         assert main(tiny_rurl_train(out, *common, *resumed, judge_url=server.base_url)) == 0
-    first_evolve = next(i for i, text in enumerate(log) if "Make the rubric harder" in text)
+    first_evolve = next(i for i, text in enumerate(log) if "Evolve the rubric." in text)
     graded_strict = [
-        i for i, text in enumerate(log) if "STRICT" in text.rsplit("points):", 1)[-1] and "harder" not in text
+        i
+        for i, text in enumerate(log)
+        if "STRICT" in text.rsplit("points):", 1)[-1] and "Evolve the rubric." not in text
     ]
     assert graded_strict and min(graded_strict) > first_evolve  # never the batch that produced them
-    asked = [text for text in log if "Make the rubric harder" in text]
+    asked = [text for text in log if "Evolve the rubric." in text]
     answered = [text for text in asked if "BROKEN" not in text]  # a malformed reply is asked again, by design
     assert len(asked) > asked_before and len(set(answered)) == len(answered)  # the resumed run asked, nothing twice
     final = json.loads((out / "rubric_buffer.json").read_text())
     assert buffered(saved) and buffered(saved) <= buffered(final)  # the first run's came back with the checkpoint
     summary = json.loads((out / "manifest.json").read_text())["summary"]["evolve"]
     assert summary["failed"] >= 1  # the BROKEN query's replies: counted, nothing added
+    # the counts came back with the checkpoint and went on: a call each, the BROKEN query's sent 3 times (the client
+    # samples an unparsable answer twice more)
+    assert summary["asked"] == len(answered) + sum("BROKEN" in text for text in asked) // 3
+    state = json.loads((out / "checkpoint-3" / "rurl_state.json").read_text())
+    assert state["monitor"]["synced"] == 3  # the grader-talk windows too: 2 batches before the resume, 1 after
+    steps = [json.loads(x) for x in (out / "evolve_steps.jsonl").read_text().splitlines()]
+    assert steps and all(line["step"] <= 2 for line in steps) and {"written", "added", "refused"} <= set(steps[0])
     rows = load_rubric_rows(out / "evolved_rubrics.jsonl")  # as `grade` reads it
     assert [c.text for c in rows["q1"].rubric.criteria] == ["Answers politely."]
     evolved = [c for c in rows["q0"].rubric.criteria if "evolved" in c.tags]
     assert all(c.text.startswith("STRICT") for c in evolved)
     line = next(json.loads(x) for x in (out / "evolved_rubrics.jsonl").read_text().splitlines() if '"STRICT' in x)
     made = next(c for c in line["rubrics"] if c["criterion"].startswith("STRICT"))["evolved"]
-    assert made["step"] >= 0 and {"best", "worst"} <= set(made)
+    assert made["step"] >= 0 and made["apply"] == "next_draw" and made["situation"] == "saturated" and made["answers"]
     assert len(load_rurl_data(out / "evolved_rubrics.jsonl", RurlConfig(), seed=0).train) == 2  # as `rurl train`
     history = [e for e in json.loads((out / "log_history.json").read_text()) if "reward" in e]
     assert "evolve/flat_groups" in history[0] and "evolve/flat_groups_original" in history[-1]
@@ -134,24 +233,20 @@ def test_evolved_criteria_grade_later_draws_come_back_on_resume_and_are_read_bac
     assert "### Evolved criteria (rurl.evolve)" in page and "| STRICT: names one fact about the" in page
 
 
-def test_a_query_whose_rubric_changed_may_be_drawn_again_by_dynamic_sampling():
-    """The main process applies a finished evolve call at a step's end; the query leaves the prompts dynamic
-    sampling found flat this epoch, and its next draw is graded against the new criterion."""
+def test_next_draw_applies_a_finished_call_at_the_step_end_and_the_query_may_be_drawn_again():
+    """next_draw: the main process applies a finished evolve call at a step's end; the query leaves the prompts
+    dynamic sampling found flat this epoch, and its next draw is graded against the new criterion."""
     from concurrent.futures import Future
     from types import SimpleNamespace
 
-    from grading.dataset import RubricRow
-    from grading.rubric import rubric_from_items
-    from rurl.evolution import RubricEvolution
+    from rurl.evolution import Call
 
-    row = RubricRow("q0", [{"role": "user", "content": "Sea?"}], rubric_from_items(ORIGINAL, "test"))
-    evolution = RubricEvolution(RurlConfig(evolve=True), client=None, data=SimpleNamespace(train=[row]))
-    accelerator = SimpleNamespace(is_main_process=True, num_processes=1)
-    evolution.trainer = SimpleNamespace(accelerator=accelerator, sampler=SimpleNamespace(flat={"q0", "q9"}))
+    evolution = evolution_for([("q0", ORIGINAL)], evolve_apply="next_draw")
+    evolution.trainer.args = SimpleNamespace(output_dir=None)
     done = Future()
     written = {"title": "Fact", "description": "Names a fact about the sea.", "weight": 3, "stage": "evolve"}
-    done.set_result([{**written, "source": "scripted"}])  # as synthesis.stages.evolve returns them
-    evolution.pending["q0"] = (done, 4, {"best": {}, "worst": {}})
+    done.set_result([{**written, "source": "scripted"}])  # as synthesis.stages.evolve_group returns them
+    evolution.pending["q0"] = Call("q0", 4, "saturated", [("Sea.", 1.0)], done)
     evolution.on_step_end(None, SimpleNamespace(global_step=5), None)
     assert evolution.trainer.sampler.flat == {"q9"}
     assert [c["criterion"] for c in evolution.rubric_for("q0", ORIGINAL)] == [
@@ -159,3 +254,38 @@ def test_a_query_whose_rubric_changed_may_be_drawn_again_by_dynamic_sampling():
         "Names a fact about the sea.",
     ]
     assert evolution.new == [[4, "q0", "Names a fact about the sea.", 3]] and not evolution.pending
+
+
+@pytest.mark.slow
+def test_same_step_criteria_grade_the_group_they_were_written_from_in_a_one_epoch_run(tmp_path, quiet_env):
+    """same_step, one step that draws both queries once (a whole epoch): the evolver's criterion for the sea query
+    grades that query's 4 answers before their advantages, and each reward is the one the rubric gives by hand:
+    the original (5 points, met by all) plus the new one (3 points) where the judge met it, over 8 points. The
+    evolver saw each answer cut to 3 tokens of the policy's tokenizer, and dynamic sampling keeps the group the new
+    criterion split, though every original criterion left it flat."""
+    data = rubric_file(tmp_path / "rubrics.jsonl", ["Say one thing about the sea.", "BROKEN: say hi."])
+    log, lock = [], threading.Lock()
+    out = tmp_path / "run"
+    flags = ["--rubrics", str(data), "--eval_size", "0", "--evolve", "true", "--evolve_answer_tokens", "3"]
+    flags += ["--dynamic_sampling", "true", "--max_extra_rounds", "0", "--max_steps", "1", "--save_strategy", "no"]
+    flags += ["--per_device_train_batch_size", "8", "--max_completion_length", "8", "--overlong_buffer", "0"]
+    flags += ["--report_to", "none", "--merge_adapter", "false"]
+    with FaultServer(reply=scripted(log, lock, split=True)) as server:
+        assert main(tiny_rurl_train(out, *flags, judge_url=server.base_url)) == 0
+    asked = [text for text in log if "Evolve the rubric." in text]
+    assert len(set(asked)) == 2 and all("it no longer tells them apart" in t for t in asked)  # saturated groups
+    assert all("[... cut at 3 tokens of" in text for text in asked if "sea" in text)
+    line = next(json.loads(x) for x in (out / "evolve_steps.jsonl").read_text().splitlines())
+    assert (line["step"], line["query"], line["situation"], line["apply"]) == (0, "q0", "saturated", "same_step")
+    assert line["added"] == ["STRICT: names one fact about the sea."]
+    met = line["verdicts"]["STRICT: names one fact about the sea."]
+    assert met["decided"] == 4  # the whole group it was written from
+    by_hand = sorted([(5 + 3) / 8] * met["met"] + [5 / 8] * (4 - met["met"]))
+    assert sorted(line["scores_after"]) == pytest.approx(by_hand)
+    history = [e for e in json.loads((out / "log_history.json").read_text()) if "reward" in e]
+    assert 0 < met["met"] < 4  # the new criterion split a group every original criterion left flat ...
+    assert history[0]["dynamic_sampling/groups_kept"] == 1  # ... which joins the batch; the BROKEN query's stays flat
+    assert history[0]["rewards/rubric_reward/mean"] == pytest.approx((sum(by_hand) + 4 * 1.0) / 8)  # as TRL got them
+    assert history[0]["evolve/flat_groups"] == 0.5 and history[0]["evolve/flat_groups_original"] == 1.0
+    summary = json.loads((out / "manifest.json").read_text())["summary"]["evolve"]
+    assert (summary["apply"], summary["regraded"], summary["added"], summary["failed"]) == ("same_step", 4, 1, 1)
