@@ -231,9 +231,11 @@ class RubricEvolution(TrainerCallback):
         """Every process, alike: the written criteria into the buffer. Returns (query, criteria added) pairs."""
         applied = []
         for query_id, written, step, source in changes:
+            retired = len(self.buffer.retired.get(query_id, []))
             added, refused = self.buffer.add(query_id, self.original[query_id], written, step, source)
             self.counts["added"] += len(added)
             self.counts["refused"] += len(refused)
+            self.counts["retired"] += len(self.buffer.retired.get(query_id, [])) - retired  # displaced over the cap
             self.new += [[step, query_id, e.criterion, e.points] for e in added]
             if query_id in self.lines:
                 self.lines[query_id]["added"] = [e.criterion for e in added]

@@ -117,7 +117,7 @@ def run_train(args) -> int:
             clock,
         )
 
-    if judged is None:  # rule checks decide every criterion: no judge to start or ask
+    if judged is None and not rurl.evolve:  # rule checks decide every criterion: no judge to start or ask
         print(f"{COMMAND}: every criterion is a rule check: no judge, no server, no preflight", file=sys.stderr)
         return run(LLMClient({grading.judge_role: NO_JUDGE}, cache=None))
     roles = [grading.judge_role, *(["monitor"] if rurl.monitor_judge else []), *(["evolver"] if rurl.evolve else [])]
@@ -126,7 +126,7 @@ def run_train(args) -> int:
     with open_llm(llm, roles, source=config_source(args), cpu_budgets=budgets) as llm_session:
         if rurl.monitor_judge:
             check_monitor(llm_session.roles, grading.judge_role)
-        if rurl.preflight:
+        if rurl.preflight and judged is not None:  # else only evolved criteria will ask the judge
             with clock.phase("judge preflight"):
                 preflight(llm_session.roles, grading, judged)
         client = llm_session.client()

@@ -164,7 +164,8 @@ class RubricGRPOTrainer(GRPOTrainer):
                 **{key: [inputs[i][key] for i in mine] for key in columns},
             )
             values = asyncio.run_coroutine_threadsafe(call, self.async_loop).result()
-            column[mine] = torch.tensor([torch.nan if v is None else v for v in values], dtype=column.dtype)
+            scored = [torch.nan if v is None else v for v in values]
+            column[mine] = torch.tensor(scored, dtype=column.dtype, device=column.device)
         again = raw.clone()
         again[:, 0] = self.accelerator.gather(column.to(raw.device))
         parts = gather_object([([a for s in seen for a in s.answers], {t for s in seen for t in s.penalties})])

@@ -152,3 +152,10 @@ def test_a_diverging_monitor_stops_both_processes_at_the_same_step_with_a_checkp
     # saved only once the processes' evolved rubrics were found one
     assert "evolve" in json.loads((out / "checkpoint-1" / "rurl_state.json").read_text())
     assert "STRICT: names a fact." in (out / "rubric_buffer.json").read_text()
+    # same_step on two processes: every group a criterion was added to was graded again whole, each process its
+    # own share, and both processes went on with the one rubric (the checkpoint's comparison above)
+    lines = [json.loads(x) for x in (out / "evolve_steps.jsonl").read_text().splitlines()]
+    added = [line for line in lines if line["added"]]
+    assert added and {line["apply"] for line in lines} == {"same_step"}
+    assert all(line["verdicts"]["STRICT: names a fact."]["decided"] == len(line["scores_after"]) > 0 for line in added)
+    assert summary["evolve"]["regraded"] == sum(len(line["scores_after"]) for line in added)
