@@ -190,11 +190,10 @@ class RurlConfig:
         for name in ("evolve_retire_window", "evolve_answer_tokens", "evolve_concurrency"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if not 0 < self.evolve_max_share <= 1 or self.evolve_deadline <= 0:
-            raise ValueError(
-                f"evolve_max_share must be within (0, 1] and evolve_deadline above 0, got {self.evolve_max_share} "
-                f"and {self.evolve_deadline}"
-            )
+        if not 0 < self.evolve_max_share <= 1:
+            raise ValueError(f"evolve_max_share must be within (0, 1], got {self.evolve_max_share}")
+        if self.evolve_deadline <= 0:
+            raise ValueError(f"evolve_deadline must be above 0 (seconds), got {self.evolve_deadline}")
         for name in ("monitor_rise", "monitor_fall", "monitor_gap_growth", "note_rate_rise", "evolve_flat_std"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")

@@ -390,3 +390,8 @@ def check_judge_wait(rurl: RurlConfig, grpo: "GRPOConfig") -> None:
             "reach the process group's timeout, which kills the run without a checkpoint; lower "
             "--judge_deadline or raise --ddp_timeout"
         )
+    if rurl.evolve and rurl.evolve_apply == "same_step" and rurl.evolve_deadline > grpo.ddp_timeout / 2:
+        raise ConfigError(
+            f"rurl.evolve_deadline {rurl.evolve_deadline:g} s is more than half of ddp_timeout "
+            f"{grpo.ddp_timeout} s (the other processes wait for the evolve calls): lower it"
+        )

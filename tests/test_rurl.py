@@ -205,6 +205,8 @@ def test_the_trl_seams_dynamic_sampling_overrides_are_still_there():
             ["--judge_deadline", "400", "--ddp_timeout", "600"],
             "rurl.judge_deadline 400 s is more than half of ddp_timeout",
         ),
+        (["--evolve", "true", "--evolve_deadline", "1000"], "rurl.evolve_deadline 1000 s is more than half of"),
+        (["--evolve_max_share", "0"], "--evolve-max-share must be within (0, 1], got 0.0"),
     ],
 )
 def test_bad_settings_are_one_line_errors(args, message, tmp_path, capsys, no_model_load):
