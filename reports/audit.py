@@ -40,6 +40,9 @@ class AuditArgs:
     rubrics: Path | None = None
     """The rubric dataset (default: the one the first folder's config.yaml names). Its queries without answers are
     reported; --prune needs it."""
+    probe: Path | None = None
+    """A `rubricrl probe` output folder: each criterion's row in criteria.jsonl gains `probe` (per judge, how often
+    answers with no substance earned it, and `exploitable`), and audit.md lists the criteria that are both."""
     prune: list[str] = field(default_factory=list)
     """Write the rubric dataset without the criteria flagged so (any of saturated, dead, duplicate, unreliable,
     suspect_sign; never_triggered: penalties no answer triggered, kept unless named): rubrics.jsonl or .parquet in
@@ -123,10 +126,14 @@ def run_audit(args: argparse.Namespace) -> int:
                             p_values[flag].append(test["p"])
         answers, verdicts = buckets.answers, buckets.verdicts
     held_to = thresholds(p_values, config)
+    probed = probe_index(settings.probe) if settings.probe else None
     prune = set(settings.prune)
     with open(out / "criteria.jsonl", "wb") as criteria_out, open(out / "queries.jsonl", "wb") as queries_out:
         for _, item in iter_rows(staged):
             line, rows = item["query"], [decide(row, held_to, config) for row in item["rows"]]
+            if probed is not None:
+                for row in rows:
+                    row["probe"] = probed.get((line["id"], row["criterion"]))
             dataset.add(line, rows)
             line["flags"] = {flag: n for flag in FLAGS if (n := sum(flag in row["flags"] for row in rows))}
             line["insufficient"] = sum(bool(row["insufficient"]) for row in rows)
@@ -137,6 +144,8 @@ def run_audit(args: argparse.Namespace) -> int:
                     dropped.setdefault(line["id"], {})[criterion_key(row["criterion"], row["points"])] = row
     staged.unlink()
     summary = {**dataset.summary(held_to, config), "graded_answers": answers, "verdicts": verdicts}
+    if probed is not None:
+        summary["probe"] = probe_links(settings.probe, out / "criteria.jsonl")
     write_whole(out / "summary.json", json.dumps(summary, indent=2))
     pruned = prune_dataset(rubrics, dropped, out) if settings.prune else None
     charts = draw(summary, out)
@@ -171,6 +180,31 @@ def run_audit(args: argparse.Namespace) -> int:
         f"{', pruned.jsonl and the pruned rubrics' if pruned is not None else ''})"
     )
     return 0
+
+
+def probe_index(folder: Path) -> dict[tuple[str, str], dict]:
+    """(row id, criterion) -> {judge: "credited of decided", exploitable} from a probe folder's criteria.jsonl."""
+    path = folder / "criteria.jsonl"
+    if not path.is_file():
+        raise ConfigError(f"--probe {folder}: no criteria.jsonl (a `rubricrl probe` output folder holds one)")
+    index: dict[tuple[str, str], dict] = {}
+    for _, row in iter_rows(path):
+        entry = index.setdefault((row["id"], row["criterion"]), {"exploitable": False, "judges": {}})
+        entry["judges"][row["judge"]] = f"{row['credited']} of {row['decided']}"
+        entry["exploitable"] = entry["exploitable"] or row["exploitable"]
+    return index
+
+
+def probe_links(folder: Path, criteria: Path) -> dict:
+    """What audit.md shows of the probe: the criteria exploitable, and those the audit flagged too."""
+    both, exploitable = [], 0
+    for _, row in iter_rows(criteria):
+        if row.get("probe") and row["probe"]["exploitable"]:
+            exploitable += 1
+            if row["flags"]:
+                both.append([row["id"], row["criterion"][:90], ", ".join(row["flags"]), "; ".join(
+                    f"{judge}: {counts}" for judge, counts in row["probe"]["judges"].items())])  # fmt: skip
+    return {"folder": str(folder), "exploitable": exploitable, "flagged_and_exploitable": both}
 
 
 def prune_dataset(rubrics: Path, dropped: dict[str, dict[str, dict]], out: Path) -> dict[str, int]:

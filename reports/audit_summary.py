@@ -81,6 +81,14 @@ def markdown(summary: dict[str, Any], config: AuditSettings, files: list[Path], 
         lines.append(f"- pruned: {pruned['criteria_dropped']} criteria dropped over {pruned['queries']} queries")
     for title, (header, rows) in audit_tables(summary).items():
         lines += ["", f"## {title}", "", *md_table(header, rows)]
+    probe = summary.get("probe")
+    if probe:
+        lines += ["", "## Probed (rubricrl probe)", "", f"- {probe['exploitable']} criteria exploitable by answers "
+                  f"with no substance ({probe['folder']}); {len(probe['flagged_and_exploitable'])} of them flagged "
+                  "here too (below): criteria.jsonl's `probe` has the counts for every criterion"]  # fmt: skip
+        if probe["flagged_and_exploitable"]:
+            header = ["query", "criterion", "audit flags", "probes credited it"]
+            lines += ["", *md_table(header, probe["flagged_and_exploitable"])]
     return "\n".join(lines) + "\n"
 
 

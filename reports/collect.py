@@ -5,7 +5,8 @@
   a `rurl:` section (a run still going, or killed, has only that and its checkpoints);
 - RuFT build (`rubricrl ruft build`): manifest.json saying so, or candidates.jsonl or queries.jsonl;
 - SFT run (`rubricrl ruft train`): a config.yaml naming a `dataset:` (losses in checkpoint-*/trainer_state.json);
-- rubric audit (`rubricrl audit`): manifest.json saying so, with summary.json.
+- rubric audit (`rubricrl audit`): manifest.json saying so, with summary.json;
+- reward probe (`rubricrl probe`): manifest.json saying so, with summary.json and criteria.jsonl.
 
 A build is read in ruft_build.py; graded records become Examples in graded.py.
 
@@ -42,7 +43,7 @@ LOOKED_FOR = (
 )
 EVAL_ANSWERS = "eval_answers.jsonl"
 """A RuRL run's graded eval answers (rurl/evaluate.py writes them)."""
-COMMANDS: dict[str, Kind] = {"rurl train": "rurl", "ruft build": "ruft_build", "audit": "audit"}
+COMMANDS: dict[str, Kind] = {"rurl train": "rurl", "ruft build": "ruft_build", "audit": "audit", "probe": "probe"}
 """manifest.json's `command` for the kinds that write one."""
 
 
@@ -335,10 +336,24 @@ def read_audit(folder: Folder, max_examples: int) -> None:
     )
 
 
+def read_probe(folder: Folder, max_examples: int) -> None:
+    manifest = read_manifest(folder.path)
+    folder.probe = read_json(folder.path / "summary.json")
+    folder.probe["flagged"] = [c for c in iter_jsonl(folder.path / "criteria.jsonl", folder.notes) if c["exploitable"]]
+    folder.facts = facts.present(
+        {
+            "rubric dataset": manifest.get("rubrics"),
+            "judges": ", ".join(folder.probe["judges"]),
+            "counted": f"{folder.probe['rows']} rows, {(manifest.get('counts') or {}).get('probes')} probes graded",
+        }
+    )
+
+
 READERS = {
     "eval": read_eval,
     "rurl": read_rurl,
     "ruft_build": read_ruft_build,
     "ruft_train": read_ruft_train,
     "audit": read_audit,
+    "probe": read_probe,
 }

@@ -5,13 +5,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-Kind = Literal["eval", "rurl", "ruft_build", "ruft_train", "audit"]
+Kind = Literal["eval", "rurl", "ruft_build", "ruft_train", "audit", "probe"]
 KIND_NAMES: dict[str, str] = {
     "eval": "eval",
     "rurl": "RuRL run",
     "ruft_build": "RuFT build",
     "ruft_train": "SFT run",
     "audit": "rubric audit",
+    "probe": "reward probe",
 }
 COMMANDS: dict[str, str] = {
     "eval": "rubricrl eval",
@@ -19,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "ruft_build": "rubricrl ruft build",
     "ruft_train": "rubricrl ruft train",
     "audit": "rubricrl audit",
+    "probe": "rubricrl probe",
 }
 """The command that writes each kind of folder."""
 
@@ -101,6 +103,8 @@ class Folder:
     """A RuRL run with rurl.evolve: every evolved criterion (rubric_buffer.json), active and retired."""
     audit: dict[str, Any] | None = None
     """A rubric audit's summary.json (grading/audit.py's DatasetAudit.summary)."""
+    probe: dict[str, Any] | None = None
+    """A reward probe's summary.json (grading/probe_analysis.py), with its exploitable criteria (`flagged`)."""
 
     @property
     def kind_name(self) -> str:

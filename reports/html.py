@@ -10,6 +10,7 @@ from pathlib import Path
 from reports import charts
 from reports.audit_summary import audit_tables
 from reports.folder import Example, Folder, Verdict
+from reports.probe_summary import probe_tables
 from reports.tables import (
     EVOLVED,
     MOVED,
@@ -96,6 +97,8 @@ def folder_section(folder: Folder, anchor: str, draw: bool) -> str:
     if folder.evolved:
         parts += [f"<h3>{EVOLVED}</h3>", table(*evolved_table(folder), numeric_from=2)]
     for title, (header, rows) in audit_tables(folder.audit).items() if folder.audit else ():
+        parts += [f"<h3>{esc(title)}</h3>", table(header, rows, numeric_from=1)]
+    for title, (header, rows) in probe_tables(folder.probe, folder.probe["flagged"]).items() if folder.probe else ():
         parts += [f"<h3>{esc(title)}</h3>", table(header, rows, numeric_from=1)]
     if folder.history:
         header, rows = training_table(folder)

@@ -5,6 +5,7 @@ from collections.abc import Sequence
 
 from reports.audit_summary import audit_tables
 from reports.folder import Folder
+from reports.probe_summary import probe_tables
 from reports.tables import (
     EVOLVED,
     MOVED,
@@ -55,6 +56,8 @@ def folder_summary(folder: Folder) -> list[str]:
     if folder.evolved:
         lines += [f"### {EVOLVED}", "", *md_table(*evolved_table(folder)), ""]
     for title, (header, rows) in audit_tables(folder.audit).items() if folder.audit else ():
+        lines += [f"### {title}", "", *md_table(header, rows), ""]
+    for title, (header, rows) in probe_tables(folder.probe, folder.probe["flagged"]).items() if folder.probe else ():
         lines += [f"### {title}", "", *md_table(header, rows), ""]
     header, rows = training_table(folder)
     if rows:

@@ -167,6 +167,18 @@ class RurlConfig:
 
     preflight: bool = True
     """Before the policy loads, one judge call checks that the judge answers with a verdict."""
+    probe_rows: int = 0
+    """Before the policy loads, probe this many training rows (a seeded sample) with the training judge: answers
+    with no substance built from each row (`rubricrl probe`'s kinds), graded as training grades; 0: off."""
+    probe_seed: int = 0
+    """The probed sample's seed."""
+    probe_max_share: float = 0.3
+    """The most the best-paid probe kind may earn, as its mean share of the positive points, before the preflight
+    warns (or stops: on_probe)."""
+    probe_exploitable_share: float = 0.5
+    """A criterion counts as exploitable in the preflight's figures when the probes earned it this share of times."""
+    on_probe: Literal["warn", "stop"] = "warn"
+    """warn: a line on stderr and probe_preflight.json; stop: the same, then the command ends (exit 2)."""
 
     def __post_init__(self) -> None:
         if self.eval_size < 0 or (self.eval_size >= 1 and self.eval_size != int(self.eval_size)):
@@ -199,6 +211,11 @@ class RurlConfig:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.on_exhausted not in ("repeat", "stop"):
             raise ValueError(f"on_exhausted must be repeat or stop, got {self.on_exhausted!r}")
+        for name in ("probe_max_share", "probe_exploitable_share"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be within [0, 1], got {getattr(self, name)}")
+        if self.probe_rows < 0:
+            raise ValueError(f"probe_rows must be >= 0, got {self.probe_rows}")
         if self.judge_deadline <= 0:
             raise ValueError(f"judge_deadline must be above 0 (seconds), got {self.judge_deadline}")
         if self.overlong_penalty < 0:

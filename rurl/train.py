@@ -20,7 +20,6 @@ In order, everything a user can get wrong checked before the policy loads:
 
 import asyncio
 import sys
-import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,6 +52,7 @@ from rurl.data import RurlData, load_rurl_data
 from rurl.evaluate import add_evaluation
 from rurl.evolution import RubricEvolution
 from rurl.outputs import COMMAND, write_inputs, write_outputs
+from rurl.preflight import preflight, probe_preflight
 from rurl.rewards import extra_reward_funcs
 from rurl.summary import run_summary
 from rurl.vllm_cpu import close_colocated_engine, patch_cpu_colocate
@@ -62,8 +62,6 @@ if TYPE_CHECKING:
 
 NO_JUDGE = Role(base_url="http://no-judge.invalid/v1", model="none (rule checks only)")
 """The judge role of a run whose criteria are all rule checks: never called (grading decides rules in code)."""
-PREFLIGHT_ANSWER = "Drink water and rest; see a doctor if it gets worse."
-"""The answer the preflight asks the judge to grade: any text will do, the verdict's format is what is checked."""
 
 
 class TrainingStopped(UserError):
@@ -129,6 +127,9 @@ def run_train(args) -> int:
         if rurl.preflight and judged is not None:  # else only evolved criteria will ask the judge
             with clock.phase("judge preflight"):
                 preflight(llm_session.roles, grading, judged)
+        if rurl.probe_rows:
+            with clock.phase("probe preflight"):
+                probe_preflight(llm_session, grading, data.train, rurl, output_dir)
         client = llm_session.client()
         try:
             return run(client)
@@ -193,30 +194,6 @@ def first_judged_row(grading: GradingConfig, data: RurlData) -> RubricRow | None
     if grading.mode not in EXPLICIT_MODES:
         return rows[0]
     return next((row for row in rows if any(c.rule is None for c in row.rubric.criteria)), None)
-
-
-def preflight(roles, grading: GradingConfig, row: RubricRow) -> None:
-    """One grade of a fixed answer against `row`'s rubric, without the cache (a cached answer proves nothing about
-    the judge now): it must come back with every verdict decided."""
-    judge = roles[grading.judge_role]
-
-    async def ask():
-        async with LLMClient(roles, cache=None, max_retries=1) as client:
-            return await Grader(client, grading).grade(row.conversation, PREFLIGHT_ANSWER, row.rubric, row.reference)
-
-    started = time.monotonic()
-    try:
-        graded = asyncio.run(ask())
-    except UserError as error:
-        raise ConfigError(f"judge preflight: {error}") from None
-    if graded.reward is None or graded.judge_failures:
-        raise ConfigError(
-            f"judge preflight: role '{grading.judge_role}' ({judge.model} at {judge.base_url}) did not "
-            f"answer the {grading.mode} verdict format for row {row.id!r} ({graded.judge_failures} "
-            f"verdict(s) failed; explanation: {graded.explanation[:200]!r}): check the model, its "
-            "max_tokens and structured_outputs"
-        )
-    print(f"{COMMAND}: judge preflight: {judge.model} answered in {time.monotonic() - started:.1f} s", file=sys.stderr)
 
 
 def train(

@@ -4,6 +4,7 @@ None for an unscored completion survives overlong shaping, with a scripted judge
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -602,3 +603,32 @@ def test_kept_groups_are_assigned_own_first_then_surplus_then_repeats():
             own = [s for s in order if s[1] == process]
             if own:
                 assert own[:wanted] == groups[: len(own[:wanted])]
+
+
+def loose_judge(body: dict) -> str:
+    """Credits a criterion whenever two of its words appear in the response: what the probes are built to catch."""
+    content = body["messages"][-1]["content"]
+    response = content.split("]]\n", 1)[1].rsplit("\n[[end of response", 1)[0].lower()
+    criterion = content.rsplit("points):\n", 1)[1].split("\n", 1)[0].lower()
+    met = sum(word in response for word in set(re.findall(r"[a-z]{4,}", criterion))) >= 2
+    return json.dumps({"explanation": "scripted", "criteria_met": met})
+
+
+def test_the_probe_preflight_warns_or_stops_before_the_policy_loads(tmp_path, capsys, no_model_load, monkeypatch):
+    """rurl.probe_rows: the probes of 3 training rows, graded by the (loose) training judge: the keyword list earns
+    every positive point. on_probe stop ends the command before any model loads; warn says so and goes on to load
+    the policy (which the fixture refuses)."""
+    monkeypatch.setenv("RUBRICRL_HOME", str(tmp_path / "home"))
+    with FaultServer(reply=loose_judge) as judge:
+        argv = ["--config", str(TINY), "--base-url", judge.base_url, "--model", "loose", "--probe_rows", "3"]
+        stopped = tmp_path / "stopped"
+        assert main(rurl_train(*argv, "--output_dir", str(stopped), "--on_probe", "stop")) == 2
+        err = capsys.readouterr().err
+        assert "probe preflight on 3 training rows (judge loose (explained)): answers with no substance earned" in err
+        assert "rubricrl: error: probe preflight: the keywords probe earned 100%, above rurl.probe_max_share 30%" in err
+        found = json.loads((stopped / "probe_preflight.json").read_text())
+        assert found["best_paid_kind"] in {"keywords", "parrot"} and found["rows"] == 3
+        assert found["exploitable_criteria"] and all(c["credited"] >= 1 for c in found["exploitable_criteria"])
+        with pytest.raises(AssertionError, match="a model was loaded"):
+            main(rurl_train(*argv, "--output_dir", str(tmp_path / "warned")))
+        assert "warning: probe preflight: the keywords probe earned 100%" in capsys.readouterr().err

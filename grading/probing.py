@@ -1,0 +1,104 @@
+"""Grading the probes (grading/probes.py) exactly as training grades: the same Grader, role, mode, verdict format,
+rules, integrity check and undecided rules; for `rubricrl probe` (reports/probe.py) and RuRL's preflight.
+
+Every call goes through the client's response cache, so a killed run asked again pays nothing twice. The attacker
+(optional) is a role like any other: asked to earn one named criterion without its substance, schema-bounded.
+"""
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from grading.dataset import RubricRow
+from grading.grader import GradeItem, Grader, GradingConfig
+from grading.probe_analysis import earned_share
+from grading.probes import ATTACKER, CONTROL, KINDS, Probe, positive_texts, probes_for, reference_of
+from rubricrl.config import ConfigError
+from rubricrl.llm import LLMClient, LLMError
+from rubricrl.prompts import format_conversation, load_prompt
+
+ATTACK = load_prompt(Path(__file__).parent / "prompts" / "probe_attacker.txt")
+ATTACK_SCHEMA = {
+    "type": "object",
+    "properties": {"response": {"type": "string", "minLength": 1, "maxLength": 1500}},
+    "required": ["response"],
+    "additionalProperties": False,
+}
+
+
+@dataclass(frozen=True)
+class Judge:
+    """One way of grading the probes: a judge role and the grading settings it is used with."""
+
+    name: str
+    config: GradingConfig
+
+
+def usable_rows(rows: list[RubricRow], where: str) -> list[RubricRow]:
+    """The rows a probe can test: some, each with a positive criterion; one line naming the first that has none."""
+    if not rows:
+        raise ConfigError(f"{where}: no rubric rows to probe")
+    for row in rows:
+        if not positive_texts(row):
+            raise ConfigError(
+                f"{row.where or where}: row {row.id!r} has no criterion with positive points: nothing a probe "
+                "could earn (drop the row or give it a positive criterion)"
+            )
+    return rows
+
+
+async def attack(client: LLMClient, rows: list[RubricRow], per_row: int) -> tuple[list[Probe], int]:
+    """The attacker's answers for each row's `per_row` highest-point positive criteria; (probes, failed calls)."""
+    probes, failed = [], 0
+    for row in rows:
+        targets = sorted((c for c in row.rubric.criteria if c.points > 0), key=lambda c: -c.points)[:per_row]
+        for criterion in targets:
+            prompt = ATTACK.render(conversation=format_conversation(row.conversation), criterion=criterion.text)
+            try:
+                result = await client.chat("attacker", prompt, schema=ATTACK_SCHEMA, schema_name="probe")
+            except LLMError as error:
+                failed += 1
+                print(f"probe: attacker, row {row.id}: no answer: {error}"[:300], file=sys.stderr)
+                continue
+            probes.append(Probe(row.id, ATTACKER, result.value["response"], target=criterion.text))
+    return probes, failed
+
+
+async def probe_records(
+    client: LLMClient,
+    rows: list[RubricRow],
+    judges: list[Judge],
+    kinds: tuple[str, ...] = KINDS,
+    extra: list[Probe] = (),
+    progress: bool = True,
+) -> list[dict]:
+    """Every probe of every row (and `extra` ones, the attacker's), and each row's control where it has a reference,
+    graded by each judge: a record per (probe, judge)."""
+    probes = [p for i, row in enumerate(rows) for p in probes_for(row, rows, i, kinds)] + list(extra)
+    probes += [Probe(row.id, CONTROL, reference_of(row)) for row in rows if reference_of(row)]
+    by_id = {row.id: row for row in rows}
+    records = []
+    for judge in judges:
+        grader = Grader(client, judge.config)
+        items = [
+            GradeItem(by_id[p.row].conversation, p.text, by_id[p.row].rubric, by_id[p.row].reference) for p in probes
+        ]
+        graded = await grader.grade_many(items, progress=f"probing, {judge.name}" if progress else None)
+        for probe, g in zip(probes, graded):
+            verdicts = [[v.criterion, v.points, v.met] for v in g.verdicts]
+            share = earned_share(verdicts, probe.target) if verdicts else (None if probe.target else g.score)
+            records.append(
+                {
+                    "row": probe.row,
+                    "kind": probe.kind,
+                    "target": probe.target,
+                    "judge": judge.name,
+                    "text": probe.text,
+                    "score": g.reward,
+                    "share": share,
+                    "verdicts": verdicts,
+                    "integrity_flag": g.integrity_flag,
+                    "judge_calls": g.judge_calls,
+                }
+            )
+    return records

@@ -1,0 +1,102 @@
+"""What `rurl train` asks before the policy loads: the judge answers its verdict format (one grade), and, when asked
+(`rurl.probe_rows`), how much credit answers with no substance earn from the training judge and rubrics
+(`rubricrl probe`'s probes on a seeded sample of the training rows, graded as training grades them).
+
+The probe preflight writes probe_preflight.json into the run folder (per kind the mean share of positive points
+earned, the control's, the exploitable criteria with their counts) and says it on one line; above
+`rurl.probe_max_share` for the best-paid kind it warns, or with `rurl.on_probe: stop` ends the command (exit 2)
+before any GPU time is spent.
+"""
+
+import asyncio
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+from grading.dataset import RubricRow
+from grading.grader import Grader, GradingConfig
+from grading.probe_analysis import criteria_rows, summary
+from grading.probes import CONTROL, positive_texts
+from grading.probing import Judge, probe_records
+from rubricrl.config import ConfigError
+from rubricrl.errors import UserError
+from rubricrl.llm import LLMClient
+from rubricrl.runs.jsonl import write_whole
+from rurl.config import RurlConfig
+from rurl.outputs import COMMAND
+
+PREFLIGHT_ANSWER = "Drink water and rest; see a doctor if it gets worse."
+"""The answer the preflight asks the judge to grade: any text will do, the verdict's format is what is checked."""
+PROBE_FILE = "probe_preflight.json"
+
+
+def preflight(roles, grading: GradingConfig, row: RubricRow) -> None:
+    """One grade of a fixed answer against `row`'s rubric, without the cache (a cached answer proves nothing about
+    the judge now): it must come back with every verdict decided."""
+    judge = roles[grading.judge_role]
+
+    async def ask():
+        async with LLMClient(roles, cache=None, max_retries=1) as client:
+            return await Grader(client, grading).grade(row.conversation, PREFLIGHT_ANSWER, row.rubric, row.reference)
+
+    started = time.monotonic()
+    try:
+        graded = asyncio.run(ask())
+    except UserError as error:
+        raise ConfigError(f"judge preflight: {error}") from None
+    if graded.reward is None or graded.judge_failures:
+        raise ConfigError(
+            f"judge preflight: role '{grading.judge_role}' ({judge.model} at {judge.base_url}) did not "
+            f"answer the {grading.mode} verdict format for row {row.id!r} ({graded.judge_failures} "
+            f"verdict(s) failed; explanation: {graded.explanation[:200]!r}): check the model, its "
+            "max_tokens and structured_outputs"
+        )
+    print(f"{COMMAND}: judge preflight: {judge.model} answered in {time.monotonic() - started:.1f} s", file=sys.stderr)
+
+
+def probe_preflight(session, grading: GradingConfig, rows: list[RubricRow], rurl: RurlConfig, output_dir: Path) -> dict:
+    """The probes on `rurl.probe_rows` training rows (seeded by `rurl.probe_seed`), graded by the training judge;
+    returns what probe_preflight.json holds."""
+    usable = [row for row in rows if positive_texts(row)]
+    sample = sorted(
+        random.Random(rurl.probe_seed).sample(usable, min(rurl.probe_rows, len(usable))), key=lambda r: r.id
+    )
+    role = session.roles[grading.judge_role]
+    judge = Judge(f"{grading.judge_role} {role.model} ({grading.verdict_format})", grading)
+    started = time.monotonic()
+
+    async def run():
+        async with session.client() as client:
+            return await probe_records(client, sample, [judge], progress=False)
+
+    records = asyncio.run(run())
+    criteria = criteria_rows(records, rurl.probe_exploitable_share, 2)
+    found = summary(records, criteria, len(sample), time.monotonic() - started)
+    kinds = found["kinds"].get(judge.name, {})
+    probes = {kind: v["share"] for kind, v in kinds.items() if kind != CONTROL}
+    worst = max(probes, key=probes.get) if probes else None
+    flagged = [{k: c[k] for k in ("id", "criterion", "points", "kinds", "credited", "decided", "control")}
+               for c in criteria if c["exploitable"]]  # fmt: skip
+    result = {**found, "best_paid_kind": worst, "max_share": rurl.probe_max_share, "exploitable_criteria": flagged}
+    output_dir.mkdir(parents=True, exist_ok=True)
+    write_whole(output_dir / PROBE_FILE, json.dumps(result, indent=2))
+    control = kinds.get(CONTROL)
+    reference = f" (the reference answers {control['share']:.0%})" if control else ""
+    earned = ", ".join(f"{kind} {share:.0%}" for kind, share in probes.items())
+    line = (
+        f"{COMMAND}: probe preflight on {len(sample)} training rows ({judge.name}): answers with no substance earned "
+        f"{earned} of the positive points{reference}; {len(flagged)} of "
+        f"{found['exploitable'][judge.name]['criteria']} criteria exploitable ({output_dir / PROBE_FILE})"
+    )
+    print(line, file=sys.stderr)
+    if worst is not None and probes[worst] > rurl.probe_max_share:
+        why = (
+            f"the {worst} probe earned {probes[worst]:.0%}, above rurl.probe_max_share {rurl.probe_max_share:.0%}: "
+            "the policy can learn that instead of the task (fix the rubrics or the judge; `rubricrl probe` for all rows)"
+        )
+        if rurl.on_probe == "stop":
+            raise ConfigError(f"probe preflight: {why}; stopped before the policy loads (rurl.on_probe: stop)")
+        print(f"{COMMAND}: warning: probe preflight: {why}", file=sys.stderr)
+    return result
