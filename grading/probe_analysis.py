@@ -58,10 +58,11 @@ def criteria_rows(records: list[dict], exploitable_share: float, min_probes: int
 
 
 def row_scores(records: list[dict]) -> list[dict[str, Any]]:
-    """Per (row, judge): each kind's score (targeted kinds: their mean) and the control's, side by side."""
+    """Per (row, judge): each kind's reward and the control's, side by side (targeted kinds, graded on their target
+    alone, are per criterion: criteria_rows)."""
     scores: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for record in records:
-        if record["score"] is not None:
+        if record["score"] is not None and record["target"] is None:
             scores[(record["row"], record["judge"])][record["kind"]].append(record["score"])
     return [
         {"id": row, "judge": judge, "scores": {kind: round(fmean(v), 4) for kind, v in kinds.items()}}

@@ -13,6 +13,7 @@ from grading.dataset import RubricRow
 from grading.grader import GradeItem, Grader, GradingConfig
 from grading.probe_analysis import earned_share
 from grading.probes import ATTACKER, CONTROL, KINDS, Probe, positive_texts, probes_for, reference_of
+from grading.rubric import Rubric
 from rubricrl.config import ConfigError
 from rubricrl.llm import LLMClient, LLMError
 from rubricrl.prompts import format_conversation, load_prompt
@@ -45,6 +46,15 @@ def usable_rows(rows: list[RubricRow], where: str) -> list[RubricRow]:
                 "could earn (drop the row or give it a positive criterion)"
             )
     return rows
+
+
+def graded_against(row: RubricRow, probe: Probe) -> Rubric:
+    """The row's rubric; a targeted probe's (half, attacker) only its target criterion: in the per-criterion mode its
+    verdict is the one the whole rubric would get, for one judge call instead of one per criterion."""
+    if probe.target is None:
+        return row.rubric
+    target = next(c for c in row.rubric.criteria if c.text == probe.target)
+    return Rubric((target,), row.rubric.example_tags)
 
 
 async def attack(client: LLMClient, rows: list[RubricRow], per_row: int) -> tuple[list[Probe], int]:
@@ -81,7 +91,8 @@ async def probe_records(
     for judge in judges:
         grader = Grader(client, judge.config)
         items = [
-            GradeItem(by_id[p.row].conversation, p.text, by_id[p.row].rubric, by_id[p.row].reference) for p in probes
+            GradeItem(by_id[p.row].conversation, p.text, graded_against(by_id[p.row], p), by_id[p.row].reference)
+            for p in probes
         ]
         graded = await grader.grade_many(items, progress=f"probing, {judge.name}" if progress else None)
         for probe, g in zip(probes, graded):

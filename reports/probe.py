@@ -101,7 +101,7 @@ def judges_of(probe: ProbeArgs, grading: GradingConfig, models: dict[str, str]) 
     return judges
 
 
-def sampled_rows(probe: ProbeArgs, grading: GradingConfig):
+def sampled_rows(probe: ProbeArgs) -> list:
     rows = usable_rows(list(load_rubric_rows(probe.rubrics).values()), str(probe.rubrics))
     if probe.max_rows and probe.max_rows < len(rows):
         rows = sorted(random.Random(probe.seed).sample(rows, probe.max_rows), key=lambda row: row.id)
@@ -112,7 +112,7 @@ def run_probe(args: argparse.Namespace) -> int:
     started = time.monotonic()
     settings = parse_settings(args, command="probe")
     probe, grading, llm = settings[:3]
-    rows = sampled_rows(probe, grading)
+    rows = sampled_rows(probe)
     out = probe.output_dir
     out.mkdir(parents=True, exist_ok=True)
     write_resolved(out / "config.yaml", resolved([probe, grading, llm]))
@@ -129,8 +129,10 @@ def run_probe(args: argparse.Namespace) -> int:
         records, attacker_failed = asyncio.run(run())
         models = {name: role.model for name, role in session.roles.items()}
     criteria = criteria_rows(records, probe.exploitable_share, probe.min_probes)
-    summary = {**probe_summary(records, criteria, len(rows), time.monotonic() - started)}
-    summary["attacker_failed"] = attacker_failed
+    summary = {
+        **probe_summary(records, criteria, len(rows), time.monotonic() - started),
+        "attacker_failed": attacker_failed,
+    }
     write_jsonl(out / "probes.jsonl", records)
     write_jsonl(out / "criteria.jsonl", criteria)
     write_jsonl(out / "rows.jsonl", row_scores(records))

@@ -139,6 +139,7 @@ def test_a_judge_that_credits_words_is_flagged_and_a_rerun_pays_no_call_twice(tm
     assert care["test"].startswith(f"probes with no substance credited it {care['credited']} of {care['decided']}")
     assert summary["exploitable"][judge]["flagged"] == len(flagged) and summary["cost"][judge]["probes_per_row"] > 4
     assert "Reward probe" in (out / "probe.md").read_text() and (out / "manifest.json").is_file()
+    assert (out / "probe.png").read_bytes().startswith(b"\x89PNG")
     scores = {r["id"]: r["scores"] for r in read(out / "rows.jsonl")}
     assert scores["fever"]["parrot"] == 1.0 and scores["fever"]["control"] == 1.0
     assert "exploitable" in capsys.readouterr().err

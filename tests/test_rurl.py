@@ -614,11 +614,10 @@ def loose_judge(body: dict) -> str:
     return json.dumps({"explanation": "scripted", "criteria_met": met})
 
 
-def test_the_probe_preflight_warns_or_stops_before_the_policy_loads(tmp_path, capsys, no_model_load, monkeypatch):
+def test_the_probe_preflight_warns_or_stops_before_the_policy_loads(tmp_path, capsys, no_model_load):
     """rurl.probe_rows: the probes of 3 training rows, graded by the (loose) training judge: the keyword list earns
     every positive point. on_probe stop ends the command before any model loads; warn says so and goes on to load
     the policy (which the fixture refuses)."""
-    monkeypatch.setenv("RUBRICRL_HOME", str(tmp_path / "home"))
     with FaultServer(reply=loose_judge) as judge:
         argv = ["--config", str(TINY), "--base-url", judge.base_url, "--model", "loose", "--probe_rows", "3"]
         stopped = tmp_path / "stopped"
