@@ -289,3 +289,49 @@ def test_same_step_criteria_grade_the_group_they_were_written_from_in_a_one_epoc
     assert history[0]["evolve/flat_groups"] == 0.5 and history[0]["evolve/flat_groups_original"] == 1.0
     summary = json.loads((out / "manifest.json").read_text())["summary"]["evolve"]
     assert (summary["apply"], summary["regraded"], summary["added"], summary["failed"]) == ("same_step", 4, 1, 1)
+
+
+def test_same_step_waits_at_most_the_deadline_and_grades_a_late_group_without_new_criteria(monkeypatch, capsys):
+    """An evolve call still running at evolve_deadline is cancelled and counted; its group keeps its rubric. A call
+    back in time is applied at once, by every process alike (here one)."""
+    import asyncio
+    import threading
+
+    from synthesis import stages
+
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    cancelled = []
+
+    async def evolve_group(client, config, messages, merged, answers, situation):
+        if messages[0]["content"] == "q1":  # the slow one
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                cancelled.append("q1")
+                raise
+        return [
+            {
+                "title": "T",
+                "description": f"New for {messages[0]['content']}.",
+                "weight": 2,
+                "stage": "evolve",
+                "source": "m",
+            }
+        ]
+
+    monkeypatch.setattr(stages, "evolve_group", evolve_group)
+    evolution = evolution_for([("q0", ORIGINAL), ("q1", ORIGINAL)], evolve_deadline=0.5)
+    evolution.trainer.async_loop = loop
+    flat = {q: [("Yes.", 1.0), ("Sure.", 1.0)] for q in ("q0", "q1")}
+    answers = [(q, {"Answers politely.": True}) for q in ("q0", "q1") for _ in range(2)]
+    try:
+        changed = evolution.evolve_now(0, flat, answers)
+        asyncio.run_coroutine_threadsafe(asyncio.sleep(0.1), loop).result()  # the loop has taken the cancellation
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+    assert cancelled == ["q1"]
+    assert changed == {"q0"} and [c["criterion"] for c in evolution.rubric_for("q0", ORIGINAL)][-1] == "New for q0."
+    assert [c["criterion"] for c in evolution.rubric_for("q1", ORIGINAL)] == ["Answers politely."]
+    assert (evolution.counts["asked"], evolution.counts["timed_out"], evolution.counts["added"]) == (2, 1, 1)
+    assert "1 of 2 evolve call(s) not back within 0.5 s" in capsys.readouterr().err
