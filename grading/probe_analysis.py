@@ -1,7 +1,7 @@
 """What the probes earned (pure): per criterion and kind the share credited, with counts, and the `exploitable` flag;
 per row the score each kind earns beside the control's; per kind and judge the mean share of positive points.
 
-A probe record (grading/probe_cli.py writes one per probe and judge): {row, kind, target, judge, score, share,
+A probe record (grading/probing.py makes one per probe and judge): {row, kind, target, judge, score, share,
 verdicts: [[criterion, points, met]], integrity_flag, judge_calls}. `share` is the share of the row's positive
 points the probe earned (a targeted probe: whether it earned its target's points); `score` the reward training
 would give it.

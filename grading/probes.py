@@ -1,4 +1,5 @@
-"""Answers that deserve (almost) no credit, built from a rubric row itself (`rubricrl probe`, grading/probe_cli.py).
+"""Answers that deserve (almost) no credit, built from a rubric row itself (`rubricrl probe`: reports/probe.py; graded
+by grading/probing.py, counted by grading/probe_analysis.py).
 
 Each kind is a way a judge and a rubric have been reported to pay for the wrong thing; a reward that pays these is
 what RL finds first. Pure: the texts depend on the rows alone, so a rerun asks the judge the same questions.
@@ -25,6 +26,9 @@ from grading.dataset import RubricRow
 KINDS = ("parrot", "keywords", "hedge", "polite_nonanswer", "other_question", "half")
 CONTROL = "control"
 ATTACKER = "attacker"
+TARGETED = ("half", ATTACKER)
+"""Kinds aimed at one criterion, graded on it alone: their share is how often it was earned, not a share of the
+row's positive points."""
 POLITE_NONANSWER = (
     "Thank you for your question. This is an important topic, and the details really do matter here. Everyone's "
     "situation is different, so it is best to consider your own circumstances carefully and, where appropriate, "

@@ -5,8 +5,9 @@ Every call goes through the client's response cache, so a killed run asked again
 (optional) is a role like any other: asked to earn one named criterion without its substance, schema-bounded.
 """
 
+import asyncio
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from grading.dataset import RubricRow
@@ -35,6 +36,13 @@ class Judge:
     config: GradingConfig
 
 
+def as_plain_text(grading: GradingConfig) -> GradingConfig:
+    """The grading settings for texts we wrote (the preflight's answer, the probes): a policy whose template opens
+    its reasoning in the prompt (reasoning_starts_open) would make them reasoning that never closed, the floor
+    score without a judge call; these texts have no reasoning."""
+    return replace(grading, reasoning_starts_open=False)
+
+
 def usable_rows(rows: list[RubricRow], where: str) -> list[RubricRow]:
     """The rows a probe can test: some, each with a positive criterion; one line naming the first that has none."""
     if not rows:
@@ -58,20 +66,25 @@ def graded_against(row: RubricRow, probe: Probe) -> Rubric:
 
 
 async def attack(client: LLMClient, rows: list[RubricRow], per_row: int) -> tuple[list[Probe], int]:
-    """The attacker's answers for each row's `per_row` highest-point positive criteria; (probes, failed calls)."""
-    probes, failed = [], 0
-    for row in rows:
-        targets = sorted((c for c in row.rubric.criteria if c.points > 0), key=lambda c: -c.points)[:per_row]
-        for criterion in targets:
-            prompt = ATTACK.render(conversation=format_conversation(row.conversation), criterion=criterion.text)
-            try:
-                result = await client.chat("attacker", prompt, schema=ATTACK_SCHEMA, schema_name="probe")
-            except LLMError as error:
-                failed += 1
-                print(f"probe: attacker, row {row.id}: no answer: {error}"[:300], file=sys.stderr)
-                continue
-            probes.append(Probe(row.id, ATTACKER, result.value["response"], target=criterion.text))
-    return probes, failed
+    """The attacker's answers for each row's `per_row` highest-point positive criteria, asked at once (the client
+    bounds them); (probes, failed calls)."""
+    asked = [
+        (row, criterion)
+        for row in rows
+        for criterion in sorted((c for c in row.rubric.criteria if c.points > 0), key=lambda c: -c.points)[:per_row]
+    ]
+
+    async def ask(row: RubricRow, criterion) -> Probe | None:
+        prompt = ATTACK.render(conversation=format_conversation(row.conversation), criterion=criterion.text)
+        try:
+            result = await client.chat("attacker", prompt, schema=ATTACK_SCHEMA, schema_name="probe")
+        except LLMError as error:
+            print(f"probe: attacker, row {row.id}: no answer: {error}"[:300], file=sys.stderr)
+            return None
+        return Probe(row.id, ATTACKER, result.value["response"], target=criterion.text)
+
+    answered = await asyncio.gather(*(ask(row, criterion) for row, criterion in asked))
+    return [p for p in answered if p is not None], sum(p is None for p in answered)
 
 
 async def probe_records(

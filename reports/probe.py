@@ -21,13 +21,13 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from grading.dataset import load_rubric_rows
-from grading.grader import GradingConfig
+from grading.dataset import check_references, load_rubric_rows
+from grading.grader import EXPLICIT_MODES, GradingConfig
 from grading.judge import VERDICT_FORMATS
 from grading.probe_analysis import criteria_rows, row_scores
 from grading.probe_analysis import summary as probe_summary
-from grading.probes import KINDS
-from grading.probing import Judge, attack, probe_records, usable_rows
+from grading.probes import KINDS, TARGETED
+from grading.probing import Judge, as_plain_text, attack, probe_records, usable_rows
 from reports.probe_summary import draw, markdown
 from rubricrl.config import ConfigError, add_config_arguments, config_source, parse_settings, resolved, write_resolved
 from rubricrl.llm import LLMSettings, open_llm
@@ -92,7 +92,7 @@ def judges_of(probe: ProbeArgs, grading: GradingConfig, models: dict[str, str]) 
     for role in roles:
         for verdict_format in formats:
             try:
-                config = replace(grading, judge_role=role, verdict_format=verdict_format)
+                config = replace(as_plain_text(grading), judge_role=role, verdict_format=verdict_format)
             except ValueError as error:
                 raise ConfigError(
                     f"--verdict_formats {verdict_format} with grading.mode {grading.mode}: {error}"
@@ -101,8 +101,14 @@ def judges_of(probe: ProbeArgs, grading: GradingConfig, models: dict[str, str]) 
     return judges
 
 
-def sampled_rows(probe: ProbeArgs) -> list:
+def sampled_rows(probe: ProbeArgs, grading: GradingConfig) -> list:
     rows = usable_rows(list(load_rubric_rows(probe.rubrics).values()), str(probe.rubrics))
+    check_references(grading.mode, probe.rubrics, rows)
+    if grading.mode not in EXPLICIT_MODES and probe.attacker:
+        raise ConfigError(
+            f"grading.mode {grading.mode} rates whole answers: the attacker aims at one criterion, which only the "
+            "explicit modes (per_criterion, batched) decide"
+        )
     if probe.max_rows and probe.max_rows < len(rows):
         rows = sorted(random.Random(probe.seed).sample(rows, probe.max_rows), key=lambda row: row.id)
     return rows
@@ -112,10 +118,13 @@ def run_probe(args: argparse.Namespace) -> int:
     started = time.monotonic()
     settings = parse_settings(args, command="probe")
     probe, grading, llm = settings[:3]
-    rows = sampled_rows(probe)
+    rows = sampled_rows(probe, grading)
     out = probe.output_dir
     out.mkdir(parents=True, exist_ok=True)
     write_resolved(out / "config.yaml", resolved([probe, grading, llm]))
+    kinds = tuple(k for k in probe.kinds if grading.mode in EXPLICIT_MODES or k not in TARGETED)
+    if len(kinds) < len(probe.kinds):  # a rating judge decides no single criterion: `half` would say nothing
+        print(f"probe: grading.mode {grading.mode} rates whole answers: the half probes are left out", file=sys.stderr)
     roles = [grading.judge_role, *probe.judge_roles, *(["attacker"] if probe.attacker else [])]
     roles = list(dict.fromkeys(roles))
     with open_llm(llm, roles, source=config_source(args), cpu_budgets=grading.cpu_max_tokens()) as session:
@@ -124,7 +133,7 @@ def run_probe(args: argparse.Namespace) -> int:
         async def run():
             async with session.client() as client:
                 extra, failed = await attack(client, rows, probe.attacker_criteria) if probe.attacker else ([], 0)
-                return await probe_records(client, rows, judges, tuple(probe.kinds), extra), failed
+                return await probe_records(client, rows, judges, kinds, extra), failed
 
         records, attacker_failed = asyncio.run(run())
         models = {name: role.model for name, role in session.roles.items()}
@@ -153,7 +162,7 @@ def run_probe(args: argparse.Namespace) -> int:
         },
     )
     for judge in summary["judges"]:
-        shares = ", ".join(f"{kind} {v['share']:.0%}" for kind, v in summary["kinds"][judge].items())
+        shares = ", ".join(f"{kind} {v['share']:.0%}" for kind, v in summary["kinds"].get(judge, {}).items())
         flagged = summary["exploitable"][judge]
         print(f"{judge}: {shares}; exploitable {flagged['flagged']} of {flagged['criteria']} criteria", file=sys.stderr)
     print(f"output: {out} (probe.md, summary.json, criteria.jsonl, rows.jsonl, probes.jsonl"

@@ -14,8 +14,8 @@ MEANING = {
     "hedge": "every option asserted and denied",
     "polite_nonanswer": "a fluent, cautious reply that says nothing",
     "other_question": "a good answer to another row's question",
-    "half": "the first part of a compound criterion (its target alone counted)",
-    ATTACKER: "the attacker role's answer for one criterion (its target alone counted)",
+    "half": "the first part of a compound criterion: how often its target was earned",
+    ATTACKER: "the attacker role's answer for one criterion: how often its target was earned",
     CONTROL: "the row's reference answer: it should earn credit",
 }
 MAX_FLAGGED = 30
@@ -33,7 +33,7 @@ def kind_table(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     for kind in ordered_kinds(summary):
         cells = []
         for judge in judges:
-            found = summary["kinds"][judge].get(kind)
+            found = summary["kinds"].get(judge, {}).get(kind)
             cells.append(f"{pct(found['share'])} ({found['probes']})" if found else "n/a")
         rows.append([kind, *cells, MEANING[kind]])
     return ["probe", *judges, "what it is"], rows
@@ -107,7 +107,7 @@ def draw(summary: dict[str, Any], out: Path) -> list[Path]:
     drawn, axis = charts.figure(7.2, 3.2)
     width = 0.8 / max(1, len(judges))
     for j, judge in enumerate(judges):
-        values = [100 * (summary["kinds"][judge].get(kind) or {}).get("share", 0.0) for kind in kinds]
+        values = [100 * (summary["kinds"].get(judge, {}).get(kind) or {}).get("share", 0.0) for kind in kinds]
         axis.bar([i + j * width for i in range(len(kinds))], values, width, label=judge)
     axis.set_xticks([i + width * (len(judges) - 1) / 2 for i in range(len(kinds))], kinds, rotation=30, ha="right")
     axis.set_ylabel("% of positive points earned")

@@ -9,7 +9,7 @@ broadcast; every process adds them alike (rurl/rubric_buffer.py validates, caps 
 
 - `same_step` (DR Tulu's training code): the step waits for its calls (at most `evolve_deadline`; a late call is
   cancelled and its group graded without it, counted), and the trainer grades the groups whose rubric changed again
-  before their advantages are computed (RubricGRPOTrainer._evolve_now).
+  before their advantages are computed (RubricGRPOTrainer._evolve).
 - `next_draw` (open-instruct's RubricManager): the calls run while training goes on; at each step's end the
   finished ones join the rubric, which grades the query's next draws.
 
@@ -78,6 +78,8 @@ class RubricEvolution(TrainerCallback):
         """(step, query, criterion, points) of every criterion added: the wandb table."""
         self.lines: dict[str, dict[str, Any]] = {}
         """Main process: this round's evolve_steps.jsonl lines by query, finished once their group is graded."""
+        self.lines_written = 0
+        """Lines in evolve_steps.jsonl: a resumed run keeps those its checkpoint counted."""
         self.cut = None
         self._limit: asyncio.Semaphore | None = None
 
@@ -151,7 +153,11 @@ class RubricEvolution(TrainerCallback):
             if query_id in self.pending or query_id not in self.rows or len(rewards) < 2:
                 continue
             flat = self._flat(query_id, scored, verdicts_of.get(query_id, []))
-            kind = situation(flat, rewards)
+            points = {c["criterion"]: c["points"] for c in self.rubric_for(query_id, self.original[query_id])}
+            earned = any(
+                met and points.get(text, 0) > 0 for v in verdicts_of.get(query_id, []) for text, met in v.items()
+            )
+            kind = situation(flat, earned)
             if (rurl.evolve_groups == "flat" and not flat) or (kind == "failed" and rurl.evolve_on_failed == "none"):
                 continue
             if self.buffer.room(query_id) <= 0:  # full of criteria that split groups: a new one would be refused
@@ -169,8 +175,8 @@ class RubricEvolution(TrainerCallback):
         return chosen
 
     def _flat(self, query_id: str, scored: list, answers: list[dict[str, bool]], original_only: bool = False) -> bool:
-        """No criterion split the group's answers (over its original criteria only, when asked), or its rewards
-        spread by no more than evolve_flat_std."""
+        """No criterion split the group's answers, or its rewards spread by no more than evolve_flat_std. With
+        `original_only`: no original criterion split them (the rewards, which the evolved criteria move, not read)."""
         allowed = {c["criterion"] for c in self.original.get(query_id, [])} if original_only else None
         split: dict[str, set] = {}
         for verdicts in answers:
@@ -285,6 +291,7 @@ class RubricEvolution(TrainerCallback):
                         for text in line.get("added", [])
                     }
                 out.write(json.dumps(line, ensure_ascii=False) + "\n")
+        self.lines_written += len(self.lines)
         self.lines = {}
 
     def _metrics(self, groups: dict, verdicts_of: dict) -> dict[str, float]:
@@ -335,11 +342,12 @@ class RubricEvolution(TrainerCallback):
             "budget": self.budget,
             "new": self.new,
             "pending": [[c.query, c.step, c.situation, c.answers] for c in self.pending.values()],
+            "lines_written": self.lines_written,
         }
 
     def load(self, state: dict[str, Any], step: int) -> None:
         """A resumed run: everything state() kept; the calls in flight are asked again (the cache answers those
-        that were answered); evolve_steps.jsonl keeps the lines up to the checkpoint's step."""
+        that were answered); evolve_steps.jsonl keeps the lines the checkpoint counted."""
         self.buffer.load(state)
         self.counts = Counter(state.get("counts", {}))
         self.budget = list(state.get("budget", [-1, 0]))
@@ -349,8 +357,9 @@ class RubricEvolution(TrainerCallback):
                 self.pending[query] = self._ask(Call(query, asked_at, kind, [tuple(a) for a in answers]))
                 self.counts["asked"] -= 1  # asked again, counted once
             path = Path(self.trainer.args.output_dir) / STEPS_FILE
-            if path.is_file():
-                kept = [x for x in path.read_text().splitlines() if x.strip() and json.loads(x)["step"] <= step]
+            self.lines_written = int(state.get("lines_written", 0))
+            if path.is_file():  # the lines written after the checkpoint are written again
+                kept = path.read_text().splitlines()[: self.lines_written]
                 write_whole(path, "".join(line + "\n" for line in kept))
 
     def finish(self, output_dir: Path, wandb) -> dict[str, Any]:

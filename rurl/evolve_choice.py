@@ -20,10 +20,12 @@ from rubricrl.llm.reasoning import split_reasoning
 SITUATIONS = ("saturated", "failed", "mixed")
 
 
-def situation(flat: bool, rewards: list[float]) -> str:
+def situation(flat: bool, earned: bool) -> str:
+    """`earned`: some answer of the group met a positive criterion (its verdicts say so, whatever penalties or the
+    overlong shaping did to its reward)."""
     if not flat:
         return "mixed"
-    return "failed" if all(r <= 0 for r in rewards) else "saturated"
+    return "saturated" if earned else "failed"
 
 
 def spread_sample(scored: list[tuple[str, float]], size: int) -> list[tuple[str, float]]:

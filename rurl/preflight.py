@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 
 from grading.dataset import RubricRow
-from grading.grader import Grader, GradingConfig
+from grading.grader import EXPLICIT_MODES, Grader, GradingConfig
 from grading.probe_analysis import criteria_rows, summary
-from grading.probes import CONTROL, positive_texts
-from grading.probing import Judge, probe_records
+from grading.probes import CONTROL, KINDS, TARGETED, positive_texts
+from grading.probing import Judge, as_plain_text, probe_records
 from rubricrl.config import ConfigError
 from rubricrl.errors import UserError
 from rubricrl.llm import LLMClient
@@ -39,7 +39,8 @@ def preflight(roles, grading: GradingConfig, row: RubricRow) -> None:
 
     async def ask():
         async with LLMClient(roles, cache=None, max_retries=1) as client:
-            return await Grader(client, grading).grade(row.conversation, PREFLIGHT_ANSWER, row.rubric, row.reference)
+            grader = Grader(client, as_plain_text(grading))
+            return await grader.grade(row.conversation, PREFLIGHT_ANSWER, row.rubric, row.reference)
 
     started = time.monotonic()
     try:
@@ -57,46 +58,74 @@ def preflight(roles, grading: GradingConfig, row: RubricRow) -> None:
 
 
 def probe_preflight(session, grading: GradingConfig, rows: list[RubricRow], rurl: RurlConfig, output_dir: Path) -> dict:
-    """The probes on `rurl.probe_rows` training rows (seeded by `rurl.probe_seed`), graded by the training judge;
-    returns what probe_preflight.json holds."""
+    """The probes on `rurl.probe_rows` training rows (seeded by `rurl.probe_seed`), graded by the training judge on
+    the main process (one cost, one decision), told to every process; returns what probe_preflight.json holds."""
+    from accelerate import PartialState
+    from accelerate.utils import broadcast_object_list
+
+    state = PartialState()
+    result = _probe(session, grading, rows, rurl, output_dir) if state.is_main_process else None
+    if state.num_processes > 1:
+        result = broadcast_object_list([result])[0]
+    worst = result["best_paid_kind"]
+    if worst is not None and result["best_paid_share"] > rurl.probe_max_share:
+        why = (
+            f"the {worst} probe earned {result['best_paid_share']:.0%}, above rurl.probe_max_share "
+            f"{rurl.probe_max_share:.0%}: the policy can learn that instead of the task (fix the rubrics or the judge; "
+            "`rubricrl probe` for all rows)"
+        )
+        if rurl.on_probe == "stop":
+            raise ConfigError(f"probe preflight: {why}; stopped before the policy loads (rurl.on_probe: stop)")
+        if state.is_main_process:
+            print(f"{COMMAND}: warning: probe preflight: {why}", file=sys.stderr)
+    return result
+
+
+def _probe(session, grading: GradingConfig, rows: list[RubricRow], rurl: RurlConfig, output_dir: Path) -> dict:
     usable = [row for row in rows if positive_texts(row)]
+    if not usable:
+        print(
+            f"{COMMAND}: probe preflight: no training row has a positive criterion: nothing to probe", file=sys.stderr
+        )
+        return {"rows": 0, "best_paid_kind": None, "best_paid_share": 0.0}
     sample = sorted(
         random.Random(rurl.probe_seed).sample(usable, min(rurl.probe_rows, len(usable))), key=lambda r: r.id
     )
     role = session.roles[grading.judge_role]
-    judge = Judge(f"{grading.judge_role} {role.model} ({grading.verdict_format})", grading)
+    judge = Judge(f"{grading.judge_role} {role.model} ({grading.verdict_format})", as_plain_text(grading))
+    kinds = KINDS if grading.mode in EXPLICIT_MODES else tuple(k for k in KINDS if k not in TARGETED)
     started = time.monotonic()
 
     async def run():
         async with session.client() as client:
-            return await probe_records(client, sample, [judge], progress=False)
+            return await probe_records(client, sample, [judge], kinds, progress=False)
 
     records = asyncio.run(run())
     criteria = criteria_rows(records, rurl.probe_exploitable_share, 2)
     found = summary(records, criteria, len(sample), time.monotonic() - started)
-    kinds = found["kinds"].get(judge.name, {})
-    probes = {kind: v["share"] for kind, v in kinds.items() if kind != CONTROL}
+    kinds_found = found["kinds"].get(judge.name, {})
+    # the kinds that answer the whole rubric: a targeted kind's share is a hit rate on one criterion, not comparable
+    probes = {kind: v["share"] for kind, v in kinds_found.items() if kind != CONTROL and kind not in TARGETED}
     worst = max(probes, key=probes.get) if probes else None
     flagged = [{k: c[k] for k in ("id", "criterion", "points", "kinds", "credited", "decided", "control")}
                for c in criteria if c["exploitable"]]  # fmt: skip
-    result = {**found, "best_paid_kind": worst, "max_share": rurl.probe_max_share, "exploitable_criteria": flagged}
+    result = {
+        **found,
+        "best_paid_kind": worst,
+        "best_paid_share": probes[worst] if worst else 0.0,
+        "max_share": rurl.probe_max_share,
+        "exploitable_criteria": flagged,
+    }
     output_dir.mkdir(parents=True, exist_ok=True)
     write_whole(output_dir / PROBE_FILE, json.dumps(result, indent=2))
-    control = kinds.get(CONTROL)
+    control = kinds_found.get(CONTROL)
     reference = f" (the reference answers {control['share']:.0%})" if control else ""
     earned = ", ".join(f"{kind} {share:.0%}" for kind, share in probes.items())
-    line = (
+    exploitable = found["exploitable"].get(judge.name, {}).get("criteria", 0)
+    print(
         f"{COMMAND}: probe preflight on {len(sample)} training rows ({judge.name}): answers with no substance earned "
-        f"{earned} of the positive points{reference}; {len(flagged)} of "
-        f"{found['exploitable'][judge.name]['criteria']} criteria exploitable ({output_dir / PROBE_FILE})"
+        f"{earned} of the positive points{reference}; {len(flagged)} of {exploitable} criteria exploitable "
+        f"({output_dir / PROBE_FILE})",
+        file=sys.stderr,
     )
-    print(line, file=sys.stderr)
-    if worst is not None and probes[worst] > rurl.probe_max_share:
-        why = (
-            f"the {worst} probe earned {probes[worst]:.0%}, above rurl.probe_max_share {rurl.probe_max_share:.0%}: "
-            "the policy can learn that instead of the task (fix the rubrics or the judge; `rubricrl probe` for all rows)"
-        )
-        if rurl.on_probe == "stop":
-            raise ConfigError(f"probe preflight: {why}; stopped before the policy loads (rurl.on_probe: stop)")
-        print(f"{COMMAND}: warning: probe preflight: {why}", file=sys.stderr)
     return result

@@ -74,7 +74,7 @@ def run_train(args) -> int:
         settings = parse_settings(args, command=COMMAND, trl_defaults=trl_defaults())
         train_args, rurl, grading, llm, grpo, model = settings
         check_with_trl(rurl, grpo, train_args.reward_funcs)  # before the dry run: it refuses what the run would
-        check_judge_wait(rurl, grpo)
+        check_judge_wait(rurl, grpo, grading)
         extra_rewards = extra_reward_funcs(train_args.reward_funcs)
         config = run_config(settings)
     if train_args.reward_funcs:
@@ -356,7 +356,7 @@ def check_monitor(roles: dict[str, Role], judge_role: str) -> None:
         )
 
 
-def check_judge_wait(rurl: RurlConfig, grpo: "GRPOConfig") -> None:
+def check_judge_wait(rurl: RurlConfig, grpo: "GRPOConfig", grading: GradingConfig) -> None:
     """The longest a process waits for the judge in one step (the reward's deadline) must leave room within the
     process group's timeout: the other processes wait at the next collective, and reaching ddp_timeout kills the
     whole job without a checkpoint. Half of it is left for generation and the rest of the step."""
@@ -366,6 +366,10 @@ def check_judge_wait(rurl: RurlConfig, grpo: "GRPOConfig") -> None:
             f"{grpo.ddp_timeout} s: a step waiting that long for its judge, plus its generation, could "
             "reach the process group's timeout, which kills the run without a checkpoint; lower "
             "--judge_deadline or raise --ddp_timeout"
+        )
+    if rurl.evolve and grading.mode not in EXPLICIT_MODES:
+        raise ConfigError(
+            f"rurl.evolve: grading.mode {grading.mode} decides no criterion, so no evolved one would count"
         )
     if rurl.evolve and rurl.evolve_apply == "same_step" and rurl.evolve_deadline > grpo.ddp_timeout / 2:
         raise ConfigError(

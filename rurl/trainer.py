@@ -12,6 +12,7 @@ import asyncio
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +100,6 @@ class RubricGRPOTrainer(GRPOTrainer):
         rewards = unscored_rows(raw.clone())
         self.last_rewards = rewards
         if self.failure_monitor is not None:  # every process is here, once per generation batch
-            self.failure_monitor.sync(self.sum_over_processes)
             parts = gather_object([self.failure_monitor.take_answers()])  # this batch's, from every process
             answers = [a for part, _ in parts for a in part]
             penalties = {text for _, texts in parts for text in texts}
@@ -107,6 +107,7 @@ class RubricGRPOTrainer(GRPOTrainer):
                 batch = (inputs, prompts, completions, completion_ids_list, raw)
                 rewards, answers, penalties = self._evolve(batch, rewards, answers, penalties)
                 self.last_rewards = rewards
+            self.failure_monitor.sync(self.sum_over_processes)  # after a same-step grading's counts are in
             if self.model.training:
                 metrics = self._metrics["train"]
                 metrics["guard/unscored_rate"].append(self.failure_monitor.rate)
@@ -124,9 +125,11 @@ class RubricGRPOTrainer(GRPOTrainer):
         rubric changed are graded again, on every process, before TRL computes their advantages. `batch` is what
         _calculate_rewards was given, and TRL's rewards per function. Returns (rewards, answers, penalties) as they
         stand after the round."""
-        inputs, _, completions, _, _ = batch
+        inputs, _, _, completion_ids, _ = batch
         evolution, step, metrics = self.evolution, self.state.global_step, self._metrics["train"]
-        texts = gather_object([(str(row["id"]), completion_text(c)) for row, c in zip(inputs, completions)])
+        # each completion as the rubric reward read it: decoded from its ids, its reasoning where the model wrote it
+        decoded = self.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
+        texts = gather_object([(str(row["id"]), text) for row, text in zip(inputs, decoded)])
         if evolution.same_step:
             started = time.monotonic()
             changed = evolution.evolve_now(step, grouped(texts, rewards), answers)
@@ -166,6 +169,16 @@ class RubricGRPOTrainer(GRPOTrainer):
             values = asyncio.run_coroutine_threadsafe(call, self.async_loop).result()
             scored = [torch.nan if v is None else v for v in values]
             column[mine] = torch.tensor(scored, dtype=column.dtype, device=column.device)
+        if self.failure_monitor is not None and seen:  # what the first count could not see: new failures, new criteria
+            before = raw[rank * local : (rank + 1) * local, 0]
+            original = {c["criterion"] for q in changed for c in self.evolution.original.get(q, [])}
+            self.failure_monitor.record(
+                replace(
+                    seen[0], completions=0, flagged=0, noted=0, no_answer=0, verdicts=0, failed_verdicts=0,
+                    unscored=int((torch.isnan(column) & ~torch.isnan(before)).sum()), answers=[], penalties=set(),
+                    criteria={t: c for t, c in seen[0].criteria.items() if t not in original}, pass_rates={},
+                )
+            )  # fmt: skip
         again = raw.clone()
         again[:, 0] = self.accelerator.gather(column.to(raw.device))
         parts = gather_object([([a for s in seen for a in s.answers], {t for s in seen for t in s.penalties})])
@@ -199,7 +212,8 @@ class RubricGRPOTrainer(GRPOTrainer):
         if self.failure_monitor is not None and state.get("monitor"):
             self.failure_monitor.load(state["monitor"])
         if self.evolution is not None and state.get("evolve"):
-            self.evolution.load(state["evolve"], step=int(path.parent.name.rsplit("-", 1)[-1]))
+            saved = json.loads((path.parent / "trainer_state.json").read_text())["global_step"]
+            self.evolution.load(state["evolve"], step=saved)
 
     def criteria_table(self) -> list[dict[str, Any]]:
         """Every criterion decided during the run (the run resumed from included), over all processes: pass rate
@@ -249,13 +263,6 @@ def criterion_row(text: str, windows: dict[str, list[int] | None]) -> dict[str, 
     first, last = row["first_pass_rate"], row["last_pass_rate"]
     row["moved"] = None if first is None or last is None else last - first
     return row
-
-
-def completion_text(completion: Any) -> str:
-    """A TRL completion as text: a string, or the assistant messages of a conversational one."""
-    if isinstance(completion, str):
-        return completion
-    return "".join(m.get("content") or "" for m in completion if m.get("role") == "assistant")
 
 
 def grouped(texts: list[tuple[str, str]], rewards: torch.Tensor) -> dict[str, list[tuple[str, float]]]:

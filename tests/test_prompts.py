@@ -28,6 +28,7 @@ SAMPLE = {
     "rubric": "(+5) Hydration: x",
     "response_a": "Drink water.",
     "response_b": "Rest.",
+    "responses": "Response 1 (score 0.50):\nDrink water.\n\nResponse 2 (score 0.00):\nRest.",
 }
 
 

@@ -208,6 +208,7 @@ def test_the_trl_seams_dynamic_sampling_overrides_are_still_there():
         ),
         (["--evolve", "true", "--evolve_deadline", "1000"], "rurl.evolve_deadline 1000 s is more than half of"),
         (["--evolve_max_share", "0"], "--evolve-max-share must be within (0, 1], got 0.0"),
+        (["--evolve", "true", "--mode", "implicit"], "rurl.evolve: grading.mode implicit decides no criterion"),
     ],
 )
 def test_bad_settings_are_one_line_errors(args, message, tmp_path, capsys, no_model_load):
