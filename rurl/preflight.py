@@ -129,3 +129,21 @@ def _probe(session, grading: GradingConfig, rows: list[RubricRow], rurl: RurlCon
         file=sys.stderr,
     )
     return result
+
+
+def probe_figures(output_dir: Path, wandb=None) -> dict | None:
+    """The run's summary of its probe preflight (probe_preflight.json), also in the wandb run's summary."""
+    path = output_dir / PROBE_FILE
+    if not path.is_file():
+        return None
+    found = json.loads(path.read_text())
+    figures = {
+        "rows": found["rows"],
+        "best_paid_kind": found["best_paid_kind"],
+        "best_paid_share": found["best_paid_share"],
+        "kinds": {kind: v["share"] for judge in found.get("kinds", {}).values() for kind, v in judge.items()},
+        "exploitable_criteria": len(found.get("exploitable_criteria", [])),
+    }
+    if wandb is not None:
+        wandb.summary.update({f"probe_preflight/{kind}": share for kind, share in figures["kinds"].items()})
+    return figures

@@ -52,7 +52,7 @@ from rurl.data import RurlData, load_rurl_data
 from rurl.evaluate import add_evaluation
 from rurl.evolution import RubricEvolution
 from rurl.outputs import COMMAND, write_inputs, write_outputs
-from rurl.preflight import preflight, probe_preflight
+from rurl.preflight import preflight, probe_figures, probe_preflight
 from rurl.rewards import extra_reward_funcs
 from rurl.summary import run_summary
 from rurl.vllm_cpu import close_colocated_engine, patch_cpu_colocate
@@ -290,6 +290,8 @@ def train(
                 summary["usage_main_process"] = {role: asdict(usage) for role, usage in client.usage.items()}
                 if evolution is not None:
                     summary["evolve"] = evolution.finish(output_dir, wandb)
+                if rurl.probe_rows:
+                    summary["probe_preflight"] = probe_figures(output_dir, wandb)
                 write_outputs(trainer, output_dir, config, data_info, criteria, summary, wandb)
             close_colocated_engine(trainer)  # first: a colocated vLLM engine tears down its groups while they exist
             end_trainer(trainer)

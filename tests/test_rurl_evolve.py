@@ -262,14 +262,14 @@ def test_same_step_criteria_grade_the_group_they_were_written_from_in_a_one_epoc
     grades that query's 4 answers before their advantages, and each reward is the one the rubric gives by hand:
     the original (5 points, met by all) plus the new one (3 points) where the judge met it, over 8 points. The
     evolver saw each answer cut to 3 tokens of the policy's tokenizer, and dynamic sampling keeps the group the new
-    criterion split, though every original criterion left it flat."""
+    criterion split, though every original criterion left it flat. The run's probe preflight is in its summary."""
     data = rubric_file(tmp_path / "rubrics.jsonl", ["Say one thing about the sea.", "BROKEN: say hi."])
     log, lock = [], threading.Lock()
     out = tmp_path / "run"
     flags = ["--rubrics", str(data), "--eval_size", "0", "--evolve", "true", "--evolve_answer_tokens", "3"]
     flags += ["--dynamic_sampling", "true", "--max_extra_rounds", "0", "--max_steps", "1", "--save_strategy", "no"]
     flags += ["--per_device_train_batch_size", "8", "--max_completion_length", "8", "--overlong_buffer", "0"]
-    flags += ["--report_to", "none", "--merge_adapter", "false"]
+    flags += ["--report_to", "none", "--merge_adapter", "false", "--probe_rows", "2"]
     with FaultServer(reply=scripted(log, lock, split=True)) as server:
         assert main(tiny_rurl_train(out, *flags, judge_url=server.base_url)) == 0
     asked = [text for text in log if "Evolve the rubric." in text]
@@ -287,8 +287,11 @@ def test_same_step_criteria_grade_the_group_they_were_written_from_in_a_one_epoc
     assert history[0]["dynamic_sampling/groups_kept"] == 1  # ... which joins the batch; the BROKEN query's stays flat
     assert history[0]["rewards/rubric_reward/mean"] == pytest.approx((sum(by_hand) + 4 * 1.0) / 8)  # as TRL got them
     assert history[0]["evolve/flat_groups"] == 0.5 and history[0]["evolve/flat_groups_original"] == 1.0
-    summary = json.loads((out / "manifest.json").read_text())["summary"]["evolve"]
-    assert (summary["apply"], summary["regraded"], summary["added"], summary["failed"]) == ("same_step", 4, 1, 1)
+    summary = json.loads((out / "manifest.json").read_text())["summary"]
+    evolve = summary["evolve"]
+    assert (evolve["apply"], evolve["regraded"], evolve["added"], evolve["failed"]) == ("same_step", 4, 1, 1)
+    # the probe preflight ran first (this judge meets every original criterion: every probe earns it all, a warning)
+    assert summary["probe_preflight"]["rows"] == 2 and summary["probe_preflight"]["best_paid_share"] == 1.0
 
 
 def test_same_step_waits_at_most_the_deadline_and_grades_a_late_group_without_new_criteria(monkeypatch, capsys):
