@@ -87,6 +87,10 @@ EXAMPLES = {
         "rubricrl audit sft/ --output-dir audit/             # a RuFT build's graded candidates, no judge call",
         "rubricrl audit eval-a/ eval-b/ --rubrics rubrics/final.parquet --prune duplicate suspect_sign --output-dir a/",
     ],
+    "probe": [
+        "rubricrl probe --rubrics rubrics/final.parquet --output-dir probe/   # no-substance answers, local judge",
+        "rubricrl probe --config configs/rurl/tiny-cpu.yaml --output-dir probe/ --verdict_formats explained verdict_only",
+    ],
     "report": [
         "rubricrl report eval/                                  # eval/report.html and .md",
         "rubricrl report base/ tuned/ --labels base tuned --output compare.html",
