@@ -19,8 +19,9 @@ from pathlib import Path
 from grading.dataset import load_rubric_rows
 from grading.grader import GradingConfig
 from grading.probe_analysis import criteria_rows, summary
-from grading.probes import ATTACKER, CONTROL, KINDS
 from grading.probing import Judge, probe_records, usable_rows
+from reports.probe_summary import kind_table
+from reports.tables import md_table
 from rubricrl.llm import LLMSettings, open_llm
 
 SAMPLE = Path(__file__).resolve().parents[1] / "tests" / "data" / "healthbench_sample" / "healthbench_oss_eval_30.jsonl"
@@ -47,17 +48,9 @@ def main() -> None:
             seconds = time.monotonic() - started
             criteria = criteria_rows(records, 0.5, 2)
             results[verdict_format] = (summary(records, criteria, len(rows), seconds), seconds)
-    kinds = [k for k in (*KINDS, ATTACKER, CONTROL) if any(k in s["kinds"][f] for f, (s, _) in results.items())]
-    print(f"{len(rows)} HealthBench sample rows, {sum(len(r.rubric.criteria) for r in rows)} criteria; "
-          "mean share of positive points earned (probes)")  # fmt: skip
-    print("| kind | " + " | ".join(FORMATS) + " |")
-    print("|---|" + "---|" * len(FORMATS))
-    for kind in kinds:
-        cells = []
-        for verdict_format in FORMATS:
-            found = results[verdict_format][0]["kinds"][verdict_format].get(kind)
-            cells.append(f"{found['share']:.0%} ({found['probes']})" if found else "n/a")
-        print(f"| {kind} | " + " | ".join(cells) + " |")
+    together = {"judges": list(FORMATS), "kinds": {f: found["kinds"][f] for f, (found, _) in results.items()}}
+    print(f"{len(rows)} HealthBench sample rows, {sum(len(r.rubric.criteria) for r in rows)} criteria")
+    print("\n".join(md_table(*kind_table(together))))
     for verdict_format, (found, seconds) in results.items():
         cost, flagged = found["cost"][verdict_format], found["exploitable"][verdict_format]
         print(

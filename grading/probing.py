@@ -6,14 +6,15 @@ Every call goes through the client's response cache, so a killed run asked again
 """
 
 import asyncio
+import random
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from grading.dataset import RubricRow
-from grading.grader import GradeItem, Grader, GradingConfig
+from grading.grader import EXPLICIT_MODES, GradeItem, Grader, GradingConfig
 from grading.probe_analysis import earned_share
-from grading.probes import ATTACKER, CONTROL, KINDS, Probe, positive_texts, probes_for, reference_of
+from grading.probes import ATTACKER, CONTROL, KINDS, TARGETED, Probe, positive_texts, probes_for, reference_of
 from grading.rubric import Rubric
 from rubricrl.config import ConfigError
 from rubricrl.llm import LLMClient, LLMError
@@ -34,6 +35,24 @@ class Judge:
 
     name: str
     config: GradingConfig
+
+    @classmethod
+    def of(cls, config: GradingConfig, model: str) -> "Judge":
+        """Named by role, model and verdict format, graded as plain text (as_plain_text)."""
+        return cls(f"{config.judge_role} {model} ({config.verdict_format})", as_plain_text(config))
+
+
+def kinds_for(mode: str, kinds: tuple[str, ...] = KINDS) -> tuple[str, ...]:
+    """The kinds a grading mode can tell anything from: a rating mode decides no single criterion, so not the
+    targeted ones (half, attacker)."""
+    return kinds if mode in EXPLICIT_MODES else tuple(k for k in kinds if k not in TARGETED)
+
+
+def sampled(rows: list[RubricRow], size: int, seed: int) -> list[RubricRow]:
+    """A seeded sample of `size` rows (all of them when `size` is 0 or not smaller), in id order."""
+    if not size or size >= len(rows):
+        return rows
+    return sorted(random.Random(seed).sample(rows, size), key=lambda row: row.id)
 
 
 def as_plain_text(grading: GradingConfig) -> GradingConfig:

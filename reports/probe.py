@@ -15,7 +15,6 @@ call twice (the response cache)."""
 import argparse
 import asyncio
 import json
-import random
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -26,8 +25,8 @@ from grading.grader import EXPLICIT_MODES, GradingConfig
 from grading.judge import VERDICT_FORMATS
 from grading.probe_analysis import criteria_rows, row_scores
 from grading.probe_analysis import summary as probe_summary
-from grading.probes import KINDS, TARGETED
-from grading.probing import Judge, as_plain_text, attack, probe_records, usable_rows
+from grading.probes import KINDS
+from grading.probing import Judge, attack, kinds_for, probe_records, sampled, usable_rows
 from reports.probe_summary import draw, markdown
 from rubricrl.config import ConfigError, add_config_arguments, config_source, parse_settings, resolved, write_resolved
 from rubricrl.llm import LLMSettings, open_llm
@@ -92,12 +91,12 @@ def judges_of(probe: ProbeArgs, grading: GradingConfig, models: dict[str, str]) 
     for role in roles:
         for verdict_format in formats:
             try:
-                config = replace(as_plain_text(grading), judge_role=role, verdict_format=verdict_format)
+                config = replace(grading, judge_role=role, verdict_format=verdict_format)
             except ValueError as error:
                 raise ConfigError(
                     f"--verdict_formats {verdict_format} with grading.mode {grading.mode}: {error}"
                 ) from None
-            judges.append(Judge(f"{role} {models[role]} ({verdict_format})", config))
+            judges.append(Judge.of(config, models[role]))
     return judges
 
 
@@ -109,9 +108,7 @@ def sampled_rows(probe: ProbeArgs, grading: GradingConfig) -> list:
             f"grading.mode {grading.mode} rates whole answers: the attacker aims at one criterion, which only the "
             "explicit modes (per_criterion, batched) decide"
         )
-    if probe.max_rows and probe.max_rows < len(rows):
-        rows = sorted(random.Random(probe.seed).sample(rows, probe.max_rows), key=lambda row: row.id)
-    return rows
+    return sampled(rows, probe.max_rows, probe.seed)
 
 
 def run_probe(args: argparse.Namespace) -> int:
@@ -122,7 +119,7 @@ def run_probe(args: argparse.Namespace) -> int:
     out = probe.output_dir
     out.mkdir(parents=True, exist_ok=True)
     write_resolved(out / "config.yaml", resolved([probe, grading, llm]))
-    kinds = tuple(k for k in probe.kinds if grading.mode in EXPLICIT_MODES or k not in TARGETED)
+    kinds = kinds_for(grading.mode, tuple(probe.kinds))
     if len(kinds) < len(probe.kinds):  # a rating judge decides no single criterion: `half` would say nothing
         print(f"probe: grading.mode {grading.mode} rates whole answers: the half probes are left out", file=sys.stderr)
     roles = [grading.judge_role, *probe.judge_roles, *(["attacker"] if probe.attacker else [])]

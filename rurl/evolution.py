@@ -56,6 +56,14 @@ class Call:
         return {"apply": mode, "situation": self.situation, "answers": seen}
 
 
+def by_query(answers: list[tuple[str, dict[str, bool]]]) -> dict[str, list[dict[str, bool]]]:
+    """Each query's completions' decided verdicts, from a batch's (query, verdicts) pairs."""
+    verdicts_of: dict[str, list[dict[str, bool]]] = {}
+    for query_id, verdicts in answers:
+        verdicts_of.setdefault(query_id, []).append(verdicts)
+    return verdicts_of
+
+
 class RubricEvolution(TrainerCallback):
     def __init__(self, rurl, grading, client, data):
         from rurl.data import rubric_items
@@ -104,7 +112,7 @@ class RubricEvolution(TrainerCallback):
         process adds the criteria alike. Returns the queries whose rubric changed: their groups are graded again."""
         changes = None
         if self.trainer.accelerator.is_main_process:
-            calls = [self._ask(call) for call in self._choose(step, groups, answers)]
+            calls = [self._ask(call) for call in self._choose(step, groups, by_query(answers))]
             futures = [call.future for call in calls]
             _, late = concurrent.futures.wait(futures, timeout=self.rurl.evolve_deadline) if futures else ((), ())
             for future in late:
@@ -125,26 +133,22 @@ class RubricEvolution(TrainerCallback):
         retirements (every process alike), starts next_draw's calls (main process) and returns the metrics."""
         retired = self.buffer.observe(answers, step)
         self.counts["retired"] += len(retired)
-        verdicts_of: dict[str, list[dict[str, bool]]] = {}
-        for query_id, verdicts in answers:
-            verdicts_of.setdefault(query_id, []).append(verdicts)
+        verdicts_of = by_query(answers)
         if self.trainer.accelerator.is_main_process:
             self._write_lines(step, groups, verdicts_of)
             if not self.same_step:
-                for call in self._choose(step, groups, answers):
+                for call in self._choose(step, groups, verdicts_of):
                     self.pending[call.query] = self._ask(call)
         return self._metrics(groups, verdicts_of)
 
-    def _choose(self, step: int, groups: dict, answers: list) -> list[Call]:
-        """Main process: the groups to ask about, each with its situation and the answers the evolver sees."""
+    def _choose(self, step: int, groups: dict, verdicts_of: dict[str, list[dict[str, bool]]]) -> list[Call]:
+        """Main process: the groups to ask about (`verdicts_of`: each query's decided verdicts, by_query), each with
+        its situation and the answers the evolver sees."""
         rurl = self.rurl
         if step % rurl.evolve_every:
             return []
         if self.budget[0] != step:
             self.budget = [step, 0]
-        verdicts_of: dict[str, list[dict[str, bool]]] = {}
-        for query_id, verdicts in answers:
-            verdicts_of.setdefault(query_id, []).append(verdicts)
         chosen = []
         for query_id, scored in groups.items():
             if self.budget[1] + len(chosen) >= rurl.evolve_max_calls:
@@ -221,10 +225,10 @@ class RubricEvolution(TrainerCallback):
             self.counts["failed"] += 1
             print(f"rurl evolve: query {call.query}: no new criteria: {error}"[:300], file=sys.stderr)
             return None
-        mode = self.rurl.evolve_apply
+        source = call.source(self.rurl.evolve_apply)
         criteria = [{"criterion": c["criterion"], "points": c["points"]} for c in written]
-        self.lines[call.query] = {"step": call.step, "query": call.query, **call.source(mode), "written": criteria}
-        return call.query, criteria, call.step, call.source(mode)
+        self.lines[call.query] = {"step": call.step, "query": call.query, **source, "written": criteria}
+        return call.query, criteria, call.step, source
 
     def _broadcast(self, changes):
         if self.trainer.accelerator.num_processes > 1:

@@ -10,16 +10,15 @@ before any GPU time is spent.
 
 import asyncio
 import json
-import random
 import sys
 import time
 from pathlib import Path
 
 from grading.dataset import RubricRow
-from grading.grader import EXPLICIT_MODES, Grader, GradingConfig
+from grading.grader import Grader, GradingConfig
 from grading.probe_analysis import criteria_rows, summary
-from grading.probes import CONTROL, KINDS, TARGETED, positive_texts
-from grading.probing import Judge, as_plain_text, probe_records
+from grading.probes import CONTROL, TARGETED, positive_texts
+from grading.probing import Judge, as_plain_text, kinds_for, probe_records, sampled
 from rubricrl.config import ConfigError
 from rubricrl.errors import UserError
 from rubricrl.llm import LLMClient
@@ -88,12 +87,10 @@ def _probe(session, grading: GradingConfig, rows: list[RubricRow], rurl: RurlCon
             f"{COMMAND}: probe preflight: no training row has a positive criterion: nothing to probe", file=sys.stderr
         )
         return {"rows": 0, "best_paid_kind": None, "best_paid_share": 0.0}
-    sample = sorted(
-        random.Random(rurl.probe_seed).sample(usable, min(rurl.probe_rows, len(usable))), key=lambda r: r.id
-    )
+    sample = sampled(usable, rurl.probe_rows, rurl.probe_seed)
     role = session.roles[grading.judge_role]
-    judge = Judge(f"{grading.judge_role} {role.model} ({grading.verdict_format})", as_plain_text(grading))
-    kinds = KINDS if grading.mode in EXPLICIT_MODES else tuple(k for k in KINDS if k not in TARGETED)
+    judge = Judge.of(grading, role.model)
+    kinds = kinds_for(grading.mode)
     started = time.monotonic()
 
     async def run():

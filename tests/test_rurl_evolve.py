@@ -113,6 +113,8 @@ def evolution_for(rows, **settings):
 
 
 def test_a_step_asks_at_most_evolve_max_calls_over_its_sampling_rounds_with_a_prompt_for_each_situation():
+    from rurl.evolution import by_query
+
     rows = [(f"q{i}", ORIGINAL) for i in range(6)]
     evolution = evolution_for(rows, evolve_max_calls=3, evolve_groups="all", evolve_answers=3)
     met = [("q", {"Answers politely.": True})] * 2
@@ -122,22 +124,24 @@ def test_a_step_asks_at_most_evolve_max_calls_over_its_sampling_rounds_with_a_pr
         "q1": [("No.", 0.0), ("Nope.", 0.0)],  # failed
     }
     answers = verdicts("q0", [True, True]) + verdicts("q1", [False, False])
-    chosen = evolution._choose(3, first_round, answers)
+    chosen = evolution._choose(3, first_round, by_query(answers))
     assert [(c.query, c.situation) for c in chosen] == [("q0", "saturated"), ("q1", "failed")]
     assert chosen[0].answers == [("Hello there, kind pe", 1.0), ("Hi.", 1.0)]  # reasoning gone, cut to the budget
     second_round = {
         q: [("A good one.", 1.0), ("A bad one.", 0.0), ("So-so.", 0.5), ("Meh.", 0.4)] for q in ("q2", "q3")
     }
     answers = verdicts("q2", [True, False, True, False]) + verdicts("q3", [True, False, True, False])
-    chosen = evolution._choose(3, second_round, answers)  # the same step: one call left of its 3
+    chosen = evolution._choose(3, second_round, by_query(answers))  # the same step: one call left of its 3
     assert [(c.query, c.situation) for c in chosen] == [("q2", "mixed")]
     assert chosen[0].answers == [("A good one.", 1.0), ("Meh.", 0.4), ("A bad one.", 0.0)]  # best, ranks apart, worst
-    assert len(evolution._choose(4, second_round, answers)) == 2  # a new step, a new budget
-    assert len(evolution._choose(4, {"q4": [("x", 1.0), ("y", 1.0)]}, met)) == 1  # its third
-    assert evolution._choose(4, {"q5": [("x", 1.0), ("y", 1.0)]}, met) == []  # spent
+    assert len(evolution._choose(4, second_round, by_query(answers))) == 2  # a new step, a new budget
+    assert len(evolution._choose(4, {"q4": [("x", 1.0), ("y", 1.0)]}, by_query(met))) == 1  # its third
+    assert evolution._choose(4, {"q5": [("x", 1.0), ("y", 1.0)]}, by_query(met)) == []  # spent
     none = evolution_for(rows, evolve_on_failed="none", evolve_groups="flat")
     split = answers + verdicts("q0", [True, True]) + verdicts("q1", [False, False])
-    assert [c.query for c in none._choose(1, {**first_round, **second_round}, split)] == ["q0"]  # flat, not failed
+    assert [c.query for c in none._choose(1, {**first_round, **second_round}, by_query(split))] == [
+        "q0"
+    ]  # flat, not failed
 
 
 def scripted(log: list[str], lock: threading.Lock, split: bool = False):
