@@ -55,7 +55,7 @@ from rurl.outputs import COMMAND, write_inputs, write_outputs
 from rurl.preflight import preflight, probe_figures, probe_preflight
 from rurl.rewards import extra_reward_funcs
 from rurl.summary import run_summary
-from rurl.vllm_cpu import close_colocated_engine, patch_cpu_colocate
+from rurl.vllm_cpu import close_colocated_engine, cpu_engine_settings, patch_cpu_colocate
 
 if TYPE_CHECKING:
     from trl import GRPOConfig, ModelConfig
@@ -326,16 +326,17 @@ def build_trainer(
         else None
     )
     try:
-        trainer = RubricGRPOTrainer(
-            model=model.model_name_or_path,
-            reward_funcs=reward_funcs,
-            args=grpo,
-            train_dataset=data.train_dataset(),
-            peft_config=get_peft_config(model),
-            dynamic=dynamic,
-            failure_monitor=monitor,
-            evolution=evolution,
-        )
+        with cpu_engine_settings(grpo.use_vllm, grpo.vllm_mode):
+            trainer = RubricGRPOTrainer(
+                model=model.model_name_or_path,
+                reward_funcs=reward_funcs,
+                args=grpo,
+                train_dataset=data.train_dataset(),
+                peft_config=get_peft_config(model),
+                dynamic=dynamic,
+                failure_monitor=monitor,
+                evolution=evolution,
+            )
         if evolution is not None:
             evolution.attach(trainer)
     except OSError as error:  # transformers: not on the Hub, offline, no weights in the folder
