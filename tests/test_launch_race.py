@@ -9,72 +9,8 @@ from pathlib import Path
 import pytest
 
 from rubricrl.serving.discovery import served_models
-from rubricrl.serving.embedded_model import EMBEDDED_MODEL_NAME, MARKER
-from tests.test_rurl_multiprocess_eval import run_launch
 
 ROOT = Path(__file__).resolve().parents[1]
-DEADLINE = 600
-"""Seconds the launch may take (measured: about 60 s on the 2 shared cores); past it the whole launch is killed."""
-
-# The start of `rurl train` / `ruft train` on each rank: TRL's config (which starts the gloo process group, as it
-# does under torchrun), then base_model(), which prepares the embedded model. Rank 1 takes the preparation lock and,
-# holding it, lets rank 0 go: rank 0 then asks while rank 1 converts, and the rank that converts is not rank 0 (the
-# one rank transformers' save_pretrained writes from once a process group is up).
-RANK_SCRIPT = """
-import os, sys
-import torch.distributed as dist
-from trl import GRPOConfig, ModelConfig
-import rubricrl.serving.embedded_model as embedded
-from rubricrl.runs.training import base_model
-
-rank = int(os.environ["RANK"])
-def say(line):  # one write of the whole line: print's text and newline can interleave with the other rank's
-    os.write(1, (line + "\\n").encode())
-GRPOConfig(output_dir=sys.argv[1], use_cpu=True, bf16=False, report_to="none")
-assert dist.is_initialized(), "TRL's config no longer starts the process group: this test must start it"
-if rank == 0:
-    dist.barrier()
-else:
-    download = embedded._download_gguf
-    def download_after_barrier(*args):
-        say(f"rank {rank} converts")
-        dist.barrier()  # inside the lock: rank 0 asks now
-        return download(*args)
-    embedded._download_gguf = download_after_barrier
-model = ModelConfig()
-say(f"rank {rank} model {base_model(model)}")
-"""
-
-
-@pytest.mark.slow
-def test_two_ranks_on_an_empty_home_both_get_the_model_converted_once(tmp_path):
-    home = tmp_path / "home"
-    script = tmp_path / "rank.py"
-    script.write_text(RANK_SCRIPT)
-    env = {**os.environ, "RUBRICRL_HOME": str(home), "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        str(script),
-        str(tmp_path / "out"),
-    ]
-    done = run_launch(command, env, DEADLINE)
-    assert done.returncode == 0, done.stderr[-4000:]
-    final = home / "models" / EMBEDDED_MODEL_NAME
-    assert sorted(line for line in done.stdout.splitlines() if line.startswith("rank")) == [
-        f"rank 0 model {final}",
-        "rank 1 converts",
-        f"rank 1 model {final}",
-    ]
-    assert done.stderr.count("converting SmolLM2") == 1 and done.stderr.count("downloading") == 1
-    for name in (MARKER, "config.json", "tokenizer.json", "chat_template.jinja", "model.safetensors"):
-        assert (final / name).is_file(), name
-    assert [p.name for p in (home / "models").iterdir() if p.name != ".prepare.lock"] == [EMBEDDED_MODEL_NAME]
-
 
 # A stand-in for vLLM that answers GET /v1/models with the served name (the preamble of this suite forbids starting
 # a second real vLLM on these 2 cores); what is under test is which process starts it and how long it stays up.
