@@ -315,11 +315,12 @@ def build_trainer(
     from trl import get_peft_config, get_quantization_config
 
     from rurl.dynamic_sampling import DynamicSampling
-    from rurl.trainer import RubricGRPOTrainer
+    from rurl.trainer_import import rubric_trainer_class
 
     grpo.model_init_kwargs = model_init_kwargs(grpo, model)
     if get_quantization_config(model) is not None:
         raise ConfigError("load_in_4bit / load_in_8bit: not supported by `rurl train` yet")
+    RubricGRPOTrainer = rubric_trainer_class(grpo.use_vllm)
     dynamic = (
         DynamicSampling(rurl.dynamic_std_threshold, rurl.max_extra_rounds, rurl.on_exhausted)
         if rurl.dynamic_sampling

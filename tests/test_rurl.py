@@ -5,6 +5,8 @@ None for an unscored completion survives overlong shaping, with a scripted judge
 import json
 import math
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -186,6 +188,34 @@ def test_the_trl_seams_dynamic_sampling_overrides_are_still_there():
         assert list(inspect.signature(method).parameters) == parameters, (
             f"GRPOTrainer.{name} changed: see rurl/trainer.py"
         )
+
+
+TRAINER_WITHOUT_VLLM = """
+import importlib.util, json, sys
+from rubricrl.config import ConfigError
+from rurl.trainer_import import rubric_trainer_class
+trainer = rubric_trainer_class(use_vllm=False)
+said = {"trainer": trainer.__name__, "imported": "vllm" in sys.modules,
+        "visible_after": importlib.util.find_spec("vllm") is not None}
+try:
+    rubric_trainer_class(use_vllm=True)
+except ConfigError as error:
+    said["refused"] = str(error)
+print(json.dumps(said))
+"""
+
+
+@pytest.mark.slow
+def test_a_run_without_vllm_imports_trls_trainer_without_it():
+    """rurl/trainer_import.py: GRPOTrainer imported with vLLM hidden (4 s and 160 MiB a process here). Fails when a
+    TRL release imports vLLM so that hiding it breaks the import; a later run asking for vLLM in the same process is
+    refused in one line."""
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", TRAINER_WITHOUT_VLLM], cwd=root, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = json.loads(done.stdout.strip().splitlines()[-1])
+    assert said["trainer"] == "RubricGRPOTrainer" and not said["imported"] and said["visible_after"]
+    assert said["refused"].startswith("use_vllm: this process imported TRL's trainer without vLLM")
 
 
 # --- bad input: one line, before any model --------------------------------------------------------------------------
