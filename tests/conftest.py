@@ -27,19 +27,36 @@ def pytest_configure(config):
         _launch()  # xdist's controller collects nothing: launched now, in case the workers' tests need it
 
 
+FIRST = (
+    "test_gpu_smoke.py",
+    "test_rurl_ranks.py",
+    "test_rurl_train_real_judge.py",
+    "test_serve.py",
+    "test_cli.py",
+    "test_rurl_train.py",
+    "test_reward_trl.py",
+    "test_grading_model.py",
+    "test_rurl_vllm.py",
+)
+"""The longest files, longest first (measured; `make test` prints the slowest tests). The first two need no model
+server and compute while the suite's server starts (~70 s on a fresh home); the longest one that needs it goes
+third and waits for it, so that it is not the last to end."""
+
+
 def pytest_collection_modifyitems(items):
-    """The files go out to xdist's workers (`--dist loadfile --no-loadscope-reorder`) in this order: first those with
-    a test that needs the model and is slow (they wait on the server's start, ~60-90 s on a fresh home, and on its
-    answers more than they compute), then the other slow ones, then the other model tests (while the slow files keep
-    the cores busy), then the many short files, which fill the end evenly."""
+    """The files go out to xdist's workers (`--dist loadfile --no-loadscope-reorder`) in this order: FIRST, then the
+    other slow files (those that need the model server after those that need none), then the other model tests,
+    then the many short files, which fill the end evenly."""
 
     def rank(item) -> int:
+        if item.path.name in FIRST:
+            return FIRST.index(item.path.name)
         model, slow = item.get_closest_marker("model") is not None, item.get_closest_marker("slow") is not None
-        return 0 if model and slow else 1 if slow else 2 if model else 3
+        return len(FIRST) + (0 if slow and not model else 1 if slow else 2 if model else 3)
 
     files: dict = {}
     for item in items:
-        files[item.path] = min(files.get(item.path, 3), rank(item))
+        files[item.path] = min(files.get(item.path, len(FIRST) + 3), rank(item))
     items.sort(key=lambda item: files[item.path])  # stable: the order within a file, and between files of a rank
 
 
