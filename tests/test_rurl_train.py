@@ -193,8 +193,9 @@ def torch_equal(a, b) -> bool:
 
 def rurl_train(judge: FaultServer, out: Path, *flags: str) -> int:
     """`rurl train` of the tiny preset as plain GRPO (no dynamic sampling, no eval, no wandb), graded by the scripted
-    judge."""
+    judge; 8-token completions (what is tested is what the run does with the rewards, not the answers)."""
     plain = ["--eval_size", "0", "--dynamic_sampling", "false", "--report_to", "none"]
+    plain += ["--max_completion_length", "8", "--overlong_buffer", "0"]
     return main(tiny_rurl_train(out, *plain, *flags, judge_url=judge.base_url))
 
 

@@ -107,6 +107,7 @@ def test_tiny_preset_trains_with_colocated_vllm_rollouts(tmp_path, quiet_env):
     flags = ["--use_vllm", "true", "--vllm_mode", "colocate", "--vllm_gpu_memory_utilization", "0.1"]
     flags += ["--max_steps", "2", "--eval_every", "0", "--save_steps", "100", "--report_to", "none"]
     flags += ["--dynamic_sampling", "false"]  # one generation round a step: more repeat what test_rurl_train covers
+    flags += ["--max_completion_length", "16", "--overlong_buffer", "0"]  # the rollouts' path, not their length
     with FaultServer(reply=hashed_verdict) as judge:
         command = [
             str(Path(sys.executable).with_name("rubricrl")),
