@@ -185,14 +185,15 @@ def test_a_moved_call_keeps_its_retries_even_with_none():
     """Moving a request off an endpoint taken out is not one of its retries: with max_retries 0, a slow but good
     request out on an endpoint that then answers three 503s is answered elsewhere, not failed."""
     with FaultServer(reply=schema_reply) as flaky, FaultServer(reply=schema_reply, latency=0.3) as steady:
-        flaky.script = [Fault(delay=1.0)] + [Fault(503)] * 3
+        flaky.script = [Fault(delay=2.0)] + [Fault(503)] * 3
         role = Role(base_url=[flaky.base_url, steady.base_url], model="fake")
 
         async def staggered():
             async with LLMClient({"judge": role}, concurrency=8, max_retries=0) as client:
 
                 async def one(i):
-                    await asyncio.sleep(0.05 * i)
+                    # question 0 first, alone long enough to be the one the slow fault holds on a loaded machine
+                    await asyncio.sleep(0.3 + 0.05 * i if i else 0.0)
                     try:
                         return (await client.chat("judge", f"question {i}")).text
                     except LLMError as error:
