@@ -1,6 +1,7 @@
 """What the local vLLM server on a CPU costs beside the work it does: CPU-seconds of its process tree per pattern of
-calls, and its throughput, with the model in the engine's own process (rubricrl's setting on CPU) and in a worker
-process beside it (vLLM's default there).
+calls, and its throughput, with the model in the engine's own process on every core but one (rubricrl's setting on
+CPU: `LocalServer.environment`) and in a worker process beside it (vLLM's default there, which binds its threads to
+every core but one itself).
 
     python benches/server_cpu.py
 

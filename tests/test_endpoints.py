@@ -5,6 +5,7 @@ and local replicas advertised as one endpoint."""
 
 import asyncio
 import json
+import os
 import sys
 import threading
 import time
@@ -578,3 +579,26 @@ def test_a_server_going_down_mid_run_ends_the_command_with_one_line_and_a_rerun_
         assert run_against(server) == 0
     finished = {"synth": out / "final.jsonl", "ruft build": out / "queries.jsonl", "grade": out / "graded.jsonl"}
     assert sorted(json.loads(line)["id"] for line in finished[command].read_text().splitlines()) == ids
+
+
+def test_a_cpu_server_runs_its_model_in_the_engine_process_on_all_cores_but_one(monkeypatch):
+    """vLLM's worker process busy-polls a core for 1 s after each step (benches/server_cpu.py): on the CPU build the
+    local server runs the model in the engine's process, its threads on every core but the scheduler's; what the
+    user set wins, and a user who asks for the worker gets vLLM's own thread binding."""
+    import rubricrl.serving.server as server
+
+    monkeypatch.setattr(server, "vllm_on_cpu", lambda: True)
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    cores = len(os.sched_getaffinity(0))
+    env = server.LocalServer(port=1).environment()
+    assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0" and env["OMP_NUM_THREADS"] == str(max(1, cores - 1))
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert server.LocalServer(port=1).environment()["OMP_NUM_THREADS"] == "3"
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
+    env = server.LocalServer(port=1).environment()
+    assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "1" and "OMP_NUM_THREADS" not in env
+    monkeypatch.setattr(server, "vllm_on_cpu", lambda: False)  # CUDA: vLLM's defaults
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING")
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in server.LocalServer(port=1).environment()

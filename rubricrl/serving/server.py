@@ -133,10 +133,13 @@ class LocalServer:
             # The model in the engine's own process ("uni" executor) instead of a worker beside it: that worker
             # busy-polls its shared-memory queue for 1 s after every step (vllm/distributed/device_communicators/
             # shm_broadcast.py, SpinCondition), so a server answering calls under a second apart kept a core
-            # spinning. Measured on 2 cores (benches/server_cpu.py): a 1-token call and the 4 s after it cost 0.38
-            # CPU-s instead of 1.22, 10 calls 0.5 s apart 5.1 instead of 7.4; 16 concurrent calls decode at 151
-            # tokens/s instead of 110.
+            # spinning. Its threads: every core but one, as vLLM's own worker binds them (the other is the
+            # scheduler's). Measured on 2 cores (benches/server_cpu.py): a 1-token call and the 4 s after it 0.40
+            # CPU-s instead of 1.27, 10 calls 0.5 s apart 4.4 instead of 8.8, the same tokens/s (95 against 102
+            # at 16 concurrent calls, 16.3 against 16.4 for one).
             env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+            if env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0":
+                env.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) - 1)))
         if self.embedded:
             env["HF_HUB_OFFLINE"] = "1"
         if self.devices is not None:
