@@ -11,6 +11,7 @@ A process keeps the trainer it imported first: one that trained without vLLM and
 one notebook kernel) is refused in one line instead of failing inside TRL.
 """
 
+import importlib.util
 import sys
 
 from rubricrl.config import ConfigError
@@ -21,12 +22,13 @@ GENERATION = "trl.generation.vllm_generation"
 def rubric_trainer_class(use_vllm: bool) -> type:
     """rurl.trainer.RubricGRPOTrainer, its TRL imported without vLLM unless `use_vllm`."""
     generation = sys.modules.get(GENERATION)
-    if use_vllm and generation is not None and not hasattr(generation, "LLM"):
+    installed = "vllm" in sys.modules or importlib.util.find_spec("vllm") is not None
+    if use_vllm and installed and generation is not None and not hasattr(generation, "LLM"):
         raise ConfigError(
             "use_vllm: this process imported TRL's trainer without vLLM for an earlier run (use_vllm false); "
             "run this one in a new process"
         )
-    hide = not use_vllm and generation is None and "vllm" not in sys.modules
+    hide = not use_vllm and installed and generation is None and "vllm" not in sys.modules
     if hide:
         sys.modules["vllm"] = None  # type: ignore[assignment]
     try:
