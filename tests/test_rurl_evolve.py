@@ -139,9 +139,8 @@ def test_a_step_asks_at_most_evolve_max_calls_over_its_sampling_rounds_with_a_pr
     assert evolution._choose(4, {"q5": [("x", 1.0), ("y", 1.0)]}, by_query(met)) == []  # spent
     none = evolution_for(rows, evolve_on_failed="none", evolve_groups="flat")
     split = answers + verdicts("q0", [True, True]) + verdicts("q1", [False, False])
-    assert [c.query for c in none._choose(1, {**first_round, **second_round}, by_query(split))] == [
-        "q0"
-    ]  # flat, not failed
+    chosen = none._choose(1, {**first_round, **second_round}, by_query(split))
+    assert [c.query for c in chosen] == ["q0"]  # flat, not failed
 
 
 def scripted(log: list[str], lock: threading.Lock, split: bool = False):

@@ -139,7 +139,8 @@ class LocalServer:
             # at 16 concurrent calls, 16.3 against 16.4 for one).
             env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
             if env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0":
-                env.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) - 1)))
+                cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+                env.setdefault("OMP_NUM_THREADS", str(max(1, cores - 1)))
         if self.embedded:
             env["HF_HUB_OFFLINE"] = "1"
         if self.devices is not None:
