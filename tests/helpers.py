@@ -4,8 +4,10 @@ Everything the tests read lives in this repository: the HealthBench sample is in
 """
 
 import asyncio
+import fcntl
 import hashlib
 import json
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,11 +79,53 @@ def hashed_verdict(body: dict) -> str:
     return json.dumps({"explanation": "scripted", "criteria_met": digest[0] % 2 == 1})
 
 
+TINY_POLICY_SHAPE = {
+    "num_hidden_layers": 2,
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+}
+"""The tiny policy's changes to SmolLM2-135M's config (30 layers of width 576): heads of 64 as there."""
+
+
+def tiny_policy() -> Path:
+    """SmolLM2-135M-Instruct's architecture, tokenizer and chat template at TINY_POLICY_SHAPE with random weights
+    (seed 0, float32), built once beside the embedded model: the policy of the tests that check training machinery
+    against a scripted judge, where what it writes does not matter (TRL's own tests train such models). A step costs
+    a fraction of the 135M's; the tests of the presets as a user runs them (real judge, colocated vLLM, the
+    newcomer's path) keep the embedded model."""
+    from rubricrl.serving.embedded_model import prepare_embedded_model
+
+    source = prepare_embedded_model()
+    final = source.parent / "tiny-random-SmolLM2"
+    if (final / "config.json").is_file():
+        return final
+    with open(source.parent / ".tiny-policy.lock", "w") as lock:  # one xdist worker builds it, the others wait
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (final / "config.json").is_file():
+            return final
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+        config = AutoConfig.from_pretrained(source)
+        for key, value in TINY_POLICY_SHAPE.items():
+            setattr(config, key, value)
+        torch.manual_seed(0)
+        work = Path(tempfile.mkdtemp(prefix=".tiny-policy-", dir=source.parent))
+        AutoModelForCausalLM.from_config(config, dtype=torch.float32).save_pretrained(work)
+        AutoTokenizer.from_pretrained(source).save_pretrained(work)
+        (work / "generation_config.json").write_bytes((source / "generation_config.json").read_bytes())
+        work.rename(final)  # complete or absent: a killed build leaves only a hidden folder
+    return final
+
+
 def tiny_rurl_train(out: Path, *flags: str, judge_url: str | None = None) -> list[str]:
     """`rurl train` of the tiny preset into `out`, then `flags`. With `judge_url` (a FaultServer's), graded by that
-    scripted judge: no verdict cache, no preflight, its answers capped at 50 tokens."""
+    scripted judge (no verdict cache, no preflight, its answers capped at 50 tokens), and the policy is
+    tiny_policy(): those runs test the machinery, not what the model writes."""
     argv = ["rurl", "train", "--config", str(TINY_RURL), "--output_dir", str(out)]
     if judge_url is not None:
         argv += ["--base-url", judge_url, "--model", "scripted-judge", "--no-cache", "--no-preflight"]
-        argv += ["--roles", "judge.max_tokens=50"]
+        argv += ["--roles", "judge.max_tokens=50", "--model_name_or_path", str(tiny_policy())]
     return argv + list(flags)

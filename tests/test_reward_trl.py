@@ -1,5 +1,5 @@
 """The rubric reward for TRL's GRPOTrainer: one batch judged by the real embedded model, and real GRPO steps on
-CPU (the embedded model as a tiny LoRA policy) with a scripted judge, so that the rewards are known to differ
+CPU (helpers.tiny_policy, LoRA) with a scripted judge, so that the rewards are known to differ
 within a group, the update is checked, and TRL's treatment of unscorable completions is pinned."""
 
 import asyncio
@@ -14,9 +14,8 @@ from grading.grader import Grader, GradingConfig
 from grading.judge import response_code
 from grading.reward import make_rubric_reward, rubric_reward
 from rubricrl.llm import LLMClient, Role
-from rubricrl.serving.embedded_model import prepare_embedded_model
 from tests.fault_server import FaultServer
-from tests.helpers import hashed_verdict, run
+from tests.helpers import hashed_verdict, run, tiny_policy
 
 pytestmark = pytest.mark.slow
 
@@ -100,7 +99,7 @@ def recorded(reward, calls: list, before=None):
 
 @contextlib.contextmanager
 def grpo_trainer(tmp_path, judge: FaultServer, calls: list, grading: GradingConfig | None = None, before=None):
-    """A real GRPOTrainer on the embedded model (LoRA, CPU): one step, both prompts in one generation batch of
+    """A real GRPOTrainer on the tiny policy (LoRA, CPU): one step, both prompts in one generation batch of
     GENERATIONS completions each, the rubric reward judged by the scripted `judge`."""
     from datasets import Dataset
     from peft import LoraConfig
@@ -130,7 +129,7 @@ def grpo_trainer(tmp_path, judge: FaultServer, calls: list, grading: GradingConf
         log_completions=False,
     )
     trainer = GRPOTrainer(
-        model=str(prepare_embedded_model()),
+        model=str(tiny_policy()),
         reward_funcs=[recorded(make_rubric_reward(grader), calls, before)],
         args=config,
         train_dataset=dataset,

@@ -15,7 +15,7 @@ from rurl.config import RurlConfig
 from rurl.data import load_rurl_data
 from rurl.rubric_buffer import RubricBuffer
 from tests.fault_server import FaultServer
-from tests.helpers import hashed_verdict, tiny_rurl_train
+from tests.helpers import tiny_rurl_train
 
 ORIGINAL = [{"criterion": "Answers politely.", "points": 5}]
 
@@ -144,8 +144,9 @@ def test_a_step_asks_at_most_evolve_max_calls_over_its_sampling_rounds_with_a_pr
 
 
 def scripted(log: list[str], lock: threading.Lock, split: bool = False):
-    """The judge: every original criterion met (groups flat), an evolved one by a hash of the request (with `split`:
-    unmet for the first answer asked about, met for every other, so that it splits a group of distinct answers);
+    """The judge: every original criterion met (groups flat), an evolved one met on every other request (a group's
+    answers are asked about together, so its 4 split 2 to 2 and the criterion keeps a spread; with `split`: unmet for
+    the first answer asked about, met for every other);
     the evolver (told by its prompt): a stricter criterion per query, garbage for the BROKEN query."""
     strict_seen: list[str] = []
 
@@ -160,12 +161,10 @@ def scripted(log: list[str], lock: threading.Lock, split: bool = False):
             description = f"STRICT: names one fact about the {topic}."
             return json.dumps({"criteria": [{"title": "Strict", "description": description, "weight": 3}]})
         if "STRICT" in content.rsplit("points):", 1)[-1]:
-            if split:
-                with lock:
-                    strict_seen.append(content)
-                    met = content != strict_seen[0]
-                return json.dumps({"explanation": "scripted", "criteria_met": met})
-            return hashed_verdict(body)
+            with lock:
+                strict_seen.append(content)
+                met = content != strict_seen[0] if split else len(strict_seen) % 2 == 0
+            return json.dumps({"explanation": "scripted", "criteria_met": met})
         return json.dumps({"explanation": "scripted", "criteria_met": True})
 
     return reply

@@ -18,9 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from rubricrl.serving.embedded_model import prepare_embedded_model
 from tests.fault_server import FaultServer
-from tests.helpers import tiny_rurl_train
+from tests.helpers import tiny_policy, tiny_rurl_train
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +38,7 @@ def scripted_judge(body: dict) -> str:
 
 def launch(tmp_path: Path, judge: FaultServer, prompts: list[str], *flags: str) -> tuple[int, list[str], Path]:
     """Two processes of `rurl train` on `prompts`; returns torchrun's exit code, each rank's stderr, output_dir."""
-    prepare_embedded_model()  # converted once here: the launch race has its own test
+    tiny_policy()  # built (and the embedded model converted) once here: the launch race has its own test
     data = tmp_path / "rubrics.jsonl"
     data.write_text(
         "".join(

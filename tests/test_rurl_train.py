@@ -1,4 +1,4 @@
-"""RuRL training on CPU with real TRL steps on the embedded model (LoRA): dynamic sampling keeps flat groups out of
+"""RuRL training on CPU with real TRL steps on a tiny random policy (LoRA): dynamic sampling keeps flat groups out of
 the batch and stops a run that finds none with spread, the judge-failure guard stops a run whose judge fails (a
 scripted judge: what a real one cannot do on demand), and the tiny preset runs against the real judge, is killed
 and resumes (the `model` test)."""
@@ -13,9 +13,8 @@ from grading.grader import Grader, GradingConfig
 from grading.reward import make_rubric_reward
 from rubricrl.cli import main
 from rubricrl.llm import LLMClient, Role
-from rubricrl.serving.embedded_model import prepare_embedded_model
 from tests.fault_server import FaultServer
-from tests.helpers import hashed_verdict, tiny_rurl_train
+from tests.helpers import hashed_verdict, tiny_policy, tiny_rurl_train
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +43,7 @@ def rubric_trainer(
     on_exhausted: str = "repeat",
     weight_decay: float = 0.0,
 ):
-    """RubricGRPOTrainer with dynamic sampling on the embedded model: 2 groups of GENERATIONS per step."""
+    """RubricGRPOTrainer with dynamic sampling on the tiny policy: 2 groups of GENERATIONS per step."""
     from datasets import Dataset
     from peft import LoraConfig
     from trl import GRPOConfig
@@ -75,7 +74,7 @@ def rubric_trainer(
         weight_decay=weight_decay,
     )
     trainer = RubricGRPOTrainer(
-        model=str(prepare_embedded_model()),
+        model=str(tiny_policy()),
         reward_funcs=[make_rubric_reward(grader)],
         args=config,
         train_dataset=dataset,
