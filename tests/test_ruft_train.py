@@ -1,6 +1,6 @@
 """`rubricrl ruft train`: SFT with TRL's SFTTrainer on a `ruft build` dataset (written here, in the build's format).
 Bad input is one line and exit 2 before any model loads; the loss is on the answer only (checked on the tokens and
-on the loss value); real LoRA steps on the embedded model: weights move, the folder loads and generates, wandb
+on the loss value); real LoRA steps on a tiny random policy: weights move, the folder loads and generates, wandb
 keeps an offline run with the config, and a run resumes from its checkpoint."""
 
 import json
@@ -12,7 +12,7 @@ import yaml
 
 from rubricrl.cli import build_parser, main
 from rubricrl.config import parse_settings
-from tests.helpers import SECRET
+from tests.helpers import SECRET, tiny_policy
 
 TINY_PRESET = Path(__file__).parents[1] / "configs" / "ruft" / "tiny-cpu.yaml"
 GPU_PRESET = Path(__file__).parents[1] / "configs" / "ruft" / "qwen3-gpu.yaml"
@@ -259,13 +259,12 @@ def test_presets_are_valid_trl_settings():
 
 @pytest.fixture(scope="module")
 def base_model() -> str:
-    from rubricrl.serving.embedded_model import prepare_embedded_model
-
-    return str(prepare_embedded_model())
+    """The policy these tests train: what it writes does not matter to them (helpers.tiny_policy)."""
+    return str(tiny_policy())
 
 
 @pytest.mark.slow
-def test_the_loss_is_on_the_answer_only(tmp_path, base_model, quiet_env):
+def test_the_loss_is_on_the_answer_only(tmp_path, quiet_env):
     """TRL 1.16 (sft_trainer.py `_prepare_dataset`): prompt-completion rows get `completion_mask`, folded into
     `labels` (-100 on the prompt) because `completion_only_loss=None` means True for such data. Checked on the
     tokens (every prompt token masked, an earlier assistant turn of a multi-turn prompt included; every answer
@@ -274,8 +273,10 @@ def test_the_loss_is_on_the_answer_only(tmp_path, base_model, quiet_env):
     from transformers import AutoTokenizer
     from trl import ModelConfig, SFTConfig
 
+    from rubricrl.serving.embedded_model import prepare_embedded_model
     from ruft.train import build_trainer, load_sft_data
 
+    base_model = str(prepare_embedded_model())  # a trained model: a random one's loss is the same on every token
     data = load_sft_data(write_build(tmp_path / "build"))
     sft = SFTConfig(
         output_dir=str(tmp_path / "out"),
@@ -377,6 +378,8 @@ def test_one_lora_step_from_the_cli_saves_a_model_that_loads_and_generates(tmp_p
                 "128",
                 "--save_strategy",
                 "no",
+                "--model_name_or_path",
+                base_model,
             ]
         )
         == 0
@@ -441,6 +444,8 @@ def test_resume_from_checkpoint_continues_the_run(tmp_path, capsys, base_model, 
         "--no-merge-adapter",
         "--lr_scheduler_type",
         "constant",
+        "--model_name_or_path",
+        base_model,
     ]
     assert main([*common, "--output_dir", str(straight), "--max_steps", "3"]) == 0
     assert main([*common, "--output_dir", str(out), "--max_steps", "2"]) == 0
