@@ -92,14 +92,27 @@ def test_a_folder_is_served_under_a_name_that_changes_with_its_weights(tmp_path)
     assert served_name_for("Qwen/Qwen3-8B") == "Qwen/Qwen3-8B"
 
 
-def test_sigkilled_serve_takes_its_server_down(home):
+def test_sigkilled_serve_takes_its_server_down_even_mid_start(home):
+    """`serve` SIGKILLed while vLLM is still starting (its engine process up, the model not yet served): the API
+    server dies with it (PR_SET_PDEATHSIG) and takes its engine down; nothing is left, and nothing was advertised.
+    (Killed at start-up, the hardest moment, it also costs the suite a vLLM start-up less than killing it ready.)"""
     port = free_port()
-    serve, base_url, _ = start_serve(home, port)
-    vllm_pgid = json.loads((home / "server.json").read_text())["pid"]
+    serve = rubricrl("serve", "--port", str(port), home=home, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    while "starting vLLM" not in (line := serve.stderr.readline()):
+        assert line, serve.stdout.read()  # serve ended before starting vLLM
+    deadline = time.monotonic() + 300
+    children = []
+    while not children or len(group_members(children[0])) < 2:  # the API server and its engine process
+        assert serve.poll() is None and time.monotonic() < deadline, "no engine process within 5 minutes"
+        time.sleep(0.2)
+        ps = subprocess.run(["ps", "-o", "pid=", "--ppid", str(serve.pid)], capture_output=True, text=True)
+        children = [int(pid) for pid in ps.stdout.split()]
+    vllm_pgid = children[0]  # the API server leads its own process group
+    assert served_models(f"http://127.0.0.1:{port}/v1") == []  # still starting
     serve.kill()
     serve.wait()
     assert wait_gone(vllm_pgid, 60) == []
-    assert served_models(base_url) == []
+    assert port_is_free(port) and not (home / "server.json").exists()
 
 
 def test_command_without_server_starts_one_and_stops_it(home):

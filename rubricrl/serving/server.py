@@ -1,7 +1,8 @@
 """A local vLLM OpenAI-compatible server, and how commands find or start one.
 
 `LocalServer` runs `python -m vllm.entrypoints.openai.api_server` (the CPU build's `vllm serve` crashes looking up
-the `vllm` distribution) in its own process group, so stopping it stops vLLM's engine processes too. `rubricrl serve`
+the `vllm` distribution), through vllm_server.py, which takes it down if we die, in its own process group, so
+stopping it stops vLLM's engine processes too. `rubricrl serve`
 advertises its server in `$RUBRICRL_HOME/server.json` (server_discovery.py); `local_endpoint()` reuses an advertised
 (or default-port) server that answers with the wanted model, else starts one for the command (one for all processes
 of a torchrun / accelerate launch). Several servers for one model, as one endpoint, are `Replicas` (replicas.py).
@@ -107,7 +108,7 @@ class LocalServer:
         command = [
             sys.executable,
             "-m",
-            "vllm.entrypoints.openai.api_server",
+            "rubricrl.serving.vllm_server",  # vLLM's OpenAI server, taken down with us even while it starts
             "--model",
             model,
             "--served-model-name",
