@@ -21,11 +21,13 @@ pytestmark = pytest.mark.slow
 def test_tiny_preset_trains_with_the_real_judge_and_resumes_after_a_kill(tmp_path, quiet_env, local_server):
     """`rubricrl rurl train --config configs/rurl/tiny-cpu.yaml`, killed (SIGKILL) once a checkpoint is written,
     then resumed: the run ends at max_steps with the model, eval, wandb offline files holding the rubric metrics and
-    the completions table with each completion's verdicts. Completions of 24 tokens, not the preset's 48: the same
-    path at half the generation on the suite's shared cores."""
+    the completions table with each completion's verdicts. Without dynamic sampling, for the suite's shared cores: its
+    extra rounds tripled a step whenever the 135M judge found every group flat (test_rurl_train.py tests them with
+    a scripted judge). The preset's 48-token completions stay: at 24 each one is cut at the limit, and the
+    length-reward correlation has no spread to measure."""
     out = tmp_path / "run"
     steps = ["--max_steps", "2", "--save_steps", "1", "--eval_every", "0"]
-    steps += ["--max_completion_length", "24", "--overlong_buffer", "4"]
+    steps += ["--dynamic_sampling", "false"]
     command = [str(Path(sys.executable).with_name("rubricrl")), *tiny_rurl_train(out, *steps)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -63,7 +65,6 @@ def test_tiny_preset_trains_with_the_real_judge_and_resumes_after_a_kill(tmp_pat
         "rubric/length_reward_corr",
         "rubric/saturated_criteria",
         "rubric/dead_criteria",
-        "dynamic_sampling/groups_kept",
     } <= set(steps[-1])
     assert all(0 <= step["rubric/saturated_criteria"] + step["rubric/dead_criteria"] <= 1 for step in steps)
     runs = sorted((tmp_path / "wandb").glob("offline-run-*"))
