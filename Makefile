@@ -23,6 +23,10 @@ PIP_INSTALL = $(PIP) install -q --no-compile
 SITE = $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 # Some packages ship files that are not valid Python 3.11 (test data, templates): compileall says so and exits 1.
 COMPILE = $(PY) -m compileall -q -j 0
+# pip installs on one core, so a fresh set-up left the other idle for two minutes: each `pip install` below runs
+# while that core byte-compiles what the ones before installed (the last compileall then finds most of it done).
+install_compiling = installed="$$(echo $(SITE)/*/)"; { $(COMPILE) $$installed >/dev/null || true; } & compiling=$$!; \
+	$(PIP_INSTALL) $(1); wait $$compiling
 STAMP = $(VENV)/.installed-$(DEVICE)
 
 .PHONY: setup demo test test-fast lint format bench serve clean
@@ -33,10 +37,8 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 ifeq ($(DEVICE),cpu)
 	$(PIP_INSTALL) "$(TORCH_CPU)" 2>/dev/null || $(PIP_INSTALL) "$(TORCH_CPU)" --index-url $(TORCH_CPU_INDEX)
-	@# pip installs on one core (half of a fresh set-up's 2 cores idle for 2 minutes): meanwhile the other
-	@# byte-compiles what is already there (torch and its dependencies: about a third of the compiling)
-	installed="$$(echo $(SITE)/*/)"; { $(COMPILE) $$installed >/dev/null || true; } & compiling=$$!; \
-	$(PIP_INSTALL) -e ".[$(EXTRAS_$(DEVICE))]"; wait $$compiling
+	$(call install_compiling,-e ".[cpu]")
+	$(call install_compiling,-e ".[$(EXTRAS_cpu)]")
 else
 	$(PIP_INSTALL) -e ".[$(EXTRAS_$(DEVICE))]"
 endif

@@ -31,6 +31,7 @@ FIRST = (
     "test_gpu_smoke.py",
     "test_rurl_ranks.py",
     "test_rurl_train_real_judge.py",
+    "test_synthesis_model.py",
     "test_serve.py",
     "test_cli.py",
     "test_rurl_train.py",
@@ -40,7 +41,9 @@ FIRST = (
 )
 """The longest files, longest first (measured; `make test` prints the slowest tests). The first two need no model
 server and compute while the suite's server starts (~70 s on a fresh home); the longest one that needs it goes
-third and waits for it, so that it is not the last to end."""
+third and waits for it, so that it is not the last to end. Synthesis on the model (90 s, nearly all of it the
+server's, on one core) comes next: run last, as its rank alone would have it, it left a core idle for the suite's
+last 2 minutes."""
 
 
 def pytest_collection_modifyitems(items):
