@@ -23,10 +23,6 @@ PIP_INSTALL = $(PIP) install -q --no-compile
 SITE = $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 # Some packages ship files that are not valid Python 3.11 (test data, templates): compileall says so and exits 1.
 COMPILE = $(PY) -m compileall -q -j 0
-# pip installs on one core, so a fresh set-up left the other idle for two minutes: each `pip install` below runs
-# while that core byte-compiles what the ones before installed (the last compileall then finds most of it done).
-install_compiling = installed="$$(echo $(SITE)/*/)"; { $(COMPILE) $$installed >/dev/null || true; } & compiling=$$!; \
-	$(PIP_INSTALL) $(1); wait $$compiling
 STAMP = $(VENV)/.installed-$(DEVICE)
 
 .PHONY: setup demo test test-fast lint format bench serve clean
@@ -37,8 +33,11 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 ifeq ($(DEVICE),cpu)
 	$(PIP_INSTALL) "$(TORCH_CPU)" 2>/dev/null || $(PIP_INSTALL) "$(TORCH_CPU)" --index-url $(TORCH_CPU_INDEX)
-	$(call install_compiling,-e ".[cpu]")
-	$(call install_compiling,-e ".[$(EXTRAS_cpu)]")
+	@# pip installs on one core (a fresh set-up left the other idle for two minutes): meanwhile that core
+	@# byte-compiles what is already there, torch and its dependencies (split in two installs, the rest compiled
+	@# during the second, measured no faster: the second resolution cost what the overlap saved)
+	installed="$$(echo $(SITE)/*/)"; { $(COMPILE) $$installed >/dev/null || true; } & compiling=$$!; \
+	$(PIP_INSTALL) -e ".[$(EXTRAS_cpu)]"; wait $$compiling
 else
 	$(PIP_INSTALL) -e ".[$(EXTRAS_$(DEVICE))]"
 endif
