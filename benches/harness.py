@@ -1,5 +1,5 @@
-"""What the scale benchmarks share: the canned endpoint in a child process, and one `rubricrl` command in a child
-process with the bytes it wrote and its peak RSS."""
+"""What the scale benchmarks share: the canned endpoint in a child process, one `rubricrl` command in a child
+process with the bytes it wrote and its peak RSS, and a process tree's CPU-seconds."""
 
 import json
 import os
@@ -42,6 +42,25 @@ class Canned:
 
     def reset(self) -> None:
         urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{self.port}/stats/reset", method="POST"))
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of `pid` and all its descendants now (vLLM's API server and its engine core)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    parents, cpu = {}, {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # a process that ended while we read
+            continue
+        child = int(stat.parent.name)
+        parents[child] = int(fields[1])
+        cpu[child] = (int(fields[11]) + int(fields[12])) / ticks
+    tree, grew = {pid}, True
+    while grew:
+        more = {p for p, parent in parents.items() if parent in tree} - tree
+        tree, grew = tree | more, bool(more)
+    return sum(cpu.get(p, 0.0) for p in tree)
 
 
 @contextmanager

@@ -12,9 +12,10 @@ resampled by example. Reuses a running `rubricrl serve`, else starts a server (t
 
 import argparse
 import asyncio
-import os
 import time
 from pathlib import Path
+
+from harness import tree_cpu_seconds
 
 from grading.agreement import criterion_agreement
 from grading.dataset import load_rubric_rows
@@ -24,25 +25,6 @@ from rubricrl.serving.discovery import find_running
 
 SAMPLE = Path(__file__).resolve().parents[1] / "tests" / "data" / "healthbench_sample" / "healthbench_oss_eval_30.jsonl"
 FORMATS = ("explained", "verdict_only", "probability")
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def tree_cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of `pid` and all its descendants now (vLLM's API server and its engine core)."""
-    parents, cpu = {}, {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:  # a process that ended while we read
-            continue
-        child = int(stat.parent.name)
-        parents[child] = int(fields[1])
-        cpu[child] = (int(fields[11]) + int(fields[12])) / TICKS
-    tree, grew = {pid}, True
-    while grew:
-        more = {p for p, parent in parents.items() if parent in tree} - tree
-        tree, grew = tree | more, bool(more)
-    return sum(cpu.get(p, 0.0) for p in tree)
 
 
 async def run(roles, examples, verdict_format: str, server_pid: int | None) -> dict:

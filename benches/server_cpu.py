@@ -22,28 +22,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from harness import tree_cpu_seconds  # noqa: E402
+
 from rubricrl.serving.server import LocalServer  # noqa: E402
-
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def tree_cpu(root: int) -> float:
-    """CPU-seconds (user + system) of `root` and every process below it."""
-    parents: dict[int, int] = {}
-    seconds: dict[int, float] = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        parents[int(pid)], seconds[int(pid)] = int(fields[1]), (int(fields[11]) + int(fields[12])) / TICK
-    tree, frontier = {root}, [root]
-    while frontier:
-        children = [pid for pid, parent in parents.items() if parent in frontier and pid not in tree]
-        tree.update(children)
-        frontier = children
-    return sum(seconds.get(pid, 0.0) for pid in tree)
 
 
 def call(endpoint, tokens: int) -> int:
@@ -67,10 +48,10 @@ def measure(multiprocessing: str) -> dict[str, float]:
         time.sleep(3)
 
         def cpu_of(name: str, work, after: float = 0.0) -> None:
-            before = tree_cpu(root)
+            before = tree_cpu_seconds(root)
             work()
             time.sleep(after)
-            figures[name] = tree_cpu(root) - before
+            figures[name] = tree_cpu_seconds(root) - before
 
         cpu_of("idle 10 s (CPU-s)", lambda: time.sleep(10))
         cpu_of("1 call of 1 token, then 4 s (CPU-s)", lambda: call(endpoint, 1), after=4)
