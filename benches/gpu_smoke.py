@@ -123,19 +123,11 @@ class Run:
     def random_model(self, folder: Path, name: str = "model", shape: dict | None = None) -> Path:
         """SmolLM2-135M's architecture (`shape` overrides its config) and tokenizer with freshly drawn weights (seed
         0), saved in bf16; drawn on the GPU where there is one (a 1.7B model takes a while on a host's cores)."""
-        import torch
-        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+        from rubricrl.serving.embedded_model import save_random_model
 
-        torch.manual_seed(0)
         model_dir = self.work / name
-        config = AutoConfig.from_pretrained(folder / "model")
-        for key, value in (shape if shape is not None else shapes(self.dry_run)[SMOKE_SHAPE]["config"]).items():
-            setattr(config, key, value)
-        with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
-            model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-        model.save_pretrained(model_dir)
-        AutoTokenizer.from_pretrained(folder / "model").save_pretrained(model_dir)
-        shutil.copy2(folder / "model" / "generation_config.json", model_dir)
+        overrides = shape if shape is not None else shapes(self.dry_run)[SMOKE_SHAPE]["config"]
+        save_random_model(folder / "model", model_dir, overrides, "bfloat16")
         return model_dir
 
     def grpo(self, model_dir: Path, judge_url: str, steps: int) -> list[str]:

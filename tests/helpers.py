@@ -96,7 +96,7 @@ def tiny_policy() -> Path:
     a fraction of the 135M's; the tests of what a user runs (the tiny preset against the real judge, the newcomer's
     path) and those where trained weights matter (the weight sync into vLLM, the SFT loss mask) keep the embedded
     model."""
-    from rubricrl.serving.embedded_model import prepare_embedded_model
+    from rubricrl.serving.embedded_model import prepare_embedded_model, save_random_model
 
     source = prepare_embedded_model()
     final = source.parent / "tiny-random-SmolLM2"
@@ -106,17 +106,8 @@ def tiny_policy() -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (final / "config.json").is_file():
             return final
-        import torch
-        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-        config = AutoConfig.from_pretrained(source)
-        for key, value in TINY_POLICY_SHAPE.items():
-            setattr(config, key, value)
-        torch.manual_seed(0)
         work = Path(tempfile.mkdtemp(prefix=".tiny-policy-", dir=source.parent))
-        AutoModelForCausalLM.from_config(config, dtype=torch.float32).save_pretrained(work)
-        AutoTokenizer.from_pretrained(source).save_pretrained(work)
-        (work / "generation_config.json").write_bytes((source / "generation_config.json").read_bytes())
+        save_random_model(source, work, TINY_POLICY_SHAPE, "float32")
         work.rename(final)  # complete or absent: a killed build leaves only a hidden folder
     return final
 

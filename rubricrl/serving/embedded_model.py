@@ -140,6 +140,24 @@ def _convert_here(gguf: Path, out: Path) -> None:
     tokenizer.save_pretrained(out)
 
 
+def save_random_model(source: Path, out: Path, overrides: dict, dtype: str) -> None:
+    """`source`'s architecture (its config with `overrides`), tokenizer and generation config into `out`, with weights
+    drawn afresh (seed 0) in `dtype`: for the tests and benchmarks of the machinery, where what a model writes does not
+    matter. Drawn on the GPU where there is one (a 1.7B-sized model takes a while on a host's cores)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(source)
+    for key, value in overrides.items():
+        setattr(config, key, value)
+    torch.manual_seed(0)
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(source).save_pretrained(out)
+    shutil.copy2(source / "generation_config.json", out)
+
+
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
