@@ -7,6 +7,7 @@ import asyncio
 import fcntl
 import hashlib
 import json
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,6 +70,15 @@ def count_posts(monkeypatch) -> list[str]:
 
     monkeypatch.setattr(Transport, "post_json", counted)
     return posted
+
+
+def hub_offline(monkeypatch) -> None:
+    """HF_HUB_OFFLINE for a call in this process. huggingface_hub and datasets read it once, at import: where a test
+    before imported them, their copies are set too (unset, a Hub id went to the network first: 22 s of retries)."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for module in ("huggingface_hub.constants", "datasets.config"):
+        if module in sys.modules:
+            monkeypatch.setattr(sys.modules[module], "HF_HUB_OFFLINE", True)
 
 
 def hashed_verdict(body: dict) -> str:

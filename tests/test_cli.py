@@ -16,6 +16,7 @@ import pytest
 from rubricrl.cli import build_parser, main
 from rubricrl.cli_help import all_commands
 from tests.fault_server import FaultServer, schema_reply
+from tests.helpers import hub_offline
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -191,7 +192,7 @@ BAD_VALUES = [
 
 @pytest.mark.parametrize("argv, named", BAD_VALUES, ids=[" ".join(a[:1] + a[-2:]) for a, _ in BAD_VALUES])
 def test_bad_values_are_one_line_before_any_call(newcomer, capsys, monkeypatch, argv, named):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # a Hub id fails at once, not after retries on a machine without network
+    hub_offline(monkeypatch)  # a Hub id fails at once, not after retries on a machine without network
     before = files_here()
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -21,6 +21,7 @@ from rubricrl.records.hub import describe_input
 from rurl.config import RurlConfig
 from rurl.data import load_rurl_data
 from tests.fault_server import FaultServer, schema_reply
+from tests.helpers import hub_offline
 from tests.test_ruft_build import RUBRIC, Script
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,7 +71,6 @@ def hub_cache(tmp_path, monkeypatch):
     """`org/rubrics` in the `datasets` cache as a download leaves it (`org___rubrics/<subset>/<version>/<commit>`),
     with the Hub offline: the path `load_dataset("org/rubrics")` takes on a machine that downloaded it before."""
     import datasets
-    import huggingface_hub.constants
 
     cache = tmp_path / "hf-cache"
     repo = repository(tmp_path / "rubrics")
@@ -80,9 +80,7 @@ def hub_cache(tmp_path, monkeypatch):
     target.parent.mkdir(parents=True)
     shutil.move(built, target)  # its shards are named after the dataset (rubrics-test.arrow): the folder's name
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", cache)
-    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    hub_offline(monkeypatch)
     return "org/rubrics"
 
 
