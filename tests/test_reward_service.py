@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-import torch
 
 from grading.dataset import load_rubric_rows
 from grading.grader import Grader, GradingConfig
@@ -276,6 +275,8 @@ def test_the_verl_function_in_verls_call_shapes(service, monkeypatch):
     openrlhf = reward.reward_func([chatml("q") + "Drink water."], [chatml("q")], ["a"])
     assert openrlhf["rewards"].tolist() == [5 / 8] and "rubric/unscored" in openrlhf["extra_logs"]  # tensors, as
     # OpenRLHF v0.9.0 (experience_maker.py) concatenates each extra_logs tensor over its samples
+    import torch  # here, not at collection
+
     assert all(torch.cat([t, t]).shape == (2,) for t in openrlhf["extra_logs"].values())
     assert openrlhf["rewards"].dtype.is_floating_point  # OpenRLHF's reward-function template returns
 

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from rubricrl.cli import main
-from rurl.evaluate import GREEDY, greedy_sampling, share
 from tests.fault_server import FaultServer
 from tests.helpers import tiny_rurl_train
 
@@ -127,6 +126,8 @@ def test_two_processes_split_the_held_out_rows_and_write_each_answer_once(tmp_pa
 
 @pytest.mark.parametrize("rows, processes", [(3, 2), (1, 2), (5, 8), (8, 8), (9, 4), (4, 1)])
 def test_the_split_gives_every_row_to_one_process_and_every_process_the_same_count(rows, processes):
+    from rurl.evaluate import share  # here, not at collection: it imports torch
+
     shares = [share(rows, processes, index) for index in range(processes)]
     assert len({len(mine) for mine, _ in shares}) == 1  # the same generation calls everywhere
     owned = [i for mine, own in shares for i in mine[:own]]
@@ -144,11 +145,15 @@ class RecordingGeneration:
         self.seen = None
 
     def generate(self, prompts, images, num_generations):
+        from rurl.evaluate import GREEDY
+
         self.seen = {name: getattr(self, name) for name in (*GREEDY, "max_completion_length", "generation_kwargs")}
         return prompts, [[1]] * len(prompts), None, None
 
 
 def test_vllm_answers_are_greedy_and_the_training_sampling_comes_back():
+    from rurl.evaluate import GREEDY, greedy_sampling
+
     generation = RecordingGeneration()
     before = dict(vars(generation))
     with greedy_sampling(generation, max_tokens=64):
@@ -161,6 +166,8 @@ def test_vllm_answers_are_greedy_and_the_training_sampling_comes_back():
 def test_the_vllm_seam_matches_trl():
     """What vllm_greedy_answers uses of TRL's engine: the sampling attributes and generate's arguments."""
     from trl.generation.vllm_generation import VLLMGeneration
+
+    from rurl.evaluate import GREEDY
 
     init = inspect.signature(VLLMGeneration.__init__).parameters
     assert set(GREEDY) | {"max_completion_length", "generation_kwargs"} <= set(init)
