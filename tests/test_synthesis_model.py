@@ -32,15 +32,14 @@ def test_coarse_to_fine_on_the_embedded_model(local_server, tmp_path):
     token budgets apply to every role without a preset naming them (and the summary says which). The command runs
     as a user's does, in a process of its own: from its start to its summary, no torch, TRL or datasets."""
     queries = tmp_path / "queries.jsonl"
-    rows = [
+    rows = [  # two queries, each a third of the test's time: the second is multi-turn and in another language
         {"id": "single", "prompt": "How do I boil an egg?"},
-        {"id": "other-language", "prompt": "¿Por qué el cielo es azul?"},
         {
             "id": "multi-turn",
             "prompt": [
-                {"role": "user", "content": "I want to learn to swim."},
-                {"role": "assistant", "content": "Great! Are you an adult beginner?"},
-                {"role": "user", "content": "Yes, and I am afraid of deep water."},
+                {"role": "user", "content": "Quiero aprender a nadar."},
+                {"role": "assistant", "content": "¡Genial! ¿Eres un adulto principiante?"},
+                {"role": "user", "content": "Sí, y me da miedo el agua profunda."},
             ],
         },
     ]
@@ -72,11 +71,11 @@ def test_coarse_to_fine_on_the_embedded_model(local_server, tmp_path):
     table = pq.read_table(out / "final.parquet")
     assert table.schema == final_schema()
     rubrics = {row["id"]: row["rubrics"] for row in table.to_pylist()}
-    assert set(rubrics) == {"single", "other-language", "multi-turn"}
+    assert set(rubrics) == {"single", "multi-turn"}
     assert all(len(r) >= 1 and all(c["criterion"].strip() and c["points"] != 0 for c in r) for r in rubrics.values())
     details = {d["id"]: d for d in map(json.loads, (out / "details.jsonl").read_text().splitlines())}
     assert all(d["reference_answer"] and len(d["responses"]) == 2 for d in details.values())
-    assert details["multi-turn"]["prompt"][1]["role"] == "assistant"
+    assert details["multi-turn"]["prompt"][1] == rows[1]["prompt"][1]  # the turns kept, and the text as written
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["roles"]["reference"]["model"] == local_server.model
     budgets = SynthesisConfig(**manifest["config"]["synthesis"]).cpu_max_tokens()
