@@ -28,22 +28,24 @@ def pytest_configure(config):
 
 
 FIRST = (
+    "test_embedded_model.py",
     "test_gpu_smoke.py",
-    "test_rurl_ranks.py",
     "test_rurl_train_real_judge.py",
-    "test_synthesis_model.py",
+    "test_rurl_ranks.py",
     "test_serve.py",
+    "test_synthesis_model.py",
+    "test_rurl_vllm.py",
     "test_cli.py",
     "test_rurl_train.py",
     "test_reward_trl.py",
     "test_grading_model.py",
-    "test_rurl_vllm.py",
 )
-"""The longest files, longest first (measured; `make test` prints the slowest tests). The first two need no model
-server and compute while the suite's server starts (~70 s on a fresh home); the longest one that needs it goes
-third and waits for it, so that it is not the last to end. Synthesis on the model (90 s, nearly all of it the
-server's, on one core) comes next: run last, as its rank alone would have it, it left a core idle for the suite's
-last 2 minutes."""
+"""The longest files, in the order that keeps both cores busy (measured with `make test`'s slowest tests and a
+timeline of each worker's files). The first converts a model of its own and needs nothing prepared: it computes
+while the suite's model is converted (~45 s on a fresh home, one core), which the next two wait for (the GPU smoke's
+model files; the real-judge test, the longest, waits for the server too and so goes out early, not to end last).
+After them, files that need the one model server (one core: its engine computes every judge call) alternate with
+files that compute in processes of their own: three server-bound files at once had left a core idle for a minute."""
 
 
 def pytest_collection_modifyitems(items):
