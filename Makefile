@@ -20,8 +20,8 @@ PIP_INSTALL = $(PIP) install -q --no-compile
 STAMP = $(VENV)/.installed-$(DEVICE)
 
 # Nothing is byte-compiled at install: each module is compiled when a process first imports it and the bytecode is
-# kept, Python's default. The 3.9 GB of packages hold 25,500 modules, the suite imports a few thousand: compiling all
-# of them (compileall on both cores) was 53 s of a 147 s set-up here. These machines set PYTHONDONTWRITEBYTECODE,
+# kept, Python's default. The 3.5 GB of packages hold 25,500 modules and the suite imports a few thousand: compiling
+# all of them (compileall on both cores) was 53 s of a 147 s set-up here. These machines set PYTHONDONTWRITEBYTECODE,
 # under which every process would compile every module it imports again: make's commands run without it.
 unexport PYTHONDONTWRITEBYTECODE
 

@@ -81,7 +81,7 @@ class FaultServer:
         self._httpd = _CountingServer(("127.0.0.1", 0), self._handler())
         self._httpd.daemon_threads = True
         # shutdown() waits for serve_forever's next poll: at the default 0.5 s that was half a second at the end of
-        # every test using this server (2 min of the suite's waiting)
+        # every test using this server (150 s over the suite)
         self._thread = threading.Thread(target=self._httpd.serve_forever, args=(SHUTDOWN_POLL,), daemon=True)
 
     @property
