@@ -32,7 +32,7 @@ def test_coarse_to_fine_on_the_embedded_model(local_server, tmp_path):
     token budgets apply to every role without a preset naming them (and the summary says which). The command runs
     as a user's does, in a process of its own: from its start to its summary, no torch, TRL or datasets."""
     queries = tmp_path / "queries.jsonl"
-    rows = [  # two queries, each a third of the test's time: the second is multi-turn and in another language
+    rows = [  # two queries (a third had cost a third of the test's time): the second is multi-turn and in Spanish
         {"id": "single", "prompt": "How do I boil an egg?"},
         {
             "id": "multi-turn",
