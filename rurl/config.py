@@ -79,6 +79,13 @@ class RurlConfig:
     dynamic_sampling/repeated_groups), or stop (verl's DAPO raises there): no update from that step, a checkpoint,
     and the run ends. When no group at all was kept, the run stops either way."""
 
+    async_steps: int = 0
+    """0: each step generates, waits for every verdict, then updates. 1: the step that trains batch t first generates
+    batch t+1 and starts grading it in the background, then collects t's grades (graded meanwhile) and updates, so
+    the judge's time hides behind generation and the update (open-instruct's async_steps, verl's one-step-off-policy
+    recipe). The trained batch is one update old; the loss's ratio is taken against the weights that generated it,
+    whose clipping bounds the step (docs/rurl.md, the schedule). Larger values are refused: one step of staleness is
+    what the clipped ratio was measured to hold here, and it already hides a judge as slow as a step."""
     failure_window: int = 5
     """Judge-failure guard: when the share of unscored completions, or of failed judge verdicts, over the last
     failure_window generation batches of all processes exceeds grading.max_failure_rate (the limit grade and eval
@@ -183,6 +190,8 @@ class RurlConfig:
     def __post_init__(self) -> None:
         if self.eval_size < 0 or (self.eval_size >= 1 and self.eval_size != int(self.eval_size)):
             raise ValueError(f"eval_size must be a share in (0, 1), a whole count >= 1 or 0, got {self.eval_size}")
+        if self.async_steps not in (0, 1):
+            raise ValueError(f"async_steps must be 0 (synchronous) or 1 (one step ahead), got {self.async_steps}")
         for name in ("eval_every", "max_extra_rounds", "overlong_buffer"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")

@@ -36,7 +36,8 @@ class DynamicSampling:
 
 
 class DynamicSampler:
-    """The sampler of one trainer: `generate` is GRPOTrainer's own `_generate_and_score_completions`; the prompts
+    """The sampler of one trainer: `generate` generates and scores a batch now (RubricGRPOTrainer._scored_round); the
+    prompts
     found flat this epoch (`flat`, `epoch`) are the state a checkpoint keeps."""
 
     def __init__(self, trainer: Any, config: DynamicSampling, generate: Callable[[list[dict]], dict[str, Any]]):
@@ -52,7 +53,9 @@ class DynamicSampler:
                 f"x steps_per_generation = {local} is not a multiple of num_generations = {trainer.num_generations}"
             )
 
-    def batch(self, inputs: list[dict]) -> dict[str, Any]:
+    def batch(self, inputs: list[dict], scored: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The batch TRL trains on for the generation batch `inputs`; `scored`: its first round, already generated and
+        scored (rurl/async_schedule.py: a step earlier), whose rewards are the trainer's `last_rewards`."""
         size, processes, rank = (
             self.trainer.num_generations,
             self.trainer.accelerator.num_processes,
@@ -68,7 +71,7 @@ class DynamicSampler:
         generated = rounds = 0
         batch = inputs
         while True:
-            output = self.generate(batch)
+            output = scored if first is None and scored is not None else self.generate(batch)
             self._check_keys(output)
             if first is None:
                 first = output

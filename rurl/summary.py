@@ -87,6 +87,7 @@ def run_summary(
         "easiest_criteria": criteria[-3:][::-1],
         "moved_most": moved_most(criteria, shown=3),
         "no_update_steps": trainer.no_update_steps,
+        "async": None if getattr(trainer, "ahead", None) is None else trainer.ahead.summary(),
         "stopped": stopped,
     }
 
@@ -115,6 +116,18 @@ def summary_text(summary: dict[str, Any], output_dir: Path) -> str:
                 for row in summary["moved_most"]
             )
         )
+    ahead = summary.get("async")
+    if ahead:
+        lines.append(
+            f"  one step ahead: {ahead['hidden_seconds']} s of {ahead['grading_seconds']} s of grading hidden behind "
+            f"generation and updates, {ahead['waited_seconds']} s waited for grades"
+        )
+        if ahead["untrained_batches"]:
+            cancelled = ", their grading cancelled" if ahead["cancelled_completions"] else ""
+            lines.append(
+                f"  {ahead['untrained_batches']} batch generated ahead not trained "
+                f"({ahead['untrained_completions']} completions{cancelled})"
+            )
     if summary["no_update_steps"]:
         lines.append(f"  {summary['no_update_steps']} step(s) without any learning signal left the weights unchanged")
     if summary["dynamic_sampling_logged"]:

@@ -337,6 +337,7 @@ def build_trainer(
                 dynamic=dynamic,
                 failure_monitor=monitor,
                 evolution=evolution,
+                async_steps=rurl.async_steps,
             )
         if evolution is not None:
             evolution.attach(trainer)

@@ -1,7 +1,7 @@
 """GRPOTrainer where TRL must be overridden: dynamic sampling around the generation of a batch
-(rurl/dynamic_sampling.py), the judge-failure counts summed over processes where the rewards are computed, no
-weight update from a step without any learning signal (rurl/update_gate.py), and the run's own state saved with each
-checkpoint's weights.
+(rurl/dynamic_sampling.py), the next batch generated while this one is graded (rurl/async_schedule.py), the
+judge-failure counts summed over processes where the rewards are computed, no weight update from a step without any
+learning signal (rurl/update_gate.py), and the run's own state saved with each checkpoint's weights.
 
 The overridden methods are private: TRL_RANGE pins the versions this was read against (1.16.0, grpo_trainer.py),
 the trainer refuses others, and tests/test_rurl.py fails when their contract changes (the output keys, the rewards'
@@ -21,6 +21,7 @@ from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
 from grading.audit import group_saturation
+from rurl.async_schedule import AheadSchedule
 from rurl.dynamic_sampling import DynamicSampler, DynamicSampling
 from rurl.rewards import unscored_rows
 from rurl.update_gate import UpdateGate
@@ -46,20 +47,34 @@ def check_trl_version() -> None:
 
 
 class RubricGRPOTrainer(GRPOTrainer):
-    """GRPOTrainer plus dynamic sampling (when `dynamic` is given), the failure monitor's counts summed over the
-    processes once per generation batch (when `failure_monitor` is given), and no update from signal-free steps."""
+    """GRPOTrainer plus dynamic sampling (when `dynamic` is given), the next batch generated while this one is graded
+    (`async_steps` 1), the failure monitor's counts summed over the processes once per generation batch (when
+    `failure_monitor` is given), and no update from signal-free steps."""
 
     def __init__(
-        self, *args: Any, dynamic: DynamicSampling | None = None, failure_monitor=None, evolution=None, **kwargs: Any
+        self,
+        *args: Any,
+        dynamic: DynamicSampling | None = None,
+        failure_monitor=None,
+        evolution=None,
+        async_steps: int = 0,
+        **kwargs: Any,
     ):
         check_trl_version()
+        if async_steps not in (0, 1):
+            raise ValueError(f"async_steps must be 0 or 1, got {async_steps}")
         super().__init__(*args, **kwargs)
         self.failure_monitor = failure_monitor
         self.evolution = evolution  # rurl/evolution.py: rubrics evolving during the run, or None
         self.stop_reason: str | None = None  # set alike on every process; rurl.guards.StopOnRequest stops the run
         self.last_rewards: torch.Tensor | None = None  # (rows of all processes, reward functions)
-        self.sampler = (
-            None if dynamic is None else DynamicSampler(self, dynamic, super()._generate_and_score_completions)
+        self.sampler = None if dynamic is None else DynamicSampler(self, dynamic, self._scored_round)
+        self.ahead = (
+            None
+            if not async_steps
+            else AheadSchedule(
+                self, super()._generate_and_score_completions, None if self.sampler is None else self.sampler.batch
+            )
         )
         self.update_gate = UpdateGate(self)
         self.add_callback(self.update_gate)
@@ -75,7 +90,16 @@ class RubricGRPOTrainer(GRPOTrainer):
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any):
         if isinstance(resume_from_checkpoint, str):
             self._load_state(Path(resume_from_checkpoint) / STATE_FILE)
-        return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+        try:
+            return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+        finally:
+            if self.ahead is not None:  # the batch generated ahead is not trained: its calls are cancelled
+                self.ahead.close()
+
+    def get_batch_samples(self, epoch_iterator, num_batches, device):
+        if self.ahead is None:
+            return super().get_batch_samples(epoch_iterator, num_batches, device)
+        return self.ahead.fetch(epoch_iterator, num_batches, device, super().get_batch_samples)
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
         """Trainer._save_checkpoint calls this on every process first, before trainer_state.json marks the
@@ -96,6 +120,8 @@ class RubricGRPOTrainer(GRPOTrainer):
                 (Path(output_dir) / STATE_FILE).write_text(json.dumps(state, ensure_ascii=False))
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        if self.ahead is not None and self.ahead.phase == "start":  # the grading starts: nothing to count yet
+            return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         raw = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         rewards = unscored_rows(raw.clone())
         self.last_rewards = rewards
@@ -158,7 +184,8 @@ class RubricGRPOTrainer(GRPOTrainer):
         seen: list = []
         if mine:
             columns = [key for key in inputs[0] if key not in ("prompt", "completion", "completion_ids")]
-            call = self.reward_funcs[0](  # the rubric reward; its failures and metrics were counted the first time
+            reward = getattr(self.reward_funcs[0], "inner", self.reward_funcs[0])  # as it is, outside the schedule
+            call = reward(  # the rubric reward; its failures and metrics were counted the first time
                 prompts=[prompts[i] for i in mine],
                 completions=[completions[i] for i in mine],
                 completion_ids=[completion_ids_list[i] for i in mine],
@@ -185,9 +212,29 @@ class RubricGRPOTrainer(GRPOTrainer):
         return again, [a for part, _ in parts for a in part], {t for _, texts in parts for t in texts}
 
     def _generate_and_score_completions(self, inputs):
-        if self.sampler is None or not self.model.training:
+        if not self.model.training or (self.sampler is None and self.ahead is None):
             return super()._generate_and_score_completions(inputs)
+        if self.ahead is not None:
+            return self.ahead.step(inputs)
         return self.sampler.batch(inputs)
+
+    def _scored_round(self, inputs):
+        """A generation batch generated and scored now (dynamic sampling's rounds). Under the async schedule it
+        carries the weights' log-probabilities, as the batch generated a step earlier that it joins does."""
+        output = super()._generate_and_score_completions(inputs)
+        if self.ahead is not None and "old_per_token_logps" not in output:
+            output["old_per_token_logps"] = self.ahead.old_logps(output)
+        return output
+
+    def _generate(self, prompts):
+        if self.ahead is None:
+            return super()._generate(prompts)
+        return self.ahead.generated(prompts, super()._generate)
+
+    def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):
+        if self.ahead is None:
+            return super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
+        return self.ahead.logps(super()._get_per_token_logps_and_entropies, model, *args, **kwargs)
 
     def _prepare_inputs(self, generation_batch):
         inputs = super()._prepare_inputs(generation_batch)

@@ -1,0 +1,335 @@
+"""`rurl.async_steps: 1` on CPU with real TRL steps on the tiny random policy, graded by a scripted judge that answers
+after a delay (what a real judge does, on demand): every grade stays with its completion, the same prompts train as
+in a synchronous run, the loss's ratio is taken against the weights that generated the batch, dynamic sampling's
+extra rounds and the failure guard work from grades that arrive a step later, the batch generated ahead at the end
+is cancelled and counted, and a run SIGKILLed after a checkpoint resumes to the same step count."""
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from grading.grader import Grader, GradingConfig
+from grading.reward import make_rubric_reward
+from rubricrl.llm import LLMClient, Role
+from tests.fault_server import FaultServer
+from tests.helpers import hashed_verdict, tiny_policy, tiny_rurl_train
+
+pytestmark = pytest.mark.slow
+
+GENERATIONS = 4
+WEIGHTS = (1, 2, 4, 8, 16)
+RUBRIC = [{"criterion": f"Criterion {i + 1}.", "points": w, "tags": None} for i, w in enumerate(WEIGHTS)]
+
+
+@contextlib.contextmanager
+def trainer_on(tmp_path, judge: FaultServer, prompts: list[str], async_steps: int, **settings):
+    """RubricGRPOTrainer on the tiny policy, 2 groups of GENERATIONS per step, graded by `judge`; `settings` go to
+    GRPOConfig (LoRA unless `full=True`)."""
+    from datasets import Dataset
+    from peft import LoraConfig
+    from trl import GRPOConfig
+
+    from rurl.trainer import RubricGRPOTrainer
+
+    full, dynamic = settings.pop("full", False), settings.pop("dynamic", None)
+    rows = [
+        {"id": f"q{i}", "prompt": [{"role": "user", "content": p}], "rubrics": RUBRIC} for i, p in enumerate(prompts)
+    ]
+    role = Role(base_url=judge.base_url, model="scripted-judge", temperature=0.0)
+    grader = Grader(LLMClient({"judge": role}, max_retries=0, invalid_answer_retries=0), GradingConfig())
+    config = {
+        "output_dir": str(tmp_path),
+        "use_cpu": True,
+        "bf16": False,
+        "gradient_checkpointing": False,
+        "max_steps": 3,
+        "seed": 0,
+        "per_device_train_batch_size": 2 * GENERATIONS,
+        "num_generations": GENERATIONS,
+        "max_completion_length": 8,
+        "learning_rate": 1e-3,
+        "logging_steps": 1,
+        "report_to": [],
+        "save_strategy": "no",
+        **settings,
+    }
+    trainer = RubricGRPOTrainer(
+        model=str(tiny_policy()),
+        reward_funcs=[make_rubric_reward(grader)],
+        args=GRPOConfig(**config),
+        train_dataset=Dataset.from_list(rows),
+        peft_config=None if full else LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+        async_steps=async_steps,
+        dynamic=dynamic,
+    )
+    try:
+        yield trainer
+    finally:
+        asyncio.run_coroutine_threadsafe(grader.client.aclose(), trainer.async_loop).result(timeout=60)
+
+
+def logged_tables(trainer) -> list[dict]:
+    """What TRL's completions table holds at each logged step (prompts, completions, rewards, advantages, verdicts)."""
+    tables, log = [], trainer.log
+
+    def keep(logs, *args, **kwargs):
+        if "loss" in logs:
+            table = trainer._logs
+            tables.append(
+                {
+                    "prompt": [p[-1]["content"] for p in table["prompt"]],
+                    "completion": [c[-1]["content"] for c in table["completion"]],
+                    "reward": list(table["rewards"]["rubric_reward"]),
+                    "advantage": list(table["advantages"]),
+                    "verdicts": [json.loads(v) for v in table["extra"]["rubric_verdicts"]],
+                }
+            )
+        return log(logs, *args, **kwargs)
+
+    trainer.log = keep
+    return tables
+
+
+def judge_said(judge: FaultServer) -> list[tuple[str, bool]]:
+    """Each request the scripted judge answered: (its prompt, the verdict it gave)."""
+    said = []
+    for body in judge.requests:
+        content = body["messages"][-1]["content"]
+        said.append((content, json.loads(hashed_verdict(body))["criteria_met"]))
+    return said
+
+
+def test_one_step_ahead_keeps_every_grade_with_its_completion_and_trains_a_synchronous_runs_prompts(
+    tmp_path, quiet_env
+):
+    """12 prompts, 3 steps, a judge answering in 0.3 s. Every logged completion's verdicts are the ones the judge
+    gave for that completion's text, its reward is their points over 31, and its advantage is its group's
+    normalised reward: no batch's grades land on another. Each step trains the prompts the synchronous run trains at
+    that step; the batch of step 4, generated ahead, is not trained and its calls are cancelled."""
+    prompts = [f"Write one sentence about topic {i}." for i in range(12)]
+    runs = {}
+    for async_steps in (0, 1):
+        with (
+            FaultServer(reply=hashed_verdict, latency=0.3) as judge,
+            trainer_on(tmp_path / str(async_steps), judge, prompts, async_steps) as trainer,
+        ):
+            tables = logged_tables(trainer)
+            trainer.train()
+            said = judge_said(judge)
+        runs[async_steps] = (trainer, tables, said)
+    trainer, tables, said = runs[1]
+    assert len(tables) == 3
+    for table in tables:
+        rows = list(zip(table["completion"], table["verdicts"], table["reward"], strict=True))
+        for completion, verdicts, reward in rows:
+            for criterion, _, met in verdicts:
+                asked = {verdict for text, verdict in said if completion in text and criterion in text}
+                assert asked == {met}, (completion, criterion, asked)
+            assert reward == pytest.approx(sum(points for _, points, met in verdicts if met) / 31)
+        for g in range(0, len(rows), GENERATIONS):
+            group = table["reward"][g : g + GENERATIONS]
+            spread = statistics.stdev(group)
+            expected = [(r - statistics.mean(group)) / (spread + 1e-4) for r in group]
+            assert table["advantage"][g : g + GENERATIONS] == pytest.approx(expected, abs=1e-4)
+            assert len(set(table["prompt"][g : g + GENERATIONS])) == 1  # a group is one prompt's
+    synchronous = [sorted(set(table["prompt"])) for table in runs[0][1]]
+    assert [sorted(set(table["prompt"])) for table in tables] == synchronous
+    history = [entry for entry in trainer.state.log_history if "reward" in entry]
+    assert [entry["async/staleness"] for entry in history] == [0.0, 1.0, 1.0]
+    assert all("async/staleness" not in entry for entry in runs[0][0].state.log_history)
+    summary = trainer.ahead.summary()
+    assert summary["batches"] == 3 and summary["untrained_batches"] == 1
+    assert summary["untrained_completions"] == 2 * GENERATIONS
+    assert summary["hidden_seconds"] > 0 and summary["grading_seconds"] >= summary["hidden_seconds"]
+
+
+def test_the_ratio_is_taken_against_the_weights_that_generated_the_batch(tmp_path, quiet_env):
+    """Full training at a large learning rate. One step ahead, each trained batch carries the log-probabilities of
+    the weights that generated it (recomputed here from a copy of those weights), which differ from the current
+    ones after an update, and PPO's clipping acts (clip fractions above 0). Synchronous, the batch carries none
+    (TRL takes the current ones: a ratio of 1) and nothing is clipped."""
+    carried, clipped = ratio_run(tmp_path / "sync", async_steps=0)
+    assert carried == [False] * 3 and clipped == [0.0, 0.0, 0.0]
+    carried, clipped = ratio_run(tmp_path / "ahead", async_steps=1)
+    assert carried == [True] * 3
+    assert clipped[0] == 0.0 and min(clipped[1:]) > 0  # the first batch is on-policy, the others one update old
+
+
+def ratio_run(tmp_path: Path, async_steps: int) -> tuple[list[bool], list[float]]:
+    """3 steps of full training at learning rate 0.05, each trained batch's old log-probabilities checked against
+    those of the weights that generated it. Returns whether each batch carried them, and the logged clip fractions."""
+    import torch
+
+    prompts = [f"Write one sentence about topic {i}." for i in range(12)]
+    carried, weights_at, generated_at = [], {}, []  # weights_at: global step -> the weights generating there
+    with (
+        FaultServer(reply=hashed_verdict) as judge,
+        trainer_on(tmp_path, judge, prompts, async_steps, full=True, learning_rate=0.05) as trainer,
+    ):
+        if trainer.ahead is not None:
+            start, collect = trainer.ahead.start, trainer.ahead.collect
+
+            def snapshot(inputs):
+                weights = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+                weights_at[trainer.state.global_step] = weights
+                return start(inputs)
+
+            def remember(pending):
+                generated_at.append(pending.step)
+                return collect(pending)
+
+            trainer.ahead.start, trainer.ahead.collect = snapshot, remember
+        compute_loss = trainer.compute_loss
+
+        def check(model, inputs, *args, **kwargs):
+            carried.append(inputs.get("old_per_token_logps") is not None)
+            if carried[-1]:
+                mask = inputs["completion_mask"].bool()
+                ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+                attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+                keep = inputs["completion_ids"].size(1)
+                logps = trainer._get_per_token_logps_and_entropies
+                with torch.no_grad():
+                    now, _, _ = logps(trainer.model, ids, attention, keep)
+                    current = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+                    trainer.model.load_state_dict(weights_at[generated_at[-1]], strict=False)
+                    then, _, _ = logps(trainer.model, ids, attention, keep)
+                    trainer.model.load_state_dict(current, strict=False)
+                old = inputs["old_per_token_logps"]
+                assert (old - then)[mask].abs().max() < 1e-5  # the generating weights'
+                if trainer.state.global_step > generated_at[-1]:  # one update later: not the current weights'
+                    assert (old - now)[mask].abs().max() > 1e-2
+            return compute_loss(model, inputs, *args, **kwargs)
+
+        trainer.compute_loss = check
+        trainer.train()
+    return carried, [entry["clip_ratio/region_mean"] for entry in trainer.state.log_history if "loss" in entry]
+
+
+def test_dynamic_sampling_finds_flat_groups_when_their_grades_arrive(tmp_path, quiet_env):
+    """Half the prompts are answered "met" on every criterion (flat groups). One step ahead, the flat groups of a
+    batch are found when its grades are collected, and the extra rounds generated then fill the batch with groups
+    that have a spread: no flat group reaches the loss."""
+    from rurl.dynamic_sampling import DynamicSampling
+
+    def verdict(body: dict) -> str:
+        if "FLAT:" in body["messages"][-1]["content"]:
+            return json.dumps({"explanation": "scripted", "criteria_met": True})
+        return hashed_verdict(body)
+
+    prompts = [f"{'FLAT: ' if i % 2 else ''}Write one sentence about topic {i}." for i in range(12)]
+    trained = []
+    with (
+        FaultServer(reply=verdict, latency=0.2) as judge,
+        trainer_on(tmp_path, judge, prompts, 1, max_steps=2, dynamic=DynamicSampling(0.02, 8)) as trainer,
+    ):
+        compute_loss = trainer.compute_loss
+
+        def keep(model, inputs, *args, **kwargs):
+            trained.append(trainer.processing_class.batch_decode(inputs["prompt_ids"], skip_special_tokens=True))
+            assert inputs["old_per_token_logps"].shape == inputs["completion_ids"].shape
+            return compute_loss(model, inputs, *args, **kwargs)
+
+        trainer.compute_loss = keep
+        trainer.train()
+    assert len(trained) == 2 and all(len(batch) == 2 * GENERATIONS for batch in trained)
+    assert not [p for batch in trained for p in batch if "FLAT:" in p], trained
+    history = [entry for entry in trainer.state.log_history if "reward" in entry]
+    assert sum(entry["dynamic_sampling/extra_rounds"] for entry in history) >= 1  # flat groups were found
+    assert [entry["async/staleness"] for entry in history] == [0.0, 1.0]
+    assert trainer.ahead.summary()["untrained_batches"] == 1
+
+
+def one_step_ahead(out: Path, judge: FaultServer, *flags: str) -> list[str]:
+    """`rurl train` of the tiny preset (its arguments), one step ahead, plain GRPO, graded by the scripted judge."""
+    plain = ["--async_steps", "1", "--eval_size", "0", "--dynamic_sampling", "false", "--report_to", "none"]
+    plain += ["--max_completion_length", "8", "--overlong_buffer", "0"]
+    return tiny_rurl_train(out, *plain, *flags, judge_url=judge.base_url)
+
+
+def test_the_failure_guard_stops_one_step_ahead_and_cancels_the_next_batchs_grading(tmp_path, quiet_env, capsys):
+    """The judge answers garbage to the first batch's 40 questions (8 completions x 5 criteria) and holds every later
+    question for 30 s. The guard stops at step 1 with a checkpoint, as it does synchronously; the batch generated
+    ahead for step 2 is not trained, its calls still in flight are cancelled and counted in the summary, and the
+    command ends without waiting for a single one of them."""
+    import threading
+
+    from rubricrl.cli import main
+
+    asked, late, lock = set(), [], threading.Lock()
+
+    def judge_reply(body: dict) -> str:
+        content = body["messages"][-1]["content"]
+        with lock:
+            first_batch = content in asked or len(asked) < 40
+            if first_batch:
+                asked.add(content)
+        if not first_batch:
+            time.sleep(30)
+            late.append(content)
+        return "garbage, not a verdict"
+
+    out = tmp_path / "run"
+    with FaultServer(reply=judge_reply) as judge:
+        code = main(one_step_ahead(out, judge, "--max_steps", "4", "--rubrics", str(rubric_file(tmp_path))))
+        answered_late = len(late)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "judge-failure guard" in err and "Stopped at step 1" in err
+    summary = json.loads((out / "manifest.json").read_text())["summary"]
+    assert summary["steps"] == 1 and summary["judge"]["completions"] == 8
+    assert summary["async"]["untrained_batches"] == 1 and summary["async"]["cancelled_completions"] == 8
+    assert "1 batch generated ahead not trained (8 completions, their grading cancelled)" in err
+    assert answered_late == 0  # the command did not wait for the held questions
+
+
+def test_a_run_one_step_ahead_killed_after_a_checkpoint_resumes_to_the_same_step_count(tmp_path, quiet_env):
+    """SIGKILLed once checkpoint-2 is written, the run resumes from it: the batch that was generated ahead is
+    generated again from the checkpoint's weights (staleness 0 at the resumed run's first step) and the run ends at
+    max_steps with its model, one step ahead again from there on."""
+    out = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    with FaultServer(reply=hashed_verdict, latency=0.2) as judge:
+        flags = ["--max_steps", "5", "--save_steps", "2", "--rubrics", str(rubric_file(tmp_path))]
+        command = [str(Path(sys.executable).with_name("rubricrl")), *one_step_ahead(out, judge, *flags)]
+        first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 300
+        while not (out / "checkpoint-2" / "trainer_state.json").is_file():
+            assert first.poll() is None, first.stderr.read().decode()[-3000:]
+            assert time.monotonic() < deadline, "no checkpoint-2 within 5 minutes"
+            time.sleep(0.2)
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+        second = subprocess.run(
+            command + ["--resume_from_checkpoint", "true"], env=env, capture_output=True, text=True, timeout=300
+        )
+    assert second.returncode == 0, second.stderr[-3000:]
+    summary = json.loads((out / "manifest.json").read_text())["summary"]
+    assert summary["steps"] == 5 and summary["steps_this_run"] == 3 and summary["stopped"] is None
+    assert (out / "model.safetensors").is_file()
+    history = [e for e in json.loads((out / "log_history.json").read_text()) if "reward" in e]
+    resumed = [e["async/staleness"] for e in history if e["step"] > 2]
+    assert resumed == [0.0, 1.0, 1.0]
+    assert summary["async"]["batches"] == 3 and summary["async"]["untrained_batches"] == 1
+
+
+def rubric_file(tmp_path: Path) -> Path:
+    """16 one-line queries with the tests' binary rubric: 8 steps an epoch, so that every step has one ahead."""
+    path = tmp_path / "rubrics.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps({"id": f"q{i}", "prompt": [{"role": "user", "content": f"Name fact {i}."}], "rubrics": RUBRIC})
+            + "\n"
+            for i in range(16)
+        )
+    )
+    return path
