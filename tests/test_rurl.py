@@ -168,8 +168,9 @@ def test_an_overlong_buffer_longer_than_the_limit_is_refused():
 
 def test_the_trl_seams_dynamic_sampling_overrides_are_still_there():
     """rurl/trainer.py overrides private GRPOTrainer methods (read in TRL 1.16.0); when TRL renames them or changes
-    their parameters, this fails before a training run silently loses dynamic sampling. That TRL still calls them
-    where they take effect, the dynamic-sampling runs of tests/test_rurl_train.py show."""
+    their parameters, this fails before a training run silently loses dynamic sampling or the async schedule. That
+    TRL still calls them where they take effect, the dynamic-sampling runs of tests/test_rurl_train.py and the
+    async runs of tests/test_rurl_async.py show."""
     import inspect
 
     from trl import GRPOTrainer
@@ -181,6 +182,8 @@ def test_the_trl_seams_dynamic_sampling_overrides_are_still_there():
         "_generate_and_score_completions": ["self", "inputs"],
         "_calculate_rewards": ["self", "inputs", "prompts", "completions", "completion_ids_list"],
         "_prepare_inputs": ["self", "generation_batch"],
+        "_generate": ["self", "prompts"],
+        "get_batch_samples": ["self", "epoch_iterator", "num_batches", "device"],
     }
     for name, parameters in seams.items():
         method = getattr(GRPOTrainer, name, None)
@@ -188,6 +191,8 @@ def test_the_trl_seams_dynamic_sampling_overrides_are_still_there():
         assert list(inspect.signature(method).parameters) == parameters, (
             f"GRPOTrainer.{name} changed: see rurl/trainer.py"
         )
+    logps = list(inspect.signature(GRPOTrainer._get_per_token_logps_and_entropies).parameters)
+    assert logps[:5] == ["self", "model", "input_ids", "attention_mask", "logits_to_keep"], logps
 
 
 TRAINER_WITHOUT_VLLM = """

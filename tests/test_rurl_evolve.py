@@ -259,12 +259,16 @@ def test_next_draw_applies_a_finished_call_at_the_step_end_and_the_query_may_be_
 
 
 @pytest.mark.slow
-def test_same_step_criteria_grade_the_group_they_were_written_from_in_a_one_epoch_run(tmp_path, quiet_env):
+@pytest.mark.parametrize("async_steps", [0, 1])
+def test_same_step_criteria_grade_the_group_they_were_written_from_in_a_one_epoch_run(
+    async_steps, tmp_path, quiet_env
+):
     """same_step, one step that draws both queries once (a whole epoch): the evolver's criterion for the sea query
     grades that query's 4 answers before their advantages, and each reward is the one the rubric gives by hand:
     the original (5 points, met by all) plus the new one (3 points) where the judge met it, over 8 points. The
     evolver saw each answer cut to 3 tokens of the policy's tokenizer, and dynamic sampling keeps the group the new
-    criterion split, though every original criterion left it flat. The run's probe preflight is in its summary."""
+    criterion split, though every original criterion left it flat. The run's probe preflight is in its summary.
+    With async_steps 1 the batch's grades are collected (and evolved) in the replay of its call: the same."""
     data = rubric_file(tmp_path / "rubrics.jsonl", ["Say one thing about the sea.", "BROKEN: say hi."])
     log, lock = [], threading.Lock()
     out = tmp_path / "run"
@@ -272,6 +276,7 @@ def test_same_step_criteria_grade_the_group_they_were_written_from_in_a_one_epoc
     flags += ["--dynamic_sampling", "true", "--max_extra_rounds", "0", "--max_steps", "1", "--save_strategy", "no"]
     flags += ["--per_device_train_batch_size", "8", "--max_completion_length", "8", "--overlong_buffer", "0"]
     flags += ["--report_to", "none", "--merge_adapter", "false", "--probe_rows", "2"]
+    flags += ["--async_steps", str(async_steps)]
     with FaultServer(reply=scripted(log, lock, split=True)) as server:
         assert main(tiny_rurl_train(out, *flags, judge_url=server.base_url)) == 0
     asked = [text for text in log if "Evolve the rubric." in text]
@@ -289,6 +294,7 @@ def test_same_step_criteria_grade_the_group_they_were_written_from_in_a_one_epoc
     assert history[0]["dynamic_sampling/groups_kept"] == 1  # ... which joins the batch; the BROKEN query's stays flat
     assert history[0]["rewards/rubric_reward/mean"] == pytest.approx((sum(by_hand) + 4 * 1.0) / 8)  # as TRL got them
     assert history[0]["evolve/flat_groups"] == 0.5 and history[0]["evolve/flat_groups_original"] == 1.0
+    assert history[0].get("async/staleness") == (0.0 if async_steps else None)
     summary = json.loads((out / "manifest.json").read_text())["summary"]
     evolve = summary["evolve"]
     assert (evolve["apply"], evolve["regraded"], evolve["added"], evolve["failed"]) == ("same_step", 4, 1, 1)

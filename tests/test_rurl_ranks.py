@@ -134,6 +134,37 @@ def test_processes_pool_kept_groups_when_one_process_has_only_flat_ones(tmp_path
     assert flat == ["q0"]
 
 
+def test_one_step_ahead_every_process_follows_the_same_schedule(tmp_path, quiet_env):
+    """async_steps 1 with dynamic sampling over 6 prompts (3 steps an epoch, one prompt per process and step, two of
+    them flat): each step generates the next batch on both processes, collects its own batch's grades, then pools
+    and exchanges kept groups, every process reaching the same collectives in the same order. The run ends by itself
+    at max_steps; the batch generated ahead of the last step is not trained."""
+    prompts = ["FLAT: say hello.", "Write one sentence about the sea.", "Name a river.", "FLAT: name a colour."]
+    prompts += ["Describe the rain.", "Name a fruit."]
+    with FaultServer(reply=scripted_judge, latency=0.1) as judge:
+        code, errs, out = launch(
+            tmp_path,
+            judge,
+            prompts,
+            "--max_steps",
+            "2",
+            "--async_steps",
+            "1",
+            "--dynamic_sampling",
+            "true",
+            "--max_extra_rounds",
+            "1",
+        )
+    assert code == 0, errs[0][-3000:] + errs[1][-3000:]
+    summary = json.loads((out / "manifest.json").read_text())["summary"]
+    assert summary["steps"] == 2 and summary["stopped"] is None
+    assert summary["async"]["batches"] == 2 and summary["async"]["untrained_batches"] == 1
+    steps = [entry for entry in json.loads((out / "log_history.json").read_text()) if "reward" in entry]
+    assert [entry["async/staleness"] for entry in steps] == [0.0, 1.0]
+    assert all(entry["dynamic_sampling/groups_generated"] >= 2 for entry in steps)
+    assert "one step ahead:" in errs[0] + errs[1]
+
+
 def test_the_failure_guard_stops_every_process_at_the_same_step(tmp_path, quiet_env):
     """The judge answers garbage for one of the two prompts: each step one process sees 100% of its completions
     unscored, the other 0%. Over both, 50% is above the 40% limit: both processes save checkpoint-1 together and

@@ -98,7 +98,8 @@ def test_the_weight_sync_pushes_the_policy_into_the_colocated_cpu_engine():
 
 
 @pytest.mark.slow
-def test_tiny_preset_trains_with_colocated_vllm_rollouts(tmp_path, quiet_env):
+@pytest.mark.parametrize("async_steps", [0, 1])
+def test_tiny_preset_trains_with_colocated_vllm_rollouts(async_steps, tmp_path, quiet_env):
     """`rubricrl rurl train --config configs/rurl/tiny-cpu.yaml --use_vllm true --vllm_mode colocate`: 2 GRPO steps
     whose completions come from the in-process vLLM engine (the weights pushed before each step's rollouts), then
     the held-out rows answered greedily by the same engine, ending with the model and the manifest, and no
@@ -108,6 +109,7 @@ def test_tiny_preset_trains_with_colocated_vllm_rollouts(tmp_path, quiet_env):
     flags += ["--max_steps", "2", "--eval_every", "0", "--save_steps", "100", "--report_to", "none"]
     flags += ["--dynamic_sampling", "false"]  # one generation round a step: more repeat what test_rurl_train covers
     flags += ["--max_completion_length", "16", "--overlong_buffer", "0"]  # the rollouts' path, not their length
+    flags += ["--async_steps", str(async_steps)]
     with FaultServer(reply=hashed_verdict) as judge:
         command = [
             str(Path(sys.executable).with_name("rubricrl")),
