@@ -295,11 +295,13 @@ def test_the_failure_guard_stops_one_step_ahead_and_cancels_the_next_batchs_grad
 def test_a_run_one_step_ahead_killed_after_a_checkpoint_resumes_to_the_same_step_count(tmp_path, quiet_env):
     """SIGKILLed once checkpoint-2 is written, the run resumes from it: the batch that was generated ahead is
     generated again from the checkpoint's weights (staleness 0 at the resumed run's first step) and the run ends at
-    max_steps with its model, one step ahead again from there on."""
+    max_steps with its model, one step ahead again from there on. The in-training evaluation and its monitor judge
+    run every 2 steps while a batch is being graded in the background."""
     out = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    flags = ["--max_steps", "5", "--save_steps", "2", "--rubrics", str(rubric_file(tmp_path)), "--eval_size", "2"]
+    flags += ["--eval_every", "2", "--monitor_judge", "true", "--roles", "monitor.model=scripted-monitor"]
     with FaultServer(reply=hashed_verdict, latency=0.2) as judge:
-        flags = ["--max_steps", "5", "--save_steps", "2", "--rubrics", str(rubric_file(tmp_path))]
         command = [str(Path(sys.executable).with_name("rubricrl")), *one_step_ahead(out, judge, *flags)]
         first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 300
@@ -312,6 +314,7 @@ def test_a_run_one_step_ahead_killed_after_a_checkpoint_resumes_to_the_same_step
         second = subprocess.run(
             command + ["--resume_from_checkpoint", "true"], env=env, capture_output=True, text=True, timeout=300
         )
+        monitored = sum(body["model"] == "scripted-monitor" for body in judge.requests)
     assert second.returncode == 0, second.stderr[-3000:]
     summary = json.loads((out / "manifest.json").read_text())["summary"]
     assert summary["steps"] == 5 and summary["steps_this_run"] == 3 and summary["stopped"] is None
@@ -320,10 +323,14 @@ def test_a_run_one_step_ahead_killed_after_a_checkpoint_resumes_to_the_same_step
     resumed = [e["async/staleness"] for e in history if e["step"] > 2]
     assert resumed == [0.0, 1.0, 1.0]
     assert summary["async"]["batches"] == 3 and summary["async"]["untrained_batches"] == 1
+    evals = [json.loads(line) for line in (out / "eval.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in evals][-2:] == [4, 5]  # the resumed run's: at step 4 and at the end
+    assert all(e["monitor"]["monitor/overall_score"] is not None for e in evals[-2:]) and monitored >= 2 * 2 * 5
 
 
 def rubric_file(tmp_path: Path) -> Path:
-    """16 one-line queries with the tests' binary rubric: 8 steps an epoch, so that every step has one ahead."""
+    """16 one-line queries with the tests' binary rubric: 8 steps an epoch (7 with 2 held out), so that every step of
+    the tests' short runs has one ahead."""
     path = tmp_path / "rubrics.jsonl"
     path.write_text(
         "".join(
