@@ -37,8 +37,7 @@ class DynamicSampling:
 
 class DynamicSampler:
     """The sampler of one trainer: `generate` generates and scores a batch now (RubricGRPOTrainer._scored_round); the
-    prompts
-    found flat this epoch (`flat`, `epoch`) are the state a checkpoint keeps."""
+    prompts found flat this epoch (`flat`, `epoch`) are the state a checkpoint keeps."""
 
     def __init__(self, trainer: Any, config: DynamicSampling, generate: Callable[[list[dict]], dict[str, Any]]):
         self.trainer, self.config, self.generate = trainer, config, generate
