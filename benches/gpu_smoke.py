@@ -6,13 +6,23 @@ pandas, but no TRL, datasets, vLLM, openai, wandb or model weights. So:
     python benches/gpu_smoke.py prepare     # here, online: missing wheels, model config and tokenizer into .gpu_smoke/
     python benches/gpu_smoke.py run         # there: 6 GRPO steps against `trl grpo`'s in two shapes (the
                                             # head-to-head, benches/gpu_head_to_head.py), generation, `ruft build`,
-                                            # 3 SFT steps; the figures
+                                            # 3 SFT steps, then the 135M shape with a 2 s judge; the figures
     python benches/gpu_smoke.py --dry-run   # here: prepare, check the wheels install there, the run on CPU, tiny
 
 `prepare` prints the folder's size against the 64 MiB that may travel; `run` installs the wheels offline and uses a
 random model and a canned judge; tests/test_gpu_smoke.py runs --dry-run. A failed step prints one line naming it
-(after its log's tail); the run ends itself within --deadline seconds. Figures: step times against trl grpo's, generated
-tokens/s, peak GPU memory, versions (the guide: docs/benchmarks.md).
+(after its log's tail); the run ends itself within --deadline seconds. Measured: each GRPO and SFT optimizer step's
+seconds (generation included for GRPO), the ratio of steady steps against trl grpo's with an instant reward, and with a
+judge answering in 2 s, `rurl train` at --async_steps 0 and 1 and trl grpo with a 2 s async reward (each against trl
+grpo's instant-reward step); each command's seconds, generated tokens/s, peak GPU memory, versions, and what the run
+left on disk (bytes, checkpoint folders: none, no command saves one). The guide: docs/benchmarks.md.
+
+The slow-judge runs come last, after SFT, so that a run the deadline cuts short has the rest; a side the deadline
+leaves too little time for is skipped and says so. The dry run builds and resolves their three commands (the
+`rurl train` settings at each --async_steps, trl grpo's config with the async reward, which it imports and checks as
+TRL would) but runs none: each is a process that costs the suite's 2 shared cores 1-2.5 min (116-146 s at 3 steps,
+other tests running), and what they would run beyond the commands is covered elsewhere (`--async_steps 1` in
+tests/test_rurl_async.py, the same two commands at an instant judge just before them).
 """
 
 import argparse
@@ -27,7 +37,17 @@ import traceback
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from gpu_head_to_head import DRY_RUN_SHORT, compare, report_lines, rurl_argv, shapes
+from gpu_head_to_head import (
+    DRY_RUN_SHORT,
+    NO_CHECKPOINTS,
+    SLOW_JUDGE_S,
+    SLOW_SHAPE,
+    compare,
+    report_lines,
+    rurl_argv,
+    shapes,
+    slow_judge,
+)
 from gpu_smoke_prepare import StepFailed, check_installable, pip, prepare
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -163,7 +183,7 @@ class Run:
         out = self.work / "ruft"
         argv = ["ruft", "train", "--config", "configs/ruft/tiny-cpu.yaml", "--dataset", str(dataset)]
         argv += ["--output_dir", str(out), "--model_name_or_path", str(model_dir), "--max_steps", str(steps)]
-        argv += ["--save_steps", str(steps), "--report_to", "none", *self.device_flags("--max_length", "96")]
+        argv += [*NO_CHECKPOINTS, "--report_to", "none", *self.device_flags("--max_length", "96")]
         ran = self.command("sft", argv)
         if len(ran["step_seconds"]) != steps:
             raise StepFailed(f"{len(ran['step_seconds'])} steps timed, {steps} asked")
@@ -247,7 +267,45 @@ def smoke(folder: Path, run: Run, steps: int, grpo_steps: int) -> dict:
             dataset = run.ruft_build(judge.base_url)
         with step(f"sft ({steps} steps of configs/ruft/tiny-cpu.yaml)", run):
             run.sft(model_dir, dataset, steps)
+        runs = "commands resolved, not run: a dry run" if run.dry_run else f"{grpo_steps} steps a side"
+        with step(f"head-to-head with a {SLOW_JUDGE_S:g} s judge ({SLOW_SHAPE}; {runs})", run):
+            slow = stack.enter_context(canned_endpoint(SLOW_JUDGE_S, jitter=0.0))
+            entry = slow_judge(run, model_dir, slow.base_url, grpo_steps, run.result["head_to_head"])
+            run.result["head_to_head"][SLOW_SHAPE]["slow_judge"] = entry
     return run.result
+
+
+def left_on_disk(work: Path) -> dict:
+    """What the run left in its work folder: GiB, checkpoint folders (none: no command saves one), the disk's free
+    GiB. The checkpoint folders are then removed (nothing reads them), which frees room for the copy to --out."""
+    files = [p for p in work.rglob("*") if p.is_file() and not p.is_symlink()]
+    checkpoints = sorted(p for p in work.rglob("checkpoint-*") if p.is_dir())
+    figures = {
+        "work_gib": round(sum(p.stat().st_size for p in files) / 2**30, 3),
+        "checkpoints": [str(p.relative_to(work)) for p in checkpoints],
+        "free_disk_gib": round(shutil.disk_usage(work).free / 2**30, 1),
+    }
+    for folder in checkpoints:
+        shutil.rmtree(folder, ignore_errors=True)
+    return figures
+
+
+def keep(run: Run, out: Path | None, failed: bool) -> None:
+    """What the run left on disk into its result, then gpu_smoke.json and the commands' logs (and trl grpo's configs)
+    into `out`. After a failed step a fault here is one line on stderr and the step's failure stays the one reported;
+    after a run that went well it is the failure of the step `keep the results`."""
+    try:
+        with step("keep the results" + (f" in {out}" if out else "")):
+            run.result["left_on_disk"] = left_on_disk(run.work)
+            if out:
+                out.mkdir(parents=True, exist_ok=True)
+                (out / "gpu_smoke.json").write_text(json.dumps(run.result, indent=1))
+                for log in [*run.work.glob("*.log"), *run.work.glob("trl-*.yaml")]:
+                    shutil.copy2(log, out / log.name)
+    except StepFailed as error:
+        if not failed:
+            raise
+        print(f"gpu_smoke: note: after the failure below, also failed: {error}", file=sys.stderr)
 
 
 def report(result: dict) -> str:
@@ -273,6 +331,13 @@ def report(result: dict) -> str:
         f"SFT step s: {seconds(sft['step_seconds'])}; command {sft['seconds']:.1f} s; peak GPU memory {gib(sft)}",
         *report_lines(result["head_to_head"]),
     ]
+    disk = result.get("left_on_disk")
+    if disk:
+        checkpoints = ", ".join(disk["checkpoints"]) or "none"
+        lines.append(
+            f"left on disk: {disk['work_gib']:.2f} GiB in the work folder, checkpoint folders: {checkpoints}; "
+            f"{disk['free_disk_gib']:.1f} GiB free"
+        )
     return "\n".join(f"gpu_smoke: {line}" for line in lines)
 
 
@@ -283,7 +348,7 @@ def main() -> int:
     parser.add_argument("--prepared", type=Path, default=PREPARED, help="the prepared folder (default .gpu_smoke)")
     parser.add_argument("--steps", type=int, help="SFT steps (default 3; 1 in a dry run)")
     parser.add_argument("--grpo-steps", type=int, help="GRPO steps of each side (default 6; 3 in a dry run)")
-    parser.add_argument("--deadline", type=float, default=470.0, help="seconds before the run stops itself")
+    parser.add_argument("--deadline", type=float, default=560.0, help="seconds before the run stops itself")
     parser.add_argument("--out", type=Path, help="where gpu_smoke.json and the commands' logs are copied")
     args = parser.parse_args()
     if (args.stage is None) == (not args.dry_run):
@@ -294,20 +359,15 @@ def main() -> int:
             with step("prepare"):
                 prepare(args.prepared)
             return 0
-        with tempfile.TemporaryDirectory(prefix="gpu_smoke-") as work:
+        with tempfile.TemporaryDirectory(prefix="gpu_smoke-", ignore_cleanup_errors=True) as work:
             run = Run(Path(work), args.deadline, args.dry_run)
+            steps, grpo_steps = args.steps or (1 if args.dry_run else 3), args.grpo_steps or (3 if args.dry_run else 6)
             try:
-                steps, grpo_steps = (
-                    args.steps or (1 if args.dry_run else 3),
-                    args.grpo_steps or (3 if args.dry_run else 6),
-                )
                 result = smoke(args.prepared, run, steps, grpo_steps)
-            finally:
-                if args.out:
-                    args.out.mkdir(parents=True, exist_ok=True)
-                    (args.out / "gpu_smoke.json").write_text(json.dumps(run.result, indent=1))
-                    for log in [*Path(work).glob("*.log"), *Path(work).glob("trl-*.yaml")]:  # trl grpo's configs
-                        shutil.copy2(log, args.out / log.name)
+            except BaseException:
+                keep(run, args.out, failed=True)  # never in place of the failure: that is the one reported
+                raise
+            keep(run, args.out, failed=False)
         print(report(result))
         print(json.dumps(result))
         return 0

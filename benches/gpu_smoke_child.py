@@ -3,8 +3,14 @@
 python benches/gpu_smoke_child.py command RESULT.json rurl train ...   # a `rubricrl` command, its steps timed
 python benches/gpu_smoke_child.py trl RESULT.json --config FILE        # `trl grpo` (trl/scripts/grpo.py), the same
 python benches/gpu_smoke_child.py generate RESULT.json MODEL_DIR      # transformers' generate alone
+
+Measured: each optimizer step's wall time (generation included for GRPO; the Trainer's checkpoint and log writes
+after a step are not), the command's exit code and peak GPU memory; for `generate`, tokens/s. Also the two rewards
+`trl grpo` gets in the head-to-head (by dotted path): `instant_reward`, and `slow_reward`, which answers after
+SLOW_REWARD_S as the slow-judge comparison's canned judge does.
 """
 
+import asyncio
 import json
 import random
 import sys
@@ -47,6 +53,18 @@ def trl_grpo(argv: list[str]) -> dict:
 
 def instant_reward(completions, **kwargs) -> list[float]:
     """The head-to-head's reward for `trl grpo`: random, at once (groups are never flat, nothing is waited for)."""
+    return [random.random() for _ in completions]
+
+
+SLOW_REWARD_S = 2.0
+"""slow_reward's answer time: benches/gpu_head_to_head.py's SLOW_JUDGE_S, the slow canned judge's latency."""
+
+
+async def slow_reward(completions, **kwargs) -> list[float]:
+    """The slow-judge comparison's reward for `trl grpo`: random, after SLOW_REWARD_S. An `async def`: TRL awaits it
+    on its own event loop (with any other async reward functions concurrently), once per generation batch, and the
+    step waits for it, as a synchronous step waits for a judge."""
+    await asyncio.sleep(SLOW_REWARD_S)
     return [random.random() for _ in completions]
 
 

@@ -1,6 +1,8 @@
 """benches/gpu_smoke.py, the script a session with a GPU machine runs once: its dry run on this CPU (the preparation,
-pip's check that the wheels install on the GPU machine's Python, then every step of the run, one training step each),
-so that it cannot rot between the sessions that have a GPU; and a failure said in one line naming the step."""
+pip's check that the wheels install on the GPU machine's Python, then every step of the run, one training step each,
+the slow-judge comparison's commands built and resolved but not run), so that it cannot rot between the sessions that
+have a GPU; that it leaves no checkpoint behind; a failure said in one line naming the step, which a failure to keep
+the results after it does not hide; and the slow-judge report, which only a GPU run fills."""
 
 import json
 import subprocess
@@ -13,6 +15,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benches" / "gpu_smoke.py"
 sys.path.insert(0, str(SCRIPT.parent))
+from gpu_head_to_head import SLOW_REWARD, SLOW_SIDES, slow_judge_lines  # noqa: E402
 from gpu_smoke_prepare import CARRIED, LIMIT_MIB, MODEL_FILES  # noqa: E402
 
 
@@ -58,13 +61,76 @@ def test_the_dry_run_prepares_what_may_travel_and_runs_every_step(tmp_path):
     assert lora["max_steps"] == full["max_steps"] == 3 and lora["eval_strategy"] == "no"
     assert "135M LoRA 8x48: steady-step ratio rubricrl / trl grpo" in done.stdout
 
+    # no command saved a checkpoint (the preset's save_steps: 2 filled a GPU machine's disk at the 1.7B shape)
+    assert lora["save_strategy"] == full["save_strategy"] == "no"
+    assert result["left_on_disk"]["checkpoints"] == [] and result["left_on_disk"]["work_gib"] > 0
+    assert "checkpoint folders: none" in done.stdout
+
+    # the slow-judge comparison (a 2 s judge, 135M shape): its three commands built and resolved, none run
+    slow = small["slow_judge"]
+    assert (slow["judge_s"], slow["steps"]) == (2.0, 3)
+    assert slow["trl_instant_steady_median_s"] == small["trl"]["steady_median_s"]
+    assert all(slow[name]["resolved_only"] for name in SLOW_SIDES)
+    for name, async_steps in (("rubricrl_async_0", "0"), ("rubricrl_async_1", "1")):
+        argv = slow[name]["argv"]
+        assert argv[:2] == ["rurl", "train"] and argv[argv.index("--async_steps") + 1] == async_steps
+        assert argv[argv.index("--save_strategy") + 1] == "no" and argv[argv.index("--eval_size") + 1] == "0"
+    slow_trl = yaml.safe_load((out / "trl-135m-slow.yaml").read_text())
+    assert slow["trl_slow_reward"]["argv"][-1].endswith("trl-135m-slow.yaml")
+    assert slow_trl["reward_funcs"] == [SLOW_REWARD] and slow_trl["save_strategy"] == "no"
+    same = {key: value for key, value in lora.items() if key not in ("reward_funcs", "output_dir")}
+    assert same == {key: value for key, value in slow_trl.items() if key not in ("reward_funcs", "output_dir")}
+    assert "135M LoRA 8x48 with a 2 s judge" in done.stdout
+    assert "rubricrl --async_steps 1: command built and resolved, not run (dry run)" in done.stdout
+
 
 def test_a_failed_step_is_one_line_that_names_it(tmp_path):
     (tmp_path / "prepared" / "wheels").mkdir(parents=True)  # never prepared
+    (tmp_path / "a-file").write_text("")  # --out under a file: keeping the results fails too, after the step
     argv = [sys.executable, str(SCRIPT), "run", "--prepared", str(tmp_path / "prepared")]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [*argv, "--out", str(tmp_path / "a-file" / "out")], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 1
-    assert done.stderr.strip().splitlines()[-1] == (
+    said = done.stderr.strip().splitlines()
+    assert said[-1] == (
         f"gpu_smoke: FAILED at install: no wheels in {tmp_path / 'prepared' / 'wheels'}: run "
         "`python benches/gpu_smoke.py prepare` here first"
+    )
+    assert said[-2].startswith(
+        f"gpu_smoke: note: after the failure below, also failed: keep the results in {tmp_path / 'a-file' / 'out'}: "
+    ), said
+
+
+def test_the_slow_judge_report_gives_each_side_its_ratio_or_why_not():
+    def ran(steps, **more):
+        return {
+            "first_steps_s": steps[:2],
+            "steady_steps_s": steps[2:],
+            "steady_median_s": sorted(steps[2:])[len(steps[2:]) // 2],
+            "command_s": 60.0,
+            "peak_allocated_gib": 0.9,
+            "peak_reserved_gib": 1.0,
+            **more,
+        }
+
+    rounds = {"extra_rounds": [1, 0, 0, 0, 0, 0], "judge_s": [2.0] * 6}
+    slow = {
+        "judge_s": 2.0,
+        "steps": 6,
+        "trl_instant_steady_median_s": 3.5,
+        "rubricrl_async_1": ran([12, 8, 4, 4, 4, 4], **rounds, wait_s=[0.0] * 6, overlap_s=[2.0] * 6),
+        "rubricrl_async_0": ran([12, 8, 6, 6, 6, 6], **rounds),
+        "trl_slow_reward": {"skipped": "40 s left before the deadline, about 70 s needed"},
+    }
+    slow["rubricrl_async_1"]["ratio_to_trl_instant"] = 4 / 3.5
+    slow["rubricrl_async_0"]["ratio_to_trl_instant"] = 6 / 3.5
+    lines = slow_judge_lines(slow)
+    assert lines[0].startswith("135M LoRA 8x48 with a 2 s judge, 6 steps a side") and "(3.50 s)" in lines[0]
+    assert lines[1].startswith("  ratio 1.14, rubricrl --async_steps 1: steady median 4.00 s, first steps 12.00, 8.00")
+    assert "waited s [0.0, 0.0, 0.0, 0.0, 0.0, 0.0], graded meanwhile s [2.0," in lines[2]
+    assert lines[3].startswith("  ratio 1.71, rubricrl --async_steps 0: steady median 6.00 s")
+    assert "waited" not in lines[4]
+    assert lines[5] == (
+        "  trl grpo, an async reward answering in 2 s: skipped, 40 s left before the deadline, about 70 s needed"
     )
