@@ -36,6 +36,7 @@ FIRST = (
     "test_synthesis_model.py",
     "test_rurl_vllm.py",
     "test_cli.py",
+    "test_rurl_async.py",
     "test_rurl_train.py",
     "test_reward_trl.py",
     "test_grading_model.py",

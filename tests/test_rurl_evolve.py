@@ -260,9 +260,7 @@ def test_next_draw_applies_a_finished_call_at_the_step_end_and_the_query_may_be_
 
 @pytest.mark.slow
 @pytest.mark.parametrize("async_steps", [0, 1])
-def test_same_step_criteria_grade_the_group_they_were_written_from_in_a_one_epoch_run(
-    async_steps, tmp_path, quiet_env
-):
+def test_same_step_criteria_grade_the_group_they_were_written_from_in_a_one_epoch_run(async_steps, tmp_path, quiet_env):
     """same_step, one step that draws both queries once (a whole epoch): the evolver's criterion for the sea query
     grades that query's 4 answers before their advantages, and each reward is the one the rubric gives by hand:
     the original (5 points, met by all) plus the new one (3 points) where the judge met it, over 8 points. The
