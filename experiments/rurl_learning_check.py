@@ -1,6 +1,6 @@
 """The RuRL learning check: does GRPO with the rubric reward move a policy on this CPU? (Rerunnable; not a timed test.)
 
-    python experiments/rurl_learning_check.py [--steps 40] [--async-steps 0 1] [--output-dir runs/rurl-learning-check]
+    python experiments/rurl_learning_check.py [--steps 40] [--async-steps 0 1] [--seed 0] [--output-dir DIR] [--plot PNG]
 
 The tiny preset (configs/rurl/tiny-cpu.yaml: SmolLM2-135M-Instruct, LoRA) on experiments/data/rurl_rules.jsonl: 16
 short questions whose rubrics are rule checks decided in code (at most 10 words: 3 points, one sentence: 1, no comma:
@@ -23,6 +23,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--async-steps", type=int, nargs="+", default=[0, 1], choices=[0, 1])
+    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output-dir", type=Path, default=ROOT / "runs" / "rurl-learning-check")
     parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "rurl_learning_check.png")
     args = parser.parse_args()
@@ -30,7 +31,7 @@ def main() -> int:
     curves, risen = {}, True
     for async_steps in args.async_steps:
         out = args.output_dir / f"async-{async_steps}"
-        code = train(out, args.steps, async_steps)
+        code = train(out, args.steps, async_steps, args.seed)
         if code:
             return code
         history = json.loads((out / "log_history.json").read_text())
@@ -49,7 +50,7 @@ def main() -> int:
     return 0 if risen else 1
 
 
-def train(out: Path, steps: int, async_steps: int) -> int:
+def train(out: Path, steps: int, async_steps: int, seed: int) -> int:
     from rubricrl.cli import main as rubricrl
 
     return rubricrl(
@@ -82,6 +83,8 @@ def train(out: Path, steps: int, async_steps: int) -> int:
             "false",
             "--async_steps",
             str(async_steps),
+            "--seed",
+            str(seed),
         ]
     )
 
