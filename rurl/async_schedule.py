@@ -118,8 +118,7 @@ class AheadSchedule:
         self.current: Pending | None = None
         self.pending: Pending | None = None  # the batch generated ahead
         self.lookahead: Lookahead | None = None
-        self.fetched: tuple[int, list] = (0, [])  # (TRL's micro-step when the optimizer step's batches were fetched,
-        # those batches)
+        self.fetched: tuple[int, list] = (0, [])  # TRL's micro-step at the last fetch, and the batches fetched
         self.totals = {"grading_s": 0.0, "hidden_s": 0.0, "waited_s": 0.0, "batches": 0}
         self.untrained = {"batches": 0, "completions": 0, "cancelled_completions": 0}
         trainer.reward_funcs = [
