@@ -111,7 +111,7 @@ def judge_said(judge: FaultServer) -> list[tuple[str, bool]]:
 def test_one_step_ahead_keeps_every_grade_with_its_completion_and_trains_a_synchronous_runs_prompts(
     tmp_path, quiet_env
 ):
-    """12 prompts, 3 steps, a judge answering in 0.3 s. Every logged completion's verdicts are the ones the judge
+    """12 prompts, 3 steps, a judge answering in 0.1 s. Every logged completion's verdicts are the ones the judge
     gave for that completion's text, its reward is their points over 31, and its advantage is its group's
     normalised reward: no batch's grades land on another. Each step trains the prompts the synchronous run trains at
     that step; the batch of step 4, generated ahead, is not trained and its calls are cancelled."""
@@ -119,7 +119,7 @@ def test_one_step_ahead_keeps_every_grade_with_its_completion_and_trains_a_synch
     runs = {}
     for async_steps in (0, 1):
         with (
-            FaultServer(reply=hashed_verdict, latency=0.3) as judge,
+            FaultServer(reply=hashed_verdict, latency=0.1) as judge,
             trainer_on(tmp_path / str(async_steps), judge, prompts, async_steps) as trainer,
         ):
             tables = logged_tables(trainer)
