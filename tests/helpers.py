@@ -7,8 +7,11 @@ import asyncio
 import fcntl
 import hashlib
 import json
+import signal
+import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,3 +134,17 @@ def tiny_rurl_train(out: Path, *flags: str, judge_url: str | None = None) -> lis
         argv += ["--base-url", judge_url, "--model", "scripted-judge", "--no-cache", "--no-preflight"]
         argv += ["--roles", "judge.max_tokens=50", "--model_name_or_path", str(tiny_policy())]
     return argv + list(flags)
+
+
+def kill_after_checkpoint(command: list[str], env: dict, checkpoint: Path, within: float) -> None:
+    """Run `command` until `checkpoint` is complete (its trainer_state.json written), then SIGKILL it: a training run
+    killed mid-run, to be resumed. Fails the test when the run ends first or writes no such checkpoint within
+    `within` seconds."""
+    run = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + within
+    while not (checkpoint / "trainer_state.json").is_file():
+        assert run.poll() is None, run.stderr.read().decode()[-3000:]
+        assert time.monotonic() < deadline, f"no {checkpoint.name} within {within:g} s"
+        time.sleep(0.2)
+    run.send_signal(signal.SIGKILL)
+    run.wait()

@@ -8,11 +8,9 @@ import asyncio
 import contextlib
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,7 +19,7 @@ from grading.grader import Grader, GradingConfig
 from grading.reward import make_rubric_reward
 from rubricrl.llm import LLMClient, Role
 from tests.fault_server import FaultServer
-from tests.helpers import hashed_verdict, tiny_policy, tiny_rurl_train
+from tests.helpers import hashed_verdict, kill_after_checkpoint, tiny_policy, tiny_rurl_train
 
 pytestmark = pytest.mark.slow
 
@@ -307,14 +305,7 @@ def test_a_run_one_step_ahead_killed_after_a_checkpoint_resumes_to_the_same_step
     flags += ["--eval_every", "2", "--monitor_judge", "true", "--roles", "monitor.model=scripted-monitor"]
     with FaultServer(reply=hashed_verdict, latency=0.2) as judge:
         command = [str(Path(sys.executable).with_name("rubricrl")), *one_step_ahead(out, judge, *flags)]
-        first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 300
-        while not (out / "checkpoint-2" / "trainer_state.json").is_file():
-            assert first.poll() is None, first.stderr.read().decode()[-3000:]
-            assert time.monotonic() < deadline, "no checkpoint-2 within 5 minutes"
-            time.sleep(0.2)
-        first.send_signal(signal.SIGKILL)
-        first.wait()
+        kill_after_checkpoint(command, env, out / "checkpoint-2", within=300)
         second = subprocess.run(
             command + ["--resume_from_checkpoint", "true"], env=env, capture_output=True, text=True, timeout=300
         )

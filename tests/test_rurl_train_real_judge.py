@@ -4,15 +4,13 @@ scripted-judge tests on another xdist worker."""
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import SECRET, tiny_rurl_train
+from tests.helpers import SECRET, kill_after_checkpoint, tiny_rurl_train
 
 pytestmark = pytest.mark.slow
 
@@ -30,14 +28,7 @@ def test_tiny_preset_trains_with_the_real_judge_and_resumes_after_a_kill(tmp_pat
     steps += ["--dynamic_sampling", "false"]
     command = [str(Path(sys.executable).with_name("rubricrl")), *tiny_rurl_train(out, *steps)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 600
-    while not (out / "checkpoint-1" / "trainer_state.json").is_file():
-        assert first.poll() is None, first.stderr.read().decode()[-3000:]
-        assert time.monotonic() < deadline, "no checkpoint-1 within 10 minutes"
-        time.sleep(0.5)
-    first.send_signal(signal.SIGKILL)
-    first.wait()
+    kill_after_checkpoint(command, env, out / "checkpoint-1", within=600)
     assert not (out / "manifest.json").exists()
 
     second = subprocess.run(
