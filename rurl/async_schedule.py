@@ -13,8 +13,9 @@ advantages in one call:
 - **start**: that call runs once at generation time. The rubric reward (an `async def`, as TRL runs it on its own
   event loop) is wrapped (`deferred`): the call starts as a task and TRL gets zeros meanwhile; the metrics and tables
   TRL writes from those zeros go to scratch containers and are dropped, except the generation's own (lengths,
-  tokens). Every log-probability TRL computes there is kept, and the generating weights' own are computed when TRL
-  did not need them.
+  tokens). Every log-probability TRL computes there is kept. Where TRL computed none of the generating weights'
+  own, they are read from generation's logits as it samples (transformers' `generate`: `rurl/sampled_logps.py`),
+  or computed by one more forward pass (other generation paths).
 - **collect**: when the batch trains, the same call runs again, replayed: generation and log-probabilities are
   handed back as they were computed, the wrapped reward awaits its task, and TRL computes advantages, metrics and
   tables from the real rewards, as in a synchronous step. Whatever the reward function reported while it ran in the
@@ -38,6 +39,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from rurl.sampled_logps import SampledLogps
 
 REPORTS = ("log_metric", "log_extra", "on_batch")
 """The callbacks a reward function reports through while it runs: recorded in the background, replayed at collect."""
@@ -121,6 +124,7 @@ class AheadSchedule:
         self.fetched: tuple[int, list] = (0, [])  # TRL's micro-step at the last fetch, and the batches fetched
         self.totals = {"grading_s": 0.0, "hidden_s": 0.0, "waited_s": 0.0, "batches": 0}
         self.untrained = {"batches": 0, "completions": 0, "cancelled_completions": 0}
+        self.sampled: SampledLogps | None = None  # the last generation's sampled-token log-probabilities
         trainer.reward_funcs = [
             deferred(f, i, self) if inspect.iscoroutinefunction(f) else f  # as TRL tells them (partials unwrapped)
             for i, f in enumerate(trainer.reward_funcs)
@@ -236,11 +240,15 @@ class AheadSchedule:
         return output
 
     def old_logps(self, output: dict[str, Any]) -> torch.Tensor:
-        """The current weights' per-token log-probabilities of `output`'s completions, as TRL computes its
-        `old_per_token_logps` (text batches)."""
+        """The generating weights' per-token log-probabilities of `output`'s completions, as TRL computes its
+        `old_per_token_logps` (text batches): read while `generate` sampled them where it could, else computed by
+        a forward of the current weights (the generating ones: no update has run since)."""
         from trl.models.utils import disable_gradient_checkpointing
 
         trainer = self.trainer
+        sampled, self.sampled = self.sampled, None
+        if sampled is not None:
+            return sampled.per_token(output["completion_ids"])
         ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
         mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
         with torch.no_grad(), disable_gradient_checkpointing(trainer.model, trainer.args.gradient_checkpointing_kwargs):
@@ -259,10 +267,28 @@ class AheadSchedule:
         """TRL's `_generate`: run and kept at start, handed back at collect."""
         if self.phase == "collect":
             return self.current.generation
-        result = generate(prompts)
+        self.sampled = None
+        if self._readable():
+            with SampledLogps(self._generating_model(), self.trainer.temperature) as self.sampled:
+                result = generate(prompts)
+        else:
+            result = generate(prompts)
         if self.phase == "start":
             self.current.generation = result
         return result
+
+    def _readable(self) -> bool:
+        """Whether the sampled tokens' log-probabilities can be read during generation: transformers' `generate`,
+        one turn per prompt (vLLM's path has TRL compute them; continuous batching interleaves sequences)."""
+        trainer = self.trainer
+        return not (
+            trainer.use_vllm or trainer.use_transformers_continuous_batching or trainer.tools or trainer._is_vlm
+        )
+
+    def _generating_model(self) -> torch.nn.Module:
+        """The model whose forward `generate` calls (under PEFT, the base model)."""
+        model = self.trainer.accelerator.unwrap_model(self.trainer.model)
+        return model.get_base_model() if hasattr(model, "get_base_model") else model
 
     def logps(self, compute: Callable, *args: Any, **kwargs: Any) -> tuple:
         """TRL's `_get_per_token_logps_and_entropies`: computed and kept at start, handed back at collect."""

@@ -150,9 +150,44 @@ def test_one_step_ahead_keeps_every_grade_with_its_completion_and_trains_a_synch
     assert summary["hidden_seconds"] > 0 and summary["grading_seconds"] >= summary["hidden_seconds"]
 
 
+def test_log_probabilities_read_while_sampling_are_those_of_a_forward_over_the_completion():
+    """What the schedule reads from `generate` (the generating weights' log-probabilities, with no forward of its
+    own) equals TRL's teacher-forced forward over prompt and completion: left-padded prompts of different lengths, a
+    temperature of 0.7, and sequences ending at different steps (a tenth of the vocabulary ends one)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rurl.sampled_logps import SampledLogps
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_policy()).eval()
+    tokenizer = AutoTokenizer.from_pretrained(tiny_policy(), padding_side="left")
+    prompts = tokenizer(
+        ["Hi.", "Write one sentence about the sea and the sky.", "Name a colour."], return_tensors="pt", padding=True
+    )
+    ends = list(range(0, model.config.vocab_size, 10))
+    torch.manual_seed(0)
+    with torch.no_grad(), SampledLogps(model, temperature=0.7) as sampled:
+        out = model.generate(**prompts, do_sample=True, temperature=0.7, top_k=0, max_new_tokens=12, eos_token_id=ends,
+                             pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+    completion = out[:, prompts["input_ids"].size(1) :]
+    ended = torch.isin(completion, torch.tensor(ends))
+    length = torch.where(ended.any(1), ended.int().argmax(1) + 1, completion.size(1))
+    mask = torch.arange(completion.size(1))[None, :] < length[:, None]
+    assert 1 < len(set(length.tolist())) and length.max() == completion.size(1)  # ends at different steps
+
+    attention = torch.cat([prompts["attention_mask"], mask.long()], dim=1)
+    with torch.no_grad():
+        logits = model(input_ids=out, attention_mask=attention).logits[:, -completion.size(1) - 1 : -1] / 0.7
+    forward = torch.log_softmax(logits.float(), -1).gather(-1, completion[..., None])[..., 0]
+    read = sampled.per_token(completion)
+    assert read.shape == completion.shape
+    assert (read - forward)[mask].abs().max() < 1e-5
+    assert (read[mask] < 0).all()
+
+
 def test_the_ratio_is_taken_against_the_weights_that_generated_the_batch(tmp_path, quiet_env):
     """Full training at a large learning rate. One step ahead, each trained batch carries the log-probabilities of
-    the weights that generated it (recomputed here from a copy of those weights), which differ from the current
+    the weights that generated it (read while they sampled it; recomputed here from a copy of those weights), which differ from the current
     ones after an update, and PPO's clipping acts (clip fractions above 0). Synchronous, the batch carries none
     (TRL takes the current ones: a ratio of 1) and nothing is clipped."""
     carried, clipped = ratio_run(tmp_path / "sync", async_steps=0)
