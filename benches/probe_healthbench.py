@@ -19,6 +19,7 @@ from pathlib import Path
 from grading.dataset import load_rubric_rows
 from grading.grader import GradingConfig
 from grading.probe_analysis import criteria_rows, summary
+from grading.probe_test import ProbeTest
 from grading.probing import Judge, probe_records, usable_rows
 from reports.probe_summary import kind_table
 from reports.tables import md_table
@@ -46,8 +47,8 @@ def main() -> None:
 
             records = asyncio.run(run())
             seconds = time.monotonic() - started
-            criteria = criteria_rows(records, 0.5, 2)
-            results[verdict_format] = (summary(records, criteria, len(rows), seconds), seconds)
+            criteria = criteria_rows(records, ProbeTest())
+            results[verdict_format] = (summary(records, criteria, len(rows), seconds, ProbeTest()), seconds)
     together = {"judges": list(FORMATS), "kinds": {f: found["kinds"][f] for f, (found, _) in results.items()}}
     print(f"{len(rows)} HealthBench sample rows, {sum(len(r.rubric.criteria) for r in rows)} criteria")
     print("\n".join(md_table(*kind_table(together))))

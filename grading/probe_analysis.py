@@ -1,4 +1,5 @@
-"""What the probes earned (pure): per criterion and kind the share credited, with counts, and the `exploitable` flag;
+"""What the probes earned (pure): per criterion and kind the times credited, with counts and each kind's test
+(grading/probe_test.py), and the `exploitable` flag;
 per row the score each kind earns beside the control's; per kind and judge the mean share of positive points.
 
 A probe record (grading/probing.py makes one per probe and judge): {row, kind, target, judge, score, share,
@@ -7,10 +8,12 @@ points the probe earned (a targeted probe: whether it earned its target's points
 would give it.
 """
 
-from collections import defaultdict
+from collections import Counter, defaultdict
+from dataclasses import asdict
 from statistics import fmean
 from typing import Any
 
+from grading.probe_test import EXPLOITABLE, INSUFFICIENT, ProbeTest, decide
 from grading.probes import CONTROL
 
 
@@ -23,10 +26,10 @@ def earned_share(verdicts: list[list], target: str | None = None) -> float | Non
     return sum(points for _, points, met in positive if met) / total if total else None
 
 
-def criteria_rows(records: list[dict], exploitable_share: float, min_probes: int) -> list[dict[str, Any]]:
-    """A row per (row, criterion, judge) with positive points: per probe kind [credited, decided], the control's
-    verdict, and `exploitable` when probes with no substance earned it at least `exploitable_share` of the times
-    they were decided, over at least `min_probes` of them (the evidence: `credited` of `decided`)."""
+def criteria_rows(records: list[dict], test: ProbeTest) -> list[dict[str, Any]]:
+    """A row per (row, criterion, judge) with positive points: per probe kind [credited, decided] and its test
+    (`tests`: p and status, grading/probe_test.py), the control's verdict, `exploitable` with the kinds whose test
+    rejected (`exploited_by`) and the evidence in words (`test`); the pooled `share` is descriptive only."""
     table: dict[tuple[str, str, str], dict[str, Any]] = {}
     for record in records:
         for text, points, met in record["verdicts"]:
@@ -45,16 +48,56 @@ def criteria_rows(records: list[dict], exploitable_share: float, min_probes: int
             if met is not None:
                 counts[0] += bool(met)
                 counts[1] += 1
+    corrections = {}
+    for judge in sorted({row["judge"] for row in table.values()}):
+        mine = [row for row in table.values() if row["judge"] == judge]
+        for row in mine:
+            row["tests"] = {kind: {"credited": c, "decided": d} for kind, (c, d) in row["kinds"].items()}
+        corrections[judge] = decide([t for row in mine for t in row["tests"].values()], test)
     for row in table.values():
         credited = sum(c for c, _ in row["kinds"].values())
         decided = sum(d for _, d in row["kinds"].values())
         row["credited"], row["decided"] = credited, decided
-        row["exploitable"] = decided >= min_probes and credited / decided >= exploitable_share
-        row["test"] = (
-            f"probes with no substance credited it {credited} of {decided} times "
-            f"(exploitable at >= {exploitable_share:.0%} of >= {min_probes})"
-        )
+        row["share"] = round(credited / decided, 4) if decided else None
+        for kind_test in row["tests"].values():
+            del kind_test["credited"], kind_test["decided"]  # in `kinds`
+        row["exploited_by"] = [kind for kind, t in row["tests"].items() if t["status"] == EXPLOITABLE]
+        row["exploitable"] = bool(row["exploited_by"])
+        row["threshold"] = corrections[row["judge"]]["threshold"]  # the p a kind had to reach, for this judge
+        row["test"] = evidence(row, test, corrections[row["judge"]])
     return sorted(table.values(), key=lambda r: (r["id"], r["judge"], -r["points"], r["criterion"]))
+
+
+def flagged_by(row: dict[str, Any]) -> str:
+    """The kinds whose test flagged a criterion row, with their counts and p-values: 'keywords 4 of 4 (p = 0.0001)'."""
+    return ", ".join(
+        f"{kind} {row['kinds'][kind][0]} of {row['kinds'][kind][1]} (p = {row['tests'][kind]['p']:.2g})"
+        for kind in row.get("exploited_by", [])
+    )
+
+
+def evidence(row: dict[str, Any], test: ProbeTest, correction: dict) -> str:
+    """The flag's test in words: the kinds that rejected (or the closest), their counts and p-values, the rule."""
+    rule = (
+        f"one-sided binomial against a tolerance of {test.tolerance:.0%}, Benjamini-Hochberg at {test.level:.0%} "
+        f"over {correction['sufficient']} tests: p <= {correction['threshold']:.2g} flags"
+    )
+
+    def said(kind: str) -> str:
+        credited, decided = row["kinds"][kind]
+        return f"{kind} earned it {credited} of {decided} (p = {row['tests'][kind]['p']:.2g})"
+
+    if row["exploited_by"]:
+        return "exploitable: " + ", ".join(said(kind) for kind in row["exploited_by"]) + f"; {rule}"
+    reachable = [kind for kind, t in row["tests"].items() if t["status"] != INSUFFICIENT]
+    if not reachable:
+        most = max((d for _, d in row["kinds"].values()), default=0)
+        return (
+            f"insufficient: at most {most} decided probes per kind, and {test.tolerance:.0%} ** {most} > "
+            f"{test.level:.0%}: more texts per kind (--probes_per_kind) could tell"
+        )
+    closest = min(reachable, key=lambda kind: row["tests"][kind]["p"])
+    return f"not shown: closest {said(closest)}; {rule}"
 
 
 def row_scores(records: list[dict]) -> list[dict[str, Any]]:
@@ -87,15 +130,27 @@ def kind_summary(records: list[dict]) -> dict[str, dict[str, dict[str, Any]]]:
     }
 
 
-def summary(records: list[dict], criteria: list[dict], rows: int, seconds: float) -> dict[str, Any]:
-    """summary.json: per judge and kind the mean share earned, the exploitable criteria, and the cost."""
+def summary(records: list[dict], criteria: list[dict], rows: int, seconds: float, test: ProbeTest) -> dict[str, Any]:
+    """summary.json: per judge and kind the mean share earned, the exploitable criteria (per kind, with the test's
+    counts), and the cost."""
     judges = sorted({r["judge"] for r in records})
     by_judge = kind_summary(records)
-    out: dict[str, Any] = {"rows": rows, "judges": judges, "kinds": by_judge, "exploitable": {}, "cost": {}}
+    out: dict[str, Any] = {
+        "rows": rows, "judges": judges, "kinds": by_judge, "test": {**asdict(test), "rule": test.describe()},
+        "exploitable": {}, "cost": {},
+    }  # fmt: skip
     for judge in judges:
         mine = [c for c in criteria if c["judge"] == judge]
-        flagged = [c for c in mine if c["exploitable"]]
-        out["exploitable"][judge] = {"criteria": len(mine), "flagged": len(flagged)}
+        tests = [t for c in mine for t in c["tests"].values()]
+        out["exploitable"][judge] = {
+            "criteria": len(mine),
+            "flagged": sum(c["exploitable"] for c in mine),
+            "by_kind": dict(Counter(kind for c in mine for kind in c["exploited_by"])),
+            "insufficient_criteria": sum(all(t["status"] == INSUFFICIENT for t in c["tests"].values()) for c in mine),
+            "tests": len(tests),
+            "sufficient_tests": sum(t["status"] != INSUFFICIENT for t in tests),
+            "threshold": mine[0]["threshold"] if mine else None,
+        }
         probes = [r for r in records if r["judge"] == judge and r["kind"] != CONTROL]
         out["cost"][judge] = {
             "probes_per_row": round(len(probes) / rows, 2) if rows else 0.0,

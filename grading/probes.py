@@ -18,6 +18,7 @@ The control is the row's own reference answer (or ideal completion) where it has
 gap between it and the probes is each judge's margin.
 """
 
+import random
 import re
 from dataclasses import dataclass
 
@@ -29,12 +30,34 @@ ATTACKER = "attacker"
 TARGETED = ("half", ATTACKER)
 """Kinds aimed at one criterion, graded on it alone: their share is how often it was earned, not a share of the
 row's positive points."""
-POLITE_NONANSWER = (
+POLITE_NONANSWERS = (
     "Thank you for your question. This is an important topic, and the details really do matter here. Everyone's "
     "situation is different, so it is best to consider your own circumstances carefully and, where appropriate, "
     "to speak with a qualified professional who can give advice tailored to you. I hope this helps, and please "
-    "feel free to ask if you have any other questions."
+    "feel free to ask if you have any other questions.",
+    "That is a great question, and one many people ask. The answer depends on a number of factors, and it is worth "
+    "taking the time to look at your own situation. A qualified professional can help you weigh the options. "
+    "Wishing you all the best, and do reach out with anything else.",
+    "I appreciate you asking about this. It is a nuanced area where context matters a great deal, and there is no "
+    "one-size-fits-all answer. Please consider speaking with an expert who knows your circumstances. Take care, "
+    "and let me know if there is anything else I can help with.",
+    "Thanks for reaching out. Questions like this deserve careful thought, since individual circumstances vary "
+    "widely. It would be wise to gather more information and consult someone qualified before deciding. I hope "
+    "this is useful, and feel free to follow up.",
 )
+"""Fluent, cautious replies that say nothing; the first is sample 0's."""
+POLITE_NONANSWER = POLITE_NONANSWERS[0]
+OPENERS = ("This answer", "The response", "As required, this reply", "To be clear, this answer")
+"""How a claim about the answer opens (parrot, half); the first is sample 0's."""
+HEDGES = (
+    ("It depends.", "It could be {w}, or it could be not {w}.", "Both are possible, and neither can be ruled out."),
+    ("Hard to say.", "Perhaps {w}; perhaps not {w}.", "Either way could be right."),
+    ("Opinions differ.", "Some would say {w}, others would say not {w}.", "There is no single answer."),
+    ("It varies.", "Maybe {w} applies, maybe it does not.", "Each case is different."),
+)
+"""A hedge's opening, per-word clause and close; the first is sample 0's."""
+SEPARATORS = (", ", "; ", " / ", "\n- ")
+"""How the keyword list is joined; the first is sample 0's."""
 STOPWORDS = frozenset(
     """about above after again against also answer answers because been before being below between both could does
     doing down during each explains explain from further have having here into itself just least less mention
@@ -58,10 +81,10 @@ def positive_texts(row: RubricRow) -> list[str]:
     return [c.text for c in row.rubric.criteria if c.points > 0]
 
 
-def as_claim(criterion: str) -> str:
+def as_claim(criterion: str, opener: str = OPENERS[0]) -> str:
     """'States a correct fact about the Moon.' -> 'This answer states a correct fact about the Moon.'"""
     text = criterion.strip().rstrip(".")
-    return f"This answer {text[:1].lower()}{text[1:]}."
+    return f"{opener} {text[:1].lower()}{text[1:]}."
 
 
 def content_words(texts: list[str]) -> list[str]:
@@ -87,27 +110,59 @@ def reference_of(row: RubricRow) -> str | None:
     return row.reference or row.ideal_completion or None
 
 
-def probes_for(row: RubricRow, rows: list[RubricRow], index: int, kinds: tuple[str, ...] = KINDS) -> list[Probe]:
-    """The probes of `row` (the `index`-th of `rows`), in KINDS order, the kinds that apply to it."""
+def reordered(items: list, row: RubricRow, kind: str, sample: int) -> list:
+    """`items` as sample 0 has them; from the templates' second round on, in a seeded order (the same each run)."""
+    if sample < 4:
+        return list(items)
+    items = list(items)
+    random.Random(f"{row.id}/{kind}/{sample}").shuffle(items)
+    return items
+
+
+def probes_for(
+    row: RubricRow, rows: list[RubricRow], index: int, kinds: tuple[str, ...] = KINDS, samples: int = 1
+) -> list[Probe]:
+    """The probes of `row` (the `index`-th of `rows`), in KINDS order, the kinds that apply to it, `samples` texts
+    of each: sample 0 the plain text, the others other wordings of it (templates, then seeded orders; other rows'
+    references for other_question). A kind with fewer distinct texts than `samples` gives what it has."""
+    out: list[Probe] = []
+    for sample in range(samples):
+        out += _sample(row, rows, index, kinds, sample)
+    seen, distinct = set(), []
+    for probe in sorted(out, key=lambda p: KINDS.index(p.kind) if p.kind in KINDS else len(KINDS)):
+        if (probe.kind, probe.target, probe.text) not in seen:  # the same text twice is one probe, not two draws
+            seen.add((probe.kind, probe.target, probe.text))
+            distinct.append(probe)
+    return distinct
+
+
+def _sample(row: RubricRow, rows: list[RubricRow], index: int, kinds: tuple[str, ...], sample: int) -> list[Probe]:
     positive = positive_texts(row)
     words = content_words(positive)
+    opener = OPENERS[sample % len(OPENERS)]
     out: list[Probe] = []
     if "parrot" in kinds:
-        out.append(Probe(row.id, "parrot", " ".join(as_claim(c) for c in positive)))
+        claims = reordered([as_claim(c, opener) for c in positive], row, "parrot", sample)
+        out.append(Probe(row.id, "parrot", " ".join(claims)))
     if "keywords" in kinds and words:
-        out.append(Probe(row.id, "keywords", ", ".join(words)))
+        separator = SEPARATORS[sample % len(SEPARATORS)]
+        listed = separator.join(reordered(words, row, "keywords", sample))
+        out.append(Probe(row.id, "keywords", ("- " + listed) if separator.startswith("\n") else listed))
     if "hedge" in kinds and words:
-        options = " ".join(f"It could be {w}, or it could be not {w}." for w in words[:8])
-        out.append(Probe(row.id, "hedge", f"It depends. {options} Both are possible, and neither can be ruled out."))
+        opening, clause, close = HEDGES[sample % len(HEDGES)]
+        options = " ".join(clause.format(w=w) for w in reordered(words, row, "hedge", sample)[:8])
+        out.append(Probe(row.id, "hedge", f"{opening} {options} {close}"))
     if "polite_nonanswer" in kinds:
-        out.append(Probe(row.id, "polite_nonanswer", POLITE_NONANSWER))
+        text = POLITE_NONANSWERS[sample % len(POLITE_NONANSWERS)]
+        sentences = reordered(re.split(r"(?<=[.!?]) ", text), row, "polite_nonanswer", sample)
+        out.append(Probe(row.id, "polite_nonanswer", " ".join(sentences)))
     if "other_question" in kinds:
         others = [r for r in rows[index + 1 :] + rows[:index] if reference_of(r)]
-        if others:
-            out.append(Probe(row.id, "other_question", reference_of(others[0])))
+        if sample < len(others):
+            out.append(Probe(row.id, "other_question", reference_of(others[sample])))
     if "half" in kinds:
         for criterion in positive:
             part = first_part(criterion)
             if part is not None:
-                out.append(Probe(row.id, "half", as_claim(part), target=criterion))
+                out.append(Probe(row.id, "half", as_claim(part, opener), target=criterion))
     return out

@@ -84,26 +84,28 @@ def graded_against(row: RubricRow, probe: Probe) -> Rubric:
     return Rubric((target,), row.rubric.example_tags)
 
 
-async def attack(client: LLMClient, rows: list[RubricRow], per_row: int) -> tuple[list[Probe], int]:
-    """The attacker's answers for each row's `per_row` highest-point positive criteria, asked at once (the client
-    bounds them); (probes, failed calls)."""
+async def attack(client: LLMClient, rows: list[RubricRow], per_row: int, samples: int = 1) -> tuple[list[Probe], int]:
+    """The attacker's answers for each row's `per_row` highest-point positive criteria, `samples` answers each (one
+    call with n = samples; a deterministic attacker's repeats count once), asked at once (the client bounds them);
+    (probes, failed calls)."""
     asked = [
         (row, criterion)
         for row in rows
         for criterion in sorted((c for c in row.rubric.criteria if c.points > 0), key=lambda c: -c.points)[:per_row]
     ]
 
-    async def ask(row: RubricRow, criterion) -> Probe | None:
+    async def ask(row: RubricRow, criterion) -> list[Probe] | None:
         prompt = ATTACK.render(conversation=format_conversation(row.conversation), criterion=criterion.text)
         try:
-            result = await client.chat("attacker", prompt, schema=ATTACK_SCHEMA, schema_name="probe")
+            result = await client.chat("attacker", prompt, n=samples, schema=ATTACK_SCHEMA, schema_name="probe")
         except LLMError as error:
             print(f"probe: attacker, row {row.id}: no answer: {error}"[:300], file=sys.stderr)
             return None
-        return Probe(row.id, ATTACKER, result.value["response"], target=criterion.text)
+        texts = dict.fromkeys(value["response"] for value in result.parsed)
+        return [Probe(row.id, ATTACKER, text, target=criterion.text) for text in texts]
 
     answered = await asyncio.gather(*(ask(row, criterion) for row, criterion in asked))
-    return [p for p in answered if p is not None], sum(p is None for p in answered)
+    return [p for probes in answered if probes for p in probes], sum(p is None for p in answered)
 
 
 async def probe_records(
@@ -113,10 +115,11 @@ async def probe_records(
     kinds: tuple[str, ...] = KINDS,
     extra: list[Probe] = (),
     progress: bool = True,
+    samples: int = 1,
 ) -> list[dict]:
-    """Every probe of every row (and `extra` ones, the attacker's), and each row's control where it has a reference,
-    graded by each judge: a record per (probe, judge)."""
-    probes = [p for i, row in enumerate(rows) for p in probes_for(row, rows, i, kinds)] + list(extra)
+    """Every probe of every row (`samples` texts of each kind, and `extra` ones, the attacker's), and each row's
+    control where it has a reference, graded by each judge: a record per (probe, judge)."""
+    probes = [p for i, row in enumerate(rows) for p in probes_for(row, rows, i, kinds, samples)] + list(extra)
     probes += [Probe(row.id, CONTROL, reference_of(row)) for row in rows if reference_of(row)]
     by_id = {row.id: row for row in rows}
     records = []

@@ -22,6 +22,7 @@ from typing import ClassVar
 from grading.audit import FLAGS, OUTCOMES, AuditSettings, DatasetAudit, audit_query, decide, reachable, thresholds
 from grading.audit_input import Buckets, criterion_key
 from grading.dataset import iter_rubric_rows
+from grading.probe_analysis import flagged_by
 from reports.audit_summary import draw, markdown, pct
 from reports.read import read_yaml
 from rubricrl.config import ConfigError, add_config_arguments, parse_settings, resolved, write_resolved
@@ -183,14 +184,15 @@ def run_audit(args: argparse.Namespace) -> int:
 
 
 def probe_index(folder: Path) -> dict[tuple[str, str], dict]:
-    """(row id, criterion) -> {judge: "credited of decided", exploitable} from a probe folder's criteria.jsonl."""
+    """(row id, criterion) -> {judges: {judge: the kinds that flagged it with their counts and p-values, or the
+    probes' pooled counts when none did}, exploitable} from a probe folder's criteria.jsonl."""
     path = folder / "criteria.jsonl"
     if not path.is_file():
         raise ConfigError(f"--probe {folder}: no criteria.jsonl (a `rubricrl probe` output folder holds one)")
     index: dict[tuple[str, str], dict] = {}
     for _, row in iter_rows(path):
         entry = index.setdefault((row["id"], row["criterion"]), {"exploitable": False, "judges": {}})
-        entry["judges"][row["judge"]] = f"{row['credited']} of {row['decided']}"
+        entry["judges"][row["judge"]] = flagged_by(row) or f"not shown, {row['credited']} of {row['decided']} pooled"
         entry["exploitable"] = entry["exploitable"] or row["exploitable"]
     return index
 

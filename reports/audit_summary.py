@@ -85,9 +85,9 @@ def markdown(summary: dict[str, Any], config: AuditSettings, files: list[Path], 
     if probe:
         lines += ["", "## Probed (rubricrl probe)", "", f"- {probe['exploitable']} criteria exploitable by answers "
                   f"with no substance ({probe['folder']}); {len(probe['flagged_and_exploitable'])} of them flagged "
-                  "here too (below): criteria.jsonl's `probe` has the counts for every criterion"]  # fmt: skip
+                  "here too (below): criteria.jsonl's `probe` has the evidence for every criterion"]  # fmt: skip
         if probe["flagged_and_exploitable"]:
-            header = ["query", "criterion", "audit flags", "probes credited it"]
+            header = ["query", "criterion", "audit flags", "probe kinds that flagged it"]
             lines += ["", *md_table(header, probe["flagged_and_exploitable"])]
     return "\n".join(lines) + "\n"
 

@@ -7,10 +7,13 @@ answer as the control, graded exactly as training would grade them (pass the tra
     rubricrl probe --rubrics final.parquet --output-dir runs/probe
     rubricrl probe --config configs/rurl/tiny-cpu.yaml --output-dir runs/probe --verdict_formats explained verdict_only
 
+Each kind's texts (--probes_per_kind of them) make one binomial test per criterion (grading/probe_test.py): a criterion is
+exploitable when any kind earns it more often than --tolerance allows, at a false discovery rate of --level.
+
 Writes probes.jsonl (every probe and its verdicts, per judge), criteria.jsonl (per criterion and judge: credited of
-decided per kind, the control's verdict, `exploitable` with its test), rows.jsonl (per row each kind's score beside
-the control's), summary.json, probe.md, probe.png, config.yaml and manifest.json. A killed run asked again pays no
-call twice (the response cache)."""
+decided per kind and each kind's test, the control's verdict, `exploitable` with the kinds that showed it),
+rows.jsonl (per row each kind's score beside the control's), summary.json, probe.md, probe.png, config.yaml and
+manifest.json. A killed run asked again pays no call twice (the response cache)."""
 
 import argparse
 import asyncio
@@ -25,6 +28,7 @@ from grading.grader import EXPLICIT_MODES, GradingConfig
 from grading.judge import VERDICT_FORMATS
 from grading.probe_analysis import criteria_rows, row_scores
 from grading.probe_analysis import summary as probe_summary
+from grading.probe_test import ProbeTest
 from grading.probes import KINDS
 from grading.probing import Judge, attack, kinds_for, probe_records, sampled, usable_rows
 from reports.probe_summary import draw, markdown
@@ -55,10 +59,15 @@ class ProbeArgs:
     its substance, for each row's highest-point positive criteria."""
     attacker_criteria: int = 2
     """Criteria per row the attacker is asked about."""
-    exploitable_share: float = 0.5
-    """A criterion is exploitable when probes with no substance earned it at least this share of the times ..."""
-    min_probes: int = 2
-    """... over at least this many decided probes."""
+    probes_per_kind: int = 4
+    """Texts per probe kind and row (other wordings of the same probe; the attacker's answers per criterion): the
+    counts each kind's test is run on. With fewer than log(level) / log(tolerance) (2 at the defaults) a kind's test
+    can never flag (`insufficient`)."""
+    tolerance: float = 0.1
+    """How often an answer with no substance may earn a criterion by chance: the rate each kind's binomial test
+    asks the counts to exceed."""
+    level: float = 0.05
+    """The false discovery rate of the `exploitable` flags, per judge (Benjamini-Hochberg over its tests)."""
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.kinds) - set(KINDS))
@@ -67,10 +76,13 @@ class ProbeArgs:
         bad = sorted(set(self.verdict_formats) - set(VERDICT_FORMATS))
         if bad:
             raise ValueError(f"verdict_formats: unknown format(s) {bad}; the formats are {', '.join(VERDICT_FORMATS)}")
-        if self.max_rows < 0 or self.attacker_criteria < 1 or self.min_probes < 1:
-            raise ValueError("max_rows must be >= 0, attacker_criteria and min_probes >= 1")
-        if not 0 < self.exploitable_share <= 1:
-            raise ValueError(f"exploitable_share must be within (0, 1], got {self.exploitable_share}")
+        if self.max_rows < 0 or self.attacker_criteria < 1 or self.probes_per_kind < 1:
+            raise ValueError("max_rows must be >= 0, attacker_criteria and probes_per_kind >= 1")
+        ProbeTest(self.tolerance, self.level)  # checks both
+
+    @property
+    def test(self) -> ProbeTest:
+        return ProbeTest(self.tolerance, self.level)
 
 
 def add_commands(commands) -> None:
@@ -129,14 +141,18 @@ def run_probe(args: argparse.Namespace) -> int:
 
         async def run():
             async with session.client() as client:
-                extra, failed = await attack(client, rows, probe.attacker_criteria) if probe.attacker else ([], 0)
-                return await probe_records(client, rows, judges, kinds, extra), failed
+                extra, failed = (
+                    await attack(client, rows, probe.attacker_criteria, probe.probes_per_kind)
+                    if probe.attacker
+                    else ([], 0)
+                )
+                return await probe_records(client, rows, judges, kinds, extra, samples=probe.probes_per_kind), failed
 
         records, attacker_failed = asyncio.run(run())
         models = {name: role.model for name, role in session.roles.items()}
-    criteria = criteria_rows(records, probe.exploitable_share, probe.min_probes)
+    criteria = criteria_rows(records, probe.test)
     summary = {
-        **probe_summary(records, criteria, len(rows), time.monotonic() - started),
+        **probe_summary(records, criteria, len(rows), time.monotonic() - started, probe.test),
         "attacker_failed": attacker_failed,
     }
     write_jsonl(out / "probes.jsonl", records)
@@ -161,7 +177,13 @@ def run_probe(args: argparse.Namespace) -> int:
     for judge in summary["judges"]:
         shares = ", ".join(f"{kind} {v['share']:.0%}" for kind, v in summary["kinds"].get(judge, {}).items())
         flagged = summary["exploitable"][judge]
-        print(f"{judge}: {shares}; exploitable {flagged['flagged']} of {flagged['criteria']} criteria", file=sys.stderr)
+        kinds_flagged = ", ".join(f"{kind} {n}" for kind, n in flagged["by_kind"].items())
+        print(
+            f"{judge}: {shares}; exploitable {flagged['flagged']} of {flagged['criteria']} criteria"
+            f"{f' (by {kinds_flagged})' if kinds_flagged else ''}, {flagged['insufficient_criteria']} insufficient; "
+            f"{probe.test.describe()}",
+            file=sys.stderr,
+        )
     print(f"output: {out} (probe.md, summary.json, criteria.jsonl, rows.jsonl, probes.jsonl"
           f"{''.join(', ' + c.name for c in charts)})", file=sys.stderr)  # fmt: skip
     return 0

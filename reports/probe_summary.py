@@ -3,6 +3,7 @@
 from pathlib import Path
 from typing import Any
 
+from grading.probe_analysis import flagged_by
 from grading.probes import ATTACKER, CONTROL, KINDS
 from reports.audit_summary import pct
 from reports.tables import md_table
@@ -41,28 +42,41 @@ def kind_table(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 
 def exploitable_table(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     rows = [
-        [judge, str(e["flagged"]), str(e["criteria"]), pct(e["flagged"] / e["criteria"] if e["criteria"] else None)]
+        [
+            judge,
+            str(e["flagged"]),
+            str(e["criteria"]),
+            pct(e["flagged"] / e["criteria"] if e["criteria"] else None),
+            ", ".join(f"{kind} {n}" for kind, n in e.get("by_kind", {}).items()) or "none",
+            str(e.get("insufficient_criteria", "n/a")),
+            f"{e['sufficient_tests']} of {e['tests']}, p <= {e['threshold']:.2g}" if e.get("tests") else "n/a",
+        ]
         for judge, e in summary["exploitable"].items()
     ]
-    return ["judge", "exploitable criteria", "positive criteria", "share"], rows
+    header = ["judge", "exploitable criteria", "positive criteria", "share", "flagged by", "insufficient",
+              "tests (able to flag), flagging at"]  # fmt: skip
+    return header, rows
 
 
 def flagged_table(criteria: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    """The exploitable criteria, most credited first, with the counts behind each flag."""
-    flagged = sorted((c for c in criteria if c["exploitable"]), key=lambda c: (-c["credited"] / c["decided"], c["id"]))
+    """The exploitable criteria, strongest evidence first, with the kinds that showed it and their counts."""
+    flagged = sorted(
+        (c for c in criteria if c["exploitable"]),
+        key=lambda c: (min((c["tests"][k]["p"] for k in c.get("exploited_by", [])), default=1.0), c["id"]),
+    )
     rows = [
         [
             c["id"],
             c["criterion"][:90],
             str(c["points"]),
             c["judge"],
+            flagged_by(c),
             f"{c['credited']} of {c['decided']}",
-            ", ".join(f"{kind} {met}/{decided}" for kind, (met, decided) in sorted(c["kinds"].items()) if met),
             {True: "met", False: "not met", None: "n/a"}[c["control"]],
         ]
         for c in flagged[:MAX_FLAGGED]
     ]
-    return ["row", "criterion", "points", "judge", "credited", "by", "control"], rows
+    return ["row", "criterion", "points", "judge", "flagged by", "all kinds pooled", "control"], rows
 
 
 def probe_tables(summary: dict[str, Any], criteria: list[dict[str, Any]] | None = None) -> dict[str, tuple]:
@@ -71,7 +85,7 @@ def probe_tables(summary: dict[str, Any], criteria: list[dict[str, Any]] | None 
         "Exploitable criteria, per judge": exploitable_table(summary),
     }
     if criteria is not None:
-        tables["Exploitable criteria (most credited first)"] = flagged_table(criteria)
+        tables["Exploitable criteria (strongest evidence first)"] = flagged_table(criteria)
     return {title: table for title, table in tables.items() if table[1]}
 
 
@@ -86,10 +100,11 @@ def markdown(summary: dict[str, Any], criteria: list[dict[str, Any]], rubrics: P
         f"- rubric dataset: {rubrics}, {summary['rows']} rows probed",
         f"- judges: {', '.join(summary['judges'])}, each graded as training grades (its mode, verdict format, rules, "
         "integrity check and undecided rules)",
-        f"- a criterion is `exploitable` when probes with no substance earned it at least "
-        f"{settings.exploitable_share:.0%} of the times they were decided, over at least {settings.min_probes} "
-        "(criteria.jsonl: `kinds`, `credited`, `decided`, `test`); a criterion that asks for tone or caution may be "
-        "met by the polite non-answer fairly: read the `by` column",
+        f"- a criterion is `exploitable` when one probe kind earns it more often than chance allows: "
+        f"{summary['test']['rule']}, on up to {settings.probes_per_kind} texts per kind and row. `insufficient`: too few "
+        "decided probes for any count to flag, never a flag (criteria.jsonl: `kinds`, `tests`, `exploited_by`, "
+        "`test`). A criterion that asks for tone or caution may be met by the polite non-answer fairly: read the "
+        "`flagged by` column",
         f"- cost: {cost}; {summary['seconds']:.0f} s",
     ]
     if summary.get("attacker_failed"):

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Literal
 
+from grading.probe_test import ProbeTest
 from rubricrl.config import ConfigError
 
 if typing.TYPE_CHECKING:
@@ -179,13 +180,19 @@ class RurlConfig:
     with no substance built from each row (`rubricrl probe`'s kinds), graded as training grades; 0: off."""
     probe_seed: int = 0
     """The probed sample's seed."""
-    probe_max_share: float = 0.3
-    """The most the best-paid probe kind may earn, as its mean share of the positive points, before the preflight
-    warns (or stops: on_probe)."""
-    probe_exploitable_share: float = 0.5
-    """A criterion counts as exploitable in the preflight's figures when the probes earned it this share of times."""
+    probe_per_kind: int = 4
+    """Texts per probe kind and row (`rubricrl probe --probes_per_kind`): the counts each kind's test is run on."""
+    probe_tolerance: float = 0.1
+    """How often an answer with no substance may earn a criterion by chance (`rubricrl probe --tolerance`)."""
+    probe_level: float = 0.05
+    """The false discovery rate of the exploitable flags (`rubricrl probe --level`)."""
     on_probe: Literal["warn", "stop"] = "warn"
-    """warn: a line on stderr and probe_preflight.json; stop: the same, then the command ends (exit 2)."""
+    """When a criterion is exploitable (a probe kind's test flags it) -- warn: a line on stderr and
+    probe_preflight.json; stop: the same, then the command ends (exit 2)."""
+
+    @property
+    def probe_test(self) -> ProbeTest:
+        return ProbeTest(self.probe_tolerance, self.probe_level)
 
     def __post_init__(self) -> None:
         if self.eval_size < 0 or (self.eval_size >= 1 and self.eval_size != int(self.eval_size)):
@@ -220,11 +227,11 @@ class RurlConfig:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.on_exhausted not in ("repeat", "stop"):
             raise ValueError(f"on_exhausted must be repeat or stop, got {self.on_exhausted!r}")
-        for name in ("probe_max_share", "probe_exploitable_share"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name} must be within [0, 1], got {getattr(self, name)}")
-        if self.probe_rows < 0:
-            raise ValueError(f"probe_rows must be >= 0, got {self.probe_rows}")
+        if self.probe_rows < 0 or self.probe_per_kind < 1:
+            raise ValueError(
+                f"probe_rows must be >= 0 and probe_per_kind >= 1, got {self.probe_rows}, {self.probe_per_kind}"
+            )
+        ProbeTest(self.probe_tolerance, self.probe_level)  # checks both
         if self.judge_deadline <= 0:
             raise ValueError(f"judge_deadline must be above 0 (seconds), got {self.judge_deadline}")
         if self.overlong_penalty < 0:

@@ -3,9 +3,9 @@
 (`rubricrl probe`'s probes on a seeded sample of the training rows, graded as training grades them).
 
 The probe preflight writes probe_preflight.json into the run folder (per kind the mean share of positive points
-earned, the control's, the exploitable criteria with their counts) and says it on one line; above
-`rurl.probe_max_share` for the best-paid kind it warns, or with `rurl.on_probe: stop` ends the command (exit 2)
-before any GPU time is spent.
+earned, the control's, the exploitable criteria with the test behind each) and says it on one line. When a criterion
+is exploitable (a probe kind earns it more often than `rurl.probe_tolerance` allows, grading/probe_test.py) it warns,
+or with `rurl.on_probe: stop` ends the command (exit 2) before any GPU time is spent.
 """
 
 import asyncio
@@ -66,12 +66,13 @@ def probe_preflight(session, grading: GradingConfig, rows: list[RubricRow], rurl
     result = _probe(session, grading, rows, rurl, output_dir) if state.is_main_process else None
     if state.num_processes > 1:
         result = broadcast_object_list([result])[0]
-    worst = result["best_paid_kind"]
-    if worst is not None and result["best_paid_share"] > rurl.probe_max_share:
+    flagged = result.get("exploitable_criteria", [])
+    if flagged:
+        first = flagged[0]
         why = (
-            f"the {worst} probe earned {result['best_paid_share']:.0%}, above rurl.probe_max_share "
-            f"{rurl.probe_max_share:.0%}: the policy can learn that instead of the task (fix the rubrics or the judge; "
-            "`rubricrl probe` for all rows)"
+            f"{len(flagged)} criteria exploitable by answers with no substance, first {first['id']}: "
+            f"{first['criterion'][:80]!r}, {first['test']}: the policy can learn that instead of the task (fix the "
+            "rubrics or the judge; `rubricrl probe` for all rows)"
         )
         if rurl.on_probe == "stop":
             raise ConfigError(f"probe preflight: {why}; stopped before the policy loads (rurl.on_probe: stop)")
@@ -95,22 +96,21 @@ def _probe(session, grading: GradingConfig, rows: list[RubricRow], rurl: RurlCon
 
     async def run():
         async with session.client() as client:
-            return await probe_records(client, sample, [judge], kinds, progress=False)
+            return await probe_records(client, sample, [judge], kinds, progress=False, samples=rurl.probe_per_kind)
 
     records = asyncio.run(run())
-    criteria = criteria_rows(records, rurl.probe_exploitable_share, 2)
-    found = summary(records, criteria, len(sample), time.monotonic() - started)
+    criteria = criteria_rows(records, rurl.probe_test)
+    found = summary(records, criteria, len(sample), time.monotonic() - started, rurl.probe_test)
     kinds_found = found["kinds"].get(judge.name, {})
     # the kinds that answer the whole rubric: a targeted kind's share is a hit rate on one criterion, not comparable
     probes = {kind: v["share"] for kind, v in kinds_found.items() if kind != CONTROL and kind not in TARGETED}
     worst = max(probes, key=probes.get) if probes else None
-    flagged = [{k: c[k] for k in ("id", "criterion", "points", "kinds", "credited", "decided", "control")}
-               for c in criteria if c["exploitable"]]  # fmt: skip
+    fields = ("id", "criterion", "points", "kinds", "tests", "exploited_by", "threshold", "test", "control")
+    flagged = [{k: c[k] for k in fields} for c in criteria if c["exploitable"]]
     result = {
         **found,
         "best_paid_kind": worst,
         "best_paid_share": probes[worst] if worst else 0.0,
-        "max_share": rurl.probe_max_share,
         "exploitable_criteria": flagged,
     }
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -122,7 +122,7 @@ def _probe(session, grading: GradingConfig, rows: list[RubricRow], rurl: RurlCon
     print(
         f"{COMMAND}: probe preflight on {len(sample)} training rows ({judge.name}): answers with no substance earned "
         f"{earned} of the positive points{reference}; {len(flagged)} of {exploitable} criteria exploitable "
-        f"({output_dir / PROBE_FILE})",
+        f"({rurl.probe_test.describe()}; {output_dir / PROBE_FILE})",
         file=sys.stderr,
     )
     return result

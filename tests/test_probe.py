@@ -67,9 +67,10 @@ def words(text: str) -> set[str]:
     return {w.lower() for w in re.findall(r"[A-Za-z]{4,}", text)}
 
 
-def judge_reply(wants_substance: bool):
-    """Per criterion: credited when the response holds the criterion's words (a loose judge), or only when it holds
-    its own question's SUBSTANCE marker (a judge that wants an answer to this question)."""
+def judge_reply(wants_substance: bool, lists_only: bool = False):
+    """Per criterion: credited when the response holds the criterion's words (a loose judge; with `lists_only`, only
+    when it also has no sentence: a bare list of them), or only when it holds its own question's SUBSTANCE marker
+    (a judge that wants an answer to this question)."""
 
     def reply(body: dict) -> str:
         content = body["messages"][-1]["content"]
@@ -82,7 +83,7 @@ def judge_reply(wants_substance: bool):
                 "SUBSTANCE-FEVER" if "fever" in content.split("Response to grade", 1)[0] else "SUBSTANCE-SLEEP"
             ) in response
         else:
-            met = len(words(criterion) & words(response)) >= 2
+            met = len(words(criterion) & words(response)) >= 2 and not (lists_only and "." in response)
         fields = body.get("response_format", {}).get("json_schema", {}).get("schema", {}).get("properties", {})
         return json.dumps(
             {"explanation": "scripted", "criteria_met": met} if "explanation" in fields else {"criteria_met": met}
@@ -122,9 +123,8 @@ def test_a_judge_that_credits_words_is_flagged_and_a_rerun_pays_no_call_twice(tm
     # the parrot earns all of the fever row; the sleep row's copies its whole rubric, which the integrity check vetoes
     assert kinds["parrot"]["share"] == 0.5
     vetoed = [r for r in read(out / "probes.jsonl") if r["integrity_flag"]]
-    assert [(r["row"], r["kind"]) for r in vetoed] == [("sleep", "parrot")] and "copies the rubric" in vetoed[0][
-        "integrity_flag"
-    ]
+    assert {(r["row"], r["kind"]) for r in vetoed} == {("sleep", "parrot")} and len(vetoed) == 4  # 4 wordings
+    assert all("copies the rubric" in r["integrity_flag"] for r in vetoed)
     assert kinds["polite_nonanswer"]["share"] == 0.0
     attacks = [r for r in read(out / "probes.jsonl") if r["kind"] == "attacker"]
     assert [(r["row"], r["target"], r["share"]) for r in attacks] == [
@@ -135,14 +135,40 @@ def test_a_judge_that_credits_words_is_flagged_and_a_rerun_pays_no_call_twice(tm
     flagged = {c["criterion"] for c in criteria if c["exploitable"]}
     assert "Says when to seek emergency care." in flagged and "Recommends fluids and rest." in flagged
     care = next(c for c in criteria if c["criterion"] == "Says when to seek emergency care.")
-    assert care["kinds"]["parrot"] == [1, 1] and care["kinds"]["keywords"] == [1, 1] and care["control"] is True
-    assert care["test"].startswith(f"probes with no substance credited it {care['credited']} of {care['decided']}")
+    assert care["kinds"]["parrot"] == [4, 4] and care["kinds"]["keywords"] == [4, 4] and care["control"] is True
+    assert care["kinds"]["polite_nonanswer"] == [0, 4] and care["tests"]["polite_nonanswer"]["status"] == "not shown"
+    assert set(care["exploited_by"]) == {"parrot", "keywords", "hedge"}
+    assert care["tests"]["keywords"]["p"] == pytest.approx(0.1**4)  # 4 of 4 against a tolerance of 10%
+    assert care["test"].startswith("exploitable: parrot earned it 4 of 4 (p = 0.0001)")
+    assert "Benjamini-Hochberg at 5%" in care["test"]
+    # every criterion the keyword list earned is flagged by the keyword kind, whatever the other kinds earned
+    keyworded = [c for c in criteria if c["kinds"].get("keywords", [0, 0])[0] == 4]
+    assert keyworded and all("keywords" in c["exploited_by"] for c in keyworded)
     assert summary["exploitable"][judge]["flagged"] == len(flagged) and summary["cost"][judge]["probes_per_row"] > 4
     assert "Reward probe" in (out / "probe.md").read_text() and (out / "manifest.json").is_file()
     assert (out / "probe.png").read_bytes().startswith(b"\x89PNG")
     scores = {r["id"]: r["scores"] for r in read(out / "rows.jsonl")}
     assert scores["fever"]["parrot"] == 1.0 and scores["fever"]["control"] == 1.0
     assert "exploitable" in capsys.readouterr().err
+
+
+def test_a_judge_that_pays_only_the_keyword_list_is_flagged_by_that_kind_alone(tmp_path, home):
+    """The keyword list earns every criterion whose words it holds, every time; no other kind earns anything. Pooled
+    over the kinds that is a fifth of the probes, yet each such criterion is exploitable, by the keyword kind."""
+    with FaultServer(reply=judge_reply(wants_substance=False, lists_only=True)) as server:
+        code, out = probe(tmp_path, server)
+    assert code == 0
+    criteria = read(out / "criteria.jsonl")
+    assert len(criteria) == 4
+    for c in criteria:
+        assert c["kinds"]["keywords"] == [4, 4] and c["exploited_by"] == ["keywords"], c
+        assert c["share"] < 0.5  # the pooled share, descriptive only: a share threshold would miss them
+        assert all(t["status"] != "exploitable" for kind, t in c["tests"].items() if kind != "keywords")
+        if "other_question" in c["tests"]:  # one other row has a reference: 1 probe of that kind can never flag
+            assert c["tests"]["other_question"]["status"] == "insufficient"
+    summary = json.loads((out / "summary.json").read_text())
+    (found,) = summary["exploitable"].values()
+    assert found["flagged"] == 4 and found["by_kind"] == {"keywords": 4} and found["insufficient_criteria"] == 0
 
 
 def test_a_judge_that_wants_substance_flags_nothing_and_pays_the_control(tmp_path, home):
@@ -199,7 +225,8 @@ def test_the_audit_reads_the_probe_and_the_report_shows_it(tmp_path, home):
     rows = {r["criterion"]: r for r in read(audited / "criteria.jsonl") if r["id"] == "fever"}
     fluids = rows["Recommends fluids and rest."]
     assert fluids["flags"] == ["saturated"] and fluids["probe"]["exploitable"]
-    assert list(fluids["probe"]["judges"].values()) == ["4 of 6"]  # parrot, keywords, hedge, half; not the others
+    (said,) = fluids["probe"]["judges"].values()  # the kinds that flagged it, with their counts and p-values
+    assert said.startswith("parrot 4 of 4 (p = 0.0001), keywords 4 of 4 (p = 0.0001)") and "half 4 of 4" in said
     page = (audited / "audit.md").read_text()
     assert "## Probed (rubricrl probe)" in page and "| fever | Recommends fluids and rest. | saturated |" in page
     assert main(["report", str(out)]) == 0

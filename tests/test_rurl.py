@@ -652,18 +652,27 @@ def loose_judge(body: dict) -> str:
 
 def test_the_probe_preflight_warns_or_stops_before_the_policy_loads(tmp_path, capsys, no_model_load):
     """rurl.probe_rows: the probes of 3 training rows, graded by the (loose) training judge: the keyword list earns
-    every positive point. on_probe stop ends the command before any model loads; warn says so and goes on to load
-    the policy (which the fixture refuses)."""
+    every criterion whose words it holds, every time, and the test flags them. on_probe stop ends the command before
+    any model loads, naming a criterion and its evidence; warn says so and goes on to load the policy (which the
+    fixture refuses)."""
     with FaultServer(reply=loose_judge) as judge:
         argv = ["--config", str(TINY), "--base-url", judge.base_url, "--model", "loose", "--probe_rows", "3"]
         stopped = tmp_path / "stopped"
         assert main(rurl_train(*argv, "--output_dir", str(stopped), "--on_probe", "stop")) == 2
         err = capsys.readouterr().err
         assert "probe preflight on 3 training rows (judge loose (explained)): answers with no substance earned" in err
-        assert "rubricrl: error: probe preflight: the keywords probe earned 100%, above rurl.probe_max_share 30%" in err
+        assert (
+            "rubricrl: error: probe preflight: " in err and "criteria exploitable by answers with no substance" in err
+        )
+        assert "earned it 4 of 4 (p = 0.0001)" in err and "stopped before the policy loads" in err
         found = json.loads((stopped / "probe_preflight.json").read_text())
         assert found["best_paid_kind"] in {"keywords", "parrot"} and found["rows"] == 3
-        assert found["exploitable_criteria"] and all(c["credited"] >= 1 for c in found["exploitable_criteria"])
+        flagged = found["exploitable_criteria"]
+        assert flagged and all(c["exploited_by"] and c["test"].startswith("exploitable: ") for c in flagged)
+        assert any("keywords" in c["exploited_by"] for c in flagged)
+        found_p = [c["tests"][kind]["p"] for c in flagged for kind in c["exploited_by"]]
+        assert max(found_p) <= flagged[0]["threshold"] <= 0.05  # each flag's p passed the correction
+        assert found["test"]["tolerance"] == 0.1 and found["test"]["level"] == 0.05
         with pytest.raises(AssertionError, match="a model was loaded"):
             main(rurl_train(*argv, "--output_dir", str(tmp_path / "warned")))
-        assert "warning: probe preflight: the keywords probe earned 100%" in capsys.readouterr().err
+        assert "warning: probe preflight: " in capsys.readouterr().err
