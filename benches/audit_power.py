@@ -3,7 +3,7 @@ dataset's Benjamini-Hochberg step (as `rubricrl audit` runs them) on simulated q
 
     python benches/audit_power.py [--queries 400] [--answers 4 8 16 32] [--seed 1]
 
-Null (issue 39's set-up): per query four positive criteria, each an independent coin with a pass rate drawn from
+Null: per query four positive criteria, each an independent coin with a pass rate drawn from
 0.2-0.8, and one penalty no answer triggers; no criterion carries any effect, so every flag is false (the penalty's
 only honest outcome is never_triggered). Printed per size: each flag's false rate over the criteria it applies to,
 against the false discovery rate it is held to (0.05), and the share of tests that were insufficient.

@@ -1,5 +1,5 @@
 """The command line as a newcomer meets it: help that teaches, interruptions that say how to go on, bad values
-refused in one line before any model call (issue 10)."""
+refused in one line before any model call."""
 
 import json
 import os

@@ -177,7 +177,7 @@ def test_the_report_table_never_cuts_a_metric_name():
 def test_a_vetoed_or_answerless_record_counts_on_every_axis_as_nothing_earned():
     """simple-evals judges every criterion of every response, so each axis counts every example: a record the
     integrity check vetoed (or without an answer) counts on its axes too, at their lowest; and overall at the lowest
-    its rubric allows, whatever it stored (issue 39: a stored 0 outscored an honest answer whose penalties won)."""
+    its rubric allows, whatever it stored (a stored 0 outscored an honest answer whose penalties won)."""
     tagged = [
         {"criterion": "a", "points": 5, "tags": ["axis:accuracy"], "met": None, "source": "none"},
         {"criterion": "b", "points": 5, "tags": ["axis:completeness"], "met": None, "source": "none"},

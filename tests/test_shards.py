@@ -1,5 +1,5 @@
 """Shards across machines (`--shard i/n`) and `rubricrl merge`: the split partitions the ids whatever the order,
-and the merged folder holds the rows one run would have made, from the cache, every id once (issue 14)."""
+and the merged folder holds the rows one run would have made, from the cache, every id once."""
 
 import json
 import random

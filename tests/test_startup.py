@@ -1,6 +1,6 @@
 """Every command starts without the training stack: `rubricrl --help` and each command's `--help` list their flags
 with none of torch, transformers, peft, TRL, vLLM, accelerate or datasets imported (one `rurl.train` imported by the
-parser once cost every command 7 s and 400 MiB: issue 38). The run of `synth` itself is held to the same rule in
+parser once cost every command 7 s and 400 MiB). The run of `synth` itself is held to the same rule in
 tests/test_synthesis_model.py; the seconds are measured in benches/startup.py, not here."""
 
 import json
