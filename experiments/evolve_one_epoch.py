@@ -8,8 +8,10 @@ local vLLM server) as judge and as evolver, `evolve_groups: flat`. Everything el
     python experiments/evolve_one_epoch.py [--output-dir runs/evolve-one-epoch]
 
 Prints per mode: the share of flat groups per step (under the rubrics as they stand after the step's evolution),
-the completions that evolved criteria graded, the calls asked, the criteria added, and the wall time; writes
-results.json beside the two runs.
+the completions that evolved criteria graded, the calls asked, the criteria written, probed, refused as exploitable
+(or unprobed), waiting for probe budget and added, the probing's judge calls and same_step's wait per step, and the
+wall time; same_step once more with `evolve_vet: false`, for what the probing costs. Writes results.json beside the
+runs.
 """
 
 import argparse
@@ -31,10 +33,11 @@ def saturating_rubrics(path: Path) -> Path:
     return path
 
 
-def run(out: Path, rubrics: Path, apply: str) -> dict:
+def run(out: Path, rubrics: Path, apply: str, vet: bool = True) -> dict:
     argv = [sys.executable, "-m", "rubricrl.cli", "rurl", "train", "--config", "configs/rurl/tiny-cpu.yaml"]
     argv += ["--rubrics", str(rubrics), "--output_dir", str(out), "--num_train_epochs", "1", "--max_steps", "-1"]
     argv += ["--evolve", "true", "--evolve_apply", apply, "--dynamic_sampling", "false", "--eval_size", "2"]
+    argv += ["--evolve_vet", str(vet).lower()]
     argv += ["--eval_every", "0", "--save_strategy", "no", "--report_to", "none", "--merge_adapter", "false"]
     started = time.monotonic()
     done = subprocess.run(argv, cwd=ROOT, env={**os.environ, "WANDB_MODE": "disabled"}, capture_output=True, text=True)
@@ -42,8 +45,14 @@ def run(out: Path, rubrics: Path, apply: str) -> dict:
         raise SystemExit(f"{apply}: rurl train failed:\n{done.stderr[-3000:]}")
     history = [e for e in json.loads((out / "log_history.json").read_text()) if "evolve/flat_groups" in e]
     summary = json.loads((out / "manifest.json").read_text())["summary"]["evolve"]
+    lines = [json.loads(line) for line in (out / "evolve_steps.jsonl").read_text().splitlines()]
+    written = sum(len(line["written"]) for line in lines if "waited_since" not in line)
     return {
         "apply": apply,
+        "vet": vet,
+        "written": written,
+        **{name: summary.get(name, 0) for name in ("probed", "exploitable", "unprobed", "waited", "probe_calls")},
+        "wait_s_per_step": round(sum(e.get("evolve/wait_s", 0.0) for e in history) / len(history), 2),
         "steps": len(history),
         "flat_groups_per_step": [e["evolve/flat_groups"] for e in history],
         "flat_groups_mean": sum(e["evolve/flat_groups"] for e in history) / len(history),
@@ -60,14 +69,18 @@ def main() -> None:
     args.output_dir.mkdir(parents=True, exist_ok=True)
     rubrics = saturating_rubrics(args.output_dir / "saturating_rubrics.jsonl")
     results = [run(args.output_dir / apply, rubrics, apply) for apply in ("next_draw", "same_step")]
+    results.append(run(args.output_dir / "same_step-unvetted", rubrics, "same_step", vet=False))
     (args.output_dir / "results.json").write_text(json.dumps(results, indent=1) + "\n")
-    print("| mode | flat groups per step | mean | completions graded by evolved criteria | asked | added | wall |")
-    print("|---|---|---|---|---|---|---|")
+    print("| mode | flat groups per step | mean | completions graded by evolved criteria | asked | written | probed | "
+          "refused exploitable | unprobed | waited | added | probe calls per step | evolve wait per step | wall |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         steps = ", ".join(f"{share:.2f}" for share in r["flat_groups_per_step"])
+        mode = r["apply"] + ("" if r["vet"] else " (unvetted)")
         print(
-            f"| {r['apply']} | {steps} | {r['flat_groups_mean']:.2f} | {r['graded_by_evolved']} | {r['asked']} | "
-            f"{r['added']} | {r['wall_s']:.0f} s |"
+            f"| {mode} | {steps} | {r['flat_groups_mean']:.2f} | {r['graded_by_evolved']} | {r['asked']} | "
+            f"{r['written']} | {r['probed']} | {r['exploitable']} | {r['unprobed']} | {r['waited']} | {r['added']} | "
+            f"{r['probe_calls'] / r['steps']:.1f} | {r['wait_s_per_step']:.1f} s | {r['wall_s']:.0f} s |"
         )
 
 

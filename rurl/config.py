@@ -159,8 +159,15 @@ class RurlConfig:
     evolve_concurrency: int = 8
     """Evolve calls in flight at most (per run), so that they never hold all of a shared endpoint's slots."""
     evolve_deadline: float = 120.0
-    """same_step: seconds a step waits for its evolve calls; a group whose call is not back by then is graded
-    without new criteria (counted in `timed_out`), its call cancelled."""
+    """same_step: seconds a step waits for its evolve calls (the probing of what they wrote included); a group whose
+    call is not back by then is graded without new criteria (counted in `timed_out`), its call cancelled."""
+    evolve_vet: bool = True
+    """Probe each new positive criterion before it is admitted (rurl/vetting.py): `rubricrl probe`'s kinds that need
+    no generation, probe_per_kind texts each, graded as training grades; one that a kind earns more often than
+    probe_tolerance allows is refused, with its test in evolve_steps.jsonl. False admits criteria unprobed."""
+    evolve_probe_calls: int = 256
+    """Judge calls a step's probing of new criteria spends at most: a criterion past it waits, unadmitted, and is
+    probed at a later step (evolve/waiting)."""
     judge_deadline: float = 600.0
     """Seconds a generation batch waits for its judge: completions still unjudged then get no score (None, counted
     in rubric/timed_out_rate and by the guard) and their calls are cancelled. The other processes wait for the
@@ -215,7 +222,7 @@ class RurlConfig:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if not 0 < self.alarm_level < 1:
             raise ValueError(f"alarm_level must be between 0 and 1 (exclusive), got {self.alarm_level}")
-        for name in ("evolve_retire_window", "evolve_answer_tokens", "evolve_concurrency"):
+        for name in ("evolve_retire_window", "evolve_answer_tokens", "evolve_concurrency", "evolve_probe_calls"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if not 0 < self.evolve_max_share <= 1:
@@ -231,7 +238,13 @@ class RurlConfig:
             raise ValueError(
                 f"probe_rows must be >= 0 and probe_per_kind >= 1, got {self.probe_rows}, {self.probe_per_kind}"
             )
-        ProbeTest(self.probe_tolerance, self.probe_level)  # checks both
+        test = ProbeTest(self.probe_tolerance, self.probe_level)  # checks both
+        if self.evolve and self.evolve_vet and test.tolerance**self.probe_per_kind > test.level:
+            raise ValueError(
+                f"evolve_vet: {self.probe_per_kind} probe(s) per kind can never refuse a criterion at probe_tolerance "
+                f"{test.tolerance:g} and probe_level {test.level:g} (every one crediting it gives p = "
+                f"{test.tolerance**self.probe_per_kind:.2g}): raise probe_per_kind"
+            )
         if self.judge_deadline <= 0:
             raise ValueError(f"judge_deadline must be above 0 (seconds), got {self.judge_deadline}")
         if self.overlong_penalty < 0:

@@ -13,13 +13,16 @@ broadcast; every process adds them alike (rurl/rubric_buffer.py validates, caps 
 - `next_draw` (open-instruct's RubricManager): the calls run while training goes on; at each step's end the
   finished ones join the rubric, which grades the query's next draws.
 
+Before a new positive criterion joins, the main process probes it on its row (`evolve_vet`, rurl/vetting.py, inside
+the call): a criterion that answers with no substance earn more often than chance allows is refused with its test,
+and one past the step's probe budget waits for a later round, never admitted unprobed.
+
 A failed or malformed call adds nothing and is counted; the client caches every call, so a resumed run asks nothing
 twice that it asked before, and the calls in flight at a checkpoint are asked again after a resume.
 """
 
 import asyncio
 import concurrent.futures
-import json
 import statistics
 import sys
 from collections import Counter
@@ -29,15 +32,11 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from rubricrl.runs.jsonl import write_jsonl, write_whole
-from rurl.evolve_choice import as_judged, concordance, digest, scores_with_and_without, situation, spread_sample
+from rubricrl.runs.jsonl import write_whole
+from rurl.evolve_choice import as_judged, digest, situation, spread_sample
+from rurl.evolve_outputs import STEPS_FILE, finish, step_metrics, write_lines
 from rurl.rubric_buffer import RubricBuffer
-
-EVOLVED_FILE = "evolved_rubrics.jsonl"
-STEPS_FILE = "evolve_steps.jsonl"
-"""A line per evolve call: its step, query, situation, the criteria it wrote (added or why refused), and the
-group's scores and each added criterion's verdicts on the group (same_step) or the group's scores it read."""
-COUNTS = ("asked", "added", "refused", "failed", "timed_out", "retired", "regraded")
+from rurl.vetting import ADMITTED, EXPLOITABLE, PASSED, UNPROBED, WAITING, Vetting
 
 
 @dataclass
@@ -49,6 +48,14 @@ class Call:
     situation: str
     answers: list[tuple[str, float]]
     future: Any = None
+    waited: list | None = None
+    """A call that probes criteria waiting for probe budget (no evolver call): their (criterion, step written,
+    source) triples."""
+
+    @property
+    def key(self) -> str:
+        """Its place among the calls in flight and this round's lines: one of each kind per query."""
+        return self.query if self.waited is None else f"{self.query} (waited for probe budget)"
 
     def source(self, mode: str) -> dict[str, Any]:
         """What every criterion it wrote records about where it came from."""
@@ -90,6 +97,13 @@ class RubricEvolution(TrainerCallback):
         """Lines in evolve_steps.jsonl: a resumed run keeps those its checkpoint counted."""
         self.cut = None
         self._limit: asyncio.Semaphore | None = None
+        self.vetting = (
+            Vetting(client, grading, data.train, rurl.probe_per_kind, rurl.probe_test, rurl.evolve_probe_calls)
+            if rurl.evolve_vet
+            else None
+        )
+        self.waiting: list[tuple[str, dict, int, dict]] = []
+        """Main process: (query, criterion, step written, source) of the criteria waiting for probe budget."""
 
     @property
     def same_step(self) -> bool:
@@ -113,10 +127,13 @@ class RubricEvolution(TrainerCallback):
         changes = None
         if self.trainer.accelerator.is_main_process:
             calls = [self._ask(call) for call in self._choose(step, groups, by_query(answers))]
+            calls += self._waiting_calls(step)
             futures = [call.future for call in calls]
             _, late = concurrent.futures.wait(futures, timeout=self.rurl.evolve_deadline) if futures else ((), ())
-            for future in late:
-                future.cancel()
+            for call in calls:
+                if call.future in late:
+                    call.future.cancel()
+                    self.waiting += [(call.query, *item) for item in call.waited or ()]  # they wait on
             self.counts["timed_out"] += len(late)
             if late:
                 print(
@@ -135,11 +152,11 @@ class RubricEvolution(TrainerCallback):
         self.counts["retired"] += len(retired)
         verdicts_of = by_query(answers)
         if self.trainer.accelerator.is_main_process:
-            self._write_lines(step, groups, verdicts_of)
+            write_lines(self, step, groups, verdicts_of)
             if not self.same_step:
-                for call in self._choose(step, groups, verdicts_of):
-                    self.pending[call.query] = self._ask(call)
-        return self._metrics(groups, verdicts_of)
+                for call in self._choose(step, groups, verdicts_of) + self._waiting_calls(step):
+                    self.pending[call.key] = call if call.waited is not None else self._ask(call)
+        return step_metrics(self, groups, verdicts_of)
 
     def _choose(self, step: int, groups: dict, verdicts_of: dict[str, list[dict[str, bool]]]) -> list[Call]:
         """Main process: the groups to ask about (`verdicts_of`: each query's decided verdicts, by_query), each with
@@ -204,31 +221,71 @@ class RubricEvolution(TrainerCallback):
         conversation = self.rows[call.query].conversation
 
         async def limited():
+            from synthesis.criteria import export
+
             if self._limit is None:  # made on the loop that runs it
                 self._limit = asyncio.Semaphore(self.rurl.evolve_concurrency)
             async with self._limit:
-                return await stages.evolve_group(
+                written = await stages.evolve_group(
                     self.client, self.synthesis, conversation, merged, call.answers, call.situation
                 )
+                criteria = [{"criterion": c["criterion"], "points": c["points"]} for c in export(written)]
+                return criteria, await self._vetted(call, current, criteria)
 
         call.future = asyncio.run_coroutine_threadsafe(limited(), self.trainer.async_loop)
         self.counts["asked"] += 1
         return call
 
-    def _written(self, call: Call) -> tuple[str, list[dict], int, dict] | None:
-        """Main process: a finished call's criteria as (query, criteria, step, source); a failure counted."""
-        from synthesis.criteria import export
+    async def _vetted(self, call: Call, current: list[dict], criteria: list[dict]) -> list[dict] | None:
+        """On the reward's event loop: each written criterion's probe decision (rurl/vetting.py); None unvetted."""
+        if self.vetting is None:
+            return None
+        return await self.vetting.vet(call.query, current, criteria, call.step)
 
+    def _waiting_calls(self, step: int) -> list[Call]:
+        """Main process: the criteria waiting for probe budget, probed now, a call per query (no evolver call)."""
+        if self.vetting is None or not self.waiting:
+            return []
+        waiting, self.waiting = self.waiting, []
+        by_query_id: dict[str, list] = {}
+        for query_id, criterion, written_at, source in waiting:
+            by_query_id.setdefault(query_id, []).append((criterion, written_at, source))
+        calls = []
+        for query_id, items in by_query_id.items():
+            call = Call(query_id, step, "waited for probe budget", [], waited=items)
+            criteria = [{"criterion": c["criterion"], "points": c["points"]} for c, _, _ in items]
+            current = self.rubric_for(query_id, self.original[query_id])
+
+            async def vet_again(call=call, criteria=criteria, current=current):
+                return criteria, await self.vetting.vet(call.query, current, criteria, call.step)
+
+            call.future = asyncio.run_coroutine_threadsafe(vet_again(), self.trainer.async_loop)
+            calls.append(call)
+        return calls
+
+    def _written(self, call: Call) -> tuple[str, list[dict], int, dict, list | None] | None:
+        """Main process: a finished call's admitted criteria as (query, criteria, step, source, probe decisions); a
+        failure counted; the criteria waiting for probe budget kept for a later step."""
         try:
-            written = export(call.future.result())
+            criteria, vetted = call.future.result()
         except Exception as error:  # noqa: BLE001 - one failed call adds nothing; training goes on
             self.counts["failed"] += 1
             print(f"rurl evolve: query {call.query}: no new criteria: {error}"[:300], file=sys.stderr)
             return None
-        source = call.source(self.rurl.evolve_apply)
-        criteria = [{"criterion": c["criterion"], "points": c["points"]} for c in written]
-        self.lines[call.query] = {"step": call.step, "query": call.query, **source, "written": criteria}
-        return call.query, criteria, call.step, source
+        # a criterion that waited keeps the step and source it was written with
+        source = call.waited[0][2] if call.waited else call.source(self.rurl.evolve_apply)
+        step = call.waited[0][1] if call.waited else call.step
+        line = {"step": call.step, "query": call.query, **source, "written": criteria}
+        if call.waited:
+            line["waited_since"] = step
+        if vetted is not None:
+            line["vetted"] = vetted
+            self.waiting += [
+                (call.query, c, step, source) for c, v in zip(criteria, vetted) if v["decision"] == WAITING
+            ]
+            criteria = [c for c, v in zip(criteria, vetted) if v["decision"] in PASSED]
+        self.lines[call.key] = line
+        return call.key, call.query, criteria, step, source, vetted
 
     def _broadcast(self, changes):
         if self.trainer.accelerator.num_processes > 1:
@@ -240,16 +297,27 @@ class RubricEvolution(TrainerCallback):
     def _apply(self, changes) -> list[tuple[str, int]]:
         """Every process, alike: the written criteria into the buffer. Returns (query, criteria added) pairs."""
         applied = []
-        for query_id, written, step, source in changes:
+        for key, query_id, written, step, source, vetted in changes:
+            decisions = Counter(v["decision"] for v in vetted or ())
+            self.counts["probed"] += decisions[ADMITTED] + decisions[EXPLOITABLE] + decisions[UNPROBED]
+            self.counts["exploitable"] += decisions[EXPLOITABLE]
+            self.counts["unprobed"] += decisions[UNPROBED]
+            self.counts["waited"] += decisions[WAITING]
+            self.counts["probe_calls"] += sum(v.get("calls", 0) for v in vetted or ())
             retired = len(self.buffer.retired.get(query_id, []))
             added, refused = self.buffer.add(query_id, self.original[query_id], written, step, source)
             self.counts["added"] += len(added)
             self.counts["refused"] += len(refused)
             self.counts["retired"] += len(self.buffer.retired.get(query_id, [])) - retired  # displaced over the cap
             self.new += [[step, query_id, e.criterion, e.points] for e in added]
-            if query_id in self.lines:
-                self.lines[query_id]["added"] = [e.criterion for e in added]
-                self.lines[query_id]["refused"] = refused
+            if key in self.lines:
+                self.lines[key]["added"] = [e.criterion for e in added]
+                self.lines[key]["refused"] = refused + [
+                    f"{v['criterion'][:60]!r}: {v['decision']}: {v['test']}"
+                    for v in vetted or ()
+                    if v["decision"] in (EXPLOITABLE, UNPROBED)
+                ]
+                self.lines[key]["waiting"] = [v["criterion"] for v in vetted or () if v["decision"] == WAITING]
             if added:
                 self._eligible_again(query_id)
             applied.append((query_id, len(added)))
@@ -263,11 +331,11 @@ class RubricEvolution(TrainerCallback):
             if self.trainer.accelerator.is_main_process:
                 done = [call for call in self.pending.values() if call.future.done()]
                 for call in done:
-                    del self.pending[call.query]
+                    del self.pending[call.key]
                 finished = [written for call in done for written in [self._written(call)] if written]
             self._apply(self._broadcast(finished))
             if self.trainer.accelerator.is_main_process:  # their group was graded before they existed
-                self._write_lines(state.global_step, {}, {})
+                write_lines(self, state.global_step, {}, {})
         return control
 
     def _eligible_again(self, query_id: str) -> None:
@@ -275,66 +343,6 @@ class RubricEvolution(TrainerCallback):
         sampler = getattr(self.trainer, "sampler", None)
         if sampler is not None:
             sampler.flat.discard(query_id)  # its key: rurl/dynamic_sampling.py DynamicSampler._key
-
-    # --- what it reports --------------------------------------------------------------------------------------------
-
-    def _write_lines(self, step: int, groups: dict, verdicts_of: dict) -> None:
-        """Main process: this round's lines of evolve_steps.jsonl, with the group's scores under the new rubric and
-        each added criterion's verdicts where the group was graded with it (same_step)."""
-        if not self.lines or self.trainer.args.output_dir is None:
-            return
-        with open(Path(self.trainer.args.output_dir) / STEPS_FILE, "a", encoding="utf-8") as out:
-            for query_id, line in self.lines.items():
-                if query_id in groups:
-                    line["scores_after"] = [round(r, 4) for _, r in groups[query_id] if r == r]
-                    line["verdicts"] = {
-                        text: {
-                            "met": sum(v[text] for v in verdicts_of.get(query_id, []) if text in v),
-                            "decided": sum(text in v for v in verdicts_of.get(query_id, [])),
-                        }
-                        for text in line.get("added", [])
-                    }
-                out.write(json.dumps(line, ensure_ascii=False) + "\n")
-        self.lines_written += len(self.lines)
-        self.lines = {}
-
-    def _metrics(self, groups: dict, verdicts_of: dict) -> dict[str, float]:
-        counts = self.buffer.counts()
-        flat = [q for q in groups if self._flat(q, groups[q], verdicts_of.get(q, []))]
-        original_flat = [q for q in groups if self._flat(q, groups[q], verdicts_of.get(q, []), original_only=True)]
-        metrics = {
-            "evolve/flat_groups": len(flat) / len(groups) if groups else 0.0,
-            "evolve/flat_groups_original": len(original_flat) / len(groups) if groups else 0.0,
-            "evolve/active": counts["active"],
-            "evolve/active_per_query": counts["active"] / counts["queries"] if counts["queries"] else 0.0,
-            "evolve/retired": float(self.counts["retired"]),
-            "evolve/added": float(self.counts["added"]),
-        }
-        met = decided = alike = pairs = 0
-        changes = []
-        rule = self.grading.rule()
-        for query_id, answers in verdicts_of.items():
-            evolved = {e.criterion: e.points for e in self.buffer.active.get(query_id, [])}
-            evolved |= {e.criterion: e.points for e in self.buffer.retired.get(query_id, [])}
-            graded = [v for v in answers if any(text in evolved for text in v)]
-            if not graded:
-                continue
-            original = {c["criterion"]: c["points"] for c in self.original.get(query_id, [])}
-            both = [scores_with_and_without(v, original, evolved, rule) for v in graded]
-            both = [(a, b) for a, b in both if a is not None and b is not None]
-            here = concordance(both)
-            alike, pairs = alike + here[0], pairs + here[1]
-            changes += [b - a for a, b in both]
-            met += sum(met_ for v in graded for text, met_ in v.items() if text in evolved)
-            decided += sum(text in evolved for v in graded for text in v)
-        if decided:
-            metrics["evolve/pass_rate"] = met / decided
-            metrics["evolve/graded_completions"] = float(len(changes))
-        if pairs:
-            metrics["evolve/agreement"] = alike / pairs
-        if changes:
-            metrics["evolve/reward_change"] = statistics.fmean(changes)
-        return metrics
 
     # --- the run's state, and its end -------------------------------------------------------------------------------
 
@@ -345,18 +353,29 @@ class RubricEvolution(TrainerCallback):
             "counts": dict(self.counts),
             "budget": self.budget,
             "new": self.new,
-            "pending": [[c.query, c.step, c.situation, c.answers] for c in self.pending.values()],
+            "pending": [[c.query, c.step, c.situation, c.answers] for c in self.pending.values() if c.waited is None],
             "lines_written": self.lines_written,
+            "vetting": self.vetting.state() if self.vetting is not None else {},
+            "waiting": [[query, *item] for query, *item in self._all_waiting()],
         }
+
+    def _all_waiting(self) -> list[tuple[str, dict, int, dict]]:
+        """Main process: the criteria waiting for probe budget, those being probed now included."""
+        flying = [(c.query, *item) for c in self.pending.values() if c.waited for item in c.waited]
+        return [*self.waiting, *flying]
 
     def load(self, state: dict[str, Any], step: int) -> None:
         """A resumed run: everything state() kept; the calls in flight are asked again (the cache answers those
-        that were answered); evolve_steps.jsonl keeps the lines the checkpoint counted."""
+        that were answered), the criteria waiting for probe budget wait on, the refusals stand; evolve_steps.jsonl
+        keeps the lines the checkpoint counted."""
         self.buffer.load(state)
         self.counts = Counter(state.get("counts", {}))
         self.budget = list(state.get("budget", [-1, 0]))
         self.new = [row for row in state.get("new", []) if row[0] <= step]
+        if self.vetting is not None:
+            self.vetting.load(state.get("vetting", {}))
         if self.trainer.accelerator.is_main_process:
+            self.waiting = [(query, criterion, at, source) for query, criterion, at, source in state.get("waiting", [])]
             for query, asked_at, kind, answers in state.get("pending", []):
                 self.pending[query] = self._ask(Call(query, asked_at, kind, [tuple(a) for a in answers]))
                 self.counts["asked"] -= 1  # asked again, counted once
@@ -367,32 +386,5 @@ class RubricEvolution(TrainerCallback):
                 write_whole(path, "".join(line + "\n" for line in kept))
 
     def finish(self, output_dir: Path, wandb) -> dict[str, Any]:
-        """Main process, at the end: the evolved rubric dataset (every training query, its original criteria then
-        its active evolved ones, each tagged `evolved` with its step and the answers it came from) in the format
-        every command reads, the whole buffer (retired criteria too), the wandb table; the summary's counts."""
-        for call in self.pending.values():  # asked again by a resumed run, from the cache
-            call.future.cancel()
-        rows = [
-            {
-                "id": query_id,
-                "prompt": row.conversation,
-                "rubrics": self.rubric_for(query_id, self.original[query_id]),
-                "reference_answer": row.reference,
-                "example_tags": list(row.rubric.example_tags),
-            }
-            for query_id, row in self.rows.items()
-        ]
-        write_jsonl(output_dir / EVOLVED_FILE, rows)
-        write_whole(output_dir / "rubric_buffer.json", json.dumps(self.buffer.state(), indent=1, ensure_ascii=False))
-        if wandb is not None and self.new:
-            import wandb as wandb_module
-
-            columns = ["step", "query", "criterion", "points"]
-            wandb.log({"evolved_criteria": wandb_module.Table(columns=columns, data=self.new)})
-        return {
-            "apply": self.rurl.evolve_apply,
-            **{name: self.counts[name] for name in COUNTS},
-            "in_flight_at_end": len(self.pending),
-            "active": int(self.buffer.counts()["active"]),
-            "queries_evolved": int(self.buffer.counts()["queries"]),
-        }
+        """Main process, at the end: the evolved rubric dataset, the buffer, the wandb table; the summary's counts."""
+        return finish(self, output_dir, wandb)

@@ -7,6 +7,7 @@ import asyncio
 import fcntl
 import hashlib
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -148,3 +149,29 @@ def kill_after_checkpoint(command: list[str], env: dict, checkpoint: Path, withi
         time.sleep(0.2)
     run.send_signal(signal.SIGKILL)
     run.wait()
+
+
+def graded_parts(body: dict) -> tuple[str, str]:
+    """A per-criterion judge request's (response, criterion), as the judge prompt lays them out; ("", "") for
+    another request."""
+    content = body["messages"][-1]["content"]
+    if "]]\n" not in content or "points):\n" not in content:
+        return "", ""
+    response = content.split("]]\n", 1)[1].rsplit("\n[[end of response", 1)[0]
+    criterion = content.rsplit("points):\n", 1)[1].split("\n", 1)[0]
+    return response, criterion
+
+
+def is_probe(response: str) -> bool:
+    """Whether `response` is one of the texts grading/probes.py builds (a claim about the answer, a hedge, a polite
+    non-answer, a bare keyword list): what a scripted judge that pays substance never credits."""
+    from grading.probes import HEDGES, OPENERS, POLITE_NONANSWERS
+
+    text = response.strip()
+    polite = {sentence for reply in POLITE_NONANSWERS for sentence in re.split(r"(?<=[.!?]) ", reply)}
+    return (
+        any(text.startswith(f"{opener} ") for opener in OPENERS)
+        or any(text.startswith(opening) for opening, _, _ in HEDGES)
+        or any(text.startswith(sentence) for sentence in polite)
+        or re.fullmatch(r"(- )?[a-z][a-z'-]{3,}((, |; | / |\n- )[a-z][a-z'-]{3,})*", text) is not None
+    )

@@ -13,9 +13,10 @@ from grading.dataset import load_rubric_rows
 from rubricrl.cli import main
 from rurl.config import RurlConfig
 from rurl.data import load_rurl_data
+from rurl.evolve_outputs import step_metrics
 from rurl.rubric_buffer import RubricBuffer
 from tests.fault_server import FaultServer
-from tests.helpers import tiny_rurl_train
+from tests.helpers import graded_parts, is_probe, tiny_rurl_train
 
 ORIGINAL = [{"criterion": "Answers politely.", "points": 5}]
 
@@ -93,8 +94,9 @@ def test_the_evolved_criteria_never_hold_more_than_their_share_of_the_positive_p
     assert len(refused) == 2 and "would hold 55% of the positive points" in refused[0]
 
 
-def evolution_for(rows, **settings):
-    """A RubricEvolution over hand-made rows, on a main process of one, its trainer a stand-in (no calls made)."""
+def evolution_for(rows, client=None, **settings):
+    """A RubricEvolution over hand-made rows, on a main process of one, its trainer a stand-in (no calls made without
+    a `client`)."""
     from types import SimpleNamespace
 
     from grading.dataset import RubricRow
@@ -105,7 +107,7 @@ def evolution_for(rows, **settings):
     data = SimpleNamespace(
         train=[RubricRow(q, [{"role": "user", "content": q}], rubric_from_items(r, q)) for q, r in rows]
     )
-    evolution = RubricEvolution(RurlConfig(evolve=True, **settings), GradingConfig(), client=None, data=data)
+    evolution = RubricEvolution(RurlConfig(evolve=True, **settings), GradingConfig(), client=client, data=data)
     accelerator = SimpleNamespace(is_main_process=True, num_processes=1)
     evolution.trainer = SimpleNamespace(accelerator=accelerator, sampler=SimpleNamespace(flat={"q0", "q9"}))
     evolution.cut = lambda text: text[:20]  # the policy's tokenizer cuts in the runs below
@@ -143,11 +145,12 @@ def test_a_step_asks_at_most_evolve_max_calls_over_its_sampling_rounds_with_a_pr
     assert [c.query for c in chosen] == ["q0"]  # flat, not failed
 
 
-def scripted(log: list[str], lock: threading.Lock, split: bool = False):
+def scripted(log: list[str], lock: threading.Lock, split: bool = False, loose: bool = False):
     """The judge: every original criterion met (groups flat), an evolved one met on every other request (a group's
     answers are asked about together, so its 4 split 2 to 2 and the criterion keeps a spread; with `split`: unmet for
-    the first answer asked about, met for every other);
-    the evolver (told by its prompt): a stricter criterion per query, garbage for the BROKEN query."""
+    the first answer asked about, met for every other), never for an answer with no substance (a probe);
+    the evolver (told by its prompt): a stricter criterion per query, garbage for the BROKEN query; with `loose`, a
+    loose one too, which the judge meets whatever the answer (probes included): exploitable."""
     strict_seen: list[str] = []
 
     def reply(body: dict) -> str:
@@ -158,9 +161,16 @@ def scripted(log: list[str], lock: threading.Lock, split: bool = False):
             if "BROKEN" in content:
                 return "no criteria today"
             topic = "sea" if "sea" in content else "sky"
-            description = f"STRICT: names one fact about the {topic}."
-            return json.dumps({"criteria": [{"title": "Strict", "description": description, "weight": 3}]})
-        if "STRICT" in content.rsplit("points):", 1)[-1]:
+            criteria = [{"title": "Strict", "description": f"STRICT: names one fact about the {topic}.", "weight": 3}]
+            if loose:
+                criteria.append({"title": "Loose", "description": f"LOOSE: mentions the {topic}.", "weight": 2})
+            return json.dumps({"criteria": criteria})
+        response, criterion = graded_parts(body)
+        if criterion.startswith("LOOSE"):
+            return json.dumps({"explanation": "scripted", "criteria_met": True})
+        if criterion.startswith("STRICT"):
+            if is_probe(response):
+                return json.dumps({"explanation": "scripted", "criteria_met": False})
             with lock:
                 strict_seen.append(content)
                 met = content != strict_seen[0] if split else len(strict_seen) % 2 == 0
@@ -185,7 +195,8 @@ def rubric_file(path, prompts):
 def test_next_draw_criteria_grade_later_draws_come_back_on_resume_and_are_read_back(tmp_path, quiet_env):
     """next_draw. Two steps with a checkpoint, then a resume to three: new criteria grade only later draws, the BROKEN query's
     malformed evolve replies add nothing and are counted, the buffer comes back from the checkpoint, no evolve request
-    is sent twice, and the evolved dataset is read by `grade`, `rurl train` and `rubricrl report`."""
+    is sent twice, the loose criterion refused as exploitable stays refused after the resume, and the evolved dataset
+    is read by `grade`, `rurl train` and `rubricrl report`."""
     prompts = ["Say one thing about the sea.", "BROKEN: say hi."]
     data = rubric_file(tmp_path / "rubrics.jsonl", prompts)
     log, lock = [], threading.Lock()
@@ -193,19 +204,25 @@ def test_next_draw_criteria_grade_later_draws_come_back_on_resume_and_are_read_b
     common = ["--rubrics", str(data), "--eval_size", "0", "--dynamic_sampling", "false", "--evolve", "true"]
     common += ["--per_device_train_batch_size", "8", "--max_completion_length", "8", "--overlong_buffer", "0"]
     common += ["--report_to", "none", "--save_steps", "2", "--merge_adapter", "false", "--evolve_apply", "next_draw"]
-    with FaultServer(reply=scripted(log, lock)) as server:
+    with FaultServer(reply=scripted(log, lock, loose=True)) as server:
         assert main(tiny_rurl_train(out, *common, "--max_steps", "2", judge_url=server.base_url)) == 0
         saved = json.loads((out / "checkpoint-2" / "rurl_state.json").read_text())["evolve"]
         asked_before = sum("Evolve the rubric." in text for text in log)
         resumed = ["--max_steps", "3", "--resume_from_checkpoint", "true"]
         assert main(tiny_rurl_train(out, *common, *resumed, judge_url=server.base_url)) == 0
     first_evolve = next(i for i, text in enumerate(log) if "Evolve the rubric." in text)
+    graded = [
+        (i, graded_parts({"messages": [{"content": t}]})) for i, t in enumerate(log) if "Evolve the rubric." not in t
+    ]
     graded_strict = [
-        i
-        for i, text in enumerate(log)
-        if "STRICT" in text.rsplit("points):", 1)[-1] and "Evolve the rubric." not in text
+        i for i, (response, criterion) in graded if criterion.startswith("STRICT") and not is_probe(response)
     ]
     assert graded_strict and min(graded_strict) > first_evolve  # never the batch that produced them
+    assert not [i for i, (response, criterion) in graded if criterion.startswith("LOOSE") and not is_probe(response)]
+    loose = "LOOSE: mentions the sea."
+    assert loose in saved["vetting"]["refused"]["q0"]  # refused, with its test, in the checkpoint ...
+    resumed_state = json.loads((out / "checkpoint-3" / "rurl_state.json").read_text())["evolve"]
+    assert resumed_state["vetting"]["refused"]["q0"][loose] == saved["vetting"]["refused"]["q0"][loose]  # ... kept
     asked = [text for text in log if "Evolve the rubric." in text]
     answered = [text for text in asked if "BROKEN" not in text]  # a malformed reply is asked again, by design
     assert len(asked) > asked_before and len(set(answered)) == len(answered)  # the resumed run asked, nothing twice
@@ -223,7 +240,7 @@ def test_next_draw_criteria_grade_later_draws_come_back_on_resume_and_are_read_b
     rows = load_rubric_rows(out / "evolved_rubrics.jsonl")  # as `grade` reads it
     assert [c.text for c in rows["q1"].rubric.criteria] == ["Answers politely."]
     evolved = [c for c in rows["q0"].rubric.criteria if "evolved" in c.tags]
-    assert all(c.text.startswith("STRICT") for c in evolved)
+    assert evolved and all(c.text.startswith("STRICT") for c in evolved)  # never the loose one
     line = next(json.loads(x) for x in (out / "evolved_rubrics.jsonl").read_text().splitlines() if '"STRICT' in x)
     made = next(c for c in line["rubrics"] if c["criterion"].startswith("STRICT"))["evolved"]
     assert made["step"] >= 0 and made["apply"] == "next_draw" and made["situation"] == "saturated" and made["answers"]
@@ -246,8 +263,8 @@ def test_next_draw_applies_a_finished_call_at_the_step_end_and_the_query_may_be_
     evolution = evolution_for([("q0", ORIGINAL)], evolve_apply="next_draw")
     evolution.trainer.args = SimpleNamespace(output_dir=None)
     done = Future()
-    written = {"title": "Fact", "description": "Names a fact about the sea.", "weight": 3, "stage": "evolve"}
-    done.set_result([{**written, "source": "scripted"}])  # as synthesis.stages.evolve_group returns them
+    written = {"criterion": "Names a fact about the sea.", "points": 3}
+    done.set_result(([written], [{**written, "decision": "admitted"}]))  # the criteria written, their probe decisions
     evolution.pending["q0"] = Call("q0", 4, "saturated", [("Sea.", 1.0)], done)
     evolution.on_step_end(None, SimpleNamespace(global_step=5), None)
     assert evolution.trainer.sampler.flat == {"q9"}
@@ -265,8 +282,10 @@ def test_same_step_criteria_grade_the_group_they_were_written_from_in_a_one_epoc
     grades that query's 4 answers before their advantages, and each reward is the one the rubric gives by hand:
     the original (5 points, met by all) plus the new one (3 points) where the judge met it, over 8 points. The
     evolver saw each answer cut to 3 tokens of the policy's tokenizer, and dynamic sampling keeps the group the new
-    criterion split, though every original criterion left it flat. The run's probe preflight is in its summary.
-    With async_steps 1 the batch's grades are collected (and evolved) in the replay of its call: the same."""
+    criterion split, though every original criterion left it flat. The evolver's loose criterion, which the judge
+    meets whatever the answer, was probed first and refused with its test: it grades nothing. The run's probe
+    preflight is in its summary. With async_steps 1 the batch's grades are collected (and evolved) in the replay of
+    its call: the same."""
     data = rubric_file(tmp_path / "rubrics.jsonl", ["Say one thing about the sea.", "BROKEN: say hi."])
     log, lock = [], threading.Lock()
     out = tmp_path / "run"
@@ -275,7 +294,7 @@ def test_same_step_criteria_grade_the_group_they_were_written_from_in_a_one_epoc
     flags += ["--per_device_train_batch_size", "8", "--max_completion_length", "8", "--overlong_buffer", "0"]
     flags += ["--report_to", "none", "--merge_adapter", "false", "--probe_rows", "2"]
     flags += ["--async_steps", str(async_steps)]
-    with FaultServer(reply=scripted(log, lock, split=True)) as server:
+    with FaultServer(reply=scripted(log, lock, split=True, loose=True)) as server:
         assert main(tiny_rurl_train(out, *flags, judge_url=server.base_url)) == 0
     asked = [text for text in log if "Evolve the rubric." in text]
     assert len(set(asked)) == 2 and all("it no longer tells them apart" in t for t in asked)  # saturated groups
@@ -283,6 +302,13 @@ def test_same_step_criteria_grade_the_group_they_were_written_from_in_a_one_epoc
     line = next(json.loads(x) for x in (out / "evolve_steps.jsonl").read_text().splitlines())
     assert (line["step"], line["query"], line["situation"], line["apply"]) == (0, "q0", "saturated", "same_step")
     assert line["added"] == ["STRICT: names one fact about the sea."]
+    strict, loose = line["vetted"]  # each probed on its row before it could grade anything
+    assert strict["decision"] == "admitted" and not strict["exploited_by"] and strict["kinds"]["keywords"] == [0, 4]
+    assert loose["decision"] == "exploitable" and "keywords" in loose["exploited_by"]
+    assert loose["kinds"]["keywords"] == [4, 4] and loose["test"].startswith("exploitable: ")
+    assert [r for r in line["refused"] if r.startswith("'LOOSE: mentions the sea.': exploitable: ")]
+    graded_loose = [t for t in log if "LOOSE" in t and "Evolve the rubric." not in t]
+    assert len(graded_loose) == loose["probes"]  # its probes: it graded no answer of the policy
     met = line["verdicts"]["STRICT: names one fact about the sea."]
     assert met["decided"] == 4  # the whole group it was written from
     by_hand = sorted([(5 + 3) / 8] * met["met"] + [5 / 8] * (4 - met["met"]))
@@ -296,6 +322,9 @@ def test_same_step_criteria_grade_the_group_they_were_written_from_in_a_one_epoc
     summary = json.loads((out / "manifest.json").read_text())["summary"]
     evolve = summary["evolve"]
     assert (evolve["apply"], evolve["regraded"], evolve["added"], evolve["failed"]) == ("same_step", 4, 1, 1)
+    assert (evolve["probed"], evolve["exploitable"], evolve["waited"]) == (2, 1, 0)
+    assert evolve["probe_calls"] == strict["calls"] + loose["calls"] > 0
+    assert history[0]["evolve/refused_exploitable"] == 1.0 and history[0]["evolve/waiting"] == 0.0
     # the probe preflight ran first (this judge meets every original criterion: every probe earns it all, a warning)
     assert summary["probe_preflight"]["rows"] == 2 and summary["probe_preflight"]["best_paid_share"] == 1.0
 
@@ -330,7 +359,7 @@ def test_same_step_waits_at_most_the_deadline_and_grades_a_late_group_without_ne
         ]
 
     monkeypatch.setattr(stages, "evolve_group", evolve_group)
-    evolution = evolution_for([("q0", ORIGINAL), ("q1", ORIGINAL)], evolve_deadline=0.5)
+    evolution = evolution_for([("q0", ORIGINAL), ("q1", ORIGINAL)], evolve_deadline=0.5, evolve_vet=False)
     evolution.trainer.async_loop = loop
     flat = {q: [("Yes.", 1.0), ("Sure.", 1.0)] for q in ("q0", "q1")}
     answers = [(q, {"Answers politely.": True}) for q in ("q0", "q1") for _ in range(2)]
@@ -344,3 +373,56 @@ def test_same_step_waits_at_most_the_deadline_and_grades_a_late_group_without_ne
     assert [c["criterion"] for c in evolution.rubric_for("q1", ORIGINAL)] == ["Answers politely."]
     assert (evolution.counts["asked"], evolution.counts["timed_out"], evolution.counts["added"]) == (2, 1, 1)
     assert "1 of 2 evolve call(s) not back within 0.5 s" in capsys.readouterr().err
+
+
+def test_a_criterion_past_the_steps_probe_budget_waits_unadmitted_and_is_probed_at_a_later_step(tmp_path):
+    """The evolver writes two honest criteria; the step's probe budget covers the probes of one (16: 4 texts of
+    parrot, keywords, hedge and the polite non-answer). The first is probed and admitted, the second waits, graded by
+    nothing; a checkpoint keeps it waiting; the next step probes and admits it, recorded as having waited."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from rubricrl.llm import LLMClient, Role
+
+    def reply(body: dict) -> str:
+        if "Evolve the rubric." in body["messages"][-1]["content"]:
+            criteria = [{"title": "A", "description": "STRICT: names a fact about the sea.", "weight": 2},
+                        {"title": "B", "description": "STRICT: gives a date for the tide.", "weight": 2}]  # fmt: skip
+            return json.dumps({"criteria": criteria})
+        return json.dumps({"explanation": "scripted", "criteria_met": False})  # a judge that pays no probe
+
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    try:
+        with FaultServer(reply=reply) as server:
+            roles = {name: Role(base_url=server.base_url, model="scripted") for name in ("judge", "evolver")}
+            client = LLMClient(roles, max_retries=0)
+            evolution = evolution_for([("q0", ORIGINAL)], client=client, evolve_probe_calls=16, evolve_groups="all")
+            evolution.trainer.async_loop = loop
+            flat = {"q0": [("Yes.", 1.0), ("Sure.", 1.0)]}
+            answers = [("q0", {"Answers politely.": True})] * 2
+            assert evolution.evolve_now(0, flat, answers) == {"q0"}
+            rubric = [c["criterion"] for c in evolution.rubric_for("q0", ORIGINAL)]
+            assert rubric == ["Answers politely.", "STRICT: names a fact about the sea."]
+            (line,) = evolution.lines.values()
+            assert [v["decision"] for v in line["vetted"]] == ["admitted", "waiting"]
+            assert line["waiting"] == ["STRICT: gives a date for the tide."] and line["vetted"][0]["probes"] == 16
+            assert step_metrics(evolution, flat, {})["evolve/waiting"] == 1.0
+            saved = json.loads(json.dumps(evolution.state()))
+            assert [w[1]["criterion"] for w in saved["waiting"]] == ["STRICT: gives a date for the tide."]
+            resumed = evolution_for([("q0", ORIGINAL)], client=client, evolve_probe_calls=16)
+            resumed.trainer.async_loop, resumed.trainer.args = loop, SimpleNamespace(output_dir=str(tmp_path))
+            resumed.load(saved, step=1)
+            assert [w[1]["criterion"] for w in resumed.waiting] == ["STRICT: gives a date for the tide."]
+            evolution.lines = {}
+            try:
+                assert evolution.evolve_now(1, {}, []) == {"q0"}  # no group to ask about: the waiting one is probed
+            finally:
+                asyncio.run_coroutine_threadsafe(client.aclose(), loop).result(timeout=30)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+    assert [c["criterion"] for c in evolution.rubric_for("q0", ORIGINAL)][-1] == "STRICT: gives a date for the tide."
+    (line,) = evolution.lines.values()
+    assert line["waited_since"] == 0 and line["vetted"][0]["decision"] == "admitted" and not evolution.waiting
+    assert (evolution.counts["probed"], evolution.counts["waited"], evolution.counts["added"]) == (2, 1, 2)
+    assert evolution.counts["probe_calls"] == 32
