@@ -63,9 +63,15 @@ def records_for(rows, per_kind: int, judge, rate: float, draw: random.Random) ->
                 [c.text, c.points, bool(judge and judge(c.text, probe.text)) or draw.random() < rate] for c in criteria
             ]
             records.append(
-                {"row": row.id, "kind": probe.kind, "target": probe.target, "judge": "j", "text": probe.text,
-                 "verdicts": verdicts}
-            )  # fmt: skip
+                {
+                    "row": row.id,
+                    "kind": probe.kind,
+                    "target": probe.target,
+                    "judge": "j",
+                    "text": probe.text,
+                    "verdicts": verdicts,
+                }
+            )
             calls["per_criterion"] += len(criteria)
             calls["batched"] += 1
     return records, calls
@@ -109,8 +115,16 @@ def main() -> None:
     rows = [row for row in load_rubric_rows(SAMPLE).values() if any(c.points > 0 for c in row.rubric.criteria)]
     positive = sum(c.points > 0 for row in rows for c in row.rubric.criteria)
     print(f"{len(rows)} HealthBench sample rows, {positive} positive criteria; {ProbeTest().describe()}")
-    columns = ["per kind", "random 0.05: flagged (mean, worst)", "random 0.09", "keywords: paid, flagged",
-               "unpaid, flagged", "hedge: paid, flagged", "unpaid, flagged", "calls/row (per criterion, batched)"]  # fmt: skip
+    columns = [
+        "per kind",
+        "random 0.05: flagged (mean, worst)",
+        "random 0.09",
+        "keywords: paid, flagged",
+        "unpaid, flagged",
+        "hedge: paid, flagged",
+        "unpaid, flagged",
+        "calls/row (per criterion, batched)",
+    ]
     print("| " + " | ".join(columns) + " |\n|" + "---|" * len(columns))
     verdicts = []
     for per_kind in args.per_kind:
@@ -130,9 +144,11 @@ def main() -> None:
                 verdicts.append(share(always) >= LIMIT_POWER and share(never) <= LIMIT_FALSE)
         cells.append(f"{calls['per_criterion'] / len(rows):.0f}, {calls['batched'] / len(rows):.0f}")
         print(f"| {per_kind} | " + " | ".join(cells) + " |")
-    print(f"targets (random judges: at most {LIMIT_FALSE:.0%} of criteria flagged at every setting; fooled judges, at 4 "
-          f"or more per kind: at least {LIMIT_POWER:.0%} of the paid criteria flagged by their kind, at most "
-          f"{LIMIT_FALSE:.0%} of the unpaid flagged): {'PASS' if all(verdicts) else 'FAIL'}")  # fmt: skip
+    print(
+        f"targets (random judges: at most {LIMIT_FALSE:.0%} of criteria flagged at every setting; fooled judges, at 4 "
+        f"or more per kind: at least {LIMIT_POWER:.0%} of the paid criteria flagged by their kind, at most "
+        f"{LIMIT_FALSE:.0%} of the unpaid flagged): {'PASS' if all(verdicts) else 'FAIL'}"
+    )
 
 
 if __name__ == "__main__":

@@ -71,8 +71,10 @@ def main() -> None:
     results = [run(args.output_dir / apply, rubrics, apply) for apply in ("next_draw", "same_step")]
     results.append(run(args.output_dir / "same_step-unvetted", rubrics, "same_step", vet=False))
     (args.output_dir / "results.json").write_text(json.dumps(results, indent=1) + "\n")
-    print("| mode | flat groups per step | mean | completions graded by evolved criteria | asked | written | probed | "
-          "refused exploitable | unprobed | waited | added | probe calls per step | evolve wait per step | wall |")  # fmt: skip
+    print(
+        "| mode | flat groups per step | mean | completions graded by evolved criteria | asked | written | probed | "
+        "refused exploitable | unprobed | waited | added | probe calls per step | evolve wait per step | wall |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         steps = ", ".join(f"{share:.2f}" for share in r["flat_groups_per_step"])

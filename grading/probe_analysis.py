@@ -38,9 +38,15 @@ def criteria_rows(records: list[dict], test: ProbeTest) -> list[dict[str, Any]]:
             key = (record["row"], text, record["judge"])
             row = table.setdefault(
                 key,
-                {"id": record["row"], "criterion": text, "points": points, "judge": record["judge"], "kinds": {},
-                 "control": None},
-            )  # fmt: skip
+                {
+                    "id": record["row"],
+                    "criterion": text,
+                    "points": points,
+                    "judge": record["judge"],
+                    "kinds": {},
+                    "control": None,
+                },
+            )
             if record["kind"] == CONTROL:
                 row["control"] = met
                 continue
@@ -136,9 +142,13 @@ def summary(records: list[dict], criteria: list[dict], rows: int, seconds: float
     judges = sorted({r["judge"] for r in records})
     by_judge = kind_summary(records)
     out: dict[str, Any] = {
-        "rows": rows, "judges": judges, "kinds": by_judge, "test": {**asdict(test), "rule": test.describe()},
-        "exploitable": {}, "cost": {},
-    }  # fmt: skip
+        "rows": rows,
+        "judges": judges,
+        "kinds": by_judge,
+        "test": {**asdict(test), "rule": test.describe()},
+        "exploitable": {},
+        "cost": {},
+    }
     for judge in judges:
         mine = [c for c in criteria if c["judge"] == judge]
         tests = [t for c in mine for t in c["tests"].values()]

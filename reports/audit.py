@@ -204,8 +204,14 @@ def probe_links(folder: Path, criteria: Path) -> dict:
         if row.get("probe") and row["probe"]["exploitable"]:
             exploitable += 1
             if row["flags"]:
-                both.append([row["id"], row["criterion"][:90], ", ".join(row["flags"]), "; ".join(
-                    f"{judge}: {counts}" for judge, counts in row["probe"]["judges"].items())])  # fmt: skip
+                both.append(
+                    [
+                        row["id"],
+                        row["criterion"][:90],
+                        ", ".join(row["flags"]),
+                        "; ".join(f"{judge}: {counts}" for judge, counts in row["probe"]["judges"].items()),
+                    ]
+                )
     return {"folder": str(folder), "exploitable": exploitable, "flagged_and_exploitable": both}
 
 

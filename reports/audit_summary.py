@@ -83,9 +83,14 @@ def markdown(summary: dict[str, Any], config: AuditSettings, files: list[Path], 
         lines += ["", f"## {title}", "", *md_table(header, rows)]
     probe = summary.get("probe")
     if probe:
-        lines += ["", "## Probed (rubricrl probe)", "", f"- {probe['exploitable']} criteria exploitable by answers "
-                  f"with no substance ({probe['folder']}); {len(probe['flagged_and_exploitable'])} of them flagged "
-                  "here too (below): criteria.jsonl's `probe` has the evidence for every criterion"]  # fmt: skip
+        lines += [
+            "",
+            "## Probed (rubricrl probe)",
+            "",
+            f"- {probe['exploitable']} criteria exploitable by answers "
+            f"with no substance ({probe['folder']}); {len(probe['flagged_and_exploitable'])} of them flagged "
+            "here too (below): criteria.jsonl's `probe` has the evidence for every criterion",
+        ]
         if probe["flagged_and_exploitable"]:
             header = ["query", "criterion", "audit flags", "probe kinds that flagged it"]
             lines += ["", *md_table(header, probe["flagged_and_exploitable"])]

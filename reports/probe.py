@@ -184,6 +184,9 @@ def run_probe(args: argparse.Namespace) -> int:
             f"{probe.test.describe()}",
             file=sys.stderr,
         )
-    print(f"output: {out} (probe.md, summary.json, criteria.jsonl, rows.jsonl, probes.jsonl"
-          f"{''.join(', ' + c.name for c in charts)})", file=sys.stderr)  # fmt: skip
+    print(
+        f"output: {out} (probe.md, summary.json, criteria.jsonl, rows.jsonl, probes.jsonl"
+        f"{''.join(', ' + c.name for c in charts)})",
+        file=sys.stderr,
+    )
     return 0

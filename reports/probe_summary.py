@@ -53,8 +53,15 @@ def exploitable_table(summary: dict[str, Any]) -> tuple[list[str], list[list[str
         ]
         for judge, e in summary["exploitable"].items()
     ]
-    header = ["judge", "exploitable criteria", "positive criteria", "share", "flagged by", "insufficient",
-              "tests (able to flag), flagging at"]  # fmt: skip
+    header = [
+        "judge",
+        "exploitable criteria",
+        "positive criteria",
+        "share",
+        "flagged by",
+        "insufficient",
+        "tests (able to flag), flagging at",
+    ]
     return header, rows
 
 

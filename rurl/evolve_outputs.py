@@ -14,8 +14,20 @@ STEPS_FILE = "evolve_steps.jsonl"
 """A line per evolve call: its step, query, situation, the criteria it wrote (their probe decisions; added or why
 refused), and the group's scores and each added criterion's verdicts on the group (same_step) or the group's scores
 it read."""
-COUNTS = ("asked", "added", "refused", "failed", "timed_out", "retired", "regraded", "probed", "exploitable",
-          "unprobed", "waited", "probe_calls")  # fmt: skip
+COUNTS = (
+    "asked",
+    "added",
+    "refused",
+    "failed",
+    "timed_out",
+    "retired",
+    "regraded",
+    "probed",
+    "exploitable",
+    "unprobed",
+    "waited",
+    "probe_calls",
+)
 
 
 def write_lines(evolution, step: int, groups: dict, verdicts_of: dict) -> None:

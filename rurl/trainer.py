@@ -201,11 +201,20 @@ class RubricGRPOTrainer(GRPOTrainer):
             original = {c["criterion"] for q in changed for c in self.evolution.original.get(q, [])}
             self.failure_monitor.record(
                 replace(
-                    seen[0], completions=0, flagged=0, noted=0, no_answer=0, verdicts=0, failed_verdicts=0,
-                    unscored=int((torch.isnan(column) & ~torch.isnan(before)).sum()), answers=[], penalties=set(),
-                    criteria={t: c for t, c in seen[0].criteria.items() if t not in original}, pass_rates={},
+                    seen[0],
+                    completions=0,
+                    flagged=0,
+                    noted=0,
+                    no_answer=0,
+                    verdicts=0,
+                    failed_verdicts=0,
+                    unscored=int((torch.isnan(column) & ~torch.isnan(before)).sum()),
+                    answers=[],
+                    penalties=set(),
+                    criteria={t: c for t, c in seen[0].criteria.items() if t not in original},
+                    pass_rates={},
                 )
-            )  # fmt: skip
+            )
         again = raw.clone()
         again[:, 0] = self.accelerator.gather(column.to(raw.device))
         parts = gather_object([([a for s in seen for a in s.answers], {t for s in seen for t in s.penalties})])

@@ -62,8 +62,9 @@ class Vetting:
         where they bear on it (a `half` targets it)."""
         row, index = self.rows[self.index[query_id]], self.index[query_id]
         positive = [{"criterion": c["criterion"], "points": c["points"]} for c in current if c["points"] > 0]
-        rubric = rubric_from_items([*positive, {"criterion": criterion["criterion"], "points": criterion["points"]}],
-                                   f"vetting {query_id}")  # fmt: skip
+        rubric = rubric_from_items(
+            [*positive, {"criterion": criterion["criterion"], "points": criterion["points"]}], f"vetting {query_id}"
+        )
         probes = probes_for(replace(row, rubric=rubric), self.rows, index, KINDS, self.per_kind)
         return [p for p in probes if p.target in (None, criterion["criterion"])]
 
@@ -93,10 +94,15 @@ class Vetting:
         items = [GradeItem(row.conversation, p.text, graded_against(target, p), row.reference) for p in probes]
         graded = await Grader(self.client, self.grading).grade_many(items)
         records = [
-            {"row": query_id, "kind": p.kind, "target": p.target, "judge": "training judge",
-             "verdicts": [[v.criterion, v.points, v.met] for v in g.verdicts]}
+            {
+                "row": query_id,
+                "kind": p.kind,
+                "target": p.target,
+                "judge": "training judge",
+                "verdicts": [[v.criterion, v.points, v.met] for v in g.verdicts],
+            }
             for p, g in zip(probes, graded)
-        ]  # fmt: skip
+        ]
         calls = sum(g.judge_calls for g in {id(g): g for g in graded}.values())
         found = next((c for c in criteria_rows(records, self.test) if c["criterion"] == text), None)
         evidence = {"probes": len(probes), "calls": calls}

@@ -195,8 +195,19 @@ def test_bad_input_is_one_line(tmp_path, home, capsys):
         (empty, "empty.jsonl: no rows"),
         (penalties_only, "row 'p' has no criterion with positive points"),
     ):
-        code = main(["probe", "--rubrics", str(path), "--output_dir", str(tmp_path / "o"), "--base-url",
-                     "http://127.0.0.1:9/v1", "--model", "m"])  # fmt: skip
+        code = main(
+            [
+                "probe",
+                "--rubrics",
+                str(path),
+                "--output_dir",
+                str(tmp_path / "o"),
+                "--base-url",
+                "http://127.0.0.1:9/v1",
+                "--model",
+                "m",
+            ]
+        )
         err = capsys.readouterr().err
         assert code == 2 and message in err and err.startswith("rubricrl: error:"), err
     with FaultServer(reply=judge_reply(wants_substance=True)) as server:
@@ -211,13 +222,22 @@ def test_the_audit_reads_the_probe_and_the_report_shows_it(tmp_path, home):
     with FaultServer(reply=judge_reply(wants_substance=False)) as server:
         _, out = probe(tmp_path, server)
     graded = [
-        {"id": "fever", "response": f"answer {i}", "verdicts": [
-            {"criterion": "Says when to seek emergency care.", "points": 5, "met": i % 2 == 0, "explanation": "x"},
-            {"criterion": "Recommends fluids and rest.", "points": 3, "met": True, "explanation": "x"},
-            {"criterion": "Claims every fever needs antibiotics.", "points": -4, "met": i % 3 == 0, "explanation": "x"},
-        ]}
+        {
+            "id": "fever",
+            "response": f"answer {i}",
+            "verdicts": [
+                {"criterion": "Says when to seek emergency care.", "points": 5, "met": i % 2 == 0, "explanation": "x"},
+                {"criterion": "Recommends fluids and rest.", "points": 3, "met": True, "explanation": "x"},
+                {
+                    "criterion": "Claims every fever needs antibiotics.",
+                    "points": -4,
+                    "met": i % 3 == 0,
+                    "explanation": "x",
+                },
+            ],
+        }
         for i in range(32)
-    ]  # fmt: skip
+    ]
     (tmp_path / "graded.jsonl").write_text("".join(json.dumps(r) + "\n" for r in graded))
     audited = tmp_path / "audit"
     argv = ["audit", str(tmp_path / "graded.jsonl"), "--rubrics", str(tmp_path / "rubrics.jsonl")]

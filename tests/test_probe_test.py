@@ -45,10 +45,17 @@ def test_a_judge_crediting_at_random_below_the_tolerance_flags_nothing():
     for seed in range(5):
         draw = random.Random(seed)
         records = [
-            {"row": f"r{r}", "kind": kind, "target": None, "judge": "random",
-             "verdicts": [[f"criterion {c}", 1, draw.random() < 0.05] for c in range(4)]}
-            for r in range(200) for kind in ("parrot", "keywords", "hedge", "polite_nonanswer", "half") for _ in range(4)
-        ]  # fmt: skip
+            {
+                "row": f"r{r}",
+                "kind": kind,
+                "target": None,
+                "judge": "random",
+                "verdicts": [[f"criterion {c}", 1, draw.random() < 0.05] for c in range(4)],
+            }
+            for r in range(200)
+            for kind in ("parrot", "keywords", "hedge", "polite_nonanswer", "half")
+            for _ in range(4)
+        ]
         criteria = criteria_rows(records, ProbeTest())
         assert len(criteria) == 800 and not any(c["exploitable"] for c in criteria), seed
 

@@ -121,8 +121,14 @@ def test_a_diverging_monitor_stops_both_processes_at_the_same_step_with_a_checkp
 
     def judges(body: dict) -> str:
         if "Evolve the rubric." in body["messages"][-1]["content"]:  # the evolver
-            return json.dumps({"criteria": [{"title": "Strict", "description": "STRICT: names a fact.", "weight": 3},
-                                            {"title": "Loose", "description": "LOOSE: mentions a fact.", "weight": 2}]})  # fmt: skip
+            return json.dumps(
+                {
+                    "criteria": [
+                        {"title": "Strict", "description": "STRICT: names a fact.", "weight": 3},
+                        {"title": "Loose", "description": "LOOSE: mentions a fact.", "weight": 2},
+                    ]
+                }
+            )
         response, criterion = graded_parts(body)
         if criterion.startswith("LOOSE") or (criterion.startswith("STRICT") and is_probe(response)):
             return json.dumps({"explanation": "scripted", "criteria_met": criterion.startswith("LOOSE")})
@@ -139,10 +145,26 @@ def test_a_diverging_monitor_stops_both_processes_at_the_same_step_with_a_checkp
             tmp_path,
             server,
             ["Say hello.", "Write one sentence about the sea.", "Name a colour.", "Name a fruit."],
-            "--eval_size", "2", "--eval_every", "1", "--max_steps", "4", "--dynamic_sampling", "false",
-            "--monitor_judge", "true", "--on_alarm", "stop", "--roles", "monitor.model=scripted-monitor",
-            "monitor.max_tokens=50", "--evolve", "true", "--evolve_groups", "all",
-        )  # fmt: skip
+            "--eval_size",
+            "2",
+            "--eval_every",
+            "1",
+            "--max_steps",
+            "4",
+            "--dynamic_sampling",
+            "false",
+            "--monitor_judge",
+            "true",
+            "--on_alarm",
+            "stop",
+            "--roles",
+            "monitor.model=scripted-monitor",
+            "monitor.max_tokens=50",
+            "--evolve",
+            "true",
+            "--evolve_groups",
+            "all",
+        )
     assert code != 0, errs[0][-3000:]
     assert (
         "rurl alarm at step 1: the training judge's overall score went 0.000 -> 1.000 while the monitor's went "

@@ -167,8 +167,15 @@ def test_log_probabilities_read_while_sampling_are_those_of_a_forward_over_the_c
     ends = list(range(0, model.config.vocab_size, 10))
     torch.manual_seed(0)
     with torch.no_grad(), SampledLogps(model, temperature=0.7) as sampled:
-        out = model.generate(**prompts, do_sample=True, temperature=0.7, top_k=0, max_new_tokens=12, eos_token_id=ends,
-                             pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+        out = model.generate(
+            **prompts,
+            do_sample=True,
+            temperature=0.7,
+            top_k=0,
+            max_new_tokens=12,
+            eos_token_id=ends,
+            pad_token_id=tokenizer.pad_token_id,
+        )
     completion = out[:, prompts["input_ids"].size(1) :]
     ended = torch.isin(completion, torch.tensor(ends))
     length = torch.where(ended.any(1), ended.int().argmax(1) + 1, completion.size(1))

@@ -49,14 +49,24 @@ def test_the_buffer_validates_and_holds_its_cap_on_add_where_an_untested_criteri
     gone = buffer.observe(group, step=2)
     assert [(e.criterion, e.retired) for e in gone] == [("Gives a number.", "no variance in its last group (step 2)")]
     # two new untested ones: one takes the free place, the other is refused, the splitting one stays
-    added, refused = buffer.add("q", ORIGINAL, [{"criterion": "Mentions a risk.", "points": 2},
-                                                {"criterion": "Says why.", "points": 1}], step=3, source={})  # fmt: skip
+    added, refused = buffer.add(
+        "q",
+        ORIGINAL,
+        [{"criterion": "Mentions a risk.", "points": 2}, {"criterion": "Says why.", "points": 1}],
+        step=3,
+        source={},
+    )
     assert [e.criterion for e in buffer.active["q"]] == ["Names a source.", "Mentions a risk."]
     assert [e.criterion for e in added] == ["Mentions a risk."] and "over the cap" in refused[0]
     assert buffer.room("q") == 1  # one place holds a criterion that split groups
     # tested without splitting (window 1 retires it at once), so a newer untested one may take its place
-    buffer.observe([("q", {"Names a source.": True, "Mentions a risk.": True}),
-                    ("q", {"Names a source.": False, "Mentions a risk.": True})], step=4)  # fmt: skip
+    buffer.observe(
+        [
+            ("q", {"Names a source.": True, "Mentions a risk.": True}),
+            ("q", {"Names a source.": False, "Mentions a risk.": True}),
+        ],
+        step=4,
+    )
     assert [e.criterion for e in buffer.active["q"]] == ["Names a source."]
     again = RubricBuffer(max_active=2)
     again.load(json.loads(json.dumps(buffer.state())))
@@ -386,8 +396,10 @@ def test_a_criterion_past_the_steps_probe_budget_waits_unadmitted_and_is_probed_
 
     def reply(body: dict) -> str:
         if "Evolve the rubric." in body["messages"][-1]["content"]:
-            criteria = [{"title": "A", "description": "STRICT: names a fact about the sea.", "weight": 2},
-                        {"title": "B", "description": "STRICT: gives a date for the tide.", "weight": 2}]  # fmt: skip
+            criteria = [
+                {"title": "A", "description": "STRICT: names a fact about the sea.", "weight": 2},
+                {"title": "B", "description": "STRICT: gives a date for the tide.", "weight": 2},
+            ]
             return json.dumps({"criteria": criteria})
         return json.dumps({"explanation": "scripted", "criteria_met": False})  # a judge that pays no probe
 
