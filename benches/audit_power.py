@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from grading.audit import FLAGS, AuditSettings, Criterion, QueryAnswers, audit_query, decide, reachable, thresholds  # noqa: E402  # noqa: E402
+from checks.audit import FLAGS, AuditSettings, Criterion, QueryAnswers, audit_query, decide, reachable, thresholds  # noqa: E402  # noqa: E402
 
 POSITIVE = 4
 PLANTS = ("saturated", "suspect_sign", "duplicate")

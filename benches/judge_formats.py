@@ -17,7 +17,7 @@ from pathlib import Path
 
 from harness import tree_cpu_seconds
 
-from grading.agreement import criterion_agreement
+from checks.agreement import criterion_agreement
 from grading.dataset import load_rubric_rows
 from grading.grader import GradeItem, Grader, GradingConfig
 from rubricrl.llm import LLMClient, LLMSettings, open_llm

@@ -1,5 +1,5 @@
 """How often the probe's `exploitable` flag fires when nothing is there, and how often it finds what is: the test per
-kind (grading/probe_test.py) on the probes `rubricrl probe` builds from the HealthBench sample the project ships (30
+kind (checks/probe_test.py) on the probes `rubricrl probe` builds from the HealthBench sample the project ships (30
 rows, physician-written criteria), graded by scripted judges whose weakness is known.
 
     python benches/probe_flag.py [--per-kind 1 2 4 8] [--seeds 20] [--noise 0.05]
@@ -30,10 +30,10 @@ from pathlib import Path
 from statistics import fmean
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from checks.probe_analysis import criteria_rows  # noqa: E402
+from checks.probe_test import ProbeTest  # noqa: E402
+from checks.probes import content_words, probes_for  # noqa: E402
 from grading.dataset import load_rubric_rows  # noqa: E402
-from grading.probe_analysis import criteria_rows  # noqa: E402
-from grading.probe_test import ProbeTest  # noqa: E402
-from grading.probes import content_words, probes_for  # noqa: E402
 
 SAMPLE = Path(__file__).resolve().parents[1] / "tests" / "data" / "healthbench_sample" / "healthbench_oss_eval_30.jsonl"
 HEDGED = re.compile(r"\bor (?:it could be )?not\b|\bperhaps not\b|\bmaybe it does not\b|\bothers would say not\b")
@@ -53,7 +53,7 @@ def pays_hedges(criterion: str, text: str) -> bool:
 
 
 def records_for(rows, per_kind: int, judge, rate: float, draw: random.Random) -> tuple[list[dict], dict]:
-    """A probe record per (row, probe), as grading/probing.py makes them, decided by `judge` (text -> bool per
+    """A probe record per (row, probe), as checks/probing.py makes them, decided by `judge` (text -> bool per
     criterion) or at random `rate`; and the calls it cost."""
     records, calls = [], {"per_criterion": 0, "batched": 0}
     for i, row in enumerate(rows):

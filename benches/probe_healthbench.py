@@ -16,14 +16,14 @@ import asyncio
 import time
 from pathlib import Path
 
+from checks.probe_analysis import criteria_rows, summary
+from checks.probe_summary import kind_table
+from checks.probe_test import ProbeTest
+from checks.probing import Judge, probe_records, usable_rows
 from grading.dataset import load_rubric_rows
 from grading.grader import GradingConfig
-from grading.probe_analysis import criteria_rows, summary
-from grading.probe_test import ProbeTest
-from grading.probing import Judge, probe_records, usable_rows
-from reports.probe_summary import kind_table
-from reports.tables import md_table
 from rubricrl.llm import LLMSettings, open_llm
+from rubricrl.markdown import md_table
 
 SAMPLE = Path(__file__).resolve().parents[1] / "tests" / "data" / "healthbench_sample" / "healthbench_oss_eval_30.jsonl"
 FORMATS = ("explained", "verdict_only", "probability")

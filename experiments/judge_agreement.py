@@ -8,7 +8,7 @@
 A judge is a `rubricrl grade --config` file (its `llm:` and `grading:` sections; the role `grading.judge_role` names
 judges), --a-* / --b-* flags winning. A, under study, defaults to the embedded model, per_criterion, temperature 0; B,
 the reference, must be given, except with --metaeval (the physicians' majority label). Precision and recall are A's
-against B. Both grade the same items (grading/study.py) on --responses ({id, response} rows), else on the rubric rows'
+against B. Both grade the same items (checks/study.py) on --responses ({id, response} rows), else on the rubric rows'
 ideal completions (HealthBench's physician-written ones).
 
 Prints agreement per criterion (overall and per axis tag: raw, Cohen's kappa with bootstrap std, macro F1) and per
@@ -47,11 +47,10 @@ from typing import Any
 if __package__ in (None, ""):  # run as a file: the repository root on the path, as for the other scripts
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from grading.agreement import criterion_agreement, crosstab
-from grading.agreement_table import format_table
-from grading.grader import Mode
-from grading.metaeval import load_metaeval, pairwise_pairs
-from grading.study import (
+from checks.agreement import criterion_agreement, crosstab
+from checks.agreement_table import format_table
+from checks.metaeval import load_metaeval, pairwise_pairs
+from checks.study import (
     compare_sides,
     cpu_budgets,
     grade_with_judges,
@@ -63,6 +62,7 @@ from grading.study import (
     session_settings,
     summary_metrics,
 )
+from grading.grader import Mode
 from rubricrl import charts
 from rubricrl.config import add_config_arguments, parse_settings, resolved, write_resolved
 from rubricrl.errors import UserError

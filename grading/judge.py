@@ -179,11 +179,13 @@ def samples_to_reask(verdict: Verdict, samples: int) -> int | None:
     return None if verdict.explanation.startswith(NEITHER) else samples + 1
 
 
-def majority(votes: list[bool]) -> bool | None:
-    counts = Counter(votes)
-    if counts[True] == counts[False]:
+def majority(votes: list[bool | None]) -> bool | None:
+    """The verdict most votes give, undecided votes (None) left out: a tie, or no decided vote, is undecided. One rule
+    for a judge's samples (self-consistency), an answer's repeated verdicts in the audit and physicians' labels."""
+    decided = Counter(vote for vote in votes if vote is not None)
+    if decided[True] == decided[False]:
         return None
-    return counts[True] > counts[False]
+    return decided[True] > decided[False]
 
 
 async def judge_per_criterion(

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from reports.audit_summary import FIGURES, figures
+from checks.audit_summary import FIGURES, figures
 from reports.folder import BuildPoints, Folder
 from reports.tables import group_of, metric, metric_names
 from rubricrl import charts

@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from reports.audit import add_commands as add_audit_command
-from reports.probe import add_commands as add_probe_command
 from rubricrl.config import ConfigError, add_config_arguments, parse_settings
 
 
@@ -52,8 +50,6 @@ def add_commands(commands) -> None:
     )
     add_config_arguments(report, [ReportArgs])
     report.set_defaults(run=run_report)
-    add_audit_command(commands)
-    add_probe_command(commands)
 
 
 def run_report(args: argparse.Namespace) -> int:

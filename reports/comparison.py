@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from reports.charts import metric_bars
-from reports.tables import group_of, md_table, metric, metric_names, num
+from reports.tables import group_of, metric, metric_names, num
+from rubricrl.markdown import md_table
 
 
 def read_reports(output_dir: Path, names: list[str]) -> dict[str, dict[str, Any]]:

@@ -2,6 +2,8 @@
 
 from typing import Any
 
+from rubricrl import markdown
+
 
 def present(facts: dict[str, Any]) -> dict[str, str]:
     """The facts that have a value (None, False, "", {} and [] mean: the folder does not say)."""
@@ -77,4 +79,5 @@ def judge_totals(totals: dict[str, Any]) -> str | None:
 
 
 def pct(value: float | None) -> str | None:
-    return None if value is None else f"{value:.1%}"
+    """A share as a fact: None (the fact left out) when there is none."""
+    return None if value is None else markdown.pct(value)

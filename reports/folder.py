@@ -102,9 +102,9 @@ class Folder:
     evolved: list[dict[str, Any]] = field(default_factory=list)
     """A RuRL run with rurl.evolve: every evolved criterion (rubric_buffer.json), active and retired."""
     audit: dict[str, Any] | None = None
-    """A rubric audit's summary.json (grading/audit.py's DatasetAudit.summary)."""
+    """A rubric audit's summary.json (checks/audit.py's DatasetAudit.summary)."""
     probe: dict[str, Any] | None = None
-    """A reward probe's summary.json (grading/probe_analysis.py), with its exploitable criteria (`flagged`)."""
+    """A reward probe's summary.json (checks/probe_analysis.py), with its exploitable criteria (`flagged`)."""
 
     @property
     def kind_name(self) -> str:

@@ -7,10 +7,10 @@ import html
 from collections.abc import Sequence
 from pathlib import Path
 
+from checks.audit_summary import audit_tables
+from checks.probe_summary import probe_tables
 from reports import charts
-from reports.audit_summary import audit_tables
 from reports.folder import Example, Folder, Verdict
-from reports.probe_summary import probe_tables
 from reports.tables import (
     EVOLVED,
     MOVED,

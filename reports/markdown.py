@@ -3,23 +3,22 @@ charts and examples, for a pull request, a wiki or a terminal."""
 
 from collections.abc import Sequence
 
-from reports.audit_summary import audit_tables
+from checks.audit_summary import audit_tables
+from checks.probe_summary import probe_tables
 from reports.folder import Folder
-from reports.probe_summary import probe_tables
 from reports.tables import (
     EVOLVED,
     MOVED,
     comparison_table,
     eval_table,
     evolved_table,
-    md_cell,
-    md_table,
     metric_table,
     moved_table,
     report_line,
     retention_table,
     training_table,
 )
+from rubricrl.markdown import md_cell, md_table
 
 
 def render_markdown(folders: Sequence[Folder], title: str, subtitle: str, page_name: str) -> str:

@@ -214,17 +214,3 @@ def _first_last(points: list[tuple[float, float]]) -> str:
 def _g(value: float) -> str:
     """A logged value: 3 decimals for rates and scores, 4 significant digits for large or tiny ones."""
     return f"{value:.3f}" if 0.001 <= abs(value) < 1000 or value == 0 else f"{value:.4g}"
-
-
-def md_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    numeric = ["---:" if i else "---" for i in range(len(header))]
-    return [
-        "| " + " | ".join(md_cell(h) for h in header) + " |",
-        "| " + " | ".join(numeric) + " |",
-        *("| " + " | ".join(md_cell(c) for c in row) + " |" for row in rows),
-    ]
-
-
-def md_cell(text: str) -> str:
-    """A table cell or list item on one line: pipes escaped, line breaks as spaces."""
-    return " ".join(str(text).split()).replace("|", "\\|")

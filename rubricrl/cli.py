@@ -115,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_arguments(chat, [LLMSettings])
     chat.set_defaults(run=run_chat)
 
+    from checks.audit_cli import add_commands as add_audit_command
+    from checks.probe_cli import add_commands as add_probe_command
+    from engines.cli import add_commands as add_engine_commands
     from grading.cli import add_commands as add_grading_commands
     from reports.cli import add_commands as add_report_commands
     from ruft.cli import add_commands as add_ruft_commands
@@ -126,7 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_grading_commands(commands)
     add_ruft_commands(commands)
     add_rurl_commands(commands)
+    add_engine_commands(commands)  # the reward for other engines: export verl|openrlhf, reward serve
     add_report_commands(commands)
+    add_audit_command(commands)  # checking the reward: audit, probe
+    add_probe_command(commands)
     from rubricrl.runs.merge import MergeKind
     from rubricrl.runs.merge import add_command as add_merge_command
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from grading.evidence import paired_bootstrap, two_proportions
+from checks.evidence import paired_bootstrap, two_proportions
 
 
 class RewardAlarms(TrainerCallback):

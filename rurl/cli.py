@@ -18,11 +18,3 @@ def add_commands(commands) -> None:
         train, [TrainArgs, RurlConfig, GradingConfig, LLMSettings], trl_types=["trl.GRPOConfig", "trl.ModelConfig"]
     )
     train.set_defaults(run=when_called("rurl.train", "run_train"))  # torch and TRL load when it runs
-    from rurl import export_openrlhf, export_verl  # `export verl|openrlhf`: the data for other engines' trainers
-    from rurl.service_cli import add_commands as add_reward_commands  # `reward serve`: the reward for other engines
-
-    export = commands.add_parser("export", help="write a rubric dataset in another engine's format")
-    formats = export.add_subparsers(title="formats", metavar="<format>", required=True)
-    export_verl.add_format(formats)
-    export_openrlhf.add_format(formats)
-    add_reward_commands(commands)

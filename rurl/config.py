@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from grading.probe_test import ProbeTest
+from checks.probe_test import ProbeTest
 from rubricrl.config import ConfigError
 
 if typing.TYPE_CHECKING:

@@ -4,7 +4,7 @@
 
 The probe preflight writes probe_preflight.json into the run folder (per kind the mean share of positive points
 earned, the control's, the exploitable criteria with the test behind each) and says it on one line. When a criterion
-is exploitable (a probe kind earns it more often than `rurl.probe_tolerance` allows, grading/probe_test.py) it warns,
+is exploitable (a probe kind earns it more often than `rurl.probe_tolerance` allows, checks/probe_test.py) it warns,
 or with `rurl.on_probe: stop` ends the command (exit 2) before any GPU time is spent.
 """
 
@@ -14,11 +14,11 @@ import sys
 import time
 from pathlib import Path
 
+from checks.probe_analysis import criteria_rows, summary
+from checks.probes import CONTROL, TARGETED, positive_texts
+from checks.probing import Judge, as_plain_text, kinds_for, probe_records, sampled
 from grading.dataset import RubricRow
 from grading.grader import Grader, GradingConfig
-from grading.probe_analysis import criteria_rows, summary
-from grading.probes import CONTROL, TARGETED, positive_texts
-from grading.probing import Judge, as_plain_text, kinds_for, probe_records, sampled
 from rubricrl.config import ConfigError
 from rubricrl.errors import UserError
 from rubricrl.llm import LLMClient

@@ -30,7 +30,7 @@ def moved_most(
     least `min_decided` times in each whose move is significant: a two-sided two-proportion z-test (pooled), held to
     a false discovery rate of MOVED_FDR over the criteria tested. Each row gains its `p` and `threshold`. The two
     windows hold different queries: a move is a change in what the policy's answers earn, not in one answer."""
-    from grading.evidence import bh_threshold, two_proportions
+    from checks.evidence import bh_threshold, two_proportions
 
     tested = [
         {**row, "p": two_proportions(*_counts(row, "first"), *_counts(row, "last"))}

@@ -20,7 +20,7 @@ import torch
 from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
-from grading.audit import group_saturation
+from checks.audit import group_saturation
 from rurl.async_schedule import AheadSchedule
 from rurl.dynamic_sampling import DynamicSampler, DynamicSampling
 from rurl.rewards import unscored_rows

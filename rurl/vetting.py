@@ -2,11 +2,11 @@
 with no substance earns.
 
 The evolver writes criteria no person reads, and they pay the policy from the step they join. Before one joins, the
-main process probes it on its own row with `rubricrl probe`'s kinds that need no generation (grading/probes.py:
+main process probes it on its own row with `rubricrl probe`'s kinds that need no generation (checks/probes.py:
 parrot, keywords, hedge, polite non-answer, the half of a compound, the next rows' references), `probe_per_kind`
 texts of each, built from the row's positive criteria with the new one among them (the words a policy would list),
 graded against the new criterion alone and exactly as training grades (the same judge role, mode, verdict format,
-rules and integrity check). Each kind's counts get the probe's binomial test (grading/probe_test.py), corrected
+rules and integrity check). Each kind's counts get the probe's binomial test (checks/probe_test.py), corrected
 together for the criterion: one that any kind earns more often than `probe_tolerance` allows is refused, with its
 test; one whose probes decided nothing (the judge failed them) is refused as unprobed. A penalty is admitted as
 written: an answer with no substance that triggers it costs the policy, it does not pay it.
@@ -21,12 +21,12 @@ import asyncio
 from dataclasses import replace
 from typing import Any
 
+from checks.probe_analysis import criteria_rows
+from checks.probe_test import INSUFFICIENT, ProbeTest
+from checks.probes import KINDS, Probe, probes_for
+from checks.probing import as_plain_text, graded_against
 from grading.dataset import RubricRow
 from grading.grader import GradeItem, Grader, GradingConfig
-from grading.probe_analysis import criteria_rows
-from grading.probe_test import INSUFFICIENT, ProbeTest
-from grading.probes import KINDS, Probe, probes_for
-from grading.probing import as_plain_text, graded_against
 from grading.rubric import rubric_from_items
 
 ADMITTED, EXPLOITABLE, UNPROBED, WAITING = "admitted", "exploitable", "unprobed", "waiting"

@@ -163,9 +163,9 @@ def graded_parts(body: dict) -> tuple[str, str]:
 
 
 def is_probe(response: str) -> bool:
-    """Whether `response` is one of the texts grading/probes.py builds (a claim about the answer, a hedge, a polite
+    """Whether `response` is one of the texts checks/probes.py builds (a claim about the answer, a hedge, a polite
     non-answer, a bare keyword list): what a scripted judge that pays substance never credits."""
-    from grading.probes import HEDGES, OPENERS, POLITE_NONANSWERS
+    from checks.probes import HEDGES, OPENERS, POLITE_NONANSWERS
 
     text = response.strip()
     polite = {sentence for reply in POLITE_NONANSWERS for sentence in re.split(r"(?<=[.!?]) ", reply)}

@@ -1,5 +1,5 @@
-"""Judge agreement: the statistics by hand arithmetic (grading/agreement.py), the HealthBench meta-eval reader
-(grading/metaeval.py), and experiments/judge_agreement.py end to end against two scripted judges (the fault
+"""Judge agreement: the statistics by hand arithmetic (checks/agreement.py), the HealthBench meta-eval reader
+(checks/metaeval.py), and experiments/judge_agreement.py end to end against two scripted judges (the fault
 server answering exact canned verdicts) and against the meta-eval sample's labels."""
 
 import importlib.util
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from grading.agreement import (
+from checks.agreement import (
     Confusion,
     Pair,
     average_ranks,
@@ -20,7 +20,7 @@ from grading.agreement import (
     score_agreement,
     spearman,
 )
-from grading.metaeval import human_label, iter_metaeval_rows, load_metaeval, pairwise_pairs
+from checks.metaeval import human_label, iter_metaeval_rows, load_metaeval, pairwise_pairs
 from rubricrl.records import RecordFileError
 from tests.fault_server import FaultServer
 from tests.helpers import DATA

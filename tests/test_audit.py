@@ -12,10 +12,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from grading.audit import group_saturation
-from grading.audit_input import Buckets
+from checks.audit import group_saturation
+from checks.audit_input import Buckets
+from checks.evidence import at_least_share, bh_threshold, same_verdicts, sign_permutation
 from grading.dataset import load_rubric_rows
-from grading.evidence import at_least_share, bh_threshold, same_verdicts, sign_permutation
 from rubricrl.cli import main
 from synthesis.output import OutputFolder, final_line, final_schema
 
@@ -185,7 +185,7 @@ def test_order_and_bucket_count_do_not_change_the_audit(tmp_path, monkeypatch):
     answers = answers_to("q", Q) + answers_to("p", P)
     interleaved = [answer for pair in zip(answers[:N], answers[N:]) for answer in pair]  # no query's answers together
     one, _ = audit(tmp_path / "one", write(tmp_path / "g.jsonl", answers))
-    monkeypatch.setattr("grading.audit_input.BUCKET_INPUT_BYTES", 2000)
+    monkeypatch.setattr("checks.audit_input.BUCKET_INPUT_BYTES", 2000)
     assert Buckets(40000).count == 20
     many, _ = audit(tmp_path / "many", write(tmp_path / "i.jsonl", interleaved))
     assert many == one

@@ -1,5 +1,6 @@
-"""Imports run one way: the core (`rubricrl/`) at the bottom, then `grading/`, then the stages in pipeline order
-(`synthesis/`, `ruft/`, `rurl/`), then `reports/`. A module may import its own layer and those below, never one
+"""Imports run one way: the core (`rubricrl/`) at the bottom, then `grading/` and the checks on it (`checks/`), then
+the stages in pipeline order (`synthesis/`, `ruft/`, `rurl/`), the reward for other engines (`engines/`), then
+`reports/`. A module may import its own layer and those below, never one
 above (imports inside functions count too), and no two modules import each other, however indirectly. Only the entry
 point, `rubricrl/cli.py`, knows every stage. Read from the source with `ast`: nothing is imported to check it. And
 no module outgrows a read: 400 lines at most."""
@@ -12,7 +13,7 @@ import pytest
 pytestmark = pytest.mark.pure
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ["rubricrl", "grading", "synthesis", "ruft", "rurl", "reports"]
+LAYERS = ["rubricrl", "grading", "checks", "synthesis", "ruft", "rurl", "engines", "reports"]
 ENTRY_POINT = ROOT / "rubricrl" / "cli.py"
 
 

@@ -8,8 +8,8 @@ import re
 
 import pytest
 
+from checks.probes import POLITE_NONANSWER, probes_for
 from grading.dataset import RubricRow
-from grading.probes import POLITE_NONANSWER, probes_for
 from grading.rubric import rubric_from_items
 from rubricrl.cli import main
 from tests.fault_server import FaultServer

@@ -1,4 +1,4 @@
-"""The test behind the probe's `exploitable` flag (grading/probe_test.py), on hand-made counts: the binomial tail,
+"""The test behind the probe's `exploitable` flag (checks/probe_test.py), on hand-made counts: the binomial tail,
 `insufficient` where no count could flag, Benjamini-Hochberg across a judge's tests, and a judge crediting at random
 below the tolerance flagging nothing at fixed seeds."""
 
@@ -7,8 +7,8 @@ from math import comb
 
 import pytest
 
-from grading.probe_analysis import criteria_rows
-from grading.probe_test import EXPLOITABLE, INSUFFICIENT, NOT_SHOWN, ProbeTest, benjamini_hochberg, binomial_p, decide
+from checks.probe_analysis import criteria_rows
+from checks.probe_test import EXPLOITABLE, INSUFFICIENT, NOT_SHOWN, ProbeTest, benjamini_hochberg, binomial_p, decide
 
 
 def test_the_binomial_tail_is_the_chance_of_as_many_credits_or_more():

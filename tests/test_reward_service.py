@@ -20,10 +20,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from engines.openrlhf_query import split_response
+from engines.service import RewardService, serve
 from grading.dataset import load_rubric_rows
 from grading.grader import Grader, GradingConfig
-from grading.openrlhf_query import split_response
-from grading.service import RewardService, serve
 from rubricrl.cli import main
 from rubricrl.llm import LLMClient, Role
 from rubricrl.serving.discovery import free_port

@@ -1,4 +1,4 @@
-"""Who may call the reward service (grading/service.py), settled at start-up: it spends judge calls on request, so
+"""Who may call the reward service (engines/service.py), settled at start-up: it spends judge calls on request, so
 listening beyond this machine needs a bearer token (env TOKEN_ENV, at least MIN_TOKEN_LENGTH characters)."""
 
 import ipaddress

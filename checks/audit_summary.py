@@ -3,10 +3,9 @@
 from pathlib import Path
 from typing import Any
 
-from grading.audit import FLAGS, AuditSettings
-from reports import facts
-from reports.tables import md_table
+from checks.audit import FLAGS, AuditSettings
 from rubricrl import charts
+from rubricrl.markdown import md_table, pct
 
 MEANING = {
     "saturated": "met by nearly every answer of its query",
@@ -16,10 +15,6 @@ MEANING = {
     "suspect_sign": "its verdicts run against the rest of its rubric",
 }
 MAX_TAGS = 20
-
-
-def pct(value: float | None) -> str:
-    return facts.pct(value) or "n/a"
 
 
 def flag_table(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:

@@ -3,11 +3,10 @@
 from pathlib import Path
 from typing import Any
 
-from grading.probe_analysis import flagged_by
-from grading.probes import ATTACKER, CONTROL, KINDS
-from reports.audit_summary import pct
-from reports.tables import md_table
+from checks.probe_analysis import flagged_by
+from checks.probes import ATTACKER, CONTROL, KINDS
 from rubricrl import charts
+from rubricrl.markdown import md_table, pct
 
 MEANING = {
     "parrot": "the positive criteria restated as claims, no answer",

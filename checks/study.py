@@ -5,7 +5,7 @@ A judge (`judge_spec`) is the judge role of a `rubricrl grade --config` file plu
 embedded model, per_criterion; temperature 0 unless set. Both judges are roles (`judge_a`, `judge_b`) of one client,
 with one concurrency bound and one response cache, which keys on model, messages and sampling parameters: two judges
 that differ in none of them are one judge. Criteria both sides decided by the same rule check (grading/rules.py)
-agree by construction, so they are counted apart, outside the agreement (grading/agreement.py).
+agree by construction, so they are counted apart, outside the agreement (checks/agreement.py).
 """
 
 import asyncio
@@ -14,10 +14,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from grading.agreement import DEFAULT_SAMPLES, AgreementResult, Met, Pair, compare
+from checks.agreement import DEFAULT_SAMPLES, AgreementResult, Met, Pair, compare
+from checks.metaeval import MetaEvalUnit
 from grading.dataset import load_responses, load_rubric_rows
 from grading.grader import EXPLICIT_MODES, Graded, GradeItem, Grader, GradingConfig
-from grading.metaeval import MetaEvalUnit
 from grading.rubric import RubricError
 from rubricrl.config import ConfigError, dataclass_from_dict, load_yaml
 from rubricrl.llm import LLMSession, LLMSettings

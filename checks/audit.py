@@ -1,7 +1,7 @@
 """Does a rubric still tell answers apart? Per criterion of one query, from every graded answer to it: pass and
 undecided rates, whether it separates answers, and the flags a researcher acts on before spending GPU-days.
 
-A flag is a test that passed (grading/evidence.py): each criterion gets a p-value per flag that applies to it,
+A flag is a test that passed (checks/evidence.py): each criterion gets a p-value per flag that applies to it,
 `decide` flags it where the p-value is within the dataset's Benjamini-Hochberg threshold for that flag, and where its
 counts could never reach the level the outcome is `insufficient` (never a flag, never pruned). A penalty that no
 answer triggers is `never_triggered`: a guard-rail at work, not a dead criterion. Only answers with a graded verdict
@@ -16,7 +16,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from grading.evidence import at_least_share, bh_threshold, binomial_at_least, same_verdicts, sign_permutation
+from checks.evidence import at_least_share, bh_threshold, binomial_at_least, same_verdicts, sign_permutation
+from grading.judge import majority
 
 FLAGS = ("saturated", "dead", "duplicate", "unreliable", "suspect_sign")
 """saturated: met by at least `saturation` (80%) of answers; dead: a positive criterion met by at most 1 - `saturation`;
@@ -83,13 +84,6 @@ class QueryAnswers:
     criteria: dict[str, Criterion] = field(default_factory=dict)
     answers: dict[str, dict[str, list[bool | None]]] = field(default_factory=dict)
     example_tags: list[str] = field(default_factory=list)
-
-
-def majority(votes: list[bool | None]) -> bool | None:
-    decided = Counter(v for v in votes if v is not None)
-    if decided[True] == decided[False]:
-        return None
-    return decided[True] > decided[False]
 
 
 def audit_query(query_id: str, query: QueryAnswers, settings: AuditSettings) -> tuple[dict[str, Any], list[dict]]:

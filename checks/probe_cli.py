@@ -1,5 +1,5 @@
 """`rubricrl probe --rubrics R --output-dir DIR`: how much credit answers with no substance earn from a judge and
-rubric, before any GPU is spent training on them. Per rubric row, probes built from the row itself (grading/probes.py:
+rubric, before any GPU is spent training on them. Per rubric row, probes built from the row itself (checks/probes.py:
 parrot, keywords, hedge, polite_nonanswer, other_question, half; optionally the `attacker` role's), and its reference
 answer as the control, graded exactly as training would grade them (pass the training preset with --config: its
 `rubrics`, `grading:` and `llm:` are read, the rest left to training).
@@ -7,7 +7,7 @@ answer as the control, graded exactly as training would grade them (pass the tra
     rubricrl probe --rubrics final.parquet --output-dir runs/probe
     rubricrl probe --config configs/rurl/tiny-cpu.yaml --output-dir runs/probe --verdict_formats explained verdict_only
 
-Each kind's texts (--probes_per_kind of them) make one binomial test per criterion (grading/probe_test.py): a criterion is
+Each kind's texts (--probes_per_kind of them) make one binomial test per criterion (checks/probe_test.py): a criterion is
 exploitable when any kind earns it more often than --tolerance allows, at a false discovery rate of --level.
 
 Writes probes.jsonl (every probe and its verdicts, per judge), criteria.jsonl (per criterion and judge: credited of
@@ -23,15 +23,15 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from checks.probe_analysis import criteria_rows, row_scores
+from checks.probe_analysis import summary as probe_summary
+from checks.probe_summary import draw, markdown
+from checks.probe_test import ProbeTest
+from checks.probes import KINDS
+from checks.probing import Judge, attack, kinds_for, probe_records, sampled, usable_rows
 from grading.dataset import check_references, load_rubric_rows
 from grading.grader import EXPLICIT_MODES, GradingConfig
 from grading.judge import VERDICT_FORMATS
-from grading.probe_analysis import criteria_rows, row_scores
-from grading.probe_analysis import summary as probe_summary
-from grading.probe_test import ProbeTest
-from grading.probes import KINDS
-from grading.probing import Judge, attack, kinds_for, probe_records, sampled, usable_rows
-from reports.probe_summary import draw, markdown
 from rubricrl.config import ConfigError, add_config_arguments, config_source, parse_settings, resolved, write_resolved
 from rubricrl.llm import LLMSettings, open_llm
 from rubricrl.runs.jsonl import write_jsonl, write_whole
@@ -45,7 +45,7 @@ class ProbeArgs:
     output_dir: Path
     """Where probes.jsonl, criteria.jsonl, rows.jsonl, summary.json, probe.md, probe.png and config.yaml go."""
     kinds: list[str] = field(default_factory=lambda: list(KINDS))
-    """The probe kinds to build (grading/probes.py): parrot, keywords, hedge, polite_nonanswer, other_question, half."""
+    """The probe kinds to build (checks/probes.py): parrot, keywords, hedge, polite_nonanswer, other_question, half."""
     max_rows: int = 0
     """Probe a seeded sample of this many rows; 0: every row."""
     seed: int = 0

@@ -1,4 +1,4 @@
-"""The response inside an OpenRLHF reward request (grading/service.py): OpenRLHF sends the templated prompt and the
+"""The response inside an OpenRLHF reward request (engines/service.py): OpenRLHF sends the templated prompt and the
 response decoded together, special tokens kept, as `query`."""
 
 # End-of-sequence tokens as a tokenizer decodes them with special tokens kept (ChatML/Qwen, Llama 3, Phi, gpt-oss,

@@ -1,8 +1,8 @@
 """What the probes earned (pure): per criterion and kind the times credited, with counts and each kind's test
-(grading/probe_test.py), and the `exploitable` flag;
+(checks/probe_test.py), and the `exploitable` flag;
 per row the score each kind earns beside the control's; per kind and judge the mean share of positive points.
 
-A probe record (grading/probing.py makes one per probe and judge): {row, kind, target, judge, score, share,
+A probe record (checks/probing.py makes one per probe and judge): {row, kind, target, judge, score, share,
 verdicts: [[criterion, points, met]], integrity_flag, judge_calls}. `share` is the share of the row's positive
 points the probe earned (a targeted probe: whether it earned its target's points); `score` the reward training
 would give it.
@@ -13,8 +13,8 @@ from dataclasses import asdict
 from statistics import fmean
 from typing import Any
 
-from grading.probe_test import EXPLOITABLE, INSUFFICIENT, ProbeTest, decide
-from grading.probes import CONTROL
+from checks.probe_test import EXPLOITABLE, INSUFFICIENT, ProbeTest, decide
+from checks.probes import CONTROL
 
 
 def earned_share(verdicts: list[list], target: str | None = None) -> float | None:
@@ -28,7 +28,7 @@ def earned_share(verdicts: list[list], target: str | None = None) -> float | Non
 
 def criteria_rows(records: list[dict], test: ProbeTest) -> list[dict[str, Any]]:
     """A row per (row, criterion, judge) with positive points: per probe kind [credited, decided] and its test
-    (`tests`: p and status, grading/probe_test.py), the control's verdict, `exploitable` with the kinds whose test
+    (`tests`: p and status, checks/probe_test.py), the control's verdict, `exploitable` with the kinds whose test
     rejected (`exploited_by`) and the evidence in words (`test`); the pooled `share` is descriptive only."""
     table: dict[tuple[str, str, str], dict[str, Any]] = {}
     for record in records:

@@ -19,13 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from grading.audit import FLAGS, OUTCOMES, AuditSettings, DatasetAudit, audit_query, decide, reachable, thresholds
-from grading.audit_input import Buckets, criterion_key
+from checks.audit import FLAGS, OUTCOMES, AuditSettings, DatasetAudit, audit_query, decide, reachable, thresholds
+from checks.audit_input import Buckets, criterion_key
+from checks.audit_summary import draw, markdown, pct
+from checks.probe_analysis import flagged_by
 from grading.dataset import iter_rubric_rows
-from grading.probe_analysis import flagged_by
-from reports.audit_summary import draw, markdown, pct
-from reports.read import read_yaml
-from rubricrl.config import ConfigError, add_config_arguments, parse_settings, resolved, write_resolved
+from rubricrl.config import ConfigError, add_config_arguments, load_yaml, parse_settings, resolved, write_resolved
 from rubricrl.records import COMPANION_KEY, iter_rows
 from rubricrl.runs.jsonl import json_line, write_jsonl, write_whole
 from rubricrl.runs.manifest import package_versions, write_manifest
@@ -90,7 +89,7 @@ def default_rubrics(paths: list[Path]) -> Path | None:
     <name>.config.yaml) names it."""
     first = paths[0]
     config = first / "config.yaml" if first.is_dir() else first.with_name(first.stem + ".config.yaml")
-    rubrics = read_yaml(config).get("rubrics")
+    rubrics = load_yaml(config).get("rubrics") if config.is_file() else None
     return Path(rubrics) if rubrics else None
 
 

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from grading.audit import Criterion, QueryAnswers
+from checks.audit import Criterion, QueryAnswers
 from grading.rubric import RubricError
 
 BUCKET_INPUT_BYTES = 256 * 2**20

@@ -35,11 +35,11 @@ from typing import Any
 
 from aiohttp import web
 
+from engines.openrlhf_query import DEFAULT_EOS, split_response
+from engines.service_access import TOKEN_ENV, ServiceError
 from grading.dataset import RubricRow
 from grading.grader import Grader
-from grading.openrlhf_query import DEFAULT_EOS, split_response
 from grading.reward import BatchStats, rubric_reward
-from grading.service_access import TOKEN_ENV, ServiceError
 from rubricrl.errors import UserError
 
 

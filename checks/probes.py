@@ -1,5 +1,5 @@
-"""Answers that deserve (almost) no credit, built from a rubric row itself (`rubricrl probe`: reports/probe.py; graded
-by grading/probing.py, counted by grading/probe_analysis.py).
+"""Answers that deserve (almost) no credit, built from a rubric row itself (`rubricrl probe`: checks/probe_cli.py; graded
+by checks/probing.py, counted by checks/probe_analysis.py).
 
 Each kind is a way a judge and a rubric have been reported to pay for the wrong thing; a reward that pays these is
 what RL finds first. Pure: the texts depend on the rows alone, so a rerun asks the judge the same questions.

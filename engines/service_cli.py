@@ -1,5 +1,5 @@
-"""`rubricrl reward serve`: the rubric reward as an HTTP service (grading/service.py) for the engines that scale
-past TRL, verl and OpenRLHF (their data: `rubricrl export verl`, rurl/export_verl.py). It lives with RuRL: it takes
+"""`rubricrl reward serve`: the rubric reward as an HTTP service (engines/service.py) for the engines that scale
+past TRL, verl and OpenRLHF (their data: `rubricrl export verl`, engines/export_verl.py). It lives with RuRL: it takes
 a RuRL preset as its config."""
 
 import argparse
@@ -36,7 +36,7 @@ class RewardServeArgs:
     limit beyond the client's timeouts and retries)."""
     eos: list[str] | None = None
     """End-of-sequence tokens removed from the end of an OpenRLHF query's response (default: those of ChatML,
-    Llama 3, Phi, gpt-oss, Gemma, Mistral, DeepSeek: grading/openrlhf_query.py DEFAULT_EOS)."""
+    Llama 3, Phi, gpt-oss, Gemma, Mistral, DeepSeek: engines/openrlhf_query.py DEFAULT_EOS)."""
     rar_pitfalls: PitfallConvention = "auto"
     """RaR rubrics: whether pitfall texts name the mistake or what to avoid (grading/rar.py)."""
 
@@ -68,11 +68,11 @@ def add_commands(commands) -> None:
 
 
 def run_reward_serve(args: argparse.Namespace) -> int:
+    from engines.openrlhf_query import DEFAULT_EOS
+    from engines.service import RewardService, serve
+    from engines.service_access import TOKEN_ENV, check_token
     from grading.dataset import check_references, load_rubric_rows
     from grading.grader import Grader
-    from grading.openrlhf_query import DEFAULT_EOS
-    from grading.service import RewardService, serve
-    from grading.service_access import TOKEN_ENV, check_token
     from rubricrl.llm import open_llm
 
     settings = parse_settings(args, command="reward serve")

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grading.agreement import Met, Pair
+from checks.agreement import Met, Pair
 from grading.grader import GradeItem
 from grading.judge import majority
 from grading.rubric import Criterion, Rubric

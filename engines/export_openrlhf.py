@@ -18,10 +18,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from engines.export_verl import checked_output, verl_rows
 from grading.rar import PitfallConvention
 from rubricrl.config import add_config_arguments, parse_settings
 from rubricrl.runs.jsonl import write_jsonl
-from rurl.export_verl import checked_output, verl_rows
 
 
 @dataclass

@@ -1,7 +1,7 @@
-"""Two judges' agreement (grading/agreement.py's AgreementResult) as the text table experiments/judge_agreement.py
+"""Two judges' agreement (checks/agreement.py's AgreementResult) as the text table experiments/judge_agreement.py
 prints."""
 
-from grading.agreement import AgreementResult
+from checks.agreement import AgreementResult
 
 
 def format_table(result: AgreementResult, names: tuple[str, str] = ("A", "B"), max_tags: int = 20) -> str:

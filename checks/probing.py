@@ -1,5 +1,5 @@
-"""Grading the probes (grading/probes.py) exactly as training grades: the same Grader, role, mode, verdict format,
-rules, integrity check and undecided rules; for `rubricrl probe` (reports/probe.py) and RuRL's preflight.
+"""Grading the probes (checks/probes.py) exactly as training grades: the same Grader, role, mode, verdict format,
+rules, integrity check and undecided rules; for `rubricrl probe` (checks/probe_cli.py) and RuRL's preflight.
 
 Every call goes through the client's response cache, so a killed run asked again pays nothing twice. The attacker
 (optional) is a role like any other: asked to earn one named criterion without its substance, schema-bounded.
@@ -11,10 +11,10 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from checks.probe_analysis import earned_share
+from checks.probes import ATTACKER, CONTROL, KINDS, TARGETED, Probe, positive_texts, probes_for, reference_of
 from grading.dataset import RubricRow
 from grading.grader import EXPLICIT_MODES, GradeItem, Grader, GradingConfig
-from grading.probe_analysis import earned_share
-from grading.probes import ATTACKER, CONTROL, KINDS, TARGETED, Probe, positive_texts, probes_for, reference_of
 from grading.rubric import Rubric
 from rubricrl.config import ConfigError
 from rubricrl.llm import LLMClient, LLMError
