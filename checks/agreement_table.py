@@ -1,7 +1,8 @@
-"""Two judges' agreement (checks/agreement.py's AgreementResult) as the text table experiments/judge_agreement.py
-prints."""
+"""Two judges' agreement (checks/agreement.py's AgreementResult), and HealthBench's meta-evaluation figures beside the
+physicians' (checks/healthbench_metrics.py), as the text tables experiments/judge_agreement.py prints."""
 
 from checks.agreement import AgreementResult
+from checks.healthbench_metrics import categories_of
 
 
 def format_table(result: AgreementResult, names: tuple[str, str] = ("A", "B"), max_tags: int = 20) -> str:
@@ -39,3 +40,25 @@ def format_table(result: AgreementResult, names: tuple[str, str] = ("A", "B"), m
 
 def _f(value: float | None, width: int = 0) -> str:
     return f"{'-':>{width}}" if value is None else f"{value:{width}.3f}"
+
+
+def healthbench_lines(report: dict) -> list[str]:
+    """HealthBench's figure (checks/healthbench_metrics.py), overall and per category, each beside the physicians'
+    own agreement with each other on the same rows (mean and range over physicians)."""
+    key = "pairwise_model_f1_balanced"
+    lines = [f"{'HealthBench ' + key:58}{'pairs':>7}{'judge':>7}{'physicians mean (min-max)':>28}"]
+    for category in [None, *categories_of(report)]:
+        name = key if category is None else f"{category}: {key}"
+        judge = report["model"].get(name) or {"n": 0, "value": None}
+        spread = report["physician_spread"].get(name.replace("model", "physician"))
+        physicians = (
+            "-"
+            if spread is None
+            else (f"{spread['mean']:.3f} ({spread['min']:.3f}-{spread['max']:.3f}, {spread['physicians']})")
+        )
+        label = "overall" if category is None else category
+        lines.append(f"{label[:58]:58}{judge['n']:7.0f}{_f(judge['value'], 7)}{physicians:>28}")
+    if report["judge_undecided"]:
+        lines.append(f"{report['judge_undecided']} judge verdict(s) undecided: left out (simple-evals asks again)")
+    lines += [f"note: {note}" for note in report["missing"]]
+    return lines

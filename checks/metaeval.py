@@ -2,8 +2,8 @@
 
 Each row is one criterion judged on one completion by several physicians (simple-evals' `oss_meta_eval.jsonl`):
 `prompt` (chat messages), `completion`, `rubric` (the criterion's text), `binary_labels` (one bool per physician),
-optionally `category` (`cluster:...`), `prompt_id`, `completion_id`, `anonymized_physician_ids`; read with the one
-record reader (rubricrl/records/reader.py).
+optionally `category` (`cluster:...`), `prompt_id`, `completion_id`, `anonymized_physician_ids` (one per label: the
+physician baseline); read with the one record reader (rubricrl/records/reader.py).
 
 A row's human verdict is its labels' majority; a tie is undecided (None), never a guess. Rows of one completion
 (`completion_id`, else same conversation and completion) form one unit, a `GradeItem` holding their criteria (a
@@ -11,13 +11,14 @@ repeated criterion starts a second unit), so the judge sees what HealthBench's g
 on both sides. Rows carry no points, so every criterion gets `points` (default 1, positive, as HealthBench's
 consensus criteria are): a unit's score is the share of its decided criteria met. `pairwise_pairs` gives what
 HealthBench itself compares: the judge's verdict against each physician's label (`pairwise_model_f1_balanced` is
-their macro F1).
+their macro F1); checks/healthbench_metrics.py computes every figure simple-evals reports, by category and for the
+physicians, under its names. `unit_rows` lays the rows out for it.
 """
 
 import hashlib
 import json
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from checks.agreement import Met, Pair
@@ -39,6 +40,8 @@ class MetaEvalRow:
     category: str | None = None
     prompt_id: str | None = None
     completion_id: str | None = None
+    physicians: tuple[str, ...] | None = None
+    """`anonymized_physician_ids`, one per label: the physician baseline (checks/healthbench_metrics.py)."""
 
     @property
     def human(self) -> Met:
@@ -94,13 +97,24 @@ def _row(where: str, record: dict) -> MetaEvalRow:
     category = record.get("category")
     if category is not None and not isinstance(category, str):
         raise InvalidRecord(f"'category' must be a string, got {category!r:.80}")
+    physicians = record.get("anonymized_physician_ids")
+    if physicians is not None and (
+        not isinstance(physicians, list)
+        or len(physicians) != len(labels)
+        or not all(isinstance(x, str | int) and not isinstance(x, bool) for x in physicians)
+    ):
+        raise InvalidRecord(
+            f"'anonymized_physician_ids' must list one id per label ({len(labels)}), got {physicians!r:.80}"
+        )
     ids = {}
     for key in ("prompt_id", "completion_id"):
         value = record.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, str | int) or value == ""):
             raise InvalidRecord(f"{key!r} must be a non-empty string or an integer, got {value!r:.80}")
         ids[key] = None if value is None else str(value)
-    return MetaEvalRow(where, conversation, completion, criterion.strip(), tuple(labels), category or None, **ids)
+    physicians = None if physicians is None else tuple(str(x) for x in physicians)
+    row = MetaEvalRow(where, conversation, completion, criterion.strip(), tuple(labels), category or None, **ids)
+    return replace(row, physicians=physicians)
 
 
 def load_metaeval(path: str | Path, limit: int | None = None) -> list[MetaEvalUnit]:
@@ -135,3 +149,19 @@ def pairwise_pairs(units: Sequence[MetaEvalUnit], predictions: Sequence[Sequence
 def _content_id(row: MetaEvalRow) -> str:
     canonical = json.dumps([row.conversation, row.completion], sort_keys=True, ensure_ascii=False)
     return "m-" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
+
+
+def unit_rows(units: Sequence[MetaEvalUnit], predictions: Sequence[Sequence[Met]]) -> dict[str, list]:
+    """The rows of `units` in order, as checks/healthbench_metrics.py takes them: labels, the judge's verdicts,
+    categories and physician ids."""
+    rows = [
+        (row, met)
+        for unit, verdicts in zip(units, predictions, strict=True)
+        for row, met in zip(unit.rows, verdicts, strict=True)
+    ]
+    return {
+        "labels": [row.labels for row, _ in rows],
+        "verdicts": [met for _, met in rows],
+        "categories": [row.category for row, _ in rows],
+        "physicians": [row.physicians for row, _ in rows],
+    }

@@ -48,8 +48,9 @@ if __package__ in (None, ""):  # run as a file: the repository root on the path,
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from checks.agreement import criterion_agreement, crosstab
-from checks.agreement_table import format_table
-from checks.metaeval import load_metaeval, pairwise_pairs
+from checks.agreement_table import format_table, healthbench_lines
+from checks.healthbench_metrics import categories_of, healthbench_report
+from checks.metaeval import load_metaeval, pairwise_pairs, unit_rows
 from checks.study import (
     compare_sides,
     cpu_budgets,
@@ -181,8 +182,9 @@ def run(args: argparse.Namespace) -> int:
         side_b = [human_side(u, study.points, judges[0].grading.min_coverage) for u in units]
     comparison = compare_sides(examples, side_a, side_b, samples=study.bootstrap, seed=study.seed)
     result = comparison.agreement
-    pairwise = None
+    pairwise = healthbench = None
     if study.metaeval is not None and judges[0].explicit:  # HealthBench's own numbers: the judge against each label
+        healthbench = healthbench_report(**unit_rows(units, [s.met for s in side_a]))
         pairs = pairwise_pairs(units, [s.met for s in side_a])
         pairwise = criterion_agreement(
             [p.a for p in pairs],
@@ -208,6 +210,7 @@ def run(args: argparse.Namespace) -> int:
         "rule_decided": comparison.rule_decided,
         "wall_seconds": seconds,
         "agreement": result.to_dict(),
+        "healthbench": healthbench,
         "healthbench_pairwise": pairwise,
         "crosstab": crosstab([r["a"] for r in comparison.criteria], [r["b"] for r in comparison.criteria])
         if comparison.criteria is not None
@@ -218,12 +221,16 @@ def run(args: argparse.Namespace) -> int:
     write_jsonl(out / "per_example.jsonl", comparison.examples)
     write_resolved(out / "config.yaml", resolved(settings))
     plot = plot_confusion(results["crosstab"], result, names, out / "confusion.png") if results["crosstab"] else None
+    if healthbench is not None:
+        plot_healthbench(healthbench, out / "healthbench.png")
 
     print(format_table(result, names))
+    if healthbench is not None:
+        print("\n".join(healthbench_lines(healthbench)))
     if pairwise is not None:
         print(
-            f"HealthBench pairwise (judge vs each physician label): macro F1 {_f(pairwise['macro_f1'])} ± "
-            f"{_f(pairwise['bootstrap_std']['macro_f1'])} over {pairwise['decided']} pairs"
+            f"the same pairs, ours: macro F1 {_f(pairwise['macro_f1'])} ± {_f(pairwise['bootstrap_std']['macro_f1'])} "
+            f"(bootstrap over completions) over {pairwise['decided']} pairs"
         )
     usage = ", ".join(
         f"{j.name}: {u['requests']} calls, {u['cache_hits']} cached" for j, u in zip(judges, graded["usage"].values())
@@ -235,6 +242,29 @@ def run(args: argparse.Namespace) -> int:
         extra = {"wall_seconds": seconds, "healthbench/pairwise_macro_f1": pairwise["macro_f1"] if pairwise else None}
         log_wandb(out, config, result, extra, comparison.criteria, plot)
     return 0
+
+
+def plot_healthbench(report: dict[str, Any], path: Path) -> Path | None:
+    """HealthBench's chart: per category (and overall) the judge's pairwise balanced F1, beside the range of the
+    physicians' own (min to max over physicians, the mean marked)."""
+    if not charts.available():
+        return None
+    names = ["overall", *categories_of(report)]
+    keys = ["pairwise_model_f1_balanced", *(f"{c}: pairwise_model_f1_balanced" for c in names[1:])]
+    figure, axis = charts.figure(7.2, 0.5 + 0.45 * len(names))
+    for y, key in enumerate(keys):
+        spread = report["physician_spread"].get(key.replace("model", "physician"))
+        if spread is not None:
+            axis.plot([spread["min"], spread["max"]], [y, y], color="0.7", linewidth=6, solid_capstyle="butt")
+            axis.plot([spread["mean"]], [y], "|", color="0.3", markersize=12)
+        judge = (report["model"].get(key) or {}).get("value")
+        if judge is not None:
+            axis.plot([judge], [y], "o", color="C0")
+    axis.set_yticks(range(len(names)), [n.removeprefix("cluster:")[:40] for n in names])
+    axis.invert_yaxis()
+    axis.set(xlim=(0, 1), xlabel="pairwise balanced F1 (dot: judge; bar: physicians, min-max, mean marked)")
+    path.write_bytes(charts.png(figure))
+    return path
 
 
 def plot_confusion(table: dict[str, dict[str, int]], result, names: tuple[str, str], path: Path) -> Path | None:

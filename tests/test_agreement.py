@@ -188,7 +188,7 @@ def test_metaeval_sample_units_and_majorities():
 def test_a_criterion_seen_twice_for_one_completion_starts_a_second_unit(tmp_path):
     row = json.loads(METAEVAL_SAMPLE.read_text().splitlines()[0])
     path = tmp_path / "dup.jsonl"
-    path.write_text(json.dumps(row) + "\n" + json.dumps({**row, "binary_labels": [F]}) + "\n")
+    path.write_text(json.dumps(row) + "\n" + json.dumps({**row, "binary_labels": [F], "anonymized_physician_ids": ["rater-1"]}) + "\n")
     units = load_metaeval(path)
     assert [u.id for u in units] == ["demo-c1", "demo-c1#2"] and units[1].human_verdicts == [F]
 
@@ -407,7 +407,17 @@ def test_script_judge_against_the_metaeval_labels(tmp_path, monkeypatch, capsys)
     rows = [json.loads(line) for line in (out / "per_criterion.jsonl").read_text().splitlines()]
     assert rows[3]["labels"] == [True, False] and rows[3]["b"] is None and rows[3]["row"].endswith("line 4")
     assert "cluster:emergency_referrals" in results["agreement"]["by_tag"]
-    assert "HealthBench pairwise" in capsys.readouterr().out
+    # simple-evals' figures under its names: the same pairs give the same balanced F1, per category too, and each
+    # physician against the others beside it
+    healthbench = results["healthbench"]
+    assert healthbench["model"]["pairwise_model_f1_balanced"]["value"] == pytest.approx(53 / 85)
+    assert healthbench["model"]["pairwise_model_precision_pos"]["value"] == pytest.approx(11 / 17)
+    assert "cluster:emergency_referrals: pairwise_model_f1_balanced" in healthbench["model"]
+    assert healthbench["physician_spread"]["pairwise_physician_f1_balanced"]["physicians"] >= 2
+    assert healthbench["judge_undecided"] == 0 and not healthbench["missing"]
+    printed = capsys.readouterr().out
+    assert "HealthBench pairwise_model_f1_balanced" in printed and "the same pairs, ours: macro F1" in printed
+    assert (out / "healthbench.png").read_bytes().startswith(b"\x89PNG")
 
 
 def test_script_refuses_what_it_cannot_compare(tmp_path, capsys):
