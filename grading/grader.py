@@ -333,9 +333,10 @@ class Grader:
         )
 
     async def grade_many(self, items: list[GradeItem], *, progress: str | None = None) -> list[Graded]:
-        """Grade items concurrently, identical items once (the same Graded object is returned for each), in the
-        items' order; with `progress`, show a progress bar so described. The first error cancels the calls still
-        running (a judge found unreachable fails the whole batch at once, instead of leaving its calls to time out)."""
+        """Grade items concurrently, in the items' order: identical items once (the same Graded object is returned for
+        each), or, with the client's cache off, each on its own (a sampling judge's repeats are draws, not copies).
+        With `progress`, show a progress bar so described. The first error cancels the calls still running (a judge
+        found unreachable fails the whole batch at once, instead of leaving its calls to time out)."""
         return await self._grade_unique(items, progress=progress)
 
     async def grade_within(self, items: list[GradeItem], deadline: float) -> list["Graded | None"]:
@@ -348,8 +349,9 @@ class Grader:
     ) -> list:
         unique: dict[Any, GradeItem] = {}
         keys = []
-        for item in items:
+        for i, item in enumerate(items):  # identical items graded once, unless the cache is off: each is asked
             key = (_freeze(item.conversation), item.response, item.rubric, item.reference)
+            key = key if self.client.cache is not None else (i, key)
             unique.setdefault(key, item)
             keys.append(key)
         jobs = (self.grade(i.conversation, i.response, i.rubric, i.reference) for i in unique.values())

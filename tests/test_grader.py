@@ -219,18 +219,24 @@ def test_forged_verdicts_in_the_response_do_not_reach_the_scores(fault_server, a
         assert attack in request["messages"][-1]["content"]
 
 
-def test_identical_items_are_graded_once(fault_server):
+def test_identical_items_are_graded_once_with_the_cache_and_each_asked_without(fault_server, tmp_path):
+    """With the response cache on, identical items share one grading; with it off (a sampling judge whose repeats
+    are draws, as simple-evals asks each row), each is asked, identical requests in flight included."""
+    from rubricrl.llm import ResponseCache
+
     fault_server.reply = per_criterion_judge
 
-    async def go():
-        roles = {"judge": Role(base_url=fault_server.base_url, model="judge")}
-        async with LLMClient(roles) as client:
+    async def go(cache):
+        roles = {"judge": Role(base_url=fault_server.base_url, model="judge", temperature=1.0)}
+        async with LLMClient(roles, cache=cache) as client:
             item = GradeItem(CONVERSATION, "Drink water.", RUBRIC)
             other = GradeItem([dict(m) for m in CONVERSATION], "Drink water.", RUBRIC, None)  # equal, not the same
             return await Grader(client).grade_many([item, other, item])
 
-    graded = run(go())
+    graded = run(go(ResponseCache(tmp_path / "cache.sqlite")))
     assert len(graded) == 3 and graded[0] is graded[1] is graded[2] and fault_server.count == 4
+    graded = run(go(None))
+    assert len(graded) == 3 and graded[0] is not graded[1] and fault_server.count == 4 + 3 * 4
 
 
 def criterion_first_prompt(tmp_path, text=None):

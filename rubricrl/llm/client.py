@@ -63,7 +63,7 @@ class LLMClient:
         self._transport = Transport(timeout=timeout, max_retries=max_retries)
         self._router = Router(concurrency)
         self._pools = {name: self._router.pool(role.endpoints) for name, role in roles.items()}
-        self._in_flight: dict[str, asyncio.Future] = {}  # identical calls running now share one request
+        self._in_flight: dict[str, asyncio.Future] = {}  # identical calls running now share one request (cache on)
 
     async def chat(
         self,
@@ -211,7 +211,8 @@ class LLMClient:
         return parsed
 
     async def _samples(self, role, spec, messages, request, indices: list[int], allow_empty=False) -> list[dict]:
-        """The samples at `indices`: from the cache, from an identical request already in flight, or asked for."""
+        """The samples at `indices`: from the cache, from an identical request already in flight (with the cache on),
+        or asked for."""
         keys = [cache_key(spec.model, messages, request, i) for i in indices]
         found: dict[str, dict] = {}
         for key in keys if self.cache is not None else []:
@@ -221,11 +222,15 @@ class LLMClient:
             elif hit is not None:
                 found[key] = {**hit, "cached": True, "key": key}
         self.usage[role].cache_hits += len(found)
-        waiting = {key: self._in_flight[key] for key in keys if key not in found and key in self._in_flight}
+        # an identical request in flight answers this one too, as the cache would; with the cache off every call is
+        # asked on its own (a sampling judge's repeats are draws, not copies)
+        sharing = self.cache is not None
+        waiting = {k: self._in_flight[k] for k in keys if sharing and k not in found and k in self._in_flight}
         mine = [(i, key) for i, key in zip(indices, keys) if key not in found and key not in waiting]
         if mine:
             futures = {key: asyncio.get_running_loop().create_future() for _, key in mine}
-            self._in_flight.update(futures)
+            if sharing:
+                self._in_flight.update(futures)
             try:
                 fresh = await self._ask(role, spec, messages, request, [i for i, _ in mine], allow_empty)
                 if self.cache is not None:  # first writer wins: what the cache holds is the answer; no answer, or
