@@ -313,7 +313,7 @@ class RubricEvolution(TrainerCallback):
             if key in self.lines:
                 self.lines[key]["added"] = [e.criterion for e in added]
                 self.lines[key]["refused"] = refused + [
-                    f"{v['criterion'][:60]!r}: {v['decision']}: {v['test']}"
+                    f"{v['criterion'][:60]!r}: {v['test']}"
                     for v in vetted or ()
                     if v["decision"] in (EXPLOITABLE, UNPROBED)
                 ]
