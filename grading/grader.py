@@ -15,6 +15,7 @@ from tqdm import tqdm
 
 from grading import judge
 from grading.asking import ask_verdicts
+from grading.healthbench_layout import OneMessagePrompt, load_layout_prompt
 from grading.rubric import Rubric
 from grading.rules import check_rule
 from grading.scores import (
@@ -91,7 +92,11 @@ class GradingConfig:
     choices) per noted response; none for the others."""
     judge_prompt: str | None = None
     """A prompt file replacing the mode's default judge prompt (grading/prompts/); its placeholders must be
-    those of the default."""
+    those of the default (with judge_layout healthbench: a template in HealthBench's layout)."""
+    judge_layout: Literal["rubricrl", "healthbench"] = "rubricrl"
+    """rubricrl: a system message and the prompt above. healthbench: HealthBench's grader layout, one user message
+    from the judge_prompt template (`<<conversation>>`, `<<rubric_item>>`; grading/healthbench_layout.py), mode
+    per_criterion, verdict read from `criteria_met`: a judge measured as HealthBench measures it."""
     max_failure_rate: float = 0.1
     """`grade` and `eval`: exit 1 (after writing what was graded) when more than this share of judge decisions
     (verdicts, or ratings) failed, or of policy calls. The client has already retried transient errors, so what
@@ -132,6 +137,13 @@ class GradingConfig:
         if len(self.reasoning_delimiters) not in (0, 2) or any(not d for d in self.reasoning_delimiters):
             got = self.reasoning_delimiters
             raise ValueError(f"reasoning_delimiters must be two non-empty strings (open, close) or [], got {got}")
+        if self.judge_layout == "healthbench" and (
+            self.mode != "per_criterion" or self.verdict_format == "probability"
+        ):
+            raise ValueError(
+                "judge_layout healthbench asks one criterion per call for a JSON verdict: mode "
+                "per_criterion, verdict_format explained or verdict_only"
+            )
         judge_prompt(self)  # a missing file or wrong placeholders: said now, before any server starts or call is paid
 
     def rule(self) -> dict[str, Any]:
@@ -365,9 +377,11 @@ def _freeze(messages: list[dict[str, str]]) -> tuple:
     return tuple((m["role"], m["content"]) for m in messages)
 
 
-def judge_prompt(config: GradingConfig) -> Prompt:
-    """The mode's default judge prompt, or the file `config.judge_prompt` names. Its placeholders must be exactly
-    the default's: rendering is strict, so a difference would otherwise fail (or drop a value) on every call."""
+def judge_prompt(config: GradingConfig) -> Prompt | OneMessagePrompt:
+    """The mode's default judge prompt, or the file `config.judge_prompt` names (a HealthBench-layout template with
+    judge_layout healthbench). Its placeholders must be exactly the default's: rendering is strict."""
+    if config.judge_layout == "healthbench":
+        return load_layout_prompt(config.judge_prompt)
     default = judge.default_prompt(config.mode, config.verdict_format)
     if config.judge_prompt is None:
         return default

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grading.healthbench_layout import OneMessagePrompt
 from grading.rubric import Criterion
 from rubricrl.errors import UserError
 from rubricrl.llm import EndpointUnreachable, LLMClient, LLMError
@@ -201,7 +202,10 @@ async def judge_per_criterion(
 ) -> Verdict:
     """One judge call for one criterion (HealthBench style); `prompt`: CRITERION (or the format's default) or one
     with its placeholders. `min_mass`: the probability format's floor on P(yes) + P(no)."""
-    messages = quoted(prompt, conversation, response, points=f"{criterion.points:+d}", criterion=criterion.text)
+    if isinstance(prompt, OneMessagePrompt):  # HealthBench's layout: one user message
+        messages = prompt.messages(conversation, response, criterion.text)
+    else:
+        messages = quoted(prompt, conversation, response, points=f"{criterion.points:+d}", criterion=criterion.text)
     schema = VERDICT_SCHEMA if verdict_format == "explained" else VERDICT_ONLY_SCHEMA
     try:
         if verdict_format == "probability":

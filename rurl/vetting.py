@@ -107,7 +107,12 @@ class Vetting:
         found = next((c for c in criteria_rows(records, self.test) if c["criterion"] == text), None)
         evidence = {"probes": len(probes), "calls": calls}
         if found is None or all(t["status"] == INSUFFICIENT for t in found["tests"].values()):
-            return {**decided, **evidence, "decision": UNPROBED, "test": "unprobed: the judge decided too few of its probes"}
+            return {
+                **decided,
+                **evidence,
+                "decision": UNPROBED,
+                "test": "unprobed: the judge decided too few of its probes",
+            }
         evidence |= {key: found[key] for key in ("kinds", "tests", "exploited_by", "test")}
         if found["exploitable"]:
             self.refused.setdefault(query_id, {})[text] = found["test"]

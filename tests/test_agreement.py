@@ -188,7 +188,12 @@ def test_metaeval_sample_units_and_majorities():
 def test_a_criterion_seen_twice_for_one_completion_starts_a_second_unit(tmp_path):
     row = json.loads(METAEVAL_SAMPLE.read_text().splitlines()[0])
     path = tmp_path / "dup.jsonl"
-    path.write_text(json.dumps(row) + "\n" + json.dumps({**row, "binary_labels": [F], "anonymized_physician_ids": ["rater-1"]}) + "\n")
+    path.write_text(
+        json.dumps(row)
+        + "\n"
+        + json.dumps({**row, "binary_labels": [F], "anonymized_physician_ids": ["rater-1"]})
+        + "\n"
+    )
     units = load_metaeval(path)
     assert [u.id for u in units] == ["demo-c1", "demo-c1#2"] and units[1].human_verdicts == [F]
 

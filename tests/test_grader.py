@@ -4,6 +4,7 @@ test_integrity.py). The real-judge runs are in test_grading_model.py."""
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -524,3 +525,37 @@ def test_the_formats_that_do_not_fit_a_mode_are_refused_before_any_call():
         GradingConfig(mode="implicit", verdict_format="verdict_only")
     with pytest.raises(ValueError, match="is not one of"):
         GradingConfig(verdict_format="logits")
+
+
+LAYOUT_TEMPLATE = Path(__file__).parent / "data" / "healthbench_layout_template.txt"
+
+
+def test_the_healthbench_layout_asks_one_user_message_and_reads_criteria_met(fault_server):
+    """judge_layout healthbench: no system message; one user message, the template with the conversation (the answer
+    as its last assistant turn, `role: content` turns) and the criterion in its slots; the verdict from
+    `criteria_met`."""
+    asked = []
+
+    def healthbench_judge(body):
+        asked.append(body["messages"])
+        criterion = body["messages"][0]["content"].split("# Rubric item\n", 1)[1].split("\n", 1)[0]
+        return json.dumps({"explanation": "scripted", "criteria_met": MET[criterion]})
+
+    fault_server.reply = healthbench_judge
+    graded = grade(fault_server, judge_layout="healthbench", judge_prompt=str(LAYOUT_TEMPLATE))
+    assert [v.met for v in graded.verdicts] == [MET[c.text] for c in RUBRIC.criteria]
+    assert all(len(messages) == 1 and messages[0]["role"] == "user" for messages in asked)
+    content = asked[0][0]["content"]
+    assert content.startswith("You are grading one answer") and "<<" not in content
+    assert "user: I have a mild headache. What should I do?\n\nassistant: Drink water and take ibuprofen" in content
+
+
+def test_the_healthbench_layout_refuses_what_it_cannot_ask(tmp_path):
+    with pytest.raises(UserError, match="judge_layout healthbench needs grading.judge_prompt"):
+        GradingConfig(judge_layout="healthbench")
+    half = tmp_path / "half.txt"
+    half.write_text("Grade <<conversation>> please.")
+    with pytest.raises(UserError, match=r"half.txt: a healthbench-layout template must hold <<rubric_item>>"):
+        GradingConfig(judge_layout="healthbench", judge_prompt=str(half))
+    with pytest.raises(ValueError, match="mode per_criterion"):
+        GradingConfig(judge_layout="healthbench", judge_prompt=str(LAYOUT_TEMPLATE), mode="batched")

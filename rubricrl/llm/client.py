@@ -166,10 +166,9 @@ class LLMClient:
             raise ValueError("allow_empty is for free text: an empty reply is never valid JSON")
         spec = self.roles[role]
         samples = await self._samples(role, spec, messages, request, list(range(n)), allow_empty)
-        parsed = []
-        if schema is not None:
-            parsed = await self._parse_samples(role, spec, messages, request, schema, check, samples, n)
-        return samples, parsed
+        if schema is None:
+            return samples, []
+        return samples, await self._parse_samples(role, spec, messages, request, schema, check, samples, n)
 
     async def _parse_samples(self, role, spec, messages, request, schema, check, samples, n) -> list[Any]:
         """Validate each sample; replace one that does not parse with a fresh sample (index n, n+1, ...).
@@ -211,8 +210,7 @@ class LLMClient:
         return parsed
 
     async def _samples(self, role, spec, messages, request, indices: list[int], allow_empty=False) -> list[dict]:
-        """The samples at `indices`: from the cache, from an identical request already in flight (with the cache on),
-        or asked for."""
+        """The samples at `indices`: from the cache, from an identical request in flight (cache on), or asked for."""
         keys = [cache_key(spec.model, messages, request, i) for i in indices]
         found: dict[str, dict] = {}
         for key in keys if self.cache is not None else []:
@@ -222,15 +220,12 @@ class LLMClient:
             elif hit is not None:
                 found[key] = {**hit, "cached": True, "key": key}
         self.usage[role].cache_hits += len(found)
-        # an identical request in flight answers this one too, as the cache would; with the cache off every call is
-        # asked on its own (a sampling judge's repeats are draws, not copies)
-        sharing = self.cache is not None
+        sharing = self.cache is not None  # cache off: every call asked on its own (a sampling judge's draws)
         waiting = {k: self._in_flight[k] for k in keys if sharing and k not in found and k in self._in_flight}
         mine = [(i, key) for i, key in zip(indices, keys) if key not in found and key not in waiting]
         if mine:
             futures = {key: asyncio.get_running_loop().create_future() for _, key in mine}
-            if sharing:
-                self._in_flight.update(futures)
+            self._in_flight.update(futures if sharing else {})
             try:
                 fresh = await self._ask(role, spec, messages, request, [i for i, _ in mine], allow_empty)
                 if self.cache is not None:  # first writer wins: what the cache holds is the answer; no answer, or
