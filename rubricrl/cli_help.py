@@ -62,7 +62,9 @@ EXAMPLES = {
         "rubricrl synth --config configs/synthesis/rar.yaml --input q.parquet --output-dir rar/ \\",
         "    --base-url https://api.openai.com/v1 --model gpt-4.1-mini              # Rubrics as Rewards, hosted",
     ],
-    "publish": ["rubricrl publish rubrics/ --repo-id me/my-rubrics --dry-run   # the card and files, no upload"],
+    "publish": [
+        "rubricrl publish rubrics/ --repo-id me/my-rubrics --dry-run hub-preview/   # the card and files, no upload"
+    ],
     "grade": ["rubricrl grade --rubrics rubrics/final.parquet --responses answers.jsonl --output graded.jsonl"],
     "eval": [
         "rubricrl eval --rubrics tests/data/healthbench_sample --output-dir eval/   # the local model answers",

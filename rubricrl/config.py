@@ -143,9 +143,10 @@ def add_config_arguments(
     )
     parser.set_defaults(config_groups=groups, trl_types=list(trl_types), shares_file_with=list(shares_file_with))
     if trl_types:
+        trl = "trl grpo" if any("GRPO" in name for name in trl_types) else "trl sft"
         parser.epilog = (
             f"TRL's {' and '.join(trl_types)} fields are accepted too, as top-level keys of --config "
-            "and as flags (--learning_rate 1e-5), exactly as `trl sft --config` takes them."
+            f"and as flags (--learning_rate 1e-5), exactly as `{trl} --config` takes them."
         )
     for cls in groups:
         section = getattr(cls, "config_section", None)

@@ -1,5 +1,6 @@
-"""The README's commands as a newcomer types them: each parses with the real parser, and a training command's other
-flags are fields of the TRL configs it hands them to (TRL is imported: not the pure tier)."""
+"""The README's commands and the commands' `--help` examples, as a newcomer types them: each parses with the real
+parser, and a training command's other flags are fields of the TRL configs it hands them to (TRL is imported: not the
+pure tier)."""
 
 import re
 from pathlib import Path
@@ -24,7 +25,17 @@ def readme_commands() -> list[list[str]]:
     return commands
 
 
-def test_every_readme_command_parses_as_written():
+def help_examples() -> list[list[str]]:
+    """Every example the commands' `--help` prints (rubricrl/cli_help.py), continuation lines joined."""
+    import shlex
+
+    from rubricrl.cli_help import EXAMPLES
+
+    lines = [line for examples in EXAMPLES.values() for line in "\n".join(examples).replace("\\\n", " ").splitlines()]
+    return [shlex.split(line, comments=True)[1:] for line in lines if line.startswith("rubricrl ")]
+
+
+def test_every_readme_and_help_example_parses_as_written():
     """The real parser takes each command the README shows (flag names, choices, types), a training command's
     other flags being fields of the TRL configs it hands them to; nothing runs."""
     import dataclasses
@@ -34,7 +45,9 @@ def test_every_readme_command_parses_as_written():
 
     commands = readme_commands()
     assert any(argv[:2] == ["rurl", "train"] for argv in commands) and any(argv[0] == "synth" for argv in commands)
-    for argv in commands:
+    examples = help_examples()
+    assert any(argv[0] == "publish" for argv in examples)
+    for argv in commands + examples:
         try:
             args, rest = build_parser().parse_known_args(argv)
         except SystemExit as error:
