@@ -36,7 +36,7 @@ from rubricrl.runs.jsonl import write_whole
 from rurl.evolve_choice import as_judged, digest, situation, spread_sample
 from rurl.evolve_outputs import STEPS_FILE, finish, step_metrics, write_lines
 from rurl.rubric_buffer import RubricBuffer
-from rurl.vetting import ADMITTED, EXPLOITABLE, PASSED, UNPROBED, WAITING, Vetting
+from rurl.vetting import EXPLOITABLE, PASSED, UNPROBED, WAITING, Vetting
 
 
 @dataclass
@@ -299,7 +299,7 @@ class RubricEvolution(TrainerCallback):
         applied = []
         for key, query_id, written, step, source, vetted in changes:
             decisions = Counter(v["decision"] for v in vetted or ())
-            self.counts["probed"] += decisions[ADMITTED] + decisions[EXPLOITABLE] + decisions[UNPROBED]
+            self.counts["probed"] += sum("probes" in v and v["decision"] != WAITING for v in vetted or ())
             self.counts["exploitable"] += decisions[EXPLOITABLE]
             self.counts["unprobed"] += decisions[UNPROBED]
             self.counts["waited"] += decisions[WAITING]
