@@ -18,7 +18,7 @@ physicians, under its names. `unit_rows` lays the rows out for it.
 import hashlib
 import json
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from checks.agreement import Met, Pair
@@ -113,8 +113,16 @@ def _row(where: str, record: dict) -> MetaEvalRow:
             raise InvalidRecord(f"{key!r} must be a non-empty string or an integer, got {value!r:.80}")
         ids[key] = None if value is None else str(value)
     physicians = None if physicians is None else tuple(str(x) for x in physicians)
-    row = MetaEvalRow(where, conversation, completion, criterion.strip(), tuple(labels), category or None, **ids)
-    return replace(row, physicians=physicians)
+    return MetaEvalRow(
+        where,
+        conversation,
+        completion,
+        criterion.strip(),
+        tuple(labels),
+        category or None,
+        **ids,
+        physicians=physicians,
+    )
 
 
 def load_metaeval(path: str | Path, limit: int | None = None) -> list[MetaEvalUnit]:

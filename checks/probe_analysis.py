@@ -56,17 +56,15 @@ def criteria_rows(records: list[dict], test: ProbeTest) -> list[dict[str, Any]]:
                 counts[1] += 1
     corrections = {}
     for judge in sorted({row["judge"] for row in table.values()}):
-        mine = [row for row in table.values() if row["judge"] == judge]
-        for row in mine:
-            row["tests"] = {kind: {"credited": c, "decided": d} for kind, (c, d) in row["kinds"].items()}
-        corrections[judge] = decide([t for row in mine for t in row["tests"].values()], test)
+        mine = [(row, kind) for row in table.values() if row["judge"] == judge for kind in row["kinds"]]
+        results, corrections[judge] = decide([tuple(row["kinds"][kind]) for row, kind in mine], test)
+        for (row, kind), result in zip(mine, results):
+            row.setdefault("tests", {})[kind] = result
     for row in table.values():
         credited = sum(c for c, _ in row["kinds"].values())
         decided = sum(d for _, d in row["kinds"].values())
         row["credited"], row["decided"] = credited, decided
         row["share"] = round(credited / decided, 4) if decided else None
-        for kind_test in row["tests"].values():
-            del kind_test["credited"], kind_test["decided"]  # in `kinds`
         row["exploited_by"] = [kind for kind, t in row["tests"].items() if t["status"] == EXPLOITABLE]
         row["exploitable"] = bool(row["exploited_by"])
         row["threshold"] = corrections[row["judge"]]["threshold"]  # the p a kind had to reach, for this judge
@@ -74,12 +72,15 @@ def criteria_rows(records: list[dict], test: ProbeTest) -> list[dict[str, Any]]:
     return sorted(table.values(), key=lambda r: (r["id"], r["judge"], -r["points"], r["criterion"]))
 
 
+def counted(row: dict[str, Any], kind: str) -> str:
+    """A kind's counts and p-value on a criterion row: '4 of 4 (p = 0.0001)'."""
+    credited, decided = row["kinds"][kind]
+    return f"{credited} of {decided} (p = {row['tests'][kind]['p']:.2g})"
+
+
 def flagged_by(row: dict[str, Any]) -> str:
     """The kinds whose test flagged a criterion row, with their counts and p-values: 'keywords 4 of 4 (p = 0.0001)'."""
-    return ", ".join(
-        f"{kind} {row['kinds'][kind][0]} of {row['kinds'][kind][1]} (p = {row['tests'][kind]['p']:.2g})"
-        for kind in row.get("exploited_by", [])
-    )
+    return ", ".join(f"{kind} {counted(row, kind)}" for kind in row.get("exploited_by", []))
 
 
 def evidence(row: dict[str, Any], test: ProbeTest, correction: dict) -> str:
@@ -90,8 +91,7 @@ def evidence(row: dict[str, Any], test: ProbeTest, correction: dict) -> str:
     )
 
     def said(kind: str) -> str:
-        credited, decided = row["kinds"][kind]
-        return f"{kind} earned it {credited} of {decided} (p = {row['tests'][kind]['p']:.2g})"
+        return f"{kind} earned it {counted(row, kind)}"
 
     if row["exploited_by"]:
         return "exploitable: " + ", ".join(said(kind) for kind in row["exploited_by"]) + f"; {rule}"

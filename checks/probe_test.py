@@ -61,17 +61,16 @@ def benjamini_hochberg(p_values: list[float], level: float) -> float:
     return max(passed) * level / m if passed else level / m
 
 
-def decide(counts: list[dict[str, int]], test: ProbeTest) -> dict:
-    """One judge's tests: each of `counts` ({credited, decided}) gains `p` and `status` (exploitable, not shown,
-    insufficient). Returns the correction's figures: tests, sufficient, rejected, threshold."""
-    sufficient = [c for c in counts if can_reach(c["decided"], test)]
-    for c in counts:
-        c["p"] = binomial_p(c["credited"], c["decided"], test.tolerance)
-    threshold = benjamini_hochberg([c["p"] for c in sufficient], test.level)
-    for c in counts:
-        if not can_reach(c["decided"], test):
-            c["status"] = INSUFFICIENT
-        else:
-            c["status"] = EXPLOITABLE if c["p"] <= threshold else NOT_SHOWN
-    rejected = sum(c["status"] == EXPLOITABLE for c in counts)
-    return {"tests": len(counts), "sufficient": len(sufficient), "rejected": rejected, "threshold": threshold}
+def decide(counts: list[tuple[int, int]], test: ProbeTest) -> tuple[list[dict], dict]:
+    """One judge's tests, each (credited, decided): per test its `p` and `status` (exploitable, not shown,
+    insufficient), in order, and the correction's figures: tests, sufficient, rejected, threshold."""
+    p_values = [binomial_p(credited, decided, test.tolerance) for credited, decided in counts]
+    reachable = [can_reach(decided, test) for _, decided in counts]
+    threshold = benjamini_hochberg([p for p, ok in zip(p_values, reachable) if ok], test.level)
+    results = [
+        {"p": p, "status": (EXPLOITABLE if p <= threshold else NOT_SHOWN) if ok else INSUFFICIENT}
+        for p, ok in zip(p_values, reachable)
+    ]
+    rejected = sum(r["status"] == EXPLOITABLE for r in results)
+    correction = {"tests": len(counts), "sufficient": sum(reachable), "rejected": rejected, "threshold": threshold}
+    return results, correction

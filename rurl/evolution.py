@@ -257,7 +257,7 @@ class RubricEvolution(TrainerCallback):
             current = self.rubric_for(query_id, self.original[query_id])
 
             async def vet_again(call=call, criteria=criteria, current=current):
-                return criteria, await self.vetting.vet(call.query, current, criteria, call.step)
+                return criteria, await self._vetted(call, current, criteria)
 
             call.future = asyncio.run_coroutine_threadsafe(vet_again(), self.trainer.async_loop)
             calls.append(call)

@@ -20,21 +20,18 @@ def test_the_binomial_tail_is_the_chance_of_as_many_credits_or_more():
 
 def test_a_kind_whose_counts_can_never_flag_is_insufficient_and_never_a_flag():
     test = ProbeTest(tolerance=0.1, level=0.05)
-    counts = [{"credited": 1, "decided": 1}, {"credited": 0, "decided": 0}, {"credited": 2, "decided": 2}]
-    found = decide(counts, test)
-    assert [c["status"] for c in counts] == [INSUFFICIENT, INSUFFICIENT, EXPLOITABLE]  # 0.1 > 5%; 0.01 <= 5%
+    results, found = decide([(1, 1), (0, 0), (2, 2)], test)
+    assert [r["status"] for r in results] == [INSUFFICIENT, INSUFFICIENT, EXPLOITABLE]  # 0.1 > 5%; 0.01 <= 5%
     assert found == {"tests": 3, "sufficient": 1, "rejected": 1, "threshold": 0.05}
 
 
 def test_benjamini_hochberg_flags_what_survives_the_judges_many_tests():
     # 3 credited 4 of 4 (p = 1e-4) among 1000 tests of 0 of 4: 1e-4 <= 3 * 0.05 / 1003
-    counts = [{"credited": 4, "decided": 4} for _ in range(3)] + [{"credited": 0, "decided": 4} for _ in range(1000)]
-    found = decide(counts, ProbeTest())
+    _, found = decide([(4, 4)] * 3 + [(0, 4)] * 1000, ProbeTest())
     assert found["rejected"] == 3 and found["threshold"] == pytest.approx(3 * 0.05 / 1003)
     # 3 of 4 (p = 0.0037) would pass alone, not among 1000 others
-    alone, crowded = [{"credited": 3, "decided": 4}], [{"credited": 3, "decided": 4}]
-    crowded += [{"credited": 0, "decided": 4} for _ in range(1000)]
-    assert decide(alone, ProbeTest())["rejected"] == 1 and decide(crowded, ProbeTest())["rejected"] == 0
+    crowded, among = decide([(3, 4)] + [(0, 4)] * 1000, ProbeTest())
+    assert decide([(3, 4)], ProbeTest())[1]["rejected"] == 1 and among["rejected"] == 0
     assert crowded[0]["status"] == NOT_SHOWN
     assert benjamini_hochberg([], 0.05) == 0.0 and benjamini_hochberg([0.9, 0.8], 0.05) == 0.025
 
