@@ -293,6 +293,9 @@ def train(
                 if rurl.probe_rows:
                     summary["probe_preflight"] = probe_figures(output_dir, wandb)
                 write_outputs(trainer, output_dir, config, data_info, criteria, summary, wandb)
+            # Every process leaves together: one raising its stop first would exit non-zero while the main process
+            # still writes the outputs, and torchrun would end that one before it said why (or wrote them).
+            trainer.accelerator.wait_for_everyone()
             close_colocated_engine(trainer)  # first: a colocated vLLM engine tears down its groups while they exist
             end_trainer(trainer)
     finally:
