@@ -222,8 +222,14 @@ def slow_run_estimate(instant: dict, kind: str, steps: int) -> float:
 def summarize(ran: dict) -> dict:
     steps = ran["step_seconds"]
     steady = steps[FIRST_STEPS:]
+    phases = ran.get("step_phases") or []
     return {
         "first_steps_s": steps[:FIRST_STEPS],
+        "first_steps_phases": phases[:FIRST_STEPS],
+        "steady_phases_median": {
+            name: statistics.median(step.get(name, 0.0) for step in phases[FIRST_STEPS:])
+            for name in sorted({name for step in phases[FIRST_STEPS:] for name in step})
+        },
         "steady_median_s": statistics.median(steady) if steady else None,
         "steady_steps_s": steady,
         "command_s": ran["seconds"],
@@ -255,6 +261,22 @@ def side(name: str, ran: dict) -> str:
     steady = "-" if ran["steady_median_s"] is None else f"{ran['steady_median_s']:.2f} s"
     first = ", ".join(f"{s:.2f}" for s in ran["first_steps_s"])
     return f"{name}: steady median {steady}, first steps {first} s, command {ran['command_s']:.1f} s{memory}"
+
+
+def phase_lines(shape: dict) -> list[str]:
+    """Where each side's first steps and steady step go, by the blocks TRL profiles (host seconds; the blocks nest:
+    generation and rewards are inside _prepare_inputs), the larger first."""
+
+    def phases(seconds: dict) -> str:
+        return ", ".join(f"{name} {s:.2f}" for name, s in sorted(seconds.items(), key=lambda kv: -kv[1])) or "-"
+
+    lines = []
+    for label, ran in (("rubricrl", shape["rubricrl"]), ("trl grpo", shape["trl"])):
+        for i, step in enumerate(ran.get("first_steps_phases") or []):
+            lines.append(f"    {label} step {i + 1} s: {phases(step)}")
+        if ran.get("steady_phases_median"):
+            lines.append(f"    {label} steady (median) s: {phases(ran['steady_phases_median'])}")
+    return lines
 
 
 def slow_judge_lines(slow: dict) -> list[str]:
@@ -290,6 +312,7 @@ def report_lines(figures: dict) -> list[str]:
         ratio = "-" if shape["steady_ratio"] is None else f"{shape['steady_ratio']:.2f}"
         lines.append(f"{name}: steady-step ratio rubricrl / trl grpo {ratio}")
         lines += [f"  {side('rubricrl', shape['rubricrl'])}", f"  {side('trl grpo', shape['trl'])}"]
+        lines += phase_lines(shape)
         ours = shape["rubricrl"]
         phases = ", ".join(f"{name} {s:.1f} s" for name, s in (ours["seconds_by_phase"] or {}).items())
         lines.append(

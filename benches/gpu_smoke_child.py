@@ -5,7 +5,9 @@ python benches/gpu_smoke_child.py trl RESULT.json --config FILE        # `trl gr
 python benches/gpu_smoke_child.py generate RESULT.json MODEL_DIR      # transformers' generate alone
 
 Measured: each optimizer step's wall time (generation included for GRPO; the Trainer's checkpoint and log writes
-after a step are not), the command's exit code and peak GPU memory; for `generate`, tokens/s. Also the two rewards
+after a step are not) and, per step, the host seconds of each block TRL profiles (`trl.extras.profiling`: its
+generation, reward functions, `_prepare_inputs`, `compute_loss`...; the trainer's class name dropped, so that both
+sides name them alike), the command's exit code and peak GPU memory; for `generate`, tokens/s. Also the two rewards
 `trl grpo` gets in the head-to-head (by dotted path): `instant_reward`, and `slow_reward`, which answers after
 SLOW_REWARD_S as the slow-judge comparison's canned judge does.
 """
@@ -21,18 +23,44 @@ import transformers
 
 
 class StepClock(transformers.TrainerCallback):
-    """Each optimizer step's wall time, the GPU's queue drained at both ends (GRPO's steps include generation)."""
+    """Each optimizer step's wall time, the GPU's queue drained at both ends (GRPO's steps include generation), and
+    the seconds of each block TRL profiled during it (`phases`, one dict a step)."""
 
     seconds: list[float] = []
+    phases: list[dict[str, float]] = []
+    current: dict[str, float] = {}
     started = 0.0
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        time_trl_blocks()  # here, not at the command's start: a command that trains nothing imports no TRL
 
     def on_step_begin(self, args, state, control, **kwargs):
         synchronize()
+        StepClock.current = {}
         StepClock.started = time.perf_counter()
 
     def on_step_end(self, args, state, control, **kwargs):
         synchronize()
         StepClock.seconds.append(time.perf_counter() - StepClock.started)
+        StepClock.phases.append({name: round(s, 3) for name, s in StepClock.current.items()})
+
+
+def time_trl_blocks() -> None:
+    """Every block TRL times (ProfilingContext, which logs only to wandb, mlflow or trackio) also adds its seconds to
+    the current step's phases. Host time: what the block waited for on the GPU is in it, what it queued is not."""
+    from trl.extras.profiling import ProfilingContext
+
+    log = ProfilingContext._log_metrics
+    if getattr(log, "step_clock", False):  # once per process
+        return
+
+    def _log_metrics(self, duration: float) -> None:
+        name = self.name.split(".", 1)[1] if self.name.split(".", 1)[0].endswith("Trainer") else self.name
+        StepClock.current[name] = StepClock.current.get(name, 0.0) + duration
+        log(self, duration)
+
+    _log_metrics.step_clock = True
+    ProfilingContext._log_metrics = _log_metrics
 
 
 def command(argv: list[str]) -> dict:
@@ -69,11 +97,12 @@ async def slow_reward(completions, **kwargs) -> list[float]:
 
 
 def measured(code: int) -> dict:
-    """The exit code, each step's seconds, peak GPU memory."""
+    """The exit code, each step's seconds and phases, peak GPU memory."""
     cuda = torch.cuda.is_available()
     return {
         "exit": code,
         "step_seconds": StepClock.seconds,
+        "step_phases": StepClock.phases,
         "peak_allocated_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
         "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30 if cuda else None,
     }

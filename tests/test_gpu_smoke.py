@@ -51,6 +51,11 @@ def test_the_dry_run_prepares_what_may_travel_and_runs_every_step(tmp_path):
     for side in ("rubricrl", "trl"):
         assert len(small[side]["first_steps_s"]) == 2 and len(small[side]["steady_steps_s"]) == 1, small
         assert small[side]["command_s"] > sum(small[side]["first_steps_s"])
+        # where the first steps went, by the blocks TRL profiles, named alike on both sides
+        for phases in small[side]["first_steps_phases"]:
+            assert phases["transformers.generate"] > 0 and phases["compute_loss"] > 0, small[side]
+        assert "transformers.generate" in small[side]["steady_phases_median"]
+    assert "rubricrl step 1 s: " in done.stdout and "trl grpo step 1 s: " in done.stdout
     assert small["steady_ratio"] > 0 and full_shape == {"resolved_only": True}
     assert (
         len(small["rubricrl"]["extra_rounds"]) == 3 and "steps and checkpoints" in small["rubricrl"]["seconds_by_phase"]
