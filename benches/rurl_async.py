@@ -3,7 +3,7 @@
 of 48 tokens a step) graded by the canned judge (benches/canned_server.py) answering after each of --latencies s,
 each with both settings. The smallest latency (0.05 s) is the instant judge, the baseline.
 
-    python benches/rurl_async.py [--latencies 0.05 5] [--max_steps 8] [--rows 32] [--policy random|embedded|DIR]
+    python benches/rurl_async.py [--latencies 0.05 2 5] [--max_steps 8] [--rows 32] [--policy random|embedded|DIR]
                                  [--sequential]
 
 The policy is SmolLM2-135M's architecture with random weights (--policy random, the default; drawn from the embedded
@@ -154,7 +154,7 @@ def report(label: str, r: dict, baseline: dict | None) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--latencies", type=float, nargs="+", default=[0.05, 5.0], help="judge latencies, s")
+    parser.add_argument("--latencies", type=float, nargs="+", default=[0.05, 2.0, 5.0], help="judge latencies, s")
     parser.add_argument("--max_steps", type=int, default=8)
     parser.add_argument("--rows", type=int, default=32, help="training rows: the preset's 8 repeated")
     parser.add_argument(
