@@ -55,7 +55,8 @@ def time_trl_blocks() -> None:
         return
 
     def _log_metrics(self, duration: float) -> None:
-        name = self.name.split(".", 1)[1] if self.name.split(".", 1)[0].endswith("Trainer") else self.name
+        owner, _, block = self.name.partition(".")
+        name = block if owner.endswith("Trainer") else self.name
         StepClock.current[name] = StepClock.current.get(name, 0.0) + duration
         log(self, duration)
 

@@ -96,6 +96,11 @@ def write_rows(path: Path, rows: int) -> None:
             out.write(json.dumps(row) + "\n")
 
 
+def beside(out: Path, suffix: str) -> Path:
+    """A run's file kept beside its output folder: its stamps (-stamps.json) and its stderr (.log)."""
+    return out.parent / f"{out.name}{suffix}"
+
+
 def start(out: Path, rows: Path, judge: str, async_steps: int, args, core: int | None) -> subprocess.Popen:
     """One `rurl train` started (pinned to `core` when given)."""
     argv = [sys.executable, "-c", STAMPED, "rurl", "train", "--config", str(PRESET), "--output_dir", str(out)]
@@ -105,25 +110,23 @@ def start(out: Path, rows: Path, judge: str, async_steps: int, args, core: int |
     argv += ["--base-url", judge, "--model", "canned-judge"]
     if args.policy != "embedded":
         argv += ["--model_name_or_path", str(args.policy)]
-    stamps = out.parent / f"{out.name}-stamps.json"
     env = {
         **os.environ,
         "OMP_NUM_THREADS": str(args.threads),
         "WANDB_MODE": "disabled",
-        "BENCH_STAMPS": str(stamps),
+        "BENCH_STAMPS": str(beside(out, "-stamps.json")),
     }
     pin = None if core is None else (lambda: os.sched_setaffinity(0, {core}))
-    with (out.parent / f"{out.name}.log").open("w") as log:  # a file, not a pipe: two children write at once
+    with beside(out, ".log").open("w") as log:  # a file, not a pipe: two children write at once
         return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log, preexec_fn=pin)
 
 
 def finish(child: subprocess.Popen, out: Path, async_steps: int, args) -> dict:
     """A started run's step times (wall between steps, TRL's step_time) and async figures, once it ended."""
     if child.wait() != 0:
-        errors = (out.parent / f"{out.name}.log").read_text()
+        errors = beside(out, ".log").read_text()
         raise SystemExit(f"rurl train (async_steps {async_steps}) failed:\n{errors[-3000:]}")
-    stamps = out.parent / f"{out.name}-stamps.json"
-    clock = json.loads(stamps.read_text())
+    clock = json.loads(beside(out, "-stamps.json").read_text())
     wall = [later[1] - earlier[1] for earlier, later in zip(clock, clock[1:])]
     history = json.loads((out / "log_history.json").read_text())
     steps = [entry for entry in history if "step_time" in entry]

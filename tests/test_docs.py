@@ -3,6 +3,7 @@ README.md and docs/*.md points at a file or folder that exists, and at a heading
 or renamed file or section breaks the build, not the reader); every figure on the benchmarks page names the commit
 it was measured at."""
 
+import functools
 import re
 from pathlib import Path
 
@@ -37,15 +38,18 @@ def test_docs_exist():
     assert len(PAGES) > 5, "docs/ should hold the guides"
 
 
-def anchors(page: Path) -> set[str]:
+@functools.cache
+def anchors(page: Path) -> frozenset[str]:
     """The anchors GitHub gives the page's headings: lower case, punctuation but hyphens and underscores dropped,
-    spaces as hyphens, a repeated one suffixed -1, -2..."""
+    spaces as hyphens, a repeated one suffixed -1, -2... (read once per page, however many links name it)."""
     text = FENCE.sub("", page.read_text(encoding="utf-8"))
     seen: dict[str, int] = {}
+    found = set()
     for heading in re.findall(r"^#{1,6}\s+(.+?)\s*#*$", text, re.M):
         slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
         seen[slug] = seen.get(slug, -1) + 1
-        yield slug if seen[slug] == 0 else f"{slug}-{seen[slug]}"
+        found.add(slug if seen[slug] == 0 else f"{slug}-{seen[slug]}")
+    return frozenset(found)
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
@@ -58,7 +62,7 @@ def test_relative_links_and_their_anchors_resolve(page):
         linked = page.parent / path if path else page
         if not linked.exists():
             broken.append(f"{page.relative_to(ROOT)}: line {line_no}: {target}")
-        elif anchor and linked.suffix == ".md" and anchor not in set(anchors(linked)):
+        elif anchor and linked.suffix == ".md" and anchor not in anchors(linked.resolve()):
             broken.append(
                 f"{page.relative_to(ROOT)}: line {line_no}: {target}: no such heading in {path or 'the page'}"
             )
@@ -67,7 +71,7 @@ def test_relative_links_and_their_anchors_resolve(page):
 
 def test_the_anchor_rule_is_githubs():
     page = ROOT / "docs" / "benchmarks.md"
-    found = set(anchors(page))
+    found = anchors(page)
     assert {"set-up-demo-suite", "on-a-gpu-benchesgpu_smokepy", "the-judge-off-the-critical-path"} <= found
 
 
