@@ -170,8 +170,13 @@ def main() -> int:
     args = parser.parse_args()
     if args.max_steps <= SKIPPED:
         parser.error(f"--max_steps must be above {SKIPPED}: the first {SKIPPED} steps are left out")
-    if 2 * args.max_steps > args.rows:  # the preset's step: 2 prompts x 4 completions
-        parser.error(f"--rows {args.rows} is under one epoch of {args.max_steps} steps (2 prompts a step)")
+    if 2 * (args.max_steps + 1) > args.rows:  # the preset's step: 2 prompts x 4 completions
+        # one step's rows more than the run trains: its last step must generate ahead as every steady step does, or
+        # one step ahead would time a step with less work in it
+        parser.error(
+            f"--rows {args.rows}: a run of {args.max_steps} steps (2 prompts a step) needs {2 * (args.max_steps + 1)}"
+            " rows in one epoch, the last step's batch generated ahead included"
+        )
     cores = sorted(os.sched_getaffinity(0))
     if not args.sequential and len(cores) < 2:
         parser.error("pairs side by side need 2 cores; run with --sequential")
