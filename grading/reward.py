@@ -16,14 +16,19 @@ Per batch it logs failure, unscored and integrity rates, judge latency and calls
 category), reasoning and answer lengths, the reward-length correlation, and each completion's verdicts.
 
 Each process grades its own completions; `on_batch` hands the counts to rurl/guards.py, which sums them over the
-processes. A per-batch deadline bounds a step's wait for its judge (unjudged completions: None, timed out).
+processes. A per-batch deadline bounds a step's wait for its judge (unjudged completions: None, timed out). The judge
+calls, failed requests and latency a batch logs are its own requests' (rubricrl/llm/calls.py), even while another
+batch is graded on the same client. A setting the judge cannot be asked with (a missing API key, say) does not raise
+out of a training step: the batch is unscored and `on_batch` carries the one-line reason, which stops the run with a
+checkpoint (rurl/guards.py).
 """
 
 import functools
 import json
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -31,8 +36,15 @@ from urllib.parse import urlsplit
 from grading.grader import GradeItem, Grader
 from grading.rubric import Rubric, rubric_from_items
 from grading.scores import pearson
+from rubricrl.errors import UserError
 from rubricrl.llm import EndpointUnreachable
+from rubricrl.llm.calls import tallying_requests
 from rubricrl.llm.reasoning import as_written, split_reasoning
+
+GRADE_AFTER: ContextVar[Callable[[], Awaitable[None]] | None] = ContextVar("rubricrl_grade_after", default=None)
+"""Set by a schedule that starts a batch's grading while an earlier batch's may still run (rurl/async_schedule.py):
+the reward reads its rubrics at once, then awaits this before its first judge call, so that two batches never
+compete for the judge's concurrency and the earlier one's wait is for its own calls alone."""
 
 
 def make_rubric_reward(grader: Grader, **options: Any) -> Callable:
@@ -93,11 +105,19 @@ async def rubric_reward(
         GradeItem(_messages(prompt), text, rubric, reference_answer[i] if reference_answer else None)
         for i, (prompt, text, rubric) in enumerate(zip(prompts, texts, parsed))
     ]
-    calls_before = _judge_calls(grader)
+    turn = GRADE_AFTER.get()
+    if turn is not None:
+        await turn()
     started = time.monotonic()
-    try:  # one per completion, in the items' order; None: not judged before the deadline
-        graded = await (grader.grade_many(items) if deadline is None else grader.grade_within(items, deadline))
-    except EndpointUnreachable:  # the judge's server is down: nothing scored (the batch's other calls cancelled)
+    error = None
+    with tallying_requests() as tally:  # this batch's requests, whatever else the client sends meanwhile
+        try:  # one per completion, in the items' order; None: not judged before the deadline
+            graded = await (grader.grade_many(items) if deadline is None else grader.grade_within(items, deadline))
+        except EndpointUnreachable:  # the judge's server is down: nothing scored (the batch's other calls cancelled)
+            graded = None
+        except UserError as problem:  # a setting the judge cannot be asked with: the run stops on it, checkpointed
+            graded, error = None, str(problem)
+    if graded is None:
         if on_batch is not None:
             asked = sum(sum(c.rule is None for c in rubric.criteria) or 1 for rubric in parsed)  # the judge's share
             on_batch(
@@ -108,7 +128,10 @@ async def rubric_reward(
                     verdicts=asked,
                     failed_verdicts=asked,
                     seconds=time.monotonic() - started,
-                    judge_calls=0,
+                    judge_calls=tally.answered,
+                    failed_requests=tally.failed,
+                    request_seconds=tally.mean_seconds,
+                    error=error,
                 )
             )
         return [None] * len(items)
@@ -119,9 +142,8 @@ async def rubric_reward(
         rewards = [None if r is None else r - overlong.penalty(n) for r, n in zip(rewards, lengths)]
     # a group: the query's id where the data has one, else its prompt (TRL repeats both across the group)
     groups = [str(i) for i in id] if id is not None else [json.dumps(_messages(p), ensure_ascii=False) for p in prompts]
-    stats = batch_stats(
-        graded, parsed, rewards, lengths, seconds, _judge_calls(grader) - calls_before, parts, groups=groups
-    )
+    stats = batch_stats(graded, parsed, rewards, lengths, seconds, tally.answered, parts, groups=groups)
+    stats.failed_requests, stats.request_seconds = tally.failed, tally.mean_seconds
     if on_batch is not None:
         on_batch(stats)
     if log_metric is not None:
@@ -189,7 +211,16 @@ class BatchStats:
     verdicts: int
     failed_verdicts: int
     seconds: float
+    """From the batch's first judge call to its last answer (after its turn, when batches queue)."""
     judge_calls: int
+    """The batch's own requests answered (cache hits, and answers shared with an identical request in flight, are
+    no calls)."""
+    failed_requests: int = 0
+    """The batch's own requests that failed or came back invalid (each retry of one counted)."""
+    request_seconds: float = 0.0
+    """Mean seconds per request of the batch's own."""
+    error: str | None = None
+    """Why nothing of the batch could be asked (a setting, such as a missing API key): the run stops on it."""
     timed_out: int = 0
     """Completions not judged before the reward's deadline (counted in unscored too)."""
     no_answer: int = 0
@@ -226,6 +257,8 @@ class BatchStats:
             "rubric/answer_length": self.answer_length,
             "rubric/judge_latency_s": self.seconds,
             "rubric/judge_calls": float(self.judge_calls),
+            "rubric/judge_failed_requests": float(self.failed_requests),
+            "rubric/judge_request_s": self.request_seconds,
             "rubric/completion_length": self.mean_length,
             **{f"rubric/{name}": rate for name, rate in self.pass_rates.items()},
         }
@@ -295,11 +328,6 @@ def batch_stats(
         answer_length=sum(a for _, a in parts) / len(parts) if parts else 0.0,
         length_reward_corr=pearson([r for r, _ in scored], [n for _, n in scored]),
     )
-
-
-def _judge_calls(grader: Grader) -> int:
-    """Requests the client sent so far (cache hits are not calls)."""
-    return sum(usage.requests for usage in grader.client.usage.values())
 
 
 def _messages(prompt: Any) -> list[dict[str, str]]:

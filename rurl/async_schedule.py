@@ -22,6 +22,13 @@ advantages in one call:
   background (TRL's `log_metric` and `log_extra`, the rubric reward's `on_batch` counts) is replayed then, so the
   failure guard, the alarms and the completions table see each batch whole, in training order.
 
+The ratio at staleness 0 is 1: the schedule runs with dropout off (TRL's `disable_dropout`; `rurl train` sets it),
+and positions after a sequence's end hold 0, as the loss's own do. Each batch's grading starts once the batch before
+it is graded (`GRADE_AFTER` in grading/reward.py), so a step's `async/wait_s` is the wait for its own calls and the
+judge calls, failures and latency each batch logs are its own. `async/staleness` is logged per optimizer step, as
+the mean over its completions of the updates since their weights generated them (a batch joined by dynamic
+sampling's on-policy rounds: the share generated ahead, at its first update).
+
 The next generation batch is read one item ahead of the trainer's own loop (`fetch`, `peek`): the step trains the
 same prompts as a synchronous step would. Where no batch was generated ahead (the first step, the first after a
 resume or after an epoch's end) the step generates its own batch first. At the end of training the batch generated
@@ -40,6 +47,7 @@ from typing import Any
 
 import torch
 
+from grading.reward import GRADE_AFTER
 from rurl.sampled_logps import SampledLogps
 
 REPORTS = ("log_metric", "log_extra", "on_batch")
@@ -60,6 +68,7 @@ class Pending:
     reports: dict[int, list[tuple[str, tuple]]] = field(default_factory=dict)  # index -> callbacks to replay
     started: float = 0.0  # when the first call started
     done: float = 0.0  # when the last call ended (set on TRL's event loop)
+    waits_for: list = field(default_factory=list)  # the grading tasks of the batch before, awaited before its own
 
 
 class Lookahead:
@@ -159,7 +168,7 @@ class AheadSchedule:
             current = self.start(inputs)
         upcoming = self.peek()
         if upcoming is not None:
-            self.pending = self.start(upcoming)  # with the weights this step starts from
+            self.pending = self.start(upcoming, after=current)  # with the weights this step starts from
         output = self.collect(current)
         return output if self.after is None else self.after(current.inputs, output)
 
@@ -183,10 +192,13 @@ class AheadSchedule:
 
     # --- the two halves of a batch -------------------------------------------------------------------------------
 
-    def start(self, inputs: list[dict]) -> Pending:
-        """Generate `inputs`' completions and start grading them; TRL's metrics of this call are kept apart."""
+    def start(self, inputs: list[dict], after: Pending | None = None) -> Pending:
+        """Generate `inputs`' completions and start grading them once `after`'s grading is done; TRL's metrics of
+        this call are kept apart."""
         trainer = self.trainer
         pending = Pending(inputs=inputs, step=trainer.state.global_step)
+        if after is not None:
+            pending.waits_for = list(after.tasks.values())
         saved = trainer._metrics, trainer._logs, trainer._pending_metrics, trainer._pending_extra_logs
         trainer._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
         trainer._logs = _emptied(trainer._logs)
@@ -202,6 +214,11 @@ class AheadSchedule:
         if "old_per_token_logps" not in output:
             pending.old_logps = self.old_logps(output)
         return pending
+
+    def generated_at(self, output: dict[str, Any], step: int) -> None:
+        """Mark each row of `output` with the global step whose weights generated it (the trainer logs staleness
+        per optimizer step from it)."""
+        output["generated_at"] = torch.full((output["completion_ids"].size(0),), step, dtype=torch.long)
 
     def collect(self, pending: Pending) -> dict[str, Any]:
         """Wait for `pending`'s grades, then replay its call with them: TRL's output for the batch, as a synchronous
@@ -228,9 +245,9 @@ class AheadSchedule:
                 metrics[key].extend(values)
         if pending.old_logps is not None:
             output["old_per_token_logps"] = pending.old_logps
+        self.generated_at(output, pending.step)
         grading = (pending.done - pending.started) if tasks else 0.0
-        hidden = (min(pending.done, began) - pending.started) if tasks else 0.0
-        metrics["async/staleness"].append(float(trainer.state.global_step - pending.step))
+        hidden = max(0.0, min(pending.done, began) - pending.started) if tasks else 0.0
         metrics["async/wait_s"].append(waited)
         metrics["async/overlap_s"].append(hidden)
         self.totals["grading_s"] += grading
@@ -248,7 +265,7 @@ class AheadSchedule:
         trainer = self.trainer
         sampled, self.sampled = self.sampled, None
         if sampled is not None:
-            return sampled.per_token(output["completion_ids"])
+            return sampled.per_token(output["completion_ids"], output["completion_mask"])
         ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
         mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
         with torch.no_grad(), disable_gradient_checkpointing(trainer.model, trainer.args.gradient_checkpointing_kwargs):
@@ -279,10 +296,19 @@ class AheadSchedule:
 
     def _readable(self) -> bool:
         """Whether the sampled tokens' log-probabilities can be read during generation: transformers' `generate`,
-        one turn per prompt (vLLM's path has TRL compute them; continuous batching interleaves sequences)."""
+        one turn per prompt (vLLM's path has TRL compute them; continuous batching interleaves sequences), from a
+        float32 policy without mixed precision. In bfloat16 a cached decode's arithmetic differs from the loss's
+        forward by up to 4e-3 per token, so the forward computes them there, as the loss will (rurl/sampled_logps.py)."""
         trainer = self.trainer
+        args = trainer.args
         return not (
-            trainer.use_vllm or trainer.use_transformers_continuous_batching or trainer.tools or trainer._is_vlm
+            trainer.use_vllm
+            or trainer.use_transformers_continuous_batching
+            or trainer.tools
+            or trainer._is_vlm
+            or args.bf16
+            or args.fp16
+            or self._generating_model().dtype != torch.float32
         )
 
     def _generating_model(self) -> torch.nn.Module:
@@ -309,9 +335,13 @@ class AheadSchedule:
             reports: list[tuple[str, tuple]] = []
             keywords = getattr(function, "keywords", {})  # a functools.partial's own: on_batch
             for name in REPORTS:
-                if name in kwargs or name in keywords:
+                if kwargs.get(name) is not None or keywords.get(name) is not None:
                     kwargs[name] = functools.partial(_record, reports, name)
-            task = asyncio.ensure_future(function(**kwargs))
+            turn = GRADE_AFTER.set(self._turn(pending))  # in the task's context, copied as it is created
+            try:
+                task = asyncio.ensure_future(function(**kwargs))
+            finally:
+                GRADE_AFTER.reset(turn)
             if not pending.tasks:
                 pending.started = time.monotonic()
             pending.tasks[index], pending.reports[index] = task, reports
@@ -326,6 +356,19 @@ class AheadSchedule:
                 target(*args)
             return result
         return await function(**kwargs)
+
+    def _turn(self, pending: Pending) -> Callable | None:
+        """What `pending`'s grading awaits before its first judge call: the end of the grading of the batch before
+        it, if that still runs (its start then counts from there)."""
+        before = [task for task in pending.waits_for if not task.done()]
+        if not before:
+            return None
+
+        async def turn() -> None:
+            await asyncio.wait(before)
+            pending.started = max(pending.started, time.monotonic())
+
+        return turn
 
     def _cancel(self, pending: Pending) -> None:
         """Cancel `pending`'s calls still running (without waiting for them) and count the batch as untrained."""

@@ -18,7 +18,7 @@ RIGHT_PADDED = {
     "importance_sampling_ratio": 1.0,
     "tool_mask": 1,
 }
-PER_ROW = {"advantages"}
+PER_ROW = {"advantages", "generated_at"}
 """The keys of `_generate_and_score_completions`' output that dynamic sampling knows how to cut and join."""
 
 

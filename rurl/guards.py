@@ -15,7 +15,17 @@ from transformers import TrainerCallback
 
 from grading.reward import BatchStats
 
-COUNTS = ("completions", "unscored", "verdicts", "failed_verdicts", "timed_out", "judge_calls", "noted", "flagged")
+COUNTS = (
+    "completions",
+    "unscored",
+    "verdicts",
+    "failed_verdicts",
+    "timed_out",
+    "judge_calls",
+    "failed_requests",
+    "noted",
+    "flagged",
+)
 
 
 class FailureMonitor:
@@ -44,6 +54,8 @@ class FailureMonitor:
         """This process's judged completions since the last sync (grading/reward.py BatchStats.answers)."""
         self.penalties: set[str] = set()
         """The penalty criteria (texts) among those completions' verdicts (BatchStats.penalties)."""
+        self.errors: list[str] = []
+        """Why a reward call since the last sync could ask nothing (BatchStats.error): the trainer stops on it."""
         self._pending = dict.fromkeys(COUNTS, 0)
         self._pending_criteria: dict[str, list[int]] = defaultdict(lambda: [0, 0])
 
@@ -57,6 +69,8 @@ class FailureMonitor:
                 counts[1] += total
         self.answers += stats.answers
         self.penalties |= stats.penalties
+        if stats.error:
+            self.errors.append(stats.error)
 
     def sync(self, reduce: Callable[[list[float]], list[float]] = lambda values: values) -> None:
         summed = dict(zip(COUNTS, (int(v) for v in reduce([float(self._pending[n]) for n in COUNTS]))))
@@ -93,10 +107,12 @@ class FailureMonitor:
         self.first_counts, self.synced = dict(state["first_counts"]), int(state["synced"])
         self.recent.extend(state["recent"])
 
-    def take_answers(self) -> tuple[list[tuple[str, dict[str, bool]]], set[str]]:
-        """The judged completions since the last take, and the penalties among their criteria; both start anew."""
-        answers, self.answers, penalties, self.penalties = self.answers, [], self.penalties, set()
-        return answers, penalties
+    def take_answers(self) -> tuple[list[tuple[str, dict[str, bool]]], set[str], list[str]]:
+        """The judged completions since the last take, the penalties among their criteria, and the errors that left
+        a batch unasked; all start anew."""
+        taken = self.answers, self.penalties, self.errors
+        self.answers, self.penalties, self.errors = [], set(), []
+        return taken
 
     def windows(self) -> dict[str, dict[str, list[int]]]:
         """This process's per-criterion [met, decided] over the first and the latest `criteria_window` batches."""

@@ -8,8 +8,11 @@ the token sampled from the previous one. A forward hook on the model reads both,
 per sequence at a time.
 
 The numbers are TRL's: the model's logits (with its own scaling) divided by the sampling temperature, log-softmaxed
-over the whole vocabulary, with no other processor (top-p, top-k, repetition penalty) applied. They differ from a
-teacher-forced forward only by the arithmetic of a cached decode (about 1e-6 in float32).
+over the whole vocabulary, with no other processor (top-p, top-k, repetition penalty) applied; 0 after the end of a
+sequence, as the loss's own are there. They differ from the loss's teacher-forced forward by the arithmetic of a
+cached decode: in float32 at most 2e-6 per token (mean 4e-7), in bfloat16 up to 4e-3 (mean 1e-3; 2e-3 under the
+loss's autocast), which is why the schedule reads them only from a float32 policy without mixed precision
+(rurl/async_schedule.py, `_readable`). Dropout would add its own noise: the schedule runs with it off.
 """
 
 from typing import Any
@@ -41,9 +44,10 @@ class SampledLogps:
         logits = output.logits[:, -1, :].float() / self.temperature
         self.last = torch.log_softmax(logits, dim=-1)
 
-    def per_token(self, completion_ids: torch.Tensor) -> torch.Tensor:
-        """(batch, length) log-probabilities of `completion_ids` (TRL's right-padded completions; positions past a
-        sequence's end are zero, as the loss masks them)."""
+    def per_token(self, completion_ids: torch.Tensor, completion_mask: torch.Tensor) -> torch.Tensor:
+        """(batch, length) log-probabilities of `completion_ids` (TRL's right-padded completions), 0 where
+        `completion_mask` is: after a sequence's end `generate` fed pad tokens, whose log-probability (about -6 on a
+        small model, below -88 at a low temperature) would make exp(new - old) overflow before the loss masks it."""
         steps = list(self.steps)
         if self.last is not None and len(steps) < completion_ids.size(1):
             steps.append(
@@ -53,4 +57,4 @@ class SampledLogps:
         if steps:
             taken = torch.stack(steps, dim=1)[:, : completion_ids.size(1)]
             logps[:, : taken.size(1)] = taken.to(logps.device)
-        return logps
+        return logps.masked_fill(completion_mask.to(logps.device) == 0, 0.0)

@@ -47,7 +47,7 @@ from rubricrl.runs.training import (
     wandb_run,
 )
 from rubricrl.runs.training import train as train_model
-from rurl.config import RurlConfig, TrainArgs, check_with_trl
+from rurl.config import RurlConfig, TrainArgs, check_with_trl, dropout_for_schedule
 from rurl.data import RurlData, load_rurl_data
 from rurl.evaluate import add_evaluation
 from rurl.evolution import RubricEvolution
@@ -74,6 +74,7 @@ def run_train(args) -> int:
         settings = parse_settings(args, command=COMMAND, trl_defaults=trl_defaults())
         train_args, rurl, grading, llm, grpo, model = settings
         check_with_trl(rurl, grpo, train_args.reward_funcs)  # before the dry run: it refuses what the run would
+        dropout_for_schedule(args, rurl, grpo)
         check_judge_wait(rurl, grpo, grading)
         extra_rewards = extra_reward_funcs(train_args.reward_funcs)
         config = run_config(settings)
@@ -117,6 +118,14 @@ def run_train(args) -> int:
 
     if judged is None and not rurl.evolve:  # rule checks decide every criterion: no judge to start or ask
         print(f"{COMMAND}: every criterion is a rule check: no judge, no server, no preflight", file=sys.stderr)
+        if grading.integrity_judge:  # it would put noted answers to the judge this run does not have
+            grading.integrity_judge = False
+            config.setdefault("grading", {})["integrity_judge"] = False
+            print(
+                f"{COMMAND}: grading.integrity_judge is off: with no judge, an answer the integrity check notes "
+                "stays a note (rubric/integrity_note_rate)",
+                file=sys.stderr,
+            )
         return run(LLMClient({grading.judge_role: NO_JUDGE}, cache=None))
     roles = [grading.judge_role, *(["monitor"] if rurl.monitor_judge else []), *(["evolver"] if rurl.evolve else [])]
     budgets = {**grading.cpu_max_tokens(), "evolver": 150 + 90 * rurl.evolve_max_new}  # as synthesis's evolver

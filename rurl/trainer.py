@@ -64,6 +64,11 @@ class RubricGRPOTrainer(GRPOTrainer):
         if async_steps not in (0, 1):
             raise ValueError(f"async_steps must be 0 or 1, got {async_steps}")
         super().__init__(*args, **kwargs)
+        if async_steps and not self.args.disable_dropout:
+            raise ValueError(
+                "async_steps 1 needs disable_dropout=True: a batch's log-probabilities are taken when it is generated, "
+                "and with dropout the loss's forward would draw another mask (a noisy ratio at staleness 0)"
+            )
         self.failure_monitor = failure_monitor
         self.evolution = evolution  # rurl/evolution.py: rubrics evolving during the run, or None
         self.stop_reason: str | None = None  # set alike on every process; rurl.guards.StopOnRequest stops the run
@@ -127,8 +132,11 @@ class RubricGRPOTrainer(GRPOTrainer):
         self.last_rewards = rewards
         if self.failure_monitor is not None:  # every process is here, once per generation batch
             parts = gather_object([self.failure_monitor.take_answers()])  # this batch's, from every process
-            answers = [a for part, _ in parts for a in part]
-            penalties = {text for _, texts in parts for text in texts}
+            answers = [a for part, _, _ in parts for a in part]
+            penalties = {text for _, texts, _ in parts for text in texts}
+            errors = [error for _, _, part in parts for error in part]
+            if errors and self.model.training and not self.stop_reason:  # alike on every process: it was gathered
+                self.stop_reason = f"the rubric reward could not ask its judge: {errors[0]}"
             if self.evolution is not None and self.model.training:
                 batch = (inputs, prompts, completions, completion_ids_list, raw)
                 rewards, answers, penalties = self._evolve(batch, rewards, answers, penalties)
@@ -231,8 +239,10 @@ class RubricGRPOTrainer(GRPOTrainer):
         """A generation batch generated and scored now (dynamic sampling's rounds). Under the async schedule it
         carries the weights' log-probabilities, as the batch generated a step earlier that it joins does."""
         output = super()._generate_and_score_completions(inputs)
-        if self.ahead is not None and "old_per_token_logps" not in output:
-            output["old_per_token_logps"] = self.ahead.old_logps(output)
+        if self.ahead is not None:
+            if "old_per_token_logps" not in output:
+                output["old_per_token_logps"] = self.ahead.old_logps(output)
+            self.ahead.generated_at(output, self.state.global_step)
         return output
 
     def _generate(self, prompts):
@@ -249,6 +259,9 @@ class RubricGRPOTrainer(GRPOTrainer):
         inputs = super()._prepare_inputs(generation_batch)
         if self.model.training:  # once per micro-batch, on every process: hold the weights while no one has signal
             self.update_gate.observe(inputs)
+            if "generated_at" in inputs:  # one step ahead: updates since each completion's weights generated it
+                stale = (self.state.global_step - inputs["generated_at"]).float().mean()
+                self._metrics["train"]["async/staleness"].append(stale.item())
         return inputs
 
     # --- the run's state -------------------------------------------------------------------------------------

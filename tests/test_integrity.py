@@ -195,3 +195,44 @@ def test_healthbench_ideal_completions_are_never_vetoed():
     assert len(rows) == 24
     vetoed = {row.id: v for row in rows if (v := check(row.ideal_completion, row.rubric).veto)}
     assert vetoed == {}
+
+
+RULE_RUBRIC = [
+    {"criterion": "Answers in at most 10 words.", "points": 3, "rule": {"type": "max_words", "value": 10}},
+    {"criterion": "Writes no comma.", "points": 1, "rule": {"type": "no_commas"}},
+]
+
+
+def rule_only_reward(answer: str, integrity_judge: bool):
+    """The rubric reward as a rule-only `rurl train` builds it (its judge a placeholder that needs a key), called as
+    TRL calls it on one noted answer; returns (rewards, the batch's statistics)."""
+    import asyncio
+
+    from grading.grader import Grader, GradingConfig
+    from grading.reward import make_rubric_reward
+    from rubricrl.llm import LLMClient, Role
+
+    nowhere = Role(base_url="http://no-judge.invalid/v1", model="none", api_key_env="RUBRICRL_TEST_UNSET_KEY")
+    grader = Grader(LLMClient({"judge": nowhere}, cache=None), GradingConfig(integrity_judge=integrity_judge))
+    seen = []
+    reward = make_rubric_reward(grader, on_batch=seen.append)
+    prompt = [{"role": "user", "content": "How do I treat a cold?"}]
+    rewards = asyncio.run(reward(prompts=[prompt], completions=[answer], rubrics=[RULE_RUBRIC]))
+    return rewards, seen[0]
+
+
+def test_a_rule_only_run_keeps_a_noted_answer_a_note_and_a_judge_it_cannot_ask_stops_it_with_a_reason(monkeypatch):
+    """With the integrity judge off (as `rurl train` sets it when every criterion is a rule check), a noted answer
+    keeps its rule score and its note, and no call is made. With it on and a judge that cannot be asked (no API
+    key), the reward raises nothing: the answer is unscored and the batch carries the one-line reason the trainer
+    stops on (with a checkpoint)."""
+    monkeypatch.delenv("RUBRICRL_TEST_UNSET_KEY", raising=False)
+    answer = AMBIGUOUS[0]
+    assert check(answer, rubric_from_items(RULE_RUBRIC, "rules")).note  # the integrity check notes it
+    rewards, stats = rule_only_reward(answer, integrity_judge=False)
+    expected = (3 * (len(answer.split()) <= 10) + 1 * ("," not in answer)) / 4
+    assert rewards == [pytest.approx(expected)] and stats.noted == 1 and stats.error is None
+    assert stats.judge_calls == 0 and stats.failed_requests == 0
+    rewards, stats = rule_only_reward(answer, integrity_judge=True)
+    assert rewards == [None] and stats.unscored == 1
+    assert "needs an API key" in stats.error and "RUBRICRL_TEST_UNSET_KEY" in stats.error

@@ -100,6 +100,20 @@ def test_flags_win_over_the_preset(capsys, no_model_load):
     assert resolved["llm"]["roles"]["judge"] == {"temperature": 0.5}
 
 
+def test_one_step_ahead_turns_dropout_off_and_refuses_it_left_on(capsys, no_model_load):
+    """`async_steps: 1` runs with dropout off (the ratio at staleness 0 is exact), said once; the synchronous
+    schedule keeps TRL's default; and dropout asked for by the user beside it is a one-line error."""
+    assert main(rurl_train("--config", str(TINY), "--dry_run", "--async_steps", "1")) == 0
+    printed = capsys.readouterr()
+    assert yaml.safe_load(printed.out)["disable_dropout"] is True and "dropout off" in printed.err
+    assert main(rurl_train("--config", str(TINY), "--dry_run")) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["disable_dropout"] is False
+    flags = ("--async_steps", "1", "--disable_dropout", "false")
+    assert main(rurl_train("--config", str(TINY), "--dry_run", *flags)) == 2
+    error = capsys.readouterr().err.strip()
+    assert "disable_dropout" in error and "async_steps" in error and len(error.splitlines()) == 1
+
+
 def test_the_dapo_preset_dry_run_shows_dapo(capsys, no_model_load):
     """configs/rurl/dapo.yaml resolves to DAPO as arXiv 2503.14476 runs it: clip 0.2 / 0.28, token-level loss, no KL,
     dynamic sampling that stops when its rounds run out (verl), truncated completions masked, the soft overlong

@@ -20,7 +20,7 @@ from typing import Any
 
 from rubricrl.aio import gather_or_cancel
 from rubricrl.llm.cache import ResponseCache, cache_key
-from rubricrl.llm.calls import spend_call
+from rubricrl.llm.calls import spend_call, tallied_request
 from rubricrl.llm.endpoints import EndpointStats, Router
 from rubricrl.llm.replies import (
     EndpointUnreachable,
@@ -56,8 +56,7 @@ class LLMClient:
                 f"LLMClient needs concurrency >= 1, timeout > 0 and retries >= 0, got {concurrency}, "
                 f"{timeout}, {max_retries}, {invalid_answer_retries}"
             )
-        self.roles = roles
-        self.cache = cache
+        self.roles, self.cache = roles, cache
         self.invalid_answer_retries = invalid_answer_retries
         self.usage: dict[str, Usage] = {name: Usage() for name in roles}
         self._transport = Transport(timeout=timeout, max_retries=max_retries)
@@ -293,9 +292,11 @@ class LLMClient:
         a chat completion with n choices is asked for again, a bounded number of times."""
         for attempt in range(self.invalid_answer_retries + 1):
             spend_call(f"role '{role}' ({spec.model})")  # counted for the question asked (rubricrl/llm/calls.py)
+            key = spec.api_key()  # a missing key: no request, nothing tallied
             try:
-                response = await self._transport.post_json(self._pools[role], "/chat/completions", body, spec.api_key())
-                choices = checked_choices(response, n)
+                with tallied_request():  # in the batch's tally (rubricrl/llm/calls.py), answered or failed
+                    response = await self._transport.post_json(self._pools[role], "/chat/completions", body, key)
+                    choices = checked_choices(response, n)
                 break
             except (InvalidAnswer, json.JSONDecodeError, UnicodeDecodeError) as error:
                 if attempt == self.invalid_answer_retries:
@@ -353,8 +354,7 @@ class LLMClient:
         await self.aclose()
 
 
-def _as_messages(messages: str | list[Message]) -> list[Message]:
-    """A string is one user message."""
+def _as_messages(messages: str | list[Message]) -> list[Message]:  # a string is one user message
     return [{"role": "user", "content": messages}] if isinstance(messages, str) else list(messages)
 
 
