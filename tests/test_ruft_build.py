@@ -155,6 +155,21 @@ def test_build_writes_candidates_and_an_sft_dataset_of_the_best_answers(tmp_path
     assert "kept: 2 of 2 queries (100% retained)" in capsys.readouterr().out
 
 
+def test_the_gpu_preset_builds_as_shipped_with_a_canned_server_and_short_answers(tmp_path, home):
+    """configs/ruft/qwen3-gpu.yaml runs `ruft build` with its own settings, its endpoints a canned server and its
+    answers short: K = 8 candidates a query from its two candidate roles, graded per criterion, the best at or above
+    its tau kept."""
+    preset = ROOT / "configs" / "ruft" / "qwen3-gpu.yaml"
+    argv = ["ruft", "build", "--config", str(preset), "--rubrics", str(rubrics(tmp_path / "rubrics.jsonl"))]
+    argv += ["--output-dir", str(tmp_path / "out"), "--defaults", "max_tokens=64"]
+    with FaultServer(reply=Script()) as server:
+        assert main([*argv, "--base-url", server.base_url, "--model", "fake"]) == 0
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["config"]["ruft"]["candidates"] == {"policy": 4, "strong": 4}
+    assert manifest["config"]["ruft"]["threshold"] == 0.6 and manifest["counts"]["candidates"] == 16
+    assert manifest["counts"]["queries_kept"] == 2 and manifest["scores"]["kept"]["mean"] == 1.0
+
+
 def test_a_probability_judge_scores_candidates_by_each_criterions_share_of_its_points(tmp_path, home):
     import math
 
