@@ -23,10 +23,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from rubricrl.config import ConfigError, parse_settings, resolved
 from rubricrl.records import InvalidRecord, RecordFileError, conversation, open_records
+from rubricrl.runs.card import ModelCard
 from rubricrl.runs.training import (
     base_model,
     begin_run,
@@ -281,59 +280,27 @@ def write_model_card(
     final_loss: float,
     merged: bool,
 ) -> None:
-    """README.md in output_dir: what the model was trained from, on what, how, and how to load it. (TRL's own card
-    names a local base model `None`, and its Quick start points at the Hub; each checkpoint rewrites it.)"""
-    from rubricrl.runs.manifest import package_versions
-
-    hub_base = not Path(base_model).expanduser().exists()
-    kind = "full fine-tuning" if not config.get("use_peft") else "LoRA, merged" if merged else "LoRA adapter"
-    front = {
-        **({"base_model": base_model} if hub_base else {}),
-        "library_name": "peft" if kind == "LoRA adapter" else "transformers",
-        "tags": ["rubricrl", "ruft", "sft", "trl"],
-    }
+    """README.md in output_dir: what the model was trained from, on what, how, and how to load it."""
     provenance = {
         c: sorted({v for v in data.dataset[c] if v is not None}) for c in PROVENANCE if c in data.dataset.column_names
     }
-    versions = ", ".join(f"{name} {v}" for name, v in package_versions().items() if v)
-    lines = [
-        "---",
-        yaml.safe_dump(front, sort_keys=False).rstrip(),
-        "---",
-        "",
-        f"# {output_dir.name}",
-        "",
-        f"`{base_model}` fine-tuned with RuFT (rubricrl): supervised fine-tuning (TRL's SFTTrainer, loss on the "
-        "answers only) on the rubric-graded answers a `rubricrl ruft build` kept, the best of K candidates per query "
-        "at or above the threshold tau.",
-        "",
-        f"- base model: `{base_model}`",
-        f"- dataset: `{data.source}` ({len(data.dataset)} examples)"
-        + (f"; build manifest `{data.manifest_path}`" if data.manifest_path else ""),
-        *[f"- {PROVENANCE[column]}: {', '.join(map(str, values))}" for column, values in provenance.items()],
-        f"- training: {kind}, {trainer.state.global_step} steps, final loss {final_loss:.4f}",
-        f"- packages: {versions}",
-        "",
-        "## Use",
-        "",
-        "```python",
-        "from transformers import AutoModelForCausalLM, AutoTokenizer",
-        "",
-        f"model = AutoModelForCausalLM.from_pretrained({str(output_dir)!r})",
-        f"tokenizer = AutoTokenizer.from_pretrained({str(output_dir)!r})",
-        'inputs = tokenizer.apply_chat_template([{"role": "user", "content": "Hello"}], add_generation_prompt=True,',
-        '                                       return_tensors="pt", return_dict=True)',
-        "print(tokenizer.decode(model.generate(**inputs, max_new_tokens=64)[0]))",
-        "```",
-        "",
-        "## Settings",
-        "",
-        "Resolved (defaults < --config file < flags), as `config.yaml` beside this file: "
-        "`rubricrl ruft train --config config.yaml` reruns it.",
-        "",
-        "```yaml",
-        yaml.safe_dump(config, sort_keys=False, allow_unicode=True).rstrip(),
-        "```",
-        "",
-    ]
-    (output_dir / "README.md").write_text("\n".join(lines))
+    rubrics = (data.manifest or {}).get("config", {}).get("rubrics")
+    ModelCard(
+        command=COMMAND,
+        base_model=base_model,
+        method="fine-tuned with RuFT (rubricrl): supervised fine-tuning (TRL's SFTTrainer, loss on the answers "
+        "only) on the rubric-graded answers a `rubricrl ruft build` kept, the best of K candidates per query at or "
+        "above the threshold tau.",
+        dataset=data.source,
+        facts=[
+            f"{len(data.dataset)} examples"
+            + (f"; build manifest `{data.manifest_path}`" if data.manifest_path else ""),
+            *([f"rubrics: `{rubrics}`"] if rubrics else []),
+            *[f"{PROVENANCE[column]}: {', '.join(map(str, values))}" for column, values in provenance.items()],
+            f"training: {trainer.state.global_step} steps, final loss {final_loss:.4f}",
+        ],
+        tags=["ruft", "sft"],
+        use_peft=bool(config.get("use_peft")),
+        merged=merged,
+        datasets=[rubrics] if rubrics else [],
+    ).write(output_dir, config)

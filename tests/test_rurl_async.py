@@ -520,6 +520,9 @@ def test_a_rule_only_run_one_step_ahead_asks_no_judge(tmp_path, quiet_env, capsy
     assert config["grading"]["integrity_judge"] is False and config["disable_dropout"] is True
     summary = json.loads((out / "manifest.json").read_text())["summary"]
     assert summary["steps"] == 2 and summary["judge"]["judge_calls"] == 0
+    card = (out / "README.md").read_text()  # the model card names what the model came from, not TRL's "[None]"
+    assert f"- base model: `{tiny_policy()}`" in card and f"- trained on: `{rules}`" in card
+    assert "RuRL" in card and "judge: none (rule checks only)" in card and "None" not in card.split("## Use")[0]
 
 
 def rubric_file(tmp_path: Path) -> Path:
