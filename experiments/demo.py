@@ -135,7 +135,7 @@ def main() -> None:
         reports = chain.evaluate(models, HELD_OUT, EVAL_TOKENS)
         page = chain.report(report_folders(args.output_dir))
 
-    table = comparison_table(reports)
+    table = comparison_table(reports, args.output_dir / "eval")
     (args.output_dir / "comparison.md").write_text(table + "\n")
     print(
         f"\n== HealthBench-style scores on {reports['base']['examples']} queries of {HELD_OUT.name}, which none of "

@@ -167,18 +167,34 @@ class Chain:
         return page
 
 
-def comparison_table(reports: dict[str, dict]) -> str:
-    """Overall and per-axis HealthBench-style scores, one row per model, each ± its bootstrap std (markdown)."""
+def comparison_table(reports: dict[str, dict], eval_dir: Path) -> str:
+    """Overall and per-axis HealthBench-style scores, one row per model, each ± its bootstrap std, and each model
+    against the first (paired over the held-out examples: a tie when the 95% interval holds 0); above the table, a
+    line when the judge cannot tell the models apart (markdown)."""
+    from grading.cli import read_graded
+    from reports.distinguish import comparison_findings, paired_difference
+
+    graded = {name: read_graded(eval_dir / name / "graded.jsonl") for name in reports}
+    first = next(iter(reports))
     axes = sorted({m for r in reports.values() for m in r["metrics"] if m.startswith("axis:") and m.count(":") == 1})
     lines = [
-        "| model | overall | " + " | ".join(a.removeprefix("axis:") for a in axes) + " |",
-        "|---|---|" + "---|" * len(axes),
+        "| model | overall | " + " | ".join(a.removeprefix("axis:") for a in axes) + f" | against {first} |",
+        "|---|---|" + "---|" * (len(axes) + 1),
     ]
     for name, report in reports.items():
         m = report["metrics"]
         cells = [f"{m[k]:.3f} ± {m[k + ':bootstrap_std']:.3f}" if k in m else "-" for k in ["overall_score", *axes]]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        found = None if name == first else paired_difference(graded[first], graded[name])
+        if found is None:
+            against = "-"
+        else:
+            tie = found["low"] <= 0 <= found["high"]
+            against = f"{found['difference']:+.3f}, " + ("tie" if tie else "apart")
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {against} |")
+    findings = [
+        line for finding in comparison_findings(graded)[:1] if "cannot tell" in finding for line in (finding, "")
+    ]
+    return "\n".join([*findings, *lines])
 
 
 def run_chain(chain: Chain, args: argparse.Namespace, base_model: str) -> dict[str, dict]:
@@ -188,7 +204,7 @@ def run_chain(chain: Chain, args: argparse.Namespace, base_model: str) -> dict[s
     models = {"base": base_model, "ruft": str(ruft_model), "ruft+rurl": str(rurl_model)}
     reports = chain.evaluate(models, args.held_out, args.eval_tokens)
     page = chain.report(report_folders(chain.out))
-    table = comparison_table(reports)
+    table = comparison_table(reports, chain.out / "eval")
     (chain.out / "comparison.md").write_text(table + "\n")
     (chain.out / "timings.json").write_text(json.dumps(chain.times, indent=1))
     examples = next(iter(reports.values()))["examples"]

@@ -89,6 +89,7 @@ def read_eval(folder: Folder, max_examples: int) -> None:
     rule = scoring_rule(report)
     metrics = [example_metrics(r, **rule) for r in records]
     folder.scores = [m["overall_score"] for m in metrics if "overall_score" in m]
+    folder.graded = records
     folder.scores_label = "score per example"
     shown = list(zip(records, metrics))[:max_examples]
     # What the graded records say made them (an `eval --graded` folder's config.yaml names no policy or rubrics).

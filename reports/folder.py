@@ -88,6 +88,8 @@ class Folder:
     history_source: str = ""
     scores: list[float] = field(default_factory=list)
     """Per-example scores, for the histogram."""
+    graded: list[dict[str, Any]] = field(default_factory=list)
+    """An eval folder: its graded records, which a comparison of evals pairs by id (reports/distinguish.py)."""
     scores_label: str = ""
     build: BuildPoints | None = None
     retention: dict[str, int] | None = None
@@ -133,3 +135,11 @@ class Folder:
                 if key.startswith(prefix) and isinstance(value, int | float) and not isinstance(value, bool):
                     keys[key] = None
         return list(keys)
+
+
+def comparison_findings_of(folders: "list[Folder] | tuple[Folder, ...]") -> list[str]:
+    """What a comparison of the eval folders among `folders` can claim (reports/distinguish.py), the first the
+    reference; none with fewer than two."""
+    from reports.distinguish import comparison_findings
+
+    return comparison_findings({f.label: f.graded for f in folders if f.kind == "eval" and f.graded})

@@ -10,7 +10,7 @@ from pathlib import Path
 from checks.audit_summary import audit_tables
 from checks.probe_summary import probe_tables
 from reports import charts
-from reports.folder import Example, Folder, Verdict
+from reports.folder import Example, Folder, Verdict, comparison_findings_of
 from reports.tables import (
     EVOLVED,
     MOVED,
@@ -64,6 +64,7 @@ def comparison_section(folders: Sequence[Folder], draw: bool) -> str:
         f"<h2>Comparison of {len(folders)} folders</h2>",
         '<p class="line">Each column is one folder\'s headline report (an eval folder: its report; a RuRL run: '
         "its last eval; a RuFT build: all its candidates): score ± bootstrap std (n examples).</p>",
+        *(f'<p class="line"><strong>{esc(finding)}</strong></p>' for finding in comparison_findings_of(folders)),
         table(header, rows, numeric_from=1),
     ]
     if draw:

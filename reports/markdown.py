@@ -5,7 +5,7 @@ from collections.abc import Sequence
 
 from checks.audit_summary import audit_tables
 from checks.probe_summary import probe_tables
-from reports.folder import Folder
+from reports.folder import Folder, comparison_findings_of
 from reports.tables import (
     EVOLVED,
     MOVED,
@@ -27,6 +27,7 @@ def render_markdown(folders: Sequence[Folder], title: str, subtitle: str, page_n
         lines += [
             "## Comparison",
             "",
+            *[line for finding in comparison_findings_of(folders) for line in (f"**{md_cell(finding)}**", "")],
             "Each column is one folder's headline report: score ± bootstrap std (n examples).",
             "",
             *md_table(*comparison_table(folders)),

@@ -492,6 +492,51 @@ def test_comparison_has_one_column_per_folder(tmp_path):
     assert Page(out.read_text()).tables[0][0] == ["", "base", "rl", "sft-data"]
 
 
+def twelve_rows(met_second: bool) -> list:
+    """12 examples of two positive criteria, the first met, the second as given."""
+    verdicts = [("Is right.", 5, [], True, "e"), ("Is kind.", 5, [], met_second, "e")]
+    return [(f"q{i}", f"Question {i}?", f"Answer {i}.", verdicts, []) for i in range(12)]
+
+
+def test_a_comparison_says_when_the_judge_cannot_tell_the_models_apart_and_which_differences_are_ties(tmp_path):
+    """Three evals of the same 12 rows. "base" and "same" get every positive criterion credited (the judge pays
+    anything): the comparison says first that the judge cannot tell them apart, and same-vs-base is a tie. "worse"
+    misses one criterion of two on every row: its paired difference (-0.5 on each row) is outside the noise."""
+
+    make_eval(tmp_path / "base", twelve_rows(True))
+    make_eval(tmp_path / "same", twelve_rows(True))
+    make_eval(tmp_path / "worse", twelve_rows(False))
+    out = tmp_path / "compare.html"
+    assert report([tmp_path / "base", tmp_path / "same", "--output", out]) == 0
+    markdown = (tmp_path / "compare.md").read_text()
+    comparison = markdown.split("## Comparison")[1]
+    assert comparison.lstrip().startswith("**The judge cannot tell these models apart")
+    assert "base 100% of 24, same 100% of 24" in comparison
+    assert (
+        "same against base: +0.000 (95% interval +0.000 to +0.000, 12 paired examples): a tie within the noise"
+        in comparison
+    )
+    assert "The judge cannot tell these models apart" in out.read_text()
+    assert report([tmp_path / "base", tmp_path / "worse", "--output", out]) == 0
+    comparison = (tmp_path / "compare.md").read_text().split("## Comparison")[1]
+    assert "cannot tell" not in comparison and "worse against base: -0.500" in comparison and "): worse." in comparison
+
+
+def test_the_chains_table_marks_ties_and_says_when_the_judge_cannot_tell(tmp_path):
+    """experiments/rubrichub_chain.py's table (the demo's too): each model against the first, a tie when the paired
+    interval holds 0; the judge's saturation said above the table."""
+    from experiments.rubrichub_chain import comparison_table
+
+    def table(met: dict[str, bool]) -> str:
+        reports = {name: make_eval(tmp_path / str(len(met)) / name, twelve_rows(m)) for name, m in met.items()}
+        return comparison_table(reports, tmp_path / str(len(met)))
+
+    saturated = table({"base": True, "ruft": True})
+    assert saturated.startswith("The judge cannot tell these models apart") and "| +0.000, tie |" in saturated
+    apart = table({"base": True, "ruft": True, "ruft+rurl": False})
+    assert "cannot tell" not in apart and "| ruft+rurl | 0.500 ± 0.000 | -0.500, apart |" in apart
+
+
 def test_rurl_run_shows_reward_and_eval_curves_rubric_metrics_and_completions(tmp_path):
     history = make_rurl(tmp_path / "run")
     assert report([tmp_path / "run"]) == 0

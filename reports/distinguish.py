@@ -1,0 +1,73 @@
+"""What a comparison of evaluated models can claim: which differences stand out of the noise, and whether the judge
+tells the models apart at all. Pure, on graded records (grading's `graded.jsonl`) of the same held-out rows.
+
+- A difference is the mean over the examples both models scored of (b's score - a's): paired, so the examples'
+  own spread cancels. Its 95% interval comes from a bootstrap over those examples (seeded); an interval that holds 0
+  is a tie, whatever the two means say.
+- A judge that credits nearly every positive criterion whatever the answer cannot rank answers: when it credits
+  SATURATED or more of the positive criteria it decided on every model, the comparison says so first.
+"""
+
+import random
+import statistics
+from typing import Any
+
+SATURATED = 0.95
+"""The share of positive criteria credited on every model above which the judge is said not to tell them apart."""
+RESAMPLES = 2000
+
+
+def positive_credit(records: list[dict[str, Any]]) -> tuple[int, int]:
+    """(positive criteria the judge credited, positive criteria it decided) over the records."""
+    met = decided = 0
+    for record in records:
+        for verdict in record.get("verdicts") or []:
+            if (verdict.get("points") or 0) > 0 and verdict.get("met") is not None:
+                decided += 1
+                met += bool(verdict["met"])
+    return met, decided
+
+
+def paired_difference(a: list[dict[str, Any]], b: list[dict[str, Any]], seed: int = 0) -> dict[str, Any] | None:
+    """b's mean score minus a's over the examples both scored, with its bootstrap 95% interval; None with fewer
+    than 2 such examples."""
+    scores_a = {r["id"]: r["score"] for r in a if r.get("score") is not None and "id" in r}
+    pairs = [(scores_a[r["id"]], r["score"]) for r in b if r.get("score") is not None and r.get("id") in scores_a]
+    if len(pairs) < 2:
+        return None
+    differences = [y - x for x, y in pairs]
+    rng = random.Random(seed)
+    means = sorted(statistics.fmean(rng.choices(differences, k=len(differences))) for _ in range(RESAMPLES))
+    low, high = means[int(0.025 * RESAMPLES)], means[int(0.975 * RESAMPLES) - 1]
+    return {"difference": statistics.fmean(differences), "low": low, "high": high, "n": len(pairs)}
+
+
+def comparison_findings(graded: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """What the comparison of the models in `graded` (label -> graded records, the first the reference) can say:
+    a first line when the judge cannot tell them apart, then each model against the first: better, worse, or a tie
+    within the noise."""
+    labels = list(graded)
+    if len(labels) < 2:
+        return []
+    lines = []
+    credit = {label: positive_credit(records) for label, records in graded.items()}
+    shares = {label: met / decided for label, (met, decided) in credit.items() if decided}
+    if len(shares) == len(labels) and min(shares.values()) >= SATURATED:
+        each = ", ".join(f"{label} {shares[label]:.0%} of {credit[label][1]}" for label in labels)
+        lines.append(
+            f"The judge cannot tell these models apart: it credits at least {SATURATED:.0%} of the positive criteria "
+            f"it decides on every model ({each}); a difference between them is not evidence of a better model."
+        )
+    reference = labels[0]
+    for label in labels[1:]:
+        found = paired_difference(graded[reference], graded[label])
+        if found is None:
+            lines.append(f"{label} against {reference}: fewer than 2 examples scored by both, nothing to compare.")
+            continue
+        interval = f"95% interval {found['low']:+.3f} to {found['high']:+.3f}, {found['n']} paired examples"
+        if found["low"] <= 0 <= found["high"]:
+            verdict = "a tie within the noise"
+        else:
+            verdict = "better" if found["difference"] > 0 else "worse"
+        lines.append(f"{label} against {reference}: {found['difference']:+.3f} ({interval}): {verdict}.")
+    return lines
