@@ -54,6 +54,7 @@ def build(server: str, rubrics: Path, out: Path, home: Path, args, mode: str) ->
             str(args.concurrency),
             "--candidates",
             f"policy={args.k}",
+            "--self_judging",  # one canned endpoint answers and judges
             "--threshold",
             "0.5",
             "--mode",

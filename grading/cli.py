@@ -17,6 +17,7 @@ from grading.grader import GradeItem, Grader, GradingConfig
 from grading.report import build_report, first_judge_error, format_report, provenance, with_score_alias
 from grading.rubric import RubricError
 from grading.scores import UndecidedCriterion, UndecidedPenalty
+from grading.self_judging import check_judge_apart
 from rubricrl.config import ConfigError, add_config_arguments, config_source, parse_settings, resolved, write_resolved
 from rubricrl.llm import LLMError, LLMSession, LLMSettings, open_llm
 from rubricrl.llm.reasoning import as_written, split_reasoning
@@ -59,7 +60,10 @@ class EvalArgs:
     not needed with --graded."""
     policy: str | None = None
     """The policy model that answers each prompt (shorthand for --roles policy.model=NAME); default: the model
-    of the policy role, --model, or the local model."""
+    of the policy role, --model, or the local model. A local model folder is served for the run."""
+    self_judging: bool = False
+    """Let the judge grade a policy that is its own model at its own endpoint (refused otherwise: a model rates its
+    own answers higher)."""
     responses: Path | None = None
     """Grade these {id, response} rows instead of generating."""
     graded: Path | None = None
@@ -189,6 +193,8 @@ def generate_and_grade(evaluate: EvalArgs, config: GradingConfig, llm: LLMSettin
         roles = dict(llm.roles)
         roles["policy"] = {**(roles.get("policy") or {}), "model": evaluate.policy}
         llm = replace(llm, roles=roles)
+    if given is None:
+        check_judge_apart(llm, config.judge_role, ["policy"], evaluate.self_judging, "--self_judging")
 
     async def answer(client, row_id: str) -> tuple[str, str | None, str | None]:
         """(id, response, error): a policy call that fails is recorded and left unscored, never fatal. The

@@ -26,6 +26,7 @@ from grading.judge import SYSTEM as JUDGE_SYSTEM
 from grading.rubric import RubricError
 from grading.sampling import candidates, sample_and_grade
 from grading.select import eligible, select
+from grading.self_judging import check_judge_apart
 from rubricrl.config import parse_settings, resolved
 from rubricrl.llm import EndpointUnreachable, LLMClient, LLMError
 from rubricrl.llm.reasoning import split_reasoning
@@ -89,6 +90,7 @@ def run_build(args: argparse.Namespace) -> int:
     rows = lambda: (row for row in selected() if row.id not in left_out)  # noqa: E731
     run = FolderRun("ruft build", settings, out, done_file="queries.jsonl", allow_changed=build.allow_changed_settings)
 
+    check_judge_apart(llm, grading.judge_role, list(config.candidates), config.self_judging, "--self_judging")
     role_names = list(dict.fromkeys([*config.candidates, grading.judge_role]))
     budgets = {**config.cpu_max_tokens(), **grading.cpu_max_tokens()}
     with run.roles(args, llm, role_names, cpu_budgets=budgets) as roles:
@@ -148,7 +150,7 @@ def build_settings(build: BuildArgs, config: RuftConfig, grading: GradingConfig,
     }
     return {
         "command": "ruft build",
-        "ruft": resolved([config])["ruft"],
+        "ruft": {k: v for k, v in resolved([config])["ruft"].items() if k != "self_judging"},  # not the rows
         "grading": grading_values,
         "rar_pitfalls": build.rar_pitfalls,
         "roles": role_settings(roles),

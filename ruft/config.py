@@ -20,6 +20,9 @@ class RuftConfig:
     """At most this many candidates >= tau per query, best first (1: the paper's Max/Threshold selection)."""
     keep_truncated: bool = False
     """Keep answers cut off at max_tokens too (an incomplete answer is a poor SFT target, so not by default)."""
+    self_judging: bool = False
+    """Let the judge grade candidates its own model wrote (refused otherwise: a model rates its own answers higher).
+    On a CPU with one embedded model there is no other."""
     sft_completion: Literal["whole", "answer"] = "whole"
     """What a kept candidate's SFT completion holds: whole (its reasoning, between grading.reasoning_delimiters,
     and its answer: the policy keeps reasoning before it answers) or answer (the answer alone, which only the

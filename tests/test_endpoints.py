@@ -550,7 +550,17 @@ def test_a_server_going_down_mid_run_ends_the_command_with_one_line_and_a_rerun_
     out = tmp_path / "out"
     flags = {
         "synth": ["synth", "--input", str(data), "--output-dir", str(out)],
-        "ruft build": ["ruft", "build", "--rubrics", str(data), "--output-dir", str(out), "--threshold", "0"],
+        "ruft build": [
+            "ruft",
+            "build",
+            "--rubrics",
+            str(data),
+            "--output-dir",
+            str(out),
+            "--threshold",
+            "0",
+            "--self_judging",
+        ],
         "grade": [
             "grade",
             "--rubrics",

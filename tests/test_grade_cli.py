@@ -9,7 +9,7 @@ import pytest
 
 from grading.report import format_report
 from rubricrl.cli import main
-from tests.fault_server import Fault, schema_reply
+from tests.fault_server import Fault, FaultServer, schema_reply
 
 RUBRICS = [
     {
@@ -77,7 +77,8 @@ def grade(server, rubrics, responses, output, *flags):
 
 def evaluate(server, output_dir, *flags):
     return main(
-        ["eval", "--output-dir", str(output_dir), "--base-url", server.base_url, "--model", "fake", *map(str, flags)]
+        ["eval", "--output-dir", str(output_dir), "--base-url", server.base_url, "--model", "fake", "--self_judging"]
+        + list(map(str, flags))  # one canned server is the policy and the judge
     )
 
 
@@ -323,6 +324,26 @@ def test_bad_eval_values_are_one_line_before_any_call(fault_server, files, tmp_p
     assert evaluate(fault_server, tmp_path, "--rubrics", rubrics, "--responses", tmp_path / "graded.jsonl") == 2
     assert f"--output-dir: {tmp_path}/graded.jsonl is the --responses file" in capsys.readouterr().err
     assert fault_server.count == 0
+
+
+def test_eval_refuses_a_judge_grading_its_own_policy_unless_told(fault_server, files, tmp_path, home, capsys):
+    """The policy and the judge at one endpoint, the judge naming no model (so: the one model the endpoint serves):
+    one line naming both roles and the flag, before any request. With a judge of its own, or --self_judging, it runs;
+    graded responses (no policy) are never refused."""
+    rubrics, responses = files
+    verdict = json.dumps({"explanation": "scripted", "criteria_met": True})
+    fault_server.reply = lambda body: verdict if body.get("response_format") else "Drink water and rest."
+    argv = ["eval", "--rubrics", str(rubrics), "--base-url", fault_server.base_url, "--policy", "my-model"]
+    assert main([*argv, "--output-dir", str(tmp_path / "refused")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and "roles 'policy' and 'judge' both resolve to my-model at" in error
+    assert "--self_judging" in error and fault_server.count == 0
+    with FaultServer(reply=verdict) as judge:
+        own = ["--roles", f"judge.base_url={judge.base_url}", "judge.model=judge-model"]
+        assert main([*argv, "--output-dir", str(tmp_path / "apart"), *own]) == 0
+        assert judge.count > 0 and all(body["model"] == "judge-model" for body in judge.requests)
+    assert main([*argv, "--output-dir", str(tmp_path / "told"), "--self_judging"]) == 0
+    assert evaluate(fault_server, tmp_path / "given", "--rubrics", rubrics, "--responses", responses) == 0
 
 
 def test_eval_graded_refuses_to_overwrite_the_run_it_reads(fault_server, files, tmp_path, home, capsys):

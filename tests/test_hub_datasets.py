@@ -213,6 +213,7 @@ def test_ruft_build_reads_a_split_of_a_repository_folder(tmp_path, home):
                     "0.5",
                     "--candidates",
                     "policy=2",
+                    "--self_judging",
                 ]
             )
             == 0

@@ -150,6 +150,7 @@ def test_grade_and_eval_score_a_thought_answer_as_its_bare_answer(tmp_path, home
                     server.base_url,
                     "--model",
                     "fake",
+                    "--self_judging",
                 ]
             )
             == 0
@@ -188,6 +189,7 @@ def test_ruft_build_selects_on_the_answer_and_keeps_what_sft_completion_says(tmp
                         "policy=2",
                         "--sft-completion",
                         completion,
+                        "--self_judging",
                     ]
                 )
                 == 0
@@ -348,6 +350,7 @@ def test_a_policy_behind_a_reasoning_parser_is_judged_alike_and_its_cut_off_answ
                     server.base_url,
                     "--model",
                     "fake",
+                    "--self_judging",
                 ]
             )
             == 0
@@ -372,6 +375,7 @@ def test_a_policy_behind_a_reasoning_parser_is_judged_alike_and_its_cut_off_answ
                     "0.5",
                     "--candidates",
                     "policy=2",
+                    "--self_judging",
                 ]
             )
             == 0

@@ -85,6 +85,7 @@ def build(server, tmp_path, input_path, *extra) -> int:
             "0.5",
             "--candidates",
             "policy=4",
+            "--self_judging",  # one canned server answers and judges
             *extra,
         ]
     )
@@ -163,11 +164,28 @@ def test_the_gpu_preset_builds_as_shipped_with_a_canned_server_and_short_answers
     argv = ["ruft", "build", "--config", str(preset), "--rubrics", str(rubrics(tmp_path / "rubrics.jsonl"))]
     argv += ["--output-dir", str(tmp_path / "out"), "--defaults", "max_tokens=64"]
     with FaultServer(reply=Script()) as server:
-        assert main([*argv, "--base-url", server.base_url, "--model", "fake"]) == 0
+        assert main([*argv, "--base-url", server.base_url, "--model", "fake", "--self_judging"]) == 0
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["config"]["ruft"]["candidates"] == {"policy": 4, "strong": 4}
     assert manifest["config"]["ruft"]["threshold"] == 0.6 and manifest["counts"]["candidates"] == 16
     assert manifest["counts"]["queries_kept"] == 2 and manifest["scores"]["kept"]["mean"] == 1.0
+
+
+def test_a_judge_grading_candidates_of_its_own_model_is_refused_before_any_call(tmp_path, home, capsys):
+    """The candidates' role and the judge resolve to one model at one endpoint: one line naming both and the flag,
+    and no request. A judge of its own (another endpoint) builds."""
+    argv = ["ruft", "build", "--rubrics", str(rubrics(tmp_path / "rubrics.jsonl")), "--output-dir", str(tmp_path / "o")]
+    argv += ["--threshold", "0.5", "--candidates", "policy=4"]
+    with FaultServer(reply=Script()) as server:
+        assert main([*argv, "--base-url", server.base_url, "--model", "fake"]) == 2
+        assert server.count == 0
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and "roles 'policy' and 'judge' both resolve to fake at" in error
+    assert "--self_judging" in error
+    with FaultServer(reply=Script()) as server, FaultServer(reply=Script()) as judge:
+        own = ["--roles", f"judge.base_url={judge.base_url}", "judge.model=another"]
+        assert main([*argv, "--base-url", server.base_url, "--model", "fake", *own]) == 0
+        assert judge.count == 2 * 4 * 3 and all(body["model"] == "another" for body in judge.requests)
 
 
 def test_a_probability_judge_scores_candidates_by_each_criterions_share_of_its_points(tmp_path, home):
@@ -270,7 +288,7 @@ KILLED_RUN = """
 import sys
 from rubricrl.cli import main
 main(["ruft", "build", "--rubrics", sys.argv[1], "--output-dir", sys.argv[2], "--base-url", sys.argv[3],
-      "--model", "fake", "--threshold", "0.5", "--candidates", "policy=4", "--concurrency", "4"])
+      "--model", "fake", "--threshold", "0.5", "--candidates", "policy=4", "--concurrency", "4", "--self_judging"])
 """
 
 

@@ -174,6 +174,7 @@ def test_ruft_build_shards_merge_into_one_sft_dataset(tmp_path, home):
                         "0.5",
                         "--candidates",
                         "policy=4",
+                        "--self_judging",
                         "--shard",
                         f"{k}/2",
                     ]
