@@ -218,7 +218,8 @@ class AheadSchedule:
     def generated_at(self, output: dict[str, Any], step: int) -> None:
         """Mark each row of `output` with the global step whose weights generated it (the trainer logs staleness
         per optimizer step from it)."""
-        output["generated_at"] = torch.full((output["completion_ids"].size(0),), step, dtype=torch.long)
+        ids = output["completion_ids"]
+        output["generated_at"] = torch.full((ids.size(0),), step, dtype=torch.long, device=ids.device)
 
     def collect(self, pending: Pending) -> dict[str, Any]:
         """Wait for `pending`'s grades, then replay its call with them: TRL's output for the batch, as a synchronous
