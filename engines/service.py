@@ -302,6 +302,8 @@ class RewardService:
         if stats is not None:
             totals.verdicts += stats.verdicts
             totals.failed_verdicts += stats.failed_verdicts
+            if stats.error:  # a setting the judge cannot be asked with (a missing API key): said as it is
+                raise BadRequest(500, f"grading failed: {stats.error}")
             # rubric_reward's sign of an unreachable judge: nothing asked got a verdict, and no call was answered
             if (
                 stats.judge_calls == 0

@@ -8,8 +8,8 @@ The tiny preset (configs/rurl/tiny-cpu.yaml: SmolLM2-135M-Instruct, LoRA) on exp
 short questions whose rubrics are rule checks decided in code (at most 10 words: 3 points, one sentence: 1, no comma:
 1), so the reward is exact with no judge. Trains once per schedule and seed (rurl.async_steps: 0, each step on its own
 completions; 1, on completions the weights one update earlier generated), dropout off in both (as one step ahead
-needs it), so that the schedule is the only difference. A run already finished in the output folder is read, not
-trained again.
+needs it), so that the schedule is the only difference. A run of the same steps, schedule and seed already finished
+in the output folder is read, not trained again.
 
 Per run: the mean reward of the first and of the last fifth of the steps. Per schedule: the mean and the spread
 (sample standard deviation) of the last fifth over the seeds. The noise floor: how far apart the synchronous
@@ -42,7 +42,7 @@ def main() -> int:
     for seed in args.seeds:
         for async_steps in args.async_steps:
             out = args.output_dir / f"seed-{seed}" / f"async-{async_steps}"
-            if not (out / "manifest.json").is_file():
+            if not finished(out, args.steps, async_steps, seed):
                 code = train(out, args.steps, async_steps, seed)
                 if code:
                     return code
@@ -102,6 +102,19 @@ def train(out: Path, steps: int, async_steps: int, seed: int) -> int:
             "--seed",
             str(seed),
         ]
+    )
+
+
+def finished(out: Path, steps: int, async_steps: int, seed: int) -> bool:
+    """Whether `out` holds a finished run of these settings (one of others is trained again, into the same folder)."""
+    try:
+        config = json.loads((out / "manifest.json").read_text())["config"]
+    except (OSError, ValueError, KeyError):
+        return False
+    return (config.get("max_steps"), config.get("seed"), config.get("rurl", {}).get("async_steps")) == (
+        steps,
+        seed,
+        async_steps,
     )
 
 

@@ -216,9 +216,11 @@ class BatchStats:
     """The batch's own requests answered (cache hits, and answers shared with an identical request in flight, are
     no calls)."""
     failed_requests: int = 0
-    """The batch's own requests that failed or came back invalid (each retry of one counted)."""
+    """The batch's own requests that failed or came back invalid (each re-ask after an invalid body counted; the
+    transport's own resends after a 429 or a 5xx are inside one request)."""
     request_seconds: float = 0.0
-    """Mean seconds per request of the batch's own."""
+    """Mean seconds per request of the batch's own, from asking the endpoint pool to the answer (waiting behind the
+    client's concurrency and the transport's resends included)."""
     error: str | None = None
     """Why nothing of the batch could be asked (a setting, such as a missing API key): the run stops on it."""
     timed_out: int = 0

@@ -276,8 +276,8 @@ def dropout_for_schedule(args, rurl: RurlConfig, grpo: "GRPOConfig") -> None:
     if not rurl.async_steps or grpo.disable_dropout:
         return
     given = load_yaml(args.config) if args.config else {}
-    flags = [arg.split("=")[0] for arg in getattr(args, "trl_argv", [])]
-    if "disable_dropout" in given or "--disable_dropout" in flags:
+    flags = [arg.lstrip("-").split("=")[0].replace("-", "_") for arg in getattr(args, "trl_argv", [])]
+    if "disable_dropout" in given or "disable_dropout" in flags:
         raise ConfigError(
             "rurl.async_steps 1 with disable_dropout false: the ratio of a batch trained a step after it was "
             "generated would compare two dropout masks (noise of 0.04 per token with LoRA dropout 0.1); set "

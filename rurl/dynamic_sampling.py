@@ -89,8 +89,8 @@ class DynamicSampler:
             for process, keys in enumerate(by_process(gather_object(local_keys), processes)):
                 seen.update(keys)
                 self.flat.update(k for g, k in enumerate(keys) if scored[process, g] and not spread[process, g])
-            if len(order) >= needed or rounds == self.config.max_extra_rounds:
-                break
+            if len(order) >= needed or rounds == self.config.max_extra_rounds or self.trainer.stop_reason:
+                break  # (a stop already asked for: more rounds would not be trained)
             rounds += 1
             rate = len(order) / generated
             per_process = wanted if rate == 0 else min(wanted, math.ceil((needed - len(order)) / (processes * rate)))
@@ -102,7 +102,7 @@ class DynamicSampler:
         metrics["dynamic_sampling/flat_prompts_this_epoch"].append(len(self.flat))
         short = len(order) < needed
         if not order or (short and self.config.on_exhausted == "stop"):
-            self.trainer.stop_reason = self._exhausted_reason(len(order), needed, rounds)
+            self.trainer.stop_reason = self.trainer.stop_reason or self._exhausted_reason(len(order), needed, rounds)
             first["advantages"] = torch.zeros_like(first["advantages"])  # no update (rurl/update_gate.py)
             metrics["dynamic_sampling/repeated_groups"].append(0)
             metrics["dynamic_sampling/moved_groups"].append(0)

@@ -104,7 +104,8 @@ class FailureMonitor:
 
     def load(self, state: dict) -> None:
         """A resumed run goes on from the saved windows: its first window stays the first run's."""
-        self.first_counts, self.synced = dict(state["first_counts"]), int(state["synced"])
+        self.first_counts = {**dict.fromkeys(COUNTS, 0), **state["first_counts"]}  # counts added since: 0
+        self.synced = int(state["synced"])
         self.recent.extend(state["recent"])
 
     def take_answers(self) -> tuple[list[tuple[str, dict[str, bool]]], set[str], list[str]]:

@@ -284,7 +284,7 @@ def train(
             evaluated = evaluation.seconds if evaluation else 0.0
             clock.add("steps and checkpoints", trained.seconds - evaluated)
             clock.add("evaluation", evaluated)
-            stopped = guard.reason or requested.reason
+            stopped = trainer.judge_error or guard.reason or requested.reason  # the most specific first
             criteria = trainer.criteria_table()  # every process (it gathers), before the main process merges alone
             if not stopped:
                 with clock.phase(

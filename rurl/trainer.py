@@ -72,6 +72,7 @@ class RubricGRPOTrainer(GRPOTrainer):
         self.failure_monitor = failure_monitor
         self.evolution = evolution  # rurl/evolution.py: rubrics evolving during the run, or None
         self.stop_reason: str | None = None  # set alike on every process; rurl.guards.StopOnRequest stops the run
+        self.judge_error: str | None = None  # why the judge could not be asked, when that stopped the run
         self.last_rewards: torch.Tensor | None = None  # (rows of all processes, reward functions)
         self.sampler = None if dynamic is None else DynamicSampler(self, dynamic, self._scored_round)
         self.ahead = (
@@ -135,8 +136,9 @@ class RubricGRPOTrainer(GRPOTrainer):
             answers = [a for part, _, _ in parts for a in part]
             penalties = {text for _, texts, _ in parts for text in texts}
             errors = [error for _, _, part in parts for error in part]
-            if errors and self.model.training and not self.stop_reason:  # alike on every process: it was gathered
-                self.stop_reason = f"the rubric reward could not ask its judge: {errors[0]}"
+            if errors and self.model.training and not self.judge_error:  # alike on every process: it was gathered
+                self.judge_error = f"the rubric reward could not ask its judge: {errors[0]}"
+                self.stop_reason = self.stop_reason or self.judge_error
             if self.evolution is not None and self.model.training:
                 batch = (inputs, prompts, completions, completion_ids_list, raw)
                 rewards, answers, penalties = self._evolve(batch, rewards, answers, penalties)

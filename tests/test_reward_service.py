@@ -391,6 +391,29 @@ def test_a_judge_that_is_down_is_503_and_a_prompt_missing_from_its_query_is_unsc
     assert totals.prompt_not_in_query == 1 and totals.judge_down == 1
 
 
+def test_a_judge_that_cannot_be_asked_is_500_naming_why(rubrics, monkeypatch):
+    """A judge endpoint that needs an API key nobody set: the request is a 500 saying so (not a judge that is down),
+    and the service keeps running."""
+    rows = load_rubric_rows(rubrics)
+    monkeypatch.delenv("RUBRICRL_TEST_UNSET_KEY", raising=False)
+
+    async def scenario():
+        role = Role(base_url="http://judge.invalid/v1", model="fake", api_key_env="RUBRICRL_TEST_UNSET_KEY")
+        async with LLMClient({"judge": role}, cache=None, max_retries=0, timeout=5) as client:
+            service = RewardService(rows, Grader(client, GradingConfig()), source=str(rubrics), log=lambda _: None)
+            stop, ready = asyncio.Event(), asyncio.Future()
+            task = asyncio.create_task(serve(service, "127.0.0.1", 0, stop=stop, ready=ready.set_result))
+            url = await asyncio.wait_for(ready, 30) + "/get_reward"
+            answer = await asyncio.to_thread(post, url, {"responses": ["Rest."], "labels": ["b"]}, None)
+            stop.set()
+            await task
+            return answer, service.totals
+
+    (status, body), totals = asyncio.run(scenario())
+    assert status == 500 and "needs an API key" in body["error"] and "RUBRICRL_TEST_UNSET_KEY" in body["error"]
+    assert totals.judge_down == 0
+
+
 def test_split_response_strips_end_of_sequence_tokens():
     assert split_response("P: hi\nA: Hello.<|im_end|>", "P: hi\nA: ", ["<|im_end|>"]) == "Hello."
     assert split_response("<s>P Hello.</s></s>\n", "P ", ["</s>"]) == "Hello."

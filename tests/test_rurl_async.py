@@ -197,20 +197,30 @@ def test_staleness_is_logged_per_optimizer_step(tmp_path, quiet_env):
 
 
 def test_a_judge_that_cannot_be_asked_stops_the_run_with_its_reason(tmp_path, quiet_env, monkeypatch):
-    """The judge's endpoint needs an API key that is not set: the first batch's grading fails on it mid-run. The
-    run does not die there: it stops at step 1 with a checkpoint, and the reason names the missing key."""
+    """The judge's endpoint needs an API key that is not set: the first batch's grading fails on it mid-run. With
+    the callbacks `rurl train` adds (the judge-failure guard fires at the same step) and dynamic sampling on, the run
+    does not die there: it stops at step 1 with a checkpoint, no extra round is generated for nothing, and the
+    reason it gives (the one `rurl train` prints first) names the missing key."""
     from rubricrl.llm import Role
-    from rurl.guards import FailureMonitor, StopOnRequest
+    from rurl.dynamic_sampling import DynamicSampling
+    from rurl.guards import FailureMonitor, StopOnJudgeFailures, StopOnRequest
 
     monkeypatch.delenv("RUBRICRL_TEST_UNSET_KEY", raising=False)
     nowhere = Role(base_url="http://judge.invalid/v1", model="m", api_key_env="RUBRICRL_TEST_UNSET_KEY")
     prompts = [f"Write one sentence about topic {i}." for i in range(12)]
-    settings = {"max_steps": 4, "failure_monitor": FailureMonitor(3), "role": nowhere}
+    monitor = FailureMonitor(3)
+    settings = {"max_steps": 4, "failure_monitor": monitor, "role": nowhere, "dynamic": DynamicSampling(0.02, 2)}
     with FaultServer() as judge, trainer_on(tmp_path, judge, prompts, 1, **settings) as trainer:
+        guard = StopOnJudgeFailures(monitor, 0.1)
+        trainer.add_callback(guard)
         trainer.add_callback(StopOnRequest(trainer))
         trainer.train()
     assert trainer.state.global_step == 1 and (tmp_path / "checkpoint-1").is_dir()
-    assert "needs an API key" in trainer.stop_reason and "RUBRICRL_TEST_UNSET_KEY" in trainer.stop_reason
+    assert guard.reason is not None  # the guard fired too; the judge's own reason is the one said
+    assert "needs an API key" in trainer.judge_error and "RUBRICRL_TEST_UNSET_KEY" in trainer.judge_error
+    assert trainer.stop_reason == trainer.judge_error
+    history = [entry for entry in trainer.state.log_history if "reward" in entry]
+    assert history[0]["dynamic_sampling/extra_rounds"] == 0
 
 
 def test_log_probabilities_read_while_sampling_are_those_of_a_forward_over_the_completion():

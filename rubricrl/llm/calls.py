@@ -11,6 +11,7 @@ For a batch (a training step's grading): every request posted while the block is
 tasks it starts, answered or failed, with its seconds. Two batches graded at once on one client each get their own
 figures, where the client's usage counters hold the sum of both."""
 
+import asyncio
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -83,14 +84,18 @@ def tallying_requests() -> Iterator[RequestTally]:
 
 @contextmanager
 def tallied_request() -> Iterator[None]:
-    """Around one request: its seconds added to the open batch's tally, if any, as answered or, when the block
-    raises (a transport error, an invalid body), as failed."""
-    tally, began, answered = _TALLY.get(), time.monotonic(), False
+    """Around one request: its seconds (from asking the endpoint pool, so waiting behind the client's concurrency
+    and the transport's own resends included) added to the open batch's tally, if any, as answered or, when the
+    block raises (a transport error, an invalid body), as failed; a cancelled one is left out."""
+    tally, began, answered, cancelled = _TALLY.get(), time.monotonic(), False, False
     try:
         yield
         answered = True
+    except asyncio.CancelledError:  # given up by the caller (a deadline, an untrained batch): no failure of the judge
+        cancelled = True
+        raise
     finally:
-        if tally is not None:
+        if tally is not None and not cancelled:
             tally.seconds += time.monotonic() - began
             tally.answered += answered
             tally.failed += not answered
