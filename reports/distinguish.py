@@ -5,7 +5,8 @@ tells the models apart at all. Pure, on graded records (grading's `graded.jsonl`
   own spread cancels. Its 95% interval comes from a bootstrap over those examples (seeded); an interval that holds 0
   is a tie, whatever the two means say.
 - A judge that credits nearly every positive criterion whatever the answer cannot rank answers: when it credits
-  SATURATED or more of the positive criteria it decided on every model, the comparison says so first.
+  SATURATED or more of the positive criteria it decided (its own verdicts: rule checks are decided in code) on every
+  model, the comparison says so first.
 """
 
 import random
@@ -18,11 +19,13 @@ RESAMPLES = 2000
 
 
 def positive_credit(records: list[dict[str, Any]]) -> tuple[int, int]:
-    """(positive criteria the judge credited, positive criteria it decided) over the records."""
+    """(positive criteria the judge credited, positive criteria it decided) over the records; rule checks, decided in
+    code, are not the judge's."""
     met = decided = 0
     for record in records:
         for verdict in record.get("verdicts") or []:
-            if (verdict.get("points") or 0) > 0 and verdict.get("met") is not None:
+            judged = verdict.get("source") not in ("rule", "none")
+            if judged and (verdict.get("points") or 0) > 0 and verdict.get("met") is not None:
                 decided += 1
                 met += bool(verdict["met"])
     return met, decided
