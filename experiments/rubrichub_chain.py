@@ -172,7 +172,7 @@ def comparison_table(reports: dict[str, dict], eval_dir: Path) -> str:
     against the first (paired over the held-out examples: a tie when the 95% interval holds 0); above the table, a
     line when the judge cannot tell the models apart (markdown)."""
     from grading.cli import read_graded
-    from reports.distinguish import comparison_findings, paired_difference
+    from reports.distinguish import is_tie, paired_difference, saturation_line
 
     graded = {name: read_graded(eval_dir / name / "graded.jsonl") for name in reports}
     first = next(iter(reports))
@@ -185,16 +185,10 @@ def comparison_table(reports: dict[str, dict], eval_dir: Path) -> str:
         m = report["metrics"]
         cells = [f"{m[k]:.3f} ± {m[k + ':bootstrap_std']:.3f}" if k in m else "-" for k in ["overall_score", *axes]]
         found = None if name == first else paired_difference(graded[first], graded[name])
-        if found is None:
-            against = "-"
-        else:
-            tie = found["low"] <= 0 <= found["high"]
-            against = f"{found['difference']:+.3f}, " + ("tie" if tie else "apart")
+        against = "-" if found is None else f"{found['difference']:+.3f}, " + ("tie" if is_tie(found) else "apart")
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {against} |")
-    findings = [
-        line for finding in comparison_findings(graded)[:1] if "cannot tell" in finding for line in (finding, "")
-    ]
-    return "\n".join([*findings, *lines])
+    saturated = saturation_line(graded)
+    return "\n".join([*([saturated, ""] if saturated else []), *lines])
 
 
 def run_chain(chain: Chain, args: argparse.Namespace, base_model: str) -> dict[str, dict]:

@@ -45,6 +45,27 @@ def paired_difference(a: list[dict[str, Any]], b: list[dict[str, Any]], seed: in
     return {"difference": statistics.fmean(differences), "low": low, "high": high, "n": len(pairs)}
 
 
+def is_tie(found: dict[str, Any]) -> bool:
+    """Whether a paired difference's 95% interval holds 0."""
+    return found["low"] <= 0 <= found["high"]
+
+
+def saturation_line(graded: dict[str, list[dict[str, Any]]]) -> str | None:
+    """The line that says the judge cannot tell the models in `graded` apart, when it credits SATURATED or more of
+    the positive criteria it decides on every one of them (two models or more); else None."""
+    if len(graded) < 2:
+        return None
+    credit = {label: positive_credit(records) for label, records in graded.items()}
+    shares = {label: met / decided for label, (met, decided) in credit.items() if decided}
+    if len(shares) < len(graded) or min(shares.values()) < SATURATED:
+        return None
+    each = ", ".join(f"{label} {shares[label]:.0%} of {credit[label][1]}" for label in graded)
+    return (
+        f"The judge cannot tell these models apart: it credits at least {SATURATED:.0%} of the positive criteria "
+        f"it decides on every model ({each}); a difference between them is not evidence of a better model."
+    )
+
+
 def comparison_findings(graded: dict[str, list[dict[str, Any]]]) -> list[str]:
     """What the comparison of the models in `graded` (label -> graded records, the first the reference) can say:
     a first line when the judge cannot tell them apart, then each model against the first: better, worse, or a tie
@@ -52,15 +73,8 @@ def comparison_findings(graded: dict[str, list[dict[str, Any]]]) -> list[str]:
     labels = list(graded)
     if len(labels) < 2:
         return []
-    lines = []
-    credit = {label: positive_credit(records) for label, records in graded.items()}
-    shares = {label: met / decided for label, (met, decided) in credit.items() if decided}
-    if len(shares) == len(labels) and min(shares.values()) >= SATURATED:
-        each = ", ".join(f"{label} {shares[label]:.0%} of {credit[label][1]}" for label in labels)
-        lines.append(
-            f"The judge cannot tell these models apart: it credits at least {SATURATED:.0%} of the positive criteria "
-            f"it decides on every model ({each}); a difference between them is not evidence of a better model."
-        )
+    saturated = saturation_line(graded)
+    lines = [saturated] if saturated else []
     reference = labels[0]
     for label in labels[1:]:
         found = paired_difference(graded[reference], graded[label])
@@ -68,7 +82,7 @@ def comparison_findings(graded: dict[str, list[dict[str, Any]]]) -> list[str]:
             lines.append(f"{label} against {reference}: fewer than 2 examples scored by both, nothing to compare.")
             continue
         interval = f"95% interval {found['low']:+.3f} to {found['high']:+.3f}, {found['n']} paired examples"
-        if found["low"] <= 0 <= found["high"]:
+        if is_tie(found):
             verdict = "a tie within the noise"
         else:
             verdict = "better" if found["difference"] > 0 else "worse"

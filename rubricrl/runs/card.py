@@ -35,7 +35,7 @@ class ModelCard:
         return "full fine-tuning" if not self.use_peft else "LoRA, merged" if self.merged else "LoRA adapter"
 
     def text(self, output_dir: Path, config: dict[str, Any]) -> str:
-        hub_datasets = [hub_id(name) for name in (self.dataset, *self.datasets) if hub_id(name)]
+        hub_datasets = [found for found in map(hub_id, (self.dataset, *self.datasets)) if found]
         front = {
             **({} if Path(self.base_model).expanduser().exists() else {"base_model": self.base_model}),
             **({"datasets": hub_datasets} if hub_datasets else {}),
