@@ -5,6 +5,7 @@ import asyncio
 import json
 import os
 import sys
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,6 +26,8 @@ from rubricrl.records import iter_rows
 from rubricrl.records.hub import describe_input
 from rubricrl.runs.jsonl import write_jsonl
 from rubricrl.runs.shards import parse_shard
+from rubricrl.serving.policy_model import local_policy
+from rubricrl.serving.server import local_endpoint
 
 Pitfalls = Literal["auto", "mistake", "avoidance"]
 
@@ -59,8 +62,13 @@ class EvalArgs:
     RubricHub/synthesis output, HealthBench, RaR;
     not needed with --graded."""
     policy: str | None = None
-    """The policy model that answers each prompt (shorthand for --roles policy.model=NAME); default: the model
-    of the policy role, --model, or the local model. A local model folder is served for the run."""
+    """The policy model that answers each prompt: a model name at the policy role's endpoint (shorthand for --roles
+    policy.model=NAME), or a folder on this machine (a `ruft train` / `rurl train` output, or a LoRA checkpoint,
+    merged into its base), which a local vLLM server serves for the run and stops after it; default: the model of
+    the policy role, --model, or the local model."""
+    policy_base: str | None = None
+    """For a LoRA adapter folder as --policy: the base model to merge it into (default: the one its
+    adapter_config.json names)."""
     self_judging: bool = False
     """Let the judge grade a policy that is its own model at its own endpoint (refused otherwise: a model rates its
     own answers higher)."""
@@ -83,6 +91,8 @@ class EvalArgs:
         parse_shard(self.shard)
         if sum(x is not None for x in (self.policy, self.responses, self.graded)) > 1:
             raise ValueError("give at most one of policy, responses and graded")
+        if self.policy_base is not None and self.policy is None:
+            raise ValueError("policy_base is the base of a LoRA adapter given as --policy; give --policy too")
         if self.rubrics is None and self.graded is None:
             raise ValueError("give the rubric dataset (--rubrics), or a graded file to report on (--graded)")
 
@@ -187,12 +197,13 @@ def generate_and_grade(evaluate: EvalArgs, config: GradingConfig, llm: LLMSettin
     to_grade = [rows[i] for i, _ in given] if given is not None else list(rows.values())
     check_references(config.mode, evaluate.rubrics, to_grade)
     names = [config.judge_role] if given is not None else [config.judge_role, "policy"]  # all checked: now call
+    folder = None
     if evaluate.policy:
         if config.judge_role == "policy":
             raise ConfigError("the judge role cannot be named 'policy' when --policy sets the policy model")
-        roles = dict(llm.roles)
-        roles["policy"] = {**(roles.get("policy") or {}), "model": evaluate.policy}
-        llm = replace(llm, roles=roles)
+        folder = local_policy(evaluate.policy, evaluate.policy_base)
+        policy = {"model": evaluate.policy} if folder is None else {"model": str(folder), "base_url": None}
+        llm = replace(llm, roles={**llm.roles, "policy": {**(llm.roles.get("policy") or {}), **policy}})
     if given is None:
         check_judge_apart(llm, config.judge_role, ["policy"], evaluate.self_judging, "--self_judging")
 
@@ -237,10 +248,19 @@ def generate_and_grade(evaluate: EvalArgs, config: GradingConfig, llm: LLMSettin
             print(f"{len(failed)} policy calls failed; those examples are unscored (see policy_error)", file=sys.stderr)
         return graded + failed
 
-    with open_llm(llm, names, source=source, cpu_budgets=config.cpu_max_tokens()) as session:  # policy: the default
+    with ExitStack() as stack:
+        if folder is not None:  # its own server, the judge's resolved as ever: stopped on every way out of here
+            served = stack.enter_context(local_endpoint(str(folder), llm.server_timeout))
+            policy = {"base_url": served.base_url, "model": served.model, "api_key_env": ""}
+            llm = replace(llm, roles={**llm.roles, "policy": {**llm.roles["policy"], **policy}})
+        session = stack.enter_context(open_llm(llm, names, source=source, cpu_budgets=config.cpu_max_tokens()))
         records = asyncio.run(run(session))
     _print_budgets(session)
-    policy_model = session.roles["policy"].model if given is None else None
+    policy_model = None if given is not None else session.roles["policy"].model
+    if folder is not None:  # the folder the user named (an adapter's, not its merge), absolute as the files are
+        policy_model = str(Path(evaluate.policy).expanduser().resolve())
+    elif evaluate.policy:
+        policy_model = evaluate.policy
     return with_provenance(records, rubrics=evaluate.rubrics, responses=evaluate.responses, policy_model=policy_model)
 
 

@@ -50,12 +50,16 @@ class LLMSettings:
     """Times a request is sent again after no connection, a 408/409/429/5xx or a timeout (with backoff)."""
     cache: bool = True
     """Read and write the response cache ($RUBRICRL_HOME/cache/responses): a call answered once is never paid again."""
+    server_timeout: float = 600.0
+    """Seconds a local vLLM server that the command starts may take to come up (a large model from a slow disk can
+    need more); past them the command stops it and ends with one line naming its log."""
 
     def __post_init__(self) -> None:
         for name, valid, expected in (
             ("concurrency", self.concurrency >= 1, "at least 1"),
             ("timeout", self.timeout > 0, "above 0 (seconds)"),
             ("max_retries", self.max_retries >= 0, "at least 0"),
+            ("server_timeout", self.server_timeout > 0, "above 0 (seconds)"),
         ):
             if not valid:
                 raise ValueError(f"{name} (--{name.replace('_', '-')}) must be {expected}, got {getattr(self, name)}")
@@ -124,7 +128,7 @@ def open_llm(
             f"{source}: roles without base_url ask for different local models {sorted(map(str, local_models))}; "
             "one local server serves one model: give the others a base_url"
         )
-    with _local(local_models) as endpoint:
+    with _local(local_models, settings.server_timeout) as endpoint:
         if endpoint is not None:
             roles = bind_local(roles, endpoint.base_url, endpoint.model)
         budgets = {
@@ -191,11 +195,11 @@ def _listed_or_error(url: str, api_key: str | None) -> list[str] | str:
 
 
 @contextmanager
-def _local(models: set) -> Iterator[Any]:
+def _local(models: set, timeout: float) -> Iterator[Any]:
     if not models:
         yield None
         return
-    with local_endpoint(next(iter(models))) as endpoint:
+    with local_endpoint(next(iter(models)), timeout) as endpoint:
         yield endpoint
 
 

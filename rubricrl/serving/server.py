@@ -172,13 +172,21 @@ class LocalServer:
             )
 
     def wait_ready(self, deadline: float, timeout: float) -> Endpoint:
+        """The endpoint once it serves the model; a server that exits or is not up by `deadline` is a one-line
+        error with its log's last line and the log's path (start() then stops what was started)."""
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"vLLM server exited during start-up; log {self.log_path}:\n{self.log_tail()}")
+                raise UserError(
+                    f"the local vLLM server for {self.served_name} exited while starting: {self.last_log_line()} "
+                    f"(its log: {self.log_path})"
+                )
             if self.served_name in served_models(self.endpoint.base_url, timeout=1.0):
                 return self.endpoint
             time.sleep(0.5)
-        raise TimeoutError(f"vLLM server not ready after {timeout:.0f} s; log {self.log_path}:\n{self.log_tail()}")
+        raise UserError(
+            f"the local vLLM server for {self.served_name} did not come up within {timeout:.0f} s "
+            f"(llm.server_timeout, --server-timeout); its log: {self.log_path}"
+        )
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -204,6 +212,10 @@ class LocalServer:
         except OSError:
             return ""
 
+    def last_log_line(self) -> str:
+        lines = [line.strip() for line in self.log_tail().splitlines() if line.strip()]
+        return lines[-1][:300] if lines else "its log is empty"
+
     def __enter__(self) -> Endpoint:
         return self.start()
 
@@ -212,9 +224,10 @@ class LocalServer:
 
 
 @contextmanager
-def local_endpoint(model: str | None = None) -> Iterator[Endpoint]:
-    """The local server for `model` (default: the embedded model): reused if running, else started until exit.
-    The processes of one torchrun / accelerate launch on this machine share one (`_launch_server`)."""
+def local_endpoint(model: str | None = None, timeout: float = 600.0) -> Iterator[Endpoint]:
+    """The local server for `model` (default: the embedded model): reused if running, else started until exit (on
+    every exit: an error, Ctrl-C), given `timeout` seconds to come up. The processes of one torchrun / accelerate
+    launch on this machine share one (`_launch_server`)."""
     wanted = served_name_for(model) if model else EMBEDDED_MODEL_NAME
     running = find_running(wanted)
     if running is not None:
@@ -229,17 +242,19 @@ def local_endpoint(model: str | None = None) -> Iterator[Endpoint]:
                 "own first (e.g. CUDA_VISIBLE_DEVICES=7 rubricrl serve --model MODEL; this launch then "
                 "finds it), or give the role an endpoint (--base-url)"
             )
-        with _launch_server(model, wanted, launch) as endpoint:
+        with _launch_server(model, wanted, launch, timeout) as endpoint:
             yield endpoint
         return
     _stderr(f"no local server for {wanted} is running: starting one for this command (`rubricrl serve` keeps one up)")
     started = time.monotonic()
-    with LocalServer(model) as endpoint:
-        _stderr(f"local server (pid {endpoint.pid}) ready at {endpoint.base_url} in {time.monotonic() - started:.0f} s")
-        try:
-            yield endpoint
-        finally:
-            _stderr("stopping the local server this command started")
+    server = LocalServer(model)
+    endpoint = server.start(timeout)
+    _stderr(f"local server (pid {endpoint.pid}) ready at {endpoint.base_url} in {time.monotonic() - started:.0f} s")
+    try:
+        yield endpoint
+    finally:
+        _stderr("stopping the local server this command started")
+        server.stop()
 
 
 def launch_key() -> str | None:
@@ -258,7 +273,7 @@ def launch_key() -> str | None:
 
 
 @contextmanager
-def _launch_server(model: str | None, wanted: str, launch: str) -> Iterator[Endpoint]:
+def _launch_server(model: str | None, wanted: str, launch: str, timeout: float) -> Iterator[Endpoint]:
     """One server for all processes of a launch: without this every rank started its own vLLM (8 ranks, 8 servers
     on one GPU or the same CPU cores). The first process to take the start lock starts it and records it; the
     others wait on that lock, then use the recorded one. Each user holds a shared lock on `.users` while it
@@ -277,7 +292,7 @@ def _launch_server(model: str | None, wanted: str, launch: str) -> Iterator[Endp
                 _stderr(f"no local server for {wanted} is running: starting one for the processes of this launch")
                 started = time.monotonic()
                 server = LocalServer(model)
-                endpoint = server.start()
+                endpoint = server.start(timeout)
                 write_whole(record, json.dumps(asdict(endpoint)))
                 _stderr(
                     f"local server (pid {endpoint.pid}) ready at {endpoint.base_url} in "
