@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from rubricrl import __version__
-from rubricrl.cli_help import EXAMPLES, ON_INTERRUPT, PRESETS, all_commands, presets
+from rubricrl.cli_help import EXAMPLES, ON_INTERRUPT, PRESETS, ROLES, all_commands, presets
 from rubricrl.config import add_config_arguments, config_source, parse_settings
 from rubricrl.errors import UserError
 from rubricrl.lazy import when_called
@@ -161,6 +161,11 @@ def build_parser() -> argparse.ArgumentParser:
         command.formatter_class = argparse.RawDescriptionHelpFormatter  # keep the examples' lines as written
         if name in PRESETS:
             command.description = "\n\n".join(filter(None, [command.description, presets(*PRESETS[name])]))
+        if name in ROLES:
+            roles = textwrap.fill(ROLES[name], 116, initial_indent="  ", subsequent_indent="  ")
+            command.epilog = "\n\n".join(
+                filter(None, [command.epilog, f"roles (llm.roles, --roles NAME.KEY=VALUE):\n{roles}"])
+            )
         if name in EXAMPLES:
             command.epilog = (
                 ((command.epilog + "\n\n") if command.epilog else "")

@@ -1,5 +1,5 @@
 """What `rubricrl COMMAND --help` says beyond the flags, by command name (`ruft build`): an example or two
-(EXAMPLES), the preset configs (PRESETS), and what a rerun does after Ctrl-C or SIGTERM (ON_INTERRUPT, which main
+(EXAMPLES), the preset configs (PRESETS), the roles it reads (ROLES), and what a rerun does after Ctrl-C or SIGTERM (ON_INTERRUPT, which main
 prints). cli.py attaches them to every command `all_commands` finds."""
 
 import argparse
@@ -43,6 +43,20 @@ def all_commands(parser: argparse.ArgumentParser, prefix: str = ""):
                 yield prefix + name, command
                 yield from all_commands(command, prefix + name + " ")
 
+
+# The roles each command reads (llm.roles; docs/models-and-endpoints.md, the roles), by command.
+ROLES = {
+    "synth": "reference, rubric_writer (or each name in synthesis.rubric_roles), response_a and response_b "
+    "(synthesis.contrast; response_a and judge with synthesis.contrast_pool), aggregator (two or more rubric roles), "
+    "evolver (synthesis.evolve)",
+    "grade": "judge (or the name in grading.judge_role)",
+    "eval": "policy (the model that answers; --policy), judge (or the name in grading.judge_role)",
+    "ruft build": "each role in ruft.candidates (e.g. policy, strong), judge (or the name in grading.judge_role)",
+    "rurl train": "judge (or the name in grading.judge_role), monitor (rurl.monitor_judge), evolver (rurl.evolve)",
+    "probe": "judge (or the name in grading.judge_role) and each of --judge_roles, attacker (--attacker)",
+    "reward serve": "judge (or the name in grading.judge_role)",
+    "chat": "chat",
+}
 
 # What a rerun does after Ctrl-C or SIGTERM, by command.
 ON_INTERRUPT = {

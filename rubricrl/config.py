@@ -208,6 +208,9 @@ def parse_settings(args: argparse.Namespace, *, command: str, trl_defaults: dict
         instance = dataclass_from_dict(cls, values, where, flags)
         check_paths(instance, where, flags)
         settings.append(instance)
+    for instance in settings:  # checks of one section against the others (a role named in another section)
+        if hasattr(instance, "check_across"):
+            instance.check_across([file, resolved(settings)], source)
     if trl_types:
         rest = {k: v for k, v in file.items() if k not in flat_keys}
         settings += parse_trl(trl_types, {**(trl_defaults or {}), **rest}, getattr(args, "trl_argv", []), source=source)

@@ -90,7 +90,7 @@ def test_defaults_then_file_then_flags(tmp_path):
         "a",
         "--roles",
         "judge.temperature=0.5",
-        "writer.max_tokens=64",
+        "rubric_writer.max_tokens=64",
         "--timeout",
         "99",
         "--no-cache",
@@ -100,7 +100,7 @@ def test_defaults_then_file_then_flags(tmp_path):
     paths, knobs, llm = parse(argv, tmp_path, config)
     assert (paths.input, paths.limit, knobs.mode, knobs.samples, knobs.evolve) == (Path("cli.jsonl"), 7, "a", 5, True)
     # a mapping flag is merged into the file's mapping: judge keeps its model, its temperature is the flag's
-    assert llm.roles == {"judge": {"model": "big", "temperature": 0.5}, "writer": {"max_tokens": 64}}
+    assert llm.roles == {"judge": {"model": "big", "temperature": 0.5}, "rubric_writer": {"max_tokens": 64}}
     assert llm.timeout == 99.0 and llm.cache is False
 
 
@@ -118,7 +118,7 @@ def test_repeated_mapping_flags_add_up_and_mistakes_are_named(tmp_path):
 
 
 def test_dashes_and_underscores_and_lists(tmp_path):
-    paths, knobs, _ = parse(["--input", "q", "--roles", "a.b=1", "--extra", "x=1", "y=[1, 2]"], tmp_path)
+    paths, knobs, _ = parse(["--input", "q", "--roles", "judge.b=1", "--extra", "x=1", "y=[1, 2]"], tmp_path)
     assert knobs.extra == {"x": 1, "y": [1, 2]}
     parser = argparse.ArgumentParser(exit_on_error=False)
     add_config_arguments(parser, [Paths, Knobs])

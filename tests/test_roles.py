@@ -112,3 +112,42 @@ def test_an_endpoint_that_does_not_answer_is_one_line_before_any_call():
     ):
         with open_llm(LLMSettings(base_url="http://127.0.0.1:9/v1", model="m"), ["writer", "judge"]):
             pass
+
+
+def test_a_role_no_command_reads_is_an_error_naming_it_while_a_role_a_config_names_is_not(tmp_path, capsys):
+    """A config shared by commands may set roles the running one does not read; `writer` (no command reads it: a
+    typo for rubric_writer would leave that role on its defaults) is a one-line error, from the file or a flag,
+    before any call. A name the config gives in synthesis.rubric_roles or ruft.candidates is a role."""
+    from rubricrl.cli import main
+
+    rubrics, responses = tmp_path / "rubrics.jsonl", tmp_path / "responses.jsonl"
+    rubrics.write_text('{"id": "a", "question": "q", "rubrics": [{"criterion": "c", "points": 1}]}\n')
+    responses.write_text('{"id": "a", "response": "r"}\n')
+    config = tmp_path / "shared.yaml"
+    config.write_text(
+        "synthesis: {rubric_roles: [writer_a]}\nruft: {candidates: {strong: 4}}\n"
+        "llm:\n  base_url: http://127.0.0.1:9/v1\n  roles: {writer_a: {model: a}, strong: {model: b}, evolver: {}}\n"
+    )
+    grade = ["grade", "--rubrics", str(rubrics), "--responses", str(responses), "--output", str(tmp_path / "g.jsonl")]
+    assert main([*grade, "--config", str(config), "--roles", "writer.model=x"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "llm.roles ['writer']: no command reads a role of that name" in err
+    assert str(config) in err and "rubric_writer" in err
+    config.write_text(config.read_text().replace("evolver: {}", "writer: {}"))
+    assert main([*grade, "--config", str(config)]) == 2
+    assert "llm.roles ['writer']" in capsys.readouterr().err
+    config.write_text(config.read_text().replace("writer: {}", "evolver: {}"))
+    assert main([*grade, "--config", str(config)]) == 2  # got past the roles: the endpoint does not answer
+    assert "does not answer" in capsys.readouterr().err
+
+
+def test_every_command_that_calls_a_model_lists_its_roles_in_its_help():
+    from rubricrl.cli import build_parser
+    from rubricrl.cli_help import ROLES, all_commands
+    from rubricrl.llm.roles import ROLE_NAMES
+
+    helps = {name: command.format_help() for name, command in all_commands(build_parser())}
+    for name in ["synth", "grade", "eval", "ruft build", "rurl train", "probe", "reward serve", "chat"]:
+        assert "roles (llm.roles, --roles NAME.KEY=VALUE):" in helps[name], name
+    listed = " ".join(ROLES.values())
+    assert all(role in listed for role in ROLE_NAMES)  # each fixed role is read by a command that says so

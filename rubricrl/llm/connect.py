@@ -16,7 +16,7 @@ from rubricrl.config import ConfigError
 from rubricrl.llm.cache import ResponseCache
 from rubricrl.llm.client import LLMClient
 from rubricrl.llm.endpoints import endpoint_urls
-from rubricrl.llm.roles import Role, bind_local, resolve_roles
+from rubricrl.llm.roles import Role, bind_local, check_role_names, resolve_roles
 from rubricrl.serving.discovery import listed_models
 from rubricrl.serving.embedded_model import EMBEDDED_MODEL_NAME
 from rubricrl.serving.server import local_endpoint
@@ -73,6 +73,11 @@ class LLMSettings:
                 "set the endpoint and model for every role with llm.base_url / llm.model "
                 "(--base-url / --model), not inside llm.defaults"
             )
+
+    def check_across(self, configs: list[dict[str, Any]], source: str) -> None:
+        """What the other sections tell about this one (config.parse_settings calls it): every role named in
+        llm.roles is one some command reads."""
+        check_role_names(self.roles, configs, source)
 
     def role_defaults(self) -> dict[str, Any]:
         shorthand = {key: value for key, value in (("base_url", self.base_url), ("model", self.model)) if value}

@@ -11,10 +11,25 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
-from rubricrl.config import ConfigError, dataclass_from_dict
+from rubricrl.config import ConfigError, dataclass_from_dict, did_you_mean
 from rubricrl.llm.endpoints import endpoint_urls
 
 LOCAL_API_KEY = "EMPTY"  # a local vLLM server accepts any key
+ROLE_NAMES = (
+    "chat",  # chat
+    "reference",
+    "rubric_writer",
+    "response_a",
+    "response_b",
+    "aggregator",
+    "evolver",  # synth (and rurl train's evolution)
+    "judge",  # grade, eval, ruft build, rurl train, probe, reward serve
+    "policy",  # eval, ruft build
+    "monitor",  # rurl train
+    "attacker",  # probe
+)
+"""The roles commands read by these names; a config may name more in the settings below (NAMING_SETTINGS)."""
+NAMING_SETTINGS = "synthesis.rubric_roles, ruft.candidates, grading.judge_role, judge_roles"
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 """What vLLM's chat completions request accepts (ChatCompletionRequest.reasoning_effort), a superset of OpenAI's."""
 
@@ -115,6 +130,38 @@ def resolve_roles(
         merged = {**(defaults or {}), **(entries.get(name) or {})}
         roles[name] = dataclass_from_dict(Role, merged, f"{source}: roles.{name}")
     return roles
+
+
+def roles_named_in(config: dict[str, Any]) -> set[str]:
+    """The role names a config mapping (a file, or a command's resolved settings) gives in NAMING_SETTINGS."""
+
+    def section(name: str) -> dict:
+        found = config.get(name)
+        return found if isinstance(found, dict) else {}
+
+    named = []
+    for value in (
+        section("synthesis").get("rubric_roles"),
+        config.get("judge_roles"),
+        section("ruft").get("candidates"),
+    ):
+        if isinstance(value, list | dict):
+            named += list(value)
+    named.append(section("grading").get("judge_role"))
+    return {name for name in named if isinstance(name, str)}
+
+
+def check_role_names(entries: dict[str, Any], configs: list[dict[str, Any]], source: str) -> None:
+    """llm.roles may set roles this command does not read (one config file serves several commands), but not a
+    role no command reads: a typo there would leave the role it meant on its defaults, unnoticed."""
+    named = set(ROLE_NAMES).union(*(roles_named_in(config) for config in configs))
+    unknown = sorted(set(entries or {}) - named)
+    if unknown:
+        raise ConfigError(
+            f"{source}: llm.roles {unknown}: no command reads a role of that name{did_you_mean(unknown, named)}; the "
+            f"roles are {', '.join(ROLE_NAMES)} and the names a config gives in {NAMING_SETTINGS} "
+            "(`rubricrl COMMAND --help` lists the roles each command reads)"
+        )
 
 
 def bind_local(roles: dict[str, Role], base_url: str, model: str) -> dict[str, Role]:
