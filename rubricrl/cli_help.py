@@ -9,7 +9,13 @@ import textwrap
 from pathlib import Path
 
 # Preset folders listed in a command's help: (folder under configs/, what to say).
-PRESETS = {"synth": ("synthesis",), "ruft build": ("ruft",), "ruft train": ("ruft",), "rurl train": ("rurl",)}
+PRESETS = {
+    "synth": ("synthesis",),
+    "eval": ("eval",),
+    "ruft build": ("ruft",),
+    "ruft train": ("ruft",),
+    "rurl train": ("rurl",),
+}
 
 
 def presets(kind: str) -> str:
