@@ -103,7 +103,7 @@ def main() -> None:
         asyncio.run(talk(session.roles))
 
         print("\n== synthesis: a rubric per query (Coarse-to-Fine)")
-        chain = Chain(args.output_dir, endpoint)
+        chain = Chain(args.output_dir, endpoint, str(prepare_embedded_model()))  # the base model is the judge's
         rubrics = chain.synthesize(
             ROOT / "experiments" / "data" / "demo_queries.jsonl", ROOT / "configs" / "synthesis" / "tiny-cpu.yaml"
         )

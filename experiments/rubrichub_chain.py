@@ -40,8 +40,10 @@ EVAL_TOKENS = 64
 class Chain:
     """Runs the stages in order, timing each; stops at the first command that fails."""
 
-    def __init__(self, out: Path, endpoint: list[str]):
+    def __init__(self, out: Path, endpoint: list[str], judge_model_folder: str | None = None):
         self.out, self.endpoint = out, endpoint
+        self.judge_model_folder = judge_model_folder
+        """The folder of the model the judge's endpoint serves, when it is one of the models compared (on a CPU)."""
         self.times: dict[str, float] = {}
         os.environ.setdefault("WANDB_RUN_GROUP", out.name)  # the chain's training runs, grouped in wandb
 
@@ -117,34 +119,23 @@ class Chain:
         return model
 
     def evaluate(self, models: dict[str, str], held_out: Path, tokens: int) -> dict[str, dict]:
-        """Each model answers the held-out queries (greedy, `tokens` tokens); `rubricrl eval` grades the answers."""
-        from grading.dataset import load_rubric_rows
-        from rurl.evaluate import answer_with
-
-        rows = load_rubric_rows(held_out)
+        """`rubricrl eval` of each model on the held-out rubrics: a folder (a checkpoint) is served for the run by a
+        local vLLM server of its own, a Hub id likewise, the judge stays at the chain's endpoint; answers greedy,
+        `tokens` tokens at most. A model that is the judge's own (the embedded model on this CPU, the only one at
+        hand) answers at the judge's server, said with --self_judging."""
         out = self.out / "eval"
-        out.mkdir(parents=True, exist_ok=True)
+        judge = dict(zip(self.endpoint[::2], self.endpoint[1::2]))
         reports = {}
-        for name, path in models.items():
-            print(f"\n== evaluation: {name} ({path}) answers {len(rows)} held-out queries")
-            started = time.monotonic()
-            answers = answer_with(path, [row.conversation for row in rows.values()], tokens)
-            responses = out / f"{name}.responses.jsonl"
-            responses.write_text("".join(json.dumps({"id": i, "response": a}) + "\n" for i, a in zip(rows, answers)))
-            self.times[f"answer ({name})"] = round(time.monotonic() - started, 1)
-            self.step(
-                f"eval ({name})",
-                [
-                    "eval",
-                    "--rubrics",
-                    str(held_out),
-                    "--responses",
-                    str(responses),
-                    "--output-dir",
-                    str(out / name),
-                    *self.endpoint,
-                ],
-            )
+        for name, model in models.items():
+            print(f"\n== evaluation: {name} ({model}) answers the held-out queries; the judge grades them")
+            argv = ["eval", "--rubrics", str(held_out), "--output-dir", str(out / name)]
+            argv += ["--roles", f"policy.max_tokens={tokens}", "policy.temperature=0"]
+            argv += [f"judge.base_url={judge['--base-url']}", f"judge.model={judge['--model']}"]
+            if Path(model).resolve() == Path(self.judge_model_folder or "").resolve():
+                argv += [f"policy.base_url={judge['--base-url']}", f"policy.model={judge['--model']}", "--self_judging"]
+            else:
+                argv += ["--policy", model]
+            self.step(f"eval ({name})", argv)
             reports[name] = json.loads((out / name / "report.json").read_text())
         return reports
 
@@ -243,7 +234,8 @@ def main() -> None:
     started = time.monotonic()
     with open_llm(LLMSettings(base_url=args.base_url, model=args.model), ["judge"]) as session:
         judge = session.roles["judge"]
-        chain = Chain(args.output_dir, ["--base-url", judge.base_url, "--model", judge.model])
+        embedded = None if args.base_url else str(prepare_embedded_model())  # the local judge's own model
+        chain = Chain(args.output_dir, ["--base-url", judge.base_url, "--model", judge.model], embedded)
         run_chain(chain, args, args.base_model or str(prepare_embedded_model()))
     print(f"\n== wall time per stage (s): {chain.times}; total {time.monotonic() - started:.0f} s")
 

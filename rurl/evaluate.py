@@ -299,40 +299,6 @@ def greedy_answers(
     return answers
 
 
-def answer_with(
-    model_path: str | Path,
-    conversations: list[list[dict[str, str]]],
-    max_new_tokens: int,
-    base_model: str | None = None,
-) -> list[str]:
-    """Greedy answers of a saved model folder (or Hub id), e.g. a `ruft train` or `rurl train` output. A folder that
-    holds only a LoRA adapter (a checkpoint) is merged into `base_model` (default: the base its adapter_config
-    names) first."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    path, device = Path(model_path), "cuda" if torch.cuda.is_available() else "cpu"
-    dtype = "auto" if device == "cuda" else torch.float32  # fp32 on a CPU (no bf16 there)
-    if (path / "adapter_config.json").is_file() and not (path / "config.json").is_file():
-        from peft import PeftModel
-
-        base = base_model or json.loads((path / "adapter_config.json").read_text())["base_model_name_or_path"]
-        model = PeftModel.from_pretrained(
-            AutoModelForCausalLM.from_pretrained(base, dtype=dtype), path
-        ).merge_and_unload()
-        tokenizer = AutoTokenizer.from_pretrained(path if (path / "tokenizer_config.json").is_file() else base)
-    else:
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
-        tokenizer = AutoTokenizer.from_pretrained(str(path))
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    try:
-        return greedy_answers(model.to(device).eval(), tokenizer, conversations, max_new_tokens)
-    finally:
-        del model
-        if device == "cuda":
-            torch.cuda.empty_cache()
-
-
 def add_evaluation(trainer, grader: Grader, data, rurl, output_dir: Path, alarms: Any = None) -> Any:
     """The in-training evaluation of the held-out rows, as a callback (with the monitor's grades when
     rurl.monitor_judge); None without held-out rows."""
