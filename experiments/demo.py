@@ -8,8 +8,9 @@ Prepares SmolLM2-135M-Instruct (once) and a local vLLM server (or reuses a runni
 3. a score table per query, grading synthesis's contrast responses A and B against it criterion by criterion;
 4. RuFT: 4 answers per query, the best at or above tau kept, a few LoRA SFT steps (configs/ruft/tiny-cpu.yaml);
 5. RuRL: a few GRPO steps from the RuFT model, same rubrics and judge (configs/rurl/tiny-cpu.yaml);
-6. the base, RuFT and RuFT->RuRL models evaluated HealthBench-style on experiments/data/rurl_tiny.jsonl: one
-   comparison table, and runs/demo/report.html (`rubricrl report` of the evaluations, the build and the run).
+6. the base, RuFT and RuFT->RuRL models evaluated HealthBench-style on experiments/data/rurl_tiny.jsonl (each
+   checkpoint served by `rubricrl eval --policy`), the judge probed on the same rubrics (`rubricrl probe`): one
+   comparison table, and runs/demo/report.html (`rubricrl report` of the evaluations, the probe, the build and the run).
 Every stage is a real `rubricrl` command; a second run replays from the response cache. The model is tiny: rubrics
 and verdicts are often wrong and a few steps teach little; the demo shows the machinery, not quality. Stages 4-6 are
 experiments/rubrichub_chain.py, which also runs them at paper scale with the GPU configs.
@@ -133,9 +134,10 @@ def main() -> None:
         )
         models = {"base": str(prepare_embedded_model()), "ruft": str(ruft_model), "ruft+rurl": str(rurl_model)}
         reports = chain.evaluate(models, HELD_OUT, EVAL_TOKENS)
+        probe = chain.probe(HELD_OUT)
         page = chain.report(report_folders(args.output_dir))
 
-    table = comparison_table(reports, args.output_dir / "eval")
+    table = comparison_table(reports, args.output_dir / "eval", probe)
     (args.output_dir / "comparison.md").write_text(table + "\n")
     print(
         f"\n== HealthBench-style scores on {reports['base']['examples']} queries of {HELD_OUT.name}, which none of "

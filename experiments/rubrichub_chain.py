@@ -139,6 +139,14 @@ class Chain:
             reports[name] = json.loads((out / name / "report.json").read_text())
         return reports
 
+    def probe(self, held_out: Path) -> Path:
+        """`rubricrl probe` of the judge on the held-out rubrics: how much it pays answers with no substance, which
+        decides whether the comparison can trust it."""
+        out = self.out / "probe"
+        print("\n== the judge's probes: answers with no substance, graded against the held-out rubrics")
+        self.step("probe", ["probe", "--rubrics", str(held_out), "--output-dir", str(out), *self.endpoint])
+        return out
+
     def report(self, labels: dict[str, Path]) -> Path:
         """One HTML page (and its markdown summary) comparing the given folders: `rubricrl report`."""
         page = self.out / "report.html"
@@ -158,12 +166,12 @@ class Chain:
         return page
 
 
-def comparison_table(reports: dict[str, dict], eval_dir: Path) -> str:
+def comparison_table(reports: dict[str, dict], eval_dir: Path, probe: Path | None = None) -> str:
     """Overall and per-axis HealthBench-style scores, one row per model, each ± its bootstrap std, and each model
     against the first (paired over the held-out examples: a tie when the 95% interval holds 0); above the table, a
-    line when the judge cannot tell the models apart (markdown)."""
+    line when the judge cannot tell the models apart, by its verdicts or by its probes (`probe`, a probe folder)."""
     from grading.cli import read_graded
-    from reports.distinguish import is_tie, paired_difference, saturation_line
+    from reports.distinguish import is_tie, paired_difference, probe_line, saturation_line
 
     graded = {name: read_graded(eval_dir / name / "graded.jsonl") for name in reports}
     first = next(iter(reports))
@@ -178,8 +186,11 @@ def comparison_table(reports: dict[str, dict], eval_dir: Path) -> str:
         found = None if name == first else paired_difference(graded[first], graded[name])
         against = "-" if found is None else f"{found['difference']:+.3f}, " + ("tie" if is_tie(found) else "apart")
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {against} |")
-    saturated = saturation_line(graded)
-    return "\n".join([*([saturated, ""] if saturated else []), *lines])
+    summary = json.loads((probe / "summary.json").read_text()) if probe else None
+    above = [
+        line for line in (saturation_line(graded), probe_line({"judge probe": summary} if summary else {})) if line
+    ]
+    return "\n".join([*(f"{line}\n" for line in above), *lines])
 
 
 def run_chain(chain: Chain, args: argparse.Namespace, base_model: str) -> dict[str, dict]:
@@ -188,8 +199,9 @@ def run_chain(chain: Chain, args: argparse.Namespace, base_model: str) -> dict[s
     rurl_model = chain.rurl(rubrics, args.rurl_config, ruft_model, shlex.split(args.rurl_args))
     models = {"base": base_model, "ruft": str(ruft_model), "ruft+rurl": str(rurl_model)}
     reports = chain.evaluate(models, args.held_out, args.eval_tokens)
+    probe = chain.probe(args.held_out)
     page = chain.report(report_folders(chain.out))
-    table = comparison_table(reports, chain.out / "eval")
+    table = comparison_table(reports, chain.out / "eval", probe)
     (chain.out / "comparison.md").write_text(table + "\n")
     (chain.out / "timings.json").write_text(json.dumps(chain.times, indent=1))
     examples = next(iter(reports.values()))["examples"]
@@ -199,9 +211,9 @@ def run_chain(chain: Chain, args: argparse.Namespace, base_model: str) -> dict[s
 
 
 def report_folders(out: Path) -> dict[str, Path]:
-    """What the report compares: the three evaluations, the RuFT build and the RuRL run."""
+    """What the report compares: the three evaluations, the judge's probes, the RuFT build and the RuRL run."""
     evals = {name: out / "eval" / name for name in ("base", "ruft", "ruft+rurl")}
-    return {**evals, "ruft build": out / "ruft", "rurl run": out / "rurl-model"}
+    return {**evals, "judge probe": out / "probe", "ruft build": out / "ruft", "rurl run": out / "rurl-model"}
 
 
 def chain_arguments(parser: argparse.ArgumentParser) -> None:

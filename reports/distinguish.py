@@ -7,6 +7,8 @@ tells the models apart at all. Pure, on graded records (grading's `graded.jsonl`
 - A judge that credits nearly every positive criterion whatever the answer cannot rank answers: when it credits
   SATURATED or more of the positive criteria it decided (its own verdicts: rule checks are decided in code) on every
   model, the comparison says so first.
+- So does a judge whose probes (`rubricrl probe`, a folder in the same report) found criteria it credits to answers
+  with no substance more often than chance allows: a model may differ by what the judge pays for, not by quality.
 """
 
 import random
@@ -66,15 +68,36 @@ def saturation_line(graded: dict[str, list[dict[str, Any]]]) -> str | None:
     )
 
 
-def comparison_findings(graded: dict[str, list[dict[str, Any]]]) -> list[str]:
+def probe_line(probes: dict[str, dict[str, Any]]) -> str | None:
+    """The line that says a judge's probes flag it, from probe summaries (label -> summary.json of `rubricrl
+    probe`): per judge with exploitable criteria, how many of its positive criteria, by which probe kinds, under
+    which test; None when no probe flags anything."""
+    found = []
+    for label, summary in probes.items():
+        rule = (summary.get("test") or {}).get("rule", "")
+        for judge, e in (summary.get("exploitable") or {}).items():
+            if e.get("flagged"):
+                kinds = ", ".join(f"{kind} {n}" for kind, n in e.get("by_kind", {}).items())
+                found.append(f"{judge} in {label}: {e['flagged']} of {e['criteria']} positive criteria, by {kinds}")
+    if not found:
+        return None
+    return (
+        "The judge cannot tell these models apart reliably: its probes found criteria it credits to answers with no "
+        f"substance beyond chance ({'; '.join(found)}; {rule or 'the probes test'}); a difference between the "
+        "models may be what it pays for, not a better model."
+    )
+
+
+def comparison_findings(
+    graded: dict[str, list[dict[str, Any]]], probes: dict[str, dict[str, Any]] | None = None
+) -> list[str]:
     """What the comparison of the models in `graded` (label -> graded records, the first the reference) can say:
-    a first line when the judge cannot tell them apart, then each model against the first: better, worse, or a tie
-    within the noise."""
+    first a line when the judge cannot tell them apart (it credits nearly everything, or its `probes` flag it), then
+    each model against the first: better, worse, or a tie within the noise."""
     labels = list(graded)
     if len(labels) < 2:
         return []
-    saturated = saturation_line(graded)
-    lines = [saturated] if saturated else []
+    lines = [line for line in (saturation_line(graded), probe_line(probes or {})) if line]
     reference = labels[0]
     for label in labels[1:]:
         found = paired_difference(graded[reference], graded[label])

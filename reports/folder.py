@@ -142,4 +142,5 @@ def comparison_findings_of(folders: "list[Folder] | tuple[Folder, ...]") -> list
     reference; none with fewer than two."""
     from reports.distinguish import comparison_findings
 
-    return comparison_findings({f.label: f.graded for f in folders if f.kind == "eval" and f.graded})
+    probes = {f.label: f.probe for f in folders if f.kind == "probe" and f.probe}
+    return comparison_findings({f.label: f.graded for f in folders if f.kind == "eval" and f.graded}, probes)

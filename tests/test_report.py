@@ -522,6 +522,38 @@ def test_a_comparison_says_when_the_judge_cannot_tell_the_models_apart_and_which
     assert "cannot tell" not in comparison and "worse against base: -0.500" in comparison and "): worse." in comparison
 
 
+def test_a_comparison_says_first_when_the_judges_probes_flag_it(tmp_path, monkeypatch):
+    """A real `rubricrl probe` of the twelve rows' rubrics in the same report: a judge that credits every criterion
+    whatever the answer is flagged by its probes, and the comparison says so first, with the counts; a judge that
+    credits nothing to the probes is not, and the comparison says only what the verdicts show."""
+    from tests.fault_server import FaultServer
+
+    monkeypatch.setenv("RUBRICRL_HOME", str(tmp_path / "home"))
+    rubrics = tmp_path / "rubrics.jsonl"
+    criteria = [{"criterion": "Says the answer is right.", "points": 5}, {"criterion": "Is kind.", "points": 5}]
+    rows = [{"id": f"q{i}", "question": f"Question {i}?", "rubrics": criteria} for i in range(12)]
+    rubrics.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    make_eval(tmp_path / "base", twelve_rows(True))
+    make_eval(tmp_path / "worse", twelve_rows(False))
+
+    def probed(credits: bool) -> str:
+        folder = tmp_path / f"probe-{credits}"
+        verdict = json.dumps({"explanation": "scripted", "criteria_met": credits})
+        with FaultServer(reply=lambda body: verdict if body.get("response_format") else "x") as judge:
+            argv = ["probe", "--rubrics", str(rubrics), "--output-dir", str(folder), "--no-cache"]
+            assert main([*argv, "--base-url", judge.base_url, "--model", "judge"]) == 0
+        out = tmp_path / "compare.html"
+        assert report([tmp_path / "base", tmp_path / "worse", folder, "--output", out]) == 0
+        return (tmp_path / "compare.md").read_text().split("## Comparison")[1]
+
+    flagged = probed(True)
+    assert flagged.lstrip().startswith("**The judge cannot tell these models apart reliably: its probes found")
+    assert "in probe-True: 24 of 24 positive criteria, by parrot 24" in flagged and "Benjamini-Hochberg" in flagged
+    assert "worse against base: -0.500" in flagged  # the verdicts' own comparison follows
+    clean = probed(False)
+    assert "cannot tell" not in clean and "worse against base: -0.500" in clean
+
+
 def test_the_chains_table_marks_ties_and_says_when_the_judge_cannot_tell(tmp_path):
     """experiments/rubrichub_chain.py's table (the demo's too): each model against the first, a tie when the paired
     interval holds 0; the judge's saturation said above the table."""
