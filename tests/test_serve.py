@@ -136,3 +136,20 @@ def test_command_without_server_starts_one_and_stops_it(home):
     pgid, port = int(started.split(")")[0]), int(started.split("http://127.0.0.1:")[1].split("/")[0])
     assert wait_gone(pgid, 5) == []  # the API server and its engine processes are all gone
     assert port_is_free(port)
+
+
+def test_a_port_in_use_is_one_line_and_starts_nothing(home, capsys, monkeypatch):
+    """`serve --port` on a port something else holds: one line naming it and what holds it, exit 1, no vLLM."""
+    import socket
+
+    from rubricrl.cli import main
+
+    monkeypatch.setenv("RUBRICRL_HOME", str(home))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", "--port", str(port)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"port {port} is taken (something else is using it)" in err
+    assert not (home / "logs").exists() and not (home / "server.json").exists()
