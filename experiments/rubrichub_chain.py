@@ -21,10 +21,10 @@ import argparse
 import json
 import os
 import shlex
+import subprocess
+import sys
 import time
 from pathlib import Path
-
-from rubricrl.cli import main as rubricrl
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_RURL_ARGS = (
@@ -48,8 +48,10 @@ class Chain:
         os.environ.setdefault("WANDB_RUN_GROUP", out.name)  # the chain's training runs, grouped in wandb
 
     def step(self, name: str, argv: list[str]) -> None:
+        """One `rubricrl` command in a process of its own: a training stage's GPU memory (its colocated vLLM
+        included) is free again before the next stage starts a server."""
         started = time.monotonic()
-        code = rubricrl(argv)
+        code = subprocess.run([sys.executable, "-m", "rubricrl.cli", *argv], check=False).returncode
         if code:
             raise SystemExit(f"{name} failed (exit {code}): rubricrl {shlex.join(argv)}")
         self.times[name] = round(time.monotonic() - started, 1)

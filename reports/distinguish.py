@@ -74,17 +74,19 @@ def probe_line(probes: dict[str, dict[str, Any]]) -> str | None:
     which test; None when no probe flags anything."""
     found = []
     for label, summary in probes.items():
-        rule = (summary.get("test") or {}).get("rule", "")
+        rule = (summary.get("test") or {}).get("rule") or "the probe's test"
         for judge, e in (summary.get("exploitable") or {}).items():
             if e.get("flagged"):
                 kinds = ", ".join(f"{kind} {n}" for kind, n in e.get("by_kind", {}).items())
-                found.append(f"{judge} in {label}: {e['flagged']} of {e['criteria']} positive criteria, by {kinds}")
+                found.append(
+                    f"{judge} in {label}: {e['flagged']} of {e['criteria']} positive criteria, by {kinds}; {rule}"
+                )
     if not found:
         return None
     return (
-        "The judge cannot tell these models apart reliably: its probes found criteria it credits to answers with no "
-        f"substance beyond chance ({'; '.join(found)}; {rule or 'the probes test'}); a difference between the "
-        "models may be what it pays for, not a better model."
+        "The judge cannot tell these models apart reliably: in its probes, answers with no substance earn criteria "
+        f"beyond chance ({' / '.join(found)}); a difference between the models may be what the reward pays for, "
+        "not a better model."
     )
 
 

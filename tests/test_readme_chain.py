@@ -58,4 +58,7 @@ def test_the_readme_chain_runs_as_written_and_ends_in_a_three_model_report(tmp_p
     summary = (out / "report.md").read_text()
     for label in ("base", "ruft", "ruft+rurl"):
         assert label in page and label in summary
-    assert "tie" in summary  # the comparison says whether each model differs from the first
+    for label in ("ruft", "ruft+rurl"):  # each model against the first, with its interval and its verdict
+        assert re.search(
+            rf"{re.escape(label)} against base: [-+]\d\.\d+ \(95% interval .*\): (a tie|better|worse)", summary
+        )

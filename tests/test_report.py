@@ -547,7 +547,7 @@ def test_a_comparison_says_first_when_the_judges_probes_flag_it(tmp_path, monkey
         return (tmp_path / "compare.md").read_text().split("## Comparison")[1]
 
     flagged = probed(True)
-    assert flagged.lstrip().startswith("**The judge cannot tell these models apart reliably: its probes found")
+    assert flagged.lstrip().startswith("**The judge cannot tell these models apart reliably: in its probes, answers")
     assert "in probe-True: 24 of 24 positive criteria, by parrot 24" in flagged and "Benjamini-Hochberg" in flagged
     assert "worse against base: -0.500" in flagged  # the verdicts' own comparison follows
     clean = probed(False)

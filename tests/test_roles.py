@@ -131,11 +131,11 @@ def test_a_role_no_command_reads_is_an_error_naming_it_while_a_role_a_config_nam
     grade = ["grade", "--rubrics", str(rubrics), "--responses", str(responses), "--output", str(tmp_path / "g.jsonl")]
     assert main([*grade, "--config", str(config), "--roles", "writer.model=x"]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "llm.roles ['writer']: no command reads a role of that name" in err
-    assert str(config) in err and "rubric_writer" in err
+    assert len(err.splitlines()) == 1 and "--roles ['writer']: no command reads a role of that name" in err
+    assert "rubric_writer" in err
     config.write_text(config.read_text().replace("evolver: {}", "writer: {}"))
     assert main([*grade, "--config", str(config)]) == 2
-    assert "llm.roles ['writer']" in capsys.readouterr().err
+    assert f"{config}: llm.roles ['writer']" in capsys.readouterr().err
     config.write_text(config.read_text().replace("writer: {}", "evolver: {}"))
     assert main([*grade, "--config", str(config)]) == 2  # got past the roles: the endpoint does not answer
     assert "does not answer" in capsys.readouterr().err

@@ -157,8 +157,10 @@ def check_role_names(entries: dict[str, Any], configs: list[dict[str, Any]], sou
     named = set(ROLE_NAMES).union(*(roles_named_in(config) for config in configs))
     unknown = sorted(set(entries or {}) - named)
     if unknown:
+        in_file = ((configs[0].get("llm") or {}).get("roles") or {}) if configs and isinstance(configs[0], dict) else {}
+        where = f"{source}: llm.roles" if set(unknown) <= set(in_file) else "--roles"
         raise ConfigError(
-            f"{source}: llm.roles {unknown}: no command reads a role of that name{did_you_mean(unknown, named)}; the "
+            f"{where} {unknown}: no command reads a role of that name{did_you_mean(unknown, named)}; the "
             f"roles are {', '.join(ROLE_NAMES)} and the names a config gives in {NAMING_SETTINGS} "
             "(`rubricrl COMMAND --help` lists the roles each command reads)"
         )

@@ -16,7 +16,7 @@ from rubricrl.home import rubricrl_home
 from rubricrl.serving.server import served_name_for
 
 HUB_ID = re.compile(r"[\w.-]+(/[\w.-]+)?")
-WEIGHTS = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json")
+WEIGHTS = ("*.safetensors", "pytorch_model*.bin", "*.bin.index.json")  # not training_args.bin, which has none
 
 
 def local_policy(value: str, base: str | None = None, flag: str = "--policy") -> Path | None:
@@ -26,7 +26,9 @@ def local_policy(value: str, base: str | None = None, flag: str = "--policy") ->
     path = Path(value).expanduser()
     if not path.exists():
         if _looks_like_a_path(value):
-            raise UserError(f"{flag} {value}: no such folder")
+            first = value.split("/")[0]
+            read = f" (read as a path: {first}/ is a folder here)" if HUB_ID.fullmatch(value) else ""
+            raise UserError(f"{flag} {value}: no such folder{read}")
         return None
     if not path.is_dir():
         raise UserError(f"{flag} {value}: a file, not a model folder")
@@ -48,6 +50,8 @@ def merged_adapter(adapter: Path, base: str | None, flag: str) -> Path:
     except (OSError, ValueError, AttributeError) as error:
         raise UserError(f"{flag} {adapter}: adapter_config.json cannot be read: {error}") from None
     base = base or named
+    if base and base.startswith("~"):
+        base = str(Path(base).expanduser())  # transformers does not expand it
     if not base:
         raise UserError(f"{flag} {adapter}: a LoRA adapter that names no base model; give it with --policy-base MODEL")
     if _looks_like_a_path(base) and not (Path(base).expanduser() / "config.json").is_file():
@@ -63,10 +67,16 @@ def merged_adapter(adapter: Path, base: str | None, flag: str) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".merging-", dir=target.parent))
     try:
-        _merge(adapter, base, work)
-        work.rename(target)  # whole or absent: an interrupted merge leaves only a hidden folder
-    except FileExistsError:  # another process merged it meanwhile
-        pass
+        try:
+            _merge(adapter, base, work)
+        except (OSError, ValueError, RuntimeError) as error:  # a base not found, or one the adapter does not fit
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise UserError(f"{flag} {adapter}: merging the LoRA adapter into {base} failed: {first[:300]}") from None
+        try:
+            work.rename(target)  # whole or absent: an interrupted merge leaves only a hidden folder
+        except OSError:  # another process merged it meanwhile (rename onto a full folder fails)
+            if not (target / "config.json").is_file():
+                raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return target

@@ -184,8 +184,8 @@ class LocalServer:
                 return self.endpoint
             time.sleep(0.5)
         raise UserError(
-            f"the local vLLM server for {self.served_name} did not come up within {timeout:.0f} s "
-            f"(llm.server_timeout, --server-timeout); its log: {self.log_path}"
+            f"the local vLLM server for {self.served_name} did not come up within {timeout:.0f} s (a command that "
+            f"starts one takes --server-timeout); its log: {self.log_path}"
         )
 
     def alive(self) -> bool:
