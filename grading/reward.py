@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from grading.dropout import RubricDropout
 from grading.grader import GradeItem, Grader
 from grading.rubric import Rubric, rubric_from_items
 from grading.scores import pearson
@@ -45,6 +46,12 @@ GRADE_AFTER: ContextVar[Callable[[], Awaitable[None]] | None] = ContextVar("rubr
 """Set by a schedule that starts a batch's grading while an earlier batch's may still run (rurl/async_schedule.py):
 the reward reads its rubrics at once, then awaits this before its first judge call, so that two batches never
 compete for the judge's concurrency and the earlier one's wait is for its own calls alone."""
+
+
+TRAINS_AT: ContextVar[int | None] = ContextVar("rubricrl_trains_at", default=None)
+"""The optimizer step (trainer_state.global_step when it trains) of the batch being graded, set by a schedule that
+grades a batch a step before it trains (rurl/async_schedule.py); None: the trainer's global_step at the call. Rubric
+dropout's masks are drawn from it, so that a batch draws the same masks however it was scheduled or resumed."""
 
 
 def make_rubric_reward(grader: Grader, **options: Any) -> Callable:
@@ -71,6 +78,8 @@ async def rubric_reward(
     count_tokens: Callable[[str], int] | None = None,
     decode: Callable[[list], list[str]] | None = None,
     rubric_for: Callable[[str, list], list] | None = None,
+    dropout: RubricDropout | None = None,
+    trainer_state: Any = None,
     id: list | None = None,  # noqa: A002 - TRL passes each dataset column under its own name
     **kwargs: Any,
 ) -> list[float | None]:
@@ -82,12 +91,26 @@ async def rubric_reward(
     other processes of a run wait for this one at the next collective, and a hung judge must not reach the process
     group's timeout. `count_tokens` (the policy's tokenizer) measures reasoning and answer lengths in tokens;
     `decode` (its batch_decode) reads each completion from `completion_ids` as TRL decodes unparsed ones, so that a
-    response template's parsing cannot hide where the reasoning ended."""
+    response template's parsing cannot hide where the reasoning ended. With `dropout`, each query's rubric loses the
+    criteria its mask drops at this batch's step (TRAINS_AT, else `trainer_state.global_step`) before grading."""
     if not len(prompts) == len(completions) == len(rubrics):
         raise ValueError(f"{len(prompts)} prompts, {len(completions)} completions, {len(rubrics)} rubrics")
     if rubric_for is not None and id is not None:  # rubrics evolving during the run (rurl/evolution.py)
         rubrics = [rubric_for(str(query_id), list(rubric)) for query_id, rubric in zip(id, rubrics)]
     parsed = [rubric_from_items(list(rubric), f"rubrics column, row {i}") for i, rubric in enumerate(rubrics)]
+    dropped = {"criteria": 0, "judge_verdicts": 0}
+    if dropout is not None and dropout.share > 0:
+        if id is None:
+            raise ValueError("rubric dropout draws each query's mask from its id: the rows need an `id` column")
+        step = TRAINS_AT.get()
+        step = step if step is not None else (trainer_state.global_step if trainer_state is not None else 0)
+        kept = [dropout.kept(rubric, str(query_id), step) for rubric, query_id in zip(parsed, id)]
+        for full, rubric in zip(parsed, kept):
+            dropped["criteria"] += len(full.criteria) - len(rubric.criteria)
+            dropped["judge_verdicts"] += sum(c.rule is None for c in full.criteria) - sum(
+                c.rule is None for c in rubric.criteria
+            )
+        parsed = kept
     config = grader.config
     if decode is not None and completion_ids is not None:
         texts = decode(completion_ids)
@@ -149,6 +172,9 @@ async def rubric_reward(
     if log_metric is not None:
         for name, value in {**stats.metrics(), **endpoint_metrics(grader.client)}.items():
             log_metric(name, value)
+        if dropout is not None and dropout.share > 0:  # per completion; the verdicts the judge was not asked for
+            log_metric("rubric/dropped_criteria", dropped["criteria"] / len(items))
+            log_metric("rubric/dropped_judge_verdicts", float(dropped["judge_verdicts"]))
     if log_extra is not None:
         log_extra(
             "rubric_verdicts",

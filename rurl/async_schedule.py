@@ -47,7 +47,7 @@ from typing import Any
 
 import torch
 
-from grading.reward import GRADE_AFTER
+from grading.reward import GRADE_AFTER, TRAINS_AT
 from rurl.sampled_logps import SampledLogps
 
 REPORTS = ("log_metric", "log_extra", "on_batch")
@@ -60,6 +60,7 @@ class Pending:
 
     inputs: list[dict]
     step: int  # the global step whose weights generated it
+    trains_at: int = 0  # the global step that trains it: `step`, or the next one for a batch generated ahead
     generation: tuple | None = None  # TRL's _generate result
     logps: list = field(default_factory=list)  # TRL's _get_per_token_logps_and_entropies results, in call order
     old_logps: torch.Tensor | None = None  # the generating weights' log-probabilities, where TRL computed none
@@ -196,7 +197,8 @@ class AheadSchedule:
         """Generate `inputs`' completions and start grading them once `after`'s grading is done; TRL's metrics of
         this call are kept apart."""
         trainer = self.trainer
-        pending = Pending(inputs=inputs, step=trainer.state.global_step)
+        step = trainer.state.global_step
+        pending = Pending(inputs=inputs, step=step, trains_at=step + (after is not None))
         if after is not None:
             pending.waits_for = list(after.tasks.values())
         saved = trainer._metrics, trainer._logs, trainer._pending_metrics, trainer._pending_extra_logs
@@ -339,9 +341,11 @@ class AheadSchedule:
                 if kwargs.get(name) is not None or keywords.get(name) is not None:
                     kwargs[name] = functools.partial(_record, reports, name)
             turn = GRADE_AFTER.set(self._turn(pending))  # in the task's context, copied as it is created
+            trains_at = TRAINS_AT.set(pending.trains_at)  # rubric dropout's masks are the training step's
             try:
                 task = asyncio.ensure_future(function(**kwargs))
             finally:
+                TRAINS_AT.reset(trains_at)
                 GRADE_AFTER.reset(turn)
             if not pending.tasks:
                 pending.started = time.monotonic()

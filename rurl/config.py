@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 from checks.probe_test import ProbeTest
+from grading.dropout import RubricDropout
 from rubricrl.config import ConfigError, load_yaml
 
 if typing.TYPE_CHECKING:
@@ -121,6 +122,14 @@ class RurlConfig:
     on_alarm: Literal["warn", "stop"] = "warn"
     """warn: a line on stderr, a wandb alert and a record in the summary. stop: the same, then a checkpoint and the
     run ends, exiting non-zero with the line. Every process takes the same decision at the same step."""
+    rubric_dropout: float = 0.0
+    """Rubric dropout (arXiv 2608.11669): the share of each rubric's positive criteria left out of the reward at a
+    step, one mask per prompt group drawn from its id and the step (grading/dropout.py); never penalties nor criteria
+    tagged `protected`; the reward normalized over the kept ones, whose verdicts alone are asked of the judge; the
+    full rubric at evaluation. 0: off."""
+    rubric_dropout_min: int = 1
+    """Positive criteria a rubric keeps at least under rubric_dropout (a rubric with fewer is refused when the data
+    loads: dropout could never leave it enough)."""
     evolve: bool = False
     """Rubrics that evolve under the policy (RLER, DR Tulu; rurl/evolution.py): the `evolver` role writes new criteria
     for a query from its group of answers and its current rubric. The original criteria are never removed."""
@@ -248,6 +257,16 @@ class RurlConfig:
             )
         if self.judge_deadline <= 0:
             raise ValueError(f"judge_deadline must be above 0 (seconds), got {self.judge_deadline}")
+        if not 0 <= self.rubric_dropout < 1:
+            raise ValueError(
+                f"rubric_dropout must be within [0, 1) (a share of the positive criteria), got {self.rubric_dropout}"
+            )
+        if self.rubric_dropout_min < 1:
+            raise ValueError(f"rubric_dropout_min must be at least 1, got {self.rubric_dropout_min}")
+
+    @property
+    def dropout(self) -> RubricDropout | None:
+        return RubricDropout(self.rubric_dropout, self.rubric_dropout_min) if self.rubric_dropout else None
         if self.overlong_penalty < 0:
             raise ValueError(f"overlong_penalty must be >= 0, got {self.overlong_penalty}")
 

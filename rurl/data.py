@@ -147,6 +147,15 @@ def load_rurl_data(
         budget = prompt_budget(grpo, model)
     main_process = grpo is None or grpo.process_index == 0  # every rank loads the data; one says what it left out
     rows, rejected, bad_counts = untrainable(rows, mode, budget, config.bad_rows, path, announce=main_process)
+    if config.rubric_dropout:
+        short = [row for row in rows if sum(c.points > 0 for c in row.rubric.criteria) < config.rubric_dropout_min]
+        if short:
+            first = short[0]
+            positives = sum(c.points > 0 for c in first.rubric.criteria)
+            raise ConfigError(
+                f"rurl.rubric_dropout_min {config.rubric_dropout_min}: above the {positives} positive criteria of "
+                f"{first.where or path} (id {first.id!r}) and {len(short) - 1} more rubric(s); lower it"
+            )
     train, evaluation = split_rows(rows, config.eval_size, seed)
     counts: dict[str, int] = {}
     role = None

@@ -246,6 +246,7 @@ def train(
         on_batch=monitor.record,
         deadline=rurl.judge_deadline,
         rubric_for=evolution.rubric_for if evolution else None,
+        dropout=rurl.dropout,
         **reading,
     )
     data_info = {

@@ -138,7 +138,9 @@ def test_one_step_ahead_every_process_follows_the_same_schedule(tmp_path, quiet_
     """async_steps 1 with dynamic sampling over 6 prompts (3 steps an epoch, one prompt per process and step, two of
     them flat): each step generates the next batch on both processes, collects its own batch's grades, then pools
     and exchanges kept groups, every process reaching the same collectives in the same order. The run ends by itself
-    at max_steps; the batch generated ahead of the last step is not trained."""
+    at max_steps; the batch generated ahead of the last step is not trained. With rubric dropout at 0.5, each
+    process asks the judge only the criteria its groups' masks keep (2 of 5 dropped per group: the same on both
+    processes, drawn from the query and the step)."""
     prompts = ["FLAT: say hello.", "Write one sentence about the sea.", "Name a river.", "FLAT: name a colour."]
     prompts += ["Describe the rain.", "Name a fruit."]
     with FaultServer(reply=scripted_judge, latency=0.1) as judge:
@@ -154,11 +156,19 @@ def test_one_step_ahead_every_process_follows_the_same_schedule(tmp_path, quiet_
             "true",
             "--max_extra_rounds",
             "1",
+            "--rubric_dropout",
+            "0.5",
         )
+        asked = [body["messages"][-1]["content"] for body in judge.requests]
     assert code == 0, errs[0][-3000:] + errs[1][-3000:]
     summary = json.loads((out / "manifest.json").read_text())["summary"]
     assert summary["steps"] == 2 and summary["stopped"] is None
     assert summary["async"]["batches"] == 2 and summary["async"]["untrained_batches"] == 1
+    logged = [
+        e["rubric/dropped_judge_verdicts"] for e in json.loads((out / "log_history.json").read_text()) if "reward" in e
+    ]
+    assert logged and all(value > 0 for value in logged)  # the judge was asked 3 of 5 criteria a completion
+    assert asked and len(asked) % 3 == 0
     steps = [entry for entry in json.loads((out / "log_history.json").read_text()) if "reward" in entry]
     # the first step trains its own batch; the second, per process, a group kept from the batch generated ahead (1)
     # or one from the extra round (0), averaged over the two processes

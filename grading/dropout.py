@@ -1,0 +1,52 @@
+"""Rubric dropout (Rubric Dropout, arXiv 2608.11669): at each training step a share of each rubric's positive
+criteria is left out of the reward, so that a policy cannot learn every criterion the training judge over-credits at
+once. One mask per prompt group, shared by its rollouts (their advantages compare like with like), drawn from the
+query's id and the step the batch trains at, so that every process and a resumed run draw the same. Penalties
+(negative points) and protected criteria (tagged `protected`: the safety-critical ones) are never dropped, at least
+`minimum` positive criteria are kept, and the reward is normalized over the kept criteria (the dropped ones are left
+out of the rubric before grading: they are never sent to the judge). Evaluation grades the full rubric."""
+
+import hashlib
+import math
+import random
+from dataclasses import dataclass, replace
+
+from grading.rubric import Criterion, Rubric
+
+PROTECTED_TAG = "protected"
+"""A criterion carrying this tag is never dropped (a rubric row: `"tags": ["protected", ...]`)."""
+
+
+def protected(criterion: Criterion) -> bool:
+    return PROTECTED_TAG in criterion.tags
+
+
+@dataclass(frozen=True)
+class RubricDropout:
+    share: float
+    """The share of each rubric's droppable positive criteria left out at a step, in [0, 1): 0 leaves all in."""
+    minimum: int = 1
+    """Positive criteria kept at least, whatever the share."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.share < 1:
+            raise ValueError(f"rubric_dropout must be in [0, 1), got {self.share}")
+        if self.minimum < 1:
+            raise ValueError(f"rubric_dropout_min must be at least 1, got {self.minimum}")
+
+    def dropped(self, rubric: Rubric, query_id: str, step: int) -> frozenset[int]:
+        """The indices of `rubric`'s criteria left out for query `query_id` at `step`."""
+        droppable = [i for i, c in enumerate(rubric.criteria) if c.points > 0 and not protected(c)]
+        positives = sum(c.points > 0 for c in rubric.criteria)
+        count = min(math.floor(self.share * len(droppable)), max(0, positives - self.minimum))
+        if count <= 0:
+            return frozenset()
+        seed = int.from_bytes(hashlib.sha256(f"{query_id}\0{step}".encode()).digest()[:8], "big")
+        return frozenset(random.Random(seed).sample(droppable, count))
+
+    def kept(self, rubric: Rubric, query_id: str, step: int) -> Rubric:
+        """`rubric` without the criteria dropped for `query_id` at `step`."""
+        dropped = self.dropped(rubric, query_id, step)
+        if not dropped:
+            return rubric
+        return replace(rubric, criteria=tuple(c for i, c in enumerate(rubric.criteria) if i not in dropped))
