@@ -104,6 +104,10 @@ class RurlConfig:
     are counted (monitor/failed) and never stop training; its calls are the `monitor` role's usage. With it, the
     held-out rows are also evaluated at step 0, before any update: the alarms' baseline. (Not `monitor`: torchrun
     would take --monitor for its own --monitor-interval.)"""
+    gold_best: bool | None = None
+    """Keep the model of the evaluation where the monitor's held-out score peaked, in output_dir/gold-best (replaced
+    at each new peak), and name its step and both judges' scores in the summary (rurl/gold_best.py). None: on with
+    monitor_judge; true without monitor_judge is refused."""
     alarm_level: float = 0.05
     """The chance an alarm fires in a run where nothing changes: divergence, a paired bootstrap over the held-out
     examples at this level split over the run's planned evaluations (Bonferroni); grader talk, a two-proportion test
@@ -257,6 +261,8 @@ class RurlConfig:
             )
         if self.judge_deadline <= 0:
             raise ValueError(f"judge_deadline must be above 0 (seconds), got {self.judge_deadline}")
+        if self.gold_best and not self.monitor_judge:
+            raise ValueError("gold_best keeps the model of the monitor's peak: it needs monitor_judge: true")
         if not 0 <= self.rubric_dropout < 1:
             raise ValueError(
                 f"rubric_dropout must be within [0, 1) (a share of the positive criteria), got {self.rubric_dropout}"

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
+from checks.overclaim import overclaim
 from grading.dataset import RubricRow
 from grading.grader import Graded, GradeItem, Grader
 from grading.report import build_report, example_metrics
@@ -48,12 +49,16 @@ class PolicyEvaluation(TrainerCallback):
         self.monitor = monitor
         """The second judge (rurl.monitor_judge), grading the same answers after the training judge."""
         self.alarms = alarms
+        self.gold_best = None
+        """rurl/gold_best.py: the model of the monitor's peak, kept (set by add_evaluation)."""
         self.monitor_failures = 0
         self.deadline = deadline
         """Seconds the grading may take: the other processes wait for the main one at the next collective."""
         self.path = Path(output_dir) / "eval.jsonl"
         self.answers_path = Path(output_dir) / ANSWERS_FILE
         self.last: dict | None = None
+        self.last_records: list[dict] = []
+        """The training judge's graded records of the last evaluation (the monitor's overclaim is against them)."""
         self._done_at: int | None = None
         self.seconds = 0.0
         """Wall time spent evaluating (answers and grading), which the run's step times leave out."""
@@ -90,14 +95,18 @@ class PolicyEvaluation(TrainerCallback):
         scores = self._grade(step, answers) if self.trainer.accelerator.is_main_process else None
         if not self.trainer.accelerator.is_main_process:
             self.trainer.log({})
-        if self.alarms is not None:
+        if self.alarms is not None or self.gold_best is not None:
             main = self.trainer.accelerator.is_main_process
-            saved = self.alarms.saved_baseline(step) if main and self.alarms.baseline is None else None
+            alarms = self.alarms
+            saved = alarms.saved_baseline(step) if alarms is not None and main and alarms.baseline is None else None
             if self.trainer.accelerator.num_processes > 1:
                 from accelerate.utils import broadcast_object_list
 
                 scores, saved = broadcast_object_list([scores, saved])
-            self.alarms.observe_eval(step, *(scores or (None, None, {})), saved=saved)
+            if alarms is not None:
+                alarms.observe_eval(step, *(scores or (None, None, {})), saved=saved)
+            if self.gold_best is not None:
+                self.gold_best.observe(step, *(scores or (None, None, {})))
 
     def _grade(self, step: int, answers: list[str]) -> tuple[float | None, float | None, dict]:
         """Main process: the report of the training judge (and of the monitor), logged and written; returns both
@@ -112,6 +121,7 @@ class PolicyEvaluation(TrainerCallback):
             print(f"rurl eval: step {step}: not graded: {error}", file=sys.stderr)
             self.trainer.log({"eval/failed": 1.0})  # every process logs at an eval, the others an empty dict
             return None, None, {}
+        self.last_records = records
         report = build_report(records, **self.grader.config.rule())
         metrics = {f"eval/{name}": value for name, value in report["metrics"].items()}
         metrics["eval/judge_failure_rate"] = report["judge_failure_rate"]
@@ -150,6 +160,11 @@ class PolicyEvaluation(TrainerCallback):
         overall, trained = report["metrics"].get("overall_score"), self.last["metrics"].get("overall_score")
         if overall is not None and trained is not None:
             metrics["monitor/gap"] = trained - overall
+        disagreement = overclaim(self.last_records, records)
+        for name in ("overclaim", "underclaim"):
+            if disagreement[name] is not None:
+                metrics[f"monitor/{name}"] = disagreement[name]
+        self.last["overclaim"] = disagreement
         return overall, metrics, records
 
     def _records(self, grader: Grader, items: list[GradeItem], answers: list[str]) -> list[dict]:
@@ -314,5 +329,9 @@ def add_evaluation(trainer, grader: Grader, data, rurl, output_dir: Path, alarms
         monitor=Grader(grader.client, replace(grader.config, judge_role="monitor")) if rurl.monitor_judge else None,
         alarms=alarms,
     )
+    if rurl.monitor_judge and rurl.gold_best is not False:
+        from rurl.gold_best import GoldBest
+
+        evaluation.gold_best = GoldBest(trainer, output_dir)
     trainer.add_callback(evaluation)
     return evaluation

@@ -82,6 +82,7 @@ def run_summary(
         "dynamic_sampling_logged": dynamic or None,
         "eval": _headline((evaluation.last or {}).get("metrics", {})) if evaluation else None,
         "monitor": _monitor(evaluation),
+        "gold_best": evaluation.gold_best.summary() if evaluation and evaluation.gold_best else None,
         "alarms": list(alarms),
         "hardest_criteria": criteria[:3],
         "easiest_criteria": criteria[-3:][::-1],
@@ -138,9 +139,17 @@ def summary_text(summary: dict[str, Any], output_dir: Path) -> str:
     if monitor:
         calls = (summary.get("usage_main_process") or {}).get("monitor", {}).get("requests", 0)
         lines.append(
-            f"  monitor (last eval): overall {_num(monitor.get('overall_score'))}, gap {_num(monitor.get('gap'))}; "
+            f"  monitor (last eval): overall {_num(monitor.get('overall_score'))}, gap {_num(monitor.get('gap'))}, "
+            f"overclaim {_pct(monitor.get('overclaim'))}, underclaim {_pct(monitor.get('underclaim'))}; "
             f"{calls} calls, {monitor['failed']:g} evaluation(s) it failed to grade"
         )
+        gold = summary.get("gold_best")
+        if gold:
+            from rurl.gold_best import line
+
+            lines.append(f"  {line(gold)}")
+        if monitor.get("most_overclaimed"):
+            lines.append("  most overclaimed: " + "; ".join(repr(_short(c)) for c in monitor["most_overclaimed"]))
     if summary.get("seconds_by_phase"):
         lines.append("  time: " + ", ".join(f"{name} {s:.1f} s" for name, s in summary["seconds_by_phase"].items()))
     for alarm in summary.get("alarms") or ():
@@ -156,9 +165,13 @@ def _monitor(evaluation) -> dict[str, Any] | None:
     if evaluation is None or evaluation.monitor is None:
         return None
     last = (evaluation.last or {}).get("monitor") or {}
+    disagreement = (evaluation.last or {}).get("overclaim") or {}
     return {
         "overall_score": last.get("monitor/overall_score"),
         "gap": last.get("monitor/gap"),
+        "overclaim": disagreement.get("overclaim"),
+        "underclaim": disagreement.get("underclaim"),
+        "most_overclaimed": [row["criterion"] for row in disagreement.get("top", [])[:3]],
         "failed": evaluation.monitor_failures,
     }
 
@@ -178,6 +191,10 @@ def _criterion(row: dict[str, Any]) -> str:
 
 def _short(text: str) -> str:
     return text if len(text) <= 50 else text[:49] + "…"
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0%}"
 
 
 def _num(value: float | None) -> str:

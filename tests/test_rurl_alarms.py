@@ -182,6 +182,19 @@ def test_a_diverging_monitor_stops_both_processes_at_the_same_step_with_a_checkp
     ]
     assert sorted(evals[0]["paired"].values()) == [[0.0, 1.0], [0.0, 1.0]]  # the evidence, per example
     assert monitor_calls[0] == 2 * rows
+    # overclaim: at step 0 the monitor credits the 10 criteria the training judge rejects (underclaim 100%); at step
+    # 1 the reverse (overclaim 100%); the most overclaimed criteria listed
+    assert (evals[0]["overclaim"]["overclaim"], evals[0]["overclaim"]["underclaim"]) == (None, 1.0)
+    assert (evals[1]["overclaim"]["overclaim"], evals[1]["overclaim"]["judge_credited"]) == (1.0, rows)
+    assert evals[1]["overclaim"]["top"] and summary["monitor"]["overclaim"] == 1.0
+    # the gold-best checkpoint: the monitor peaked at step 0 (1.0, the training judge 0.0), saved by both processes
+    # (a collective save) and named in the summary against the last evaluation
+    gold = summary["gold_best"]
+    assert (gold["step"], gold["monitor"], gold["judge"]) == (0, 1.0, 0.0) and gold["last"]["step"] == 1
+    assert gold["peak_above_last"]["examples"] == 2
+    assert json.loads((out / "gold-best" / "gold_best.json").read_text())["step"] == 0
+    assert any(out.joinpath("gold-best").glob("*.safetensors"))
+    assert "gold-best checkpoint: step 0, monitor 1.000, training judge 0.000" in errs[0]
     # saved only once the processes' evolved rubrics were found one
     assert "evolve" in json.loads((out / "checkpoint-1" / "rurl_state.json").read_text())
     assert "STRICT: names a fact." in (out / "rubric_buffer.json").read_text()
