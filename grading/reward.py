@@ -155,6 +155,7 @@ async def rubric_reward(
                     failed_requests=tally.failed,
                     request_seconds=tally.mean_seconds,
                     error=error,
+                    rows=[None] * len(items),
                 )
             )
         return [None] * len(items)
@@ -272,6 +273,9 @@ class BatchStats:
     penalties: set[str] = field(default_factory=set)
     """The criteria (texts) with negative points among the batch's verdicts: one that no completion of a group
     triggers is a guard-rail at work, counted apart from dead criteria."""
+    rows: list[list[tuple[int, bool | None]] | None] = field(default_factory=list)
+    """Per completion, in the batch's order: each criterion's (points, met) in rubric order (met None: undecided),
+    or None when the completion is unscored: the verdicts criterion-level advantages are computed from."""
 
     def metrics(self) -> dict[str, float]:
         out = {
@@ -336,7 +340,12 @@ def batch_stats(
             ):
                 decided[key].append(v.met)
     scored = [(r, n) for r, n in zip(rewards, lengths) if r is not None]
+    rows = [
+        None if g is None or reward is None else [(v.points, v.met) for v in g.verdicts]
+        for g, reward in zip(graded, rewards)
+    ]
     return BatchStats(
+        rows=rows,
         completions=len(graded),
         unscored=sum(r is None for r in rewards),
         flagged=sum(g is not None and g.integrity_flag is not None for g in graded),

@@ -131,6 +131,11 @@ class RurlConfig:
     step, one mask per prompt group drawn from its id and the step (grading/dropout.py); never penalties nor criteria
     tagged `protected`; the reward normalized over the kept ones, whose verdicts alone are asked of the judge; the
     full rubric at evaluation. 0: off."""
+    criterion_advantage: Literal["none", "decoupled", "discriminating"] = "none"
+    """How a group's advantages come from its verdicts (rurl/criterion_advantage.py): none, GRPO's of the rubric
+    score; decoupled, each criterion normalized within the group before the weighted sum (GDPO's idea); discriminating,
+    weights moved toward the criteria whose verdicts differ within the group (POW3R's idea). Not with evolve_apply
+    same_step (its regraded groups' verdicts are not the ones kept here)."""
     rubric_dropout_min: int = 1
     """Positive criteria a rubric keeps at least under rubric_dropout (a rubric with fewer is refused when the data
     loads: dropout could never leave it enough)."""
@@ -261,6 +266,12 @@ class RurlConfig:
             )
         if self.judge_deadline <= 0:
             raise ValueError(f"judge_deadline must be above 0 (seconds), got {self.judge_deadline}")
+        if self.criterion_advantage not in ("none", "decoupled", "discriminating"):
+            raise ValueError(
+                f"criterion_advantage must be none, decoupled or discriminating, got {self.criterion_advantage!r}"
+            )
+        if self.criterion_advantage != "none" and self.evolve and self.evolve_apply == "same_step":
+            raise ValueError("criterion_advantage is not available with evolve_apply same_step; use next_draw")
         if self.gold_best and not self.monitor_judge:
             raise ValueError("gold_best keeps the model of the monitor's peak: it needs monitor_judge: true")
         if not 0 <= self.rubric_dropout < 1:

@@ -56,6 +56,8 @@ class FailureMonitor:
         """The penalty criteria (texts) among those completions' verdicts (BatchStats.penalties)."""
         self.errors: list[str] = []
         """Why a reward call since the last sync could ask nothing (BatchStats.error): the trainer stops on it."""
+        self.rows: list = []
+        """This process's completions' verdicts since the last take, in order (BatchStats.rows)."""
         self._pending = dict.fromkeys(COUNTS, 0)
         self._pending_criteria: dict[str, list[int]] = defaultdict(lambda: [0, 0])
 
@@ -68,6 +70,7 @@ class FailureMonitor:
                 counts[0] += met
                 counts[1] += total
         self.answers += stats.answers
+        self.rows += stats.rows
         self.penalties |= stats.penalties
         if stats.error:
             self.errors.append(stats.error)
@@ -107,6 +110,11 @@ class FailureMonitor:
         self.first_counts = {**dict.fromkeys(COUNTS, 0), **state["first_counts"]}  # counts added since: 0
         self.synced = int(state["synced"])
         self.recent.extend(state["recent"])
+
+    def take_rows(self) -> list:
+        """The completions' verdicts (BatchStats.rows) since the last take, in order; starts anew."""
+        taken, self.rows = self.rows, []
+        return taken
 
     def take_answers(self) -> tuple[list[tuple[str, dict[str, bool]]], set[str], list[str]]:
         """The judged completions since the last take, the penalties among their criteria, and the errors that left

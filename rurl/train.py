@@ -351,6 +351,7 @@ def build_trainer(
                 failure_monitor=monitor,
                 evolution=evolution,
                 async_steps=rurl.async_steps,
+                criterion_advantage=rurl.criterion_advantage,
             )
         if evolution is not None:
             evolution.attach(trainer)

@@ -10,6 +10,7 @@ shape). Multimodal batches are refused.
 
 import asyncio
 import json
+import math
 import sys
 import time
 from dataclasses import replace
@@ -22,6 +23,8 @@ from trl import GRPOTrainer
 
 from checks.audit import group_saturation
 from rurl.async_schedule import AheadSchedule
+from rurl.criterion_advantage import advantages as criterion_advantages
+from rurl.criterion_advantage import criterion_scores
 from rurl.dynamic_sampling import DynamicSampler, DynamicSampling
 from rurl.rewards import unscored_rows
 from rurl.update_gate import UpdateGate
@@ -58,6 +61,7 @@ class RubricGRPOTrainer(GRPOTrainer):
         failure_monitor=None,
         evolution=None,
         async_steps: int = 0,
+        criterion_advantage: str = "none",
         **kwargs: Any,
     ):
         check_trl_version()
@@ -74,13 +78,13 @@ class RubricGRPOTrainer(GRPOTrainer):
         self.stop_reason: str | None = None  # set alike on every process; rurl.guards.StopOnRequest stops the run
         self.judge_error: str | None = None  # why the judge could not be asked, when that stopped the run
         self.last_rewards: torch.Tensor | None = None  # (rows of all processes, reward functions)
+        self.criterion_advantage = criterion_advantage  # rurl/criterion_advantage.py
+        self._criterion_advantages: list[float] | None = None  # of all processes' rows, for the batch being scored
         self.sampler = None if dynamic is None else DynamicSampler(self, dynamic, self._scored_round)
         self.ahead = (
             None
             if not async_steps
-            else AheadSchedule(
-                self, super()._generate_and_score_completions, None if self.sampler is None else self.sampler.batch
-            )
+            else AheadSchedule(self, self._trl_scored, None if self.sampler is None else self.sampler.batch)
         )
         self.update_gate = UpdateGate(self)
         self.add_callback(self.update_gate)
@@ -154,7 +158,42 @@ class RubricGRPOTrainer(GRPOTrainer):
                     metrics["rubric/saturated_criteria"].append(saturated / counted)
                     metrics["rubric/dead_criteria"].append(dead / counted)
                     metrics["rubric/untriggered_penalties"].append(untriggered / counted)
+                self._criterion_step(rewards, metrics)
         return rewards
+
+    def _criterion_step(self, rewards: torch.Tensor, metrics) -> None:
+        """The batch's criterion-level advantages (kept for `_trl_scored`) and, whatever the mode, the share of flat
+        (group, criterion) pairs and of groups with all-zero advantages, from every process's verdicts in row order."""
+        rows = [row for part in gather_object([self.failure_monitor.take_rows()]) for row in part]
+        self._criterion_advantages = None
+        if len(rows) != rewards.size(0):  # not every row's verdicts came with this batch (never expected)
+            return
+        scores, flat = criterion_scores(rows, self.num_generations, self.criterion_advantage)
+        if self.criterion_advantage == "none":
+            scores = [None if math.isnan(r) else r for r in rewards[:, 0].tolist()]
+        values, zero_groups = criterion_advantages(scores, self.num_generations, self.scale_rewards)
+        metrics["rubric/flat_criteria"].append(flat["rubric/flat_criteria"])
+        metrics["rubric/zero_advantage_groups"].append(zero_groups)
+        if self.criterion_advantage != "none":
+            self._criterion_advantages = values
+
+    def _trl_scored(self, inputs):
+        """TRL's generation and scoring of a batch, its advantages replaced by the criterion-level ones when
+        rurl.criterion_advantage asks for them (this process's rows of the batch's)."""
+        output = super()._generate_and_score_completions(inputs)
+        values, self._criterion_advantages = self._criterion_advantages, None
+        starting = self.ahead is not None and self.ahead.phase == "start"  # graded later: replayed at collect
+        if values is not None and not starting:
+            local = output["advantages"].size(0)
+            mine = values[self.accelerator.process_index * local : (self.accelerator.process_index + 1) * local]
+            output["advantages"] = torch.tensor(
+                mine, dtype=output["advantages"].dtype, device=output["advantages"].device
+            )
+            logged = self._logs["advantages"]  # the completions table shows the advantages trained on
+            for _ in range(min(len(values), len(logged))):
+                logged.pop()
+            logged.extend(values)
+        return output
 
     def _evolve(self, batch, rewards, answers, penalties):
         """The evolution round of a scored batch (rurl/evolution.py); with evolve_apply same_step, the groups whose
@@ -232,7 +271,7 @@ class RubricGRPOTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs):
         if not self.model.training or (self.sampler is None and self.ahead is None):
-            return super()._generate_and_score_completions(inputs)
+            return self._trl_scored(inputs)
         if self.ahead is not None:
             return self.ahead.step(inputs)
         return self.sampler.batch(inputs)
@@ -240,7 +279,7 @@ class RubricGRPOTrainer(GRPOTrainer):
     def _scored_round(self, inputs):
         """A generation batch generated and scored now (dynamic sampling's rounds). Under the async schedule it
         carries the weights' log-probabilities, as the batch generated a step earlier that it joins does."""
-        output = super()._generate_and_score_completions(inputs)
+        output = self._trl_scored(inputs)
         if self.ahead is not None:
             if "old_per_token_logps" not in output:
                 output["old_per_token_logps"] = self.ahead.old_logps(output)

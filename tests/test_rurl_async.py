@@ -42,6 +42,7 @@ def trainer_on(tmp_path, judge: FaultServer, prompts: list[str], async_steps: in
     full, dynamic = settings.pop("full", False), settings.pop("dynamic", None)
     policy, lora = settings.pop("model", None), settings.pop("lora", None)
     monitor, role = settings.pop("failure_monitor", None), settings.pop("role", None)
+    criterion_advantage = settings.pop("criterion_advantage", "none")
     rows = [
         {"id": f"q{i}", "prompt": [{"role": "user", "content": p}], "rubrics": RUBRIC} for i, p in enumerate(prompts)
     ]
@@ -73,6 +74,7 @@ def trainer_on(tmp_path, judge: FaultServer, prompts: list[str], async_steps: in
         async_steps=async_steps,
         dynamic=dynamic,
         failure_monitor=monitor,
+        criterion_advantage=criterion_advantage,
     )
     try:
         yield trainer
