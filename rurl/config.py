@@ -42,6 +42,9 @@ class RurlConfig:
     eval_size: float = 0.0
     """Rubric rows held out for evaluation: a share (0 < x < 1) or a count (>= 1); 0: none. The split is seeded
     (GRPOConfig's seed) and the held-out ids are written to output_dir/eval_ids.txt."""
+    eval_rubrics: Path | None = None
+    """Evaluate on another rubric dataset (any format `grade` reads, e.g. HealthBench-Hard) instead of rows held out
+    of the training data; eval_size must then be 0."""
     eval_every: int = 0
     """Steps between HealthBench-style evaluations of the policy on the held-out rows (overall, per axis and theme,
     bootstrap std), logged as eval/...; 0: only once, at the end (when rows are held out)."""
@@ -223,6 +226,8 @@ class RurlConfig:
     def __post_init__(self) -> None:
         if self.eval_size < 0 or (self.eval_size >= 1 and self.eval_size != int(self.eval_size)):
             raise ValueError(f"eval_size must be a share in (0, 1), a whole count >= 1 or 0, got {self.eval_size}")
+        if self.eval_rubrics is not None and self.eval_size:
+            raise ValueError("give eval_rubrics (another dataset to evaluate on) or eval_size (rows held out), not both")
         if self.async_steps not in (0, 1):
             raise ValueError(f"async_steps must be 0 (synchronous) or 1 (one step ahead), got {self.async_steps}")
         for name in ("eval_every", "max_extra_rounds", "overlong_buffer"):

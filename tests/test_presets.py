@@ -159,7 +159,15 @@ def test_a_ruft_preset_builds_and_trains(preset, tmp_path, home, tiny):
     ran_as_written(path, config, {f.lstrip("-") for f in size} | {"defaults", "self_judging"})
 
 
-RURL = ["dapo.yaml", "rar-grpo.yaml", "rler.yaml", "rubrichub-dapo.yaml", "ruscarl.yaml", "tiny-cpu.yaml"]
+RURL = [
+    "dapo.yaml",
+    "hacking-gpu.yaml",
+    "rar-grpo.yaml",
+    "rler.yaml",
+    "rubrichub-dapo.yaml",
+    "ruscarl.yaml",
+    "tiny-cpu.yaml",
+]
 
 
 @pytest.mark.parametrize("preset", RURL)
@@ -174,10 +182,15 @@ def test_a_rurl_preset_trains_two_steps_and_evaluates(preset, tmp_path, home, ti
         size["--overlong_buffer"] = "4"
     if written["rurl"].get("dynamic_sampling"):
         size["--max_extra_rounds"] = "1"
+    if written["rurl"].get("eval_rubrics"):  # another dataset held out: two rows of the HealthBench sample
+        size.update({"--eval_rubrics": str(HEALTHBENCH), "--eval_size": "0", "--eval_max_examples": "2"})
     out = tmp_path / "policy"
     with FaultServer(reply=varied_reply) as server:
         argv = ["rurl", "train", "--config", str(path), "--output_dir", str(out), *flags(size)]
-        assert main([*argv, "--base-url", server.base_url, *CANNED]) == 0
+        own = [
+            f"{name}.base_url={server.base_url}" for name, role in written["llm"]["roles"].items() if "base_url" in role
+        ]
+        assert main([*argv, "--base-url", server.base_url, *CANNED, *(["--roles", *own] if own else [])]) == 0
         assert server.count > 0
     assert (out / "config.json").is_file() and next(out.glob("*.safetensors"))
     history = json.loads((out / "log_history.json").read_text())

@@ -690,3 +690,20 @@ def test_the_probe_preflight_warns_or_stops_before_the_policy_loads(tmp_path, ca
         with pytest.raises(AssertionError, match="a model was loaded"):
             main(rurl_train(*argv, "--output_dir", str(tmp_path / "warned")))
         assert "warning: probe preflight: " in capsys.readouterr().err
+
+
+def test_eval_rubrics_holds_out_another_dataset_whole(tmp_path):
+    """rurl.eval_rubrics: the in-training evaluation reads another dataset (HealthBench-Hard, say), every training
+    row trains; with eval_size too it is one line."""
+    other = tmp_path / "held_out.jsonl"
+    other.write_text(
+        "".join(
+            json.dumps({"id": f"h{i}", "question": f"Held-out {i}?", "rubrics": [{"criterion": "c", "points": 1}]})
+            + "\n"
+            for i in range(3)
+        )
+    )
+    data = load_rurl_data(TINY_DATA, RurlConfig(eval_rubrics=other), seed=0)
+    assert [row.id for row in data.evaluation] == ["h0", "h1", "h2"] and len(data.train) == 8
+    with pytest.raises(ValueError, match="give eval_rubrics .* or eval_size .*, not both"):
+        RurlConfig(eval_rubrics=other, eval_size=2)
