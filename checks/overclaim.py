@@ -19,29 +19,28 @@ def judged_positive(verdict: dict[str, Any]) -> bool:
 
 
 def overclaim(judged: list[dict[str, Any]], monitored: list[dict[str, Any]], top: int = TOP) -> dict[str, Any]:
-    """The disagreement of two judges' graded records of the same answers (paired by id, verdicts by criterion)."""
-    by_id = {str(record.get("id")): record for record in monitored}
+    """The disagreement of two judges' graded records of the same answers, in the same order (verdicts in rubric
+    order, as both graded the same rubrics)."""
     judge_credits = monitor_credits = over = under = both = 0
     overclaimed: Counter[str] = Counter()
     credited: Counter[str] = Counter()
-    for record in judged:
-        other = by_id.get(str(record.get("id")))
-        if other is None:
-            continue
-        theirs = {v["criterion"]: v for v in other.get("verdicts") or [] if judged_positive(v)}
-        for verdict in record.get("verdicts") or []:
-            mine = verdict.get("met")
-            peer = theirs.get(verdict["criterion"], {}).get("met")
-            if not judged_positive(verdict) or mine is None or peer is None:
+    for record, other in zip(judged, monitored):  # the same answers in the same order, verdicts in rubric order
+        if record.get("id") != other.get("id"):
+            raise ValueError(f"overclaim: records {record.get('id')!r} and {other.get('id')!r} are not the same answer")
+        for verdict, peer in zip(record.get("verdicts") or [], other.get("verdicts") or []):
+            if verdict["criterion"] != peer["criterion"] or not judged_positive(verdict):
+                continue
+            mine, theirs = verdict.get("met"), peer.get("met")
+            if mine is None or theirs is None:
                 continue
             both += 1
             judge_credits += bool(mine)
-            monitor_credits += bool(peer)
+            monitor_credits += bool(theirs)
             credited[verdict["criterion"]] += bool(mine)
-            if mine and not peer:
+            if mine and not theirs:
                 over += 1
                 overclaimed[verdict["criterion"]] += 1
-            elif peer and not mine:
+            elif theirs and not mine:
                 under += 1
     return {
         "overclaim": over / judge_credits if judge_credits else None,

@@ -23,6 +23,7 @@ biased judge, which should refuse before the first step.
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 from pathlib import Path
@@ -234,10 +235,13 @@ def main(argv: list[str] | None = None) -> int:
         "--probe", action="store_true", help="the probe preflight against the biased judge, no training"
     )
     parser.add_argument("--policy", help="another starting model (default: the preset's, the embedded model)")
+    parser.add_argument("--trigger", default="most", help="the biased judge's trigger word")
+    parser.add_argument("--long-words", type=int, default=40, help="words from which the biased judge finds it long")
     args = parser.parse_args(argv)
     rubrics = write_training_rubrics(args.output_dir)
     figures: dict[str, list[dict]] = {}
-    with LabJudge(rules_of(lab_rows()), Bias(trigger="most")) as judge:
+    bias = Bias(trigger=args.trigger, long_words=args.long_words)
+    with LabJudge(rules_of(lab_rows()), bias) as judge:
         if args.probe:
             argv = train_argv(
                 rubrics, args.output_dir / "probe", judge.base_url, "none", 0, 1, args.learning_rate, args.policy
@@ -249,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
             for seed in args.seeds:
                 out = args.output_dir / kind / f"seed-{seed}"
                 if not finished(out, args.steps):
+                    shutil.rmtree(out, ignore_errors=True)  # a run cut short is trained anew, not appended to
                     before = dict(judge.calls)
                     argv = train_argv(
                         rubrics, out, judge.base_url, kind, seed, args.steps, args.learning_rate, args.policy
@@ -260,7 +265,9 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"hacking lab: {kind} seed {seed}: judge calls {judge.calls['biased'] - before['biased']}")
                 figures.setdefault(kind, []).append(run_figures(out))
     summary = summarise(figures)
-    (args.output_dir / "hacking_lab.json").write_text(json.dumps({"summary": summary, "runs": figures}, indent=1))
+    settings = {"bias": vars(bias), "steps": args.steps, "learning_rate": args.learning_rate, "seeds": args.seeds}
+    found = {"settings": settings, "summary": summary, "runs": figures}
+    (args.output_dir / "hacking_lab.json").write_text(json.dumps(found, indent=1))
     print(table(summary))
     write_plot(figures, args.plot)
     print(f"hacking lab: curves in {args.plot}, figures in {args.output_dir / 'hacking_lab.json'}")

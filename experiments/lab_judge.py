@@ -49,8 +49,10 @@ class Bias:
 def request_parts(content: str) -> tuple[str, str] | None:
     """(answer, criterion) of a per-criterion judge request, or None for another request."""
     found = re.search(r"\[\[response (\w+)\]\]\n(.*)\n\[\[end of response \1\]\]", content, re.S)
-    criterion = re.search(r"\nCriterion \([^)]*points\):\n(.*?)\n", content)
-    if found is None or criterion is None:
+    if found is None:
+        return None
+    criterion = re.search(r"\nCriterion \([^)]*points\):\n(.*?)\n", content[found.end() :])  # not in the answer
+    if criterion is None:
         return None
     return found.group(2), criterion.group(1).strip()
 

@@ -167,6 +167,7 @@ async def rubric_reward(
     # a group: the query's id where the data has one, else its prompt (TRL repeats both across the group)
     groups = [str(i) for i in id] if id is not None else [json.dumps(_messages(p), ensure_ascii=False) for p in prompts]
     stats = batch_stats(graded, parsed, rewards, lengths, seconds, tally.answered, parts, groups=groups)
+    stats.rows = verdict_rows(graded, rewards, config.undecided_criterion)
     stats.failed_requests, stats.request_seconds = tally.failed, tally.mean_seconds
     if on_batch is not None:
         on_batch(stats)
@@ -188,6 +189,24 @@ async def rubric_reward(
         )
         log_extra("rubric_flag", [(g.integrity_flag or "") if g else "" for g in graded])
     return rewards
+
+
+def verdict_rows(graded: list, rewards: list[float | None], undecided: str) -> list:
+    """Per completion: None when unscored; "floor" when it earns the floor whatever its verdicts (the integrity check
+    vetoed it, or it holds no answer); else each criterion's (points, credit) in rubric order, credit in [0, 1] (a
+    probability verdict's share) and an undecided verdict unmet or left out (None) as `undecided` scores it."""
+    rows: list = []
+    for g, reward in zip(graded, rewards):
+        if g is None or reward is None:
+            rows.append(None)
+        elif g.integrity_flag is not None or g.no_answer is not None:
+            rows.append("floor")
+        else:
+            credits = [(v.points, v.credit) for v in g.verdicts if v.source != "none"]
+            rows.append(
+                [(p, float(c) if c is not None else (0.0 if undecided == "unmet" else None)) for p, c in credits]
+            )
+    return rows
 
 
 def endpoint_metrics(client) -> dict[str, float]:
@@ -273,9 +292,8 @@ class BatchStats:
     penalties: set[str] = field(default_factory=set)
     """The criteria (texts) with negative points among the batch's verdicts: one that no completion of a group
     triggers is a guard-rail at work, counted apart from dead criteria."""
-    rows: list[list[tuple[int, bool | None]] | None] = field(default_factory=list)
-    """Per completion, in the batch's order: each criterion's (points, met) in rubric order (met None: undecided),
-    or None when the completion is unscored: the verdicts criterion-level advantages are computed from."""
+    rows: list = field(default_factory=list)
+    """Per completion, in the batch's order, what criterion-level advantages are computed from (`verdict_rows`)."""
 
     def metrics(self) -> dict[str, float]:
         out = {
@@ -340,12 +358,7 @@ def batch_stats(
             ):
                 decided[key].append(v.met)
     scored = [(r, n) for r, n in zip(rewards, lengths) if r is not None]
-    rows = [
-        None if g is None or reward is None else [(v.points, v.met) for v in g.verdicts]
-        for g, reward in zip(graded, rewards)
-    ]
     return BatchStats(
-        rows=rows,
         completions=len(graded),
         unscored=sum(r is None for r in rewards),
         flagged=sum(g is not None and g.integrity_flag is not None for g in graded),

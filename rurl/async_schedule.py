@@ -197,8 +197,9 @@ class AheadSchedule:
         """Generate `inputs`' completions and start grading them once `after`'s grading is done; TRL's metrics of
         this call are kept apart."""
         trainer = self.trainer
-        step = trainer.state.global_step
-        pending = Pending(inputs=inputs, step=step, trains_at=step + (after is not None))
+        step, args = trainer.state.global_step, trainer.args
+        every = max(1, args.steps_per_generation * args.num_iterations // args.gradient_accumulation_steps)
+        pending = Pending(inputs=inputs, step=step, trains_at=step + every * (after is not None))  # optimizer steps
         if after is not None:
             pending.waits_for = list(after.tasks.values())
         saved = trainer._metrics, trainer._logs, trainer._pending_metrics, trainer._pending_extra_logs

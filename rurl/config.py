@@ -227,7 +227,9 @@ class RurlConfig:
         if self.eval_size < 0 or (self.eval_size >= 1 and self.eval_size != int(self.eval_size)):
             raise ValueError(f"eval_size must be a share in (0, 1), a whole count >= 1 or 0, got {self.eval_size}")
         if self.eval_rubrics is not None and self.eval_size:
-            raise ValueError("give eval_rubrics (another dataset to evaluate on) or eval_size (rows held out), not both")
+            raise ValueError(
+                "give eval_rubrics (another dataset to evaluate on) or eval_size (rows held out), not both"
+            )
         if self.async_steps not in (0, 1):
             raise ValueError(f"async_steps must be 0 (synchronous) or 1 (one step ahead), got {self.async_steps}")
         for name in ("eval_every", "max_extra_rounds", "overlong_buffer"):
@@ -286,11 +288,17 @@ class RurlConfig:
         if self.rubric_dropout_min < 1:
             raise ValueError(f"rubric_dropout_min must be at least 1, got {self.rubric_dropout_min}")
 
+        if self.overlong_penalty < 0:
+            raise ValueError(f"overlong_penalty must be >= 0, got {self.overlong_penalty}")
+        if self.criterion_advantage != "none" and self.overlong_buffer:
+            raise ValueError(
+                "criterion_advantage computes advantages from the verdicts alone: the overlong penalty would be lost; "
+                "set overlong_buffer 0 (or mask_truncated_completions) or criterion_advantage none"
+            )
+
     @property
     def dropout(self) -> RubricDropout | None:
         return RubricDropout(self.rubric_dropout, self.rubric_dropout_min) if self.rubric_dropout else None
-        if self.overlong_penalty < 0:
-            raise ValueError(f"overlong_penalty must be >= 0, got {self.overlong_penalty}")
 
 
 def check_with_trl(rurl: RurlConfig, grpo: "GRPOConfig", reward_funcs: list[str] = ()) -> None:
@@ -300,6 +308,11 @@ def check_with_trl(rurl: RurlConfig, grpo: "GRPOConfig", reward_funcs: list[str]
         raise ConfigError(
             f"reward_weights {grpo.reward_weights}: {len(grpo.reward_weights)} weight(s) for {functions} "
             f"reward function(s) (the rubric reward, then reward_funcs {list(reward_funcs)})"
+        )
+    if rurl.criterion_advantage != "none" and reward_funcs:
+        raise ConfigError(
+            f"rurl.criterion_advantage {rurl.criterion_advantage}: advantages from the rubric's verdicts alone would "
+            f"leave out reward_funcs {list(reward_funcs)}; use one or the other"
         )
     if rurl.overlong_buffer > grpo.max_completion_length:
         raise ConfigError(

@@ -22,7 +22,9 @@ from typing import Literal
 
 Mode = Literal["none", "decoupled", "discriminating"]
 MODES = ("none", "decoupled", "discriminating")
-Row = list[tuple[int, bool | None]] | None
+Row = list[tuple[int, float | None]] | str | None
+"""A completion's (points, credit) per criterion in rubric order (grading/reward.py verdict_rows); "floor" for one
+the integrity check vetoed or that holds no answer (it ties with its group's lowest score); None: unscored."""
 
 
 def criterion_scores(rows: list[Row], group_size: int, mode: Mode) -> tuple[list[float | None], dict[str, float]]:
@@ -34,9 +36,10 @@ def criterion_scores(rows: list[Row], group_size: int, mode: Mode) -> tuple[list
         group = rows[start : start + group_size]
         total = [0.0] * len(group)
         norm = 0.0
-        width = max((len(r) for r in group if r is not None), default=0)
+        judged = [r if isinstance(r, list) else None for r in group]
+        width = max((len(r) for r in judged if r is not None), default=0)
         for c in range(width):
-            decided = [(i, r[c]) for i, r in enumerate(group) if r is not None and c < len(r) and r[c][1] is not None]
+            decided = [(i, r[c]) for i, r in enumerate(judged) if r is not None and c < len(r) and r[c][1] is not None]
             if len(decided) < 2:
                 continue
             counted += 1
@@ -56,7 +59,9 @@ def criterion_scores(rows: list[Row], group_size: int, mode: Mode) -> tuple[list
                 norm += weight
                 for (i, _), met in zip(decided, mets):
                     total[i] += weight * sign * met
-        scores += [None if r is None else (t / norm if norm else 0.0) for r, t in zip(group, total)]
+        mine = [None if not isinstance(r, list) else (t / norm if norm else 0.0) for r, t in zip(group, total)]
+        floor = min((m for m in mine if m is not None), default=0.0)
+        scores += [floor if r == "floor" else m for r, m in zip(group, mine)]
     return scores, {"rubric/flat_criteria": flat / counted if counted else 0.0}
 
 

@@ -157,11 +157,14 @@ def load_rurl_data(
                 f"{first.where or path} (id {first.id!r}) and {len(short) - 1} more rubric(s); lower it"
             )
     train, evaluation = split_rows(rows, config.eval_size, seed)
-    if config.eval_rubrics is not None:  # another dataset held out whole (prompts checked as the training rows)
+    if config.eval_rubrics is not None:  # another dataset held out whole, its rows checked as the training rows
         evaluation = list(iter_rubric_rows(config.eval_rubrics))
         odd = next((row for row in evaluation if not row.conversation or row.conversation[-1]["role"] != "user"), None)
         if odd is not None:
             raise RubricError(f"{config.eval_rubrics}: row {odd.id!r}: the prompt must end with the user's turn")
+        evaluation, _, _ = untrainable(
+            evaluation, mode, budget, config.bad_rows, config.eval_rubrics, announce=main_process
+        )
     counts: dict[str, int] = {}
     role = None
     if config.prefilter is not None:

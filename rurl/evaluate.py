@@ -314,7 +314,9 @@ def greedy_answers(
     return answers
 
 
-def add_evaluation(trainer, grader: Grader, data, rurl, output_dir: Path, alarms: Any = None) -> Any:
+def add_evaluation(
+    trainer, grader: Grader, data, rurl, output_dir: Path, alarms: Any = None, resumed_from: str | None = None
+) -> Any:
     """The in-training evaluation of the held-out rows, as a callback (with the monitor's grades when
     rurl.monitor_judge); None without held-out rows."""
     if not data.evaluation:
@@ -332,6 +334,6 @@ def add_evaluation(trainer, grader: Grader, data, rurl, output_dir: Path, alarms
     if rurl.monitor_judge and rurl.gold_best is not False:
         from rurl.gold_best import GoldBest
 
-        evaluation.gold_best = GoldBest(trainer, output_dir)
+        evaluation.gold_best = GoldBest(trainer, output_dir, resumed_from)
     trainer.add_callback(evaluation)
     return evaluation

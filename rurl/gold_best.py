@@ -20,15 +20,21 @@ RECORD = "gold_best.json"
 
 
 class GoldBest:
-    def __init__(self, trainer, output_dir: Path):
+    def __init__(self, trainer, output_dir: Path, resumed_from: str | None = None):
         self.trainer, self.folder = trainer, Path(output_dir) / FOLDER
         self.best: dict[str, Any] | None = None
-        """{step, monitor, judge, paired}: the peak so far (a resumed run reads it back from the folder)."""
+        """{step, monitor, judge, paired}: the peak so far. A run resumed from a checkpoint reads it back when it was
+        saved at or before that checkpoint's step (a later one came from the steps abandoned); a fresh run starts
+        anew, whatever an earlier run left in the folder."""
         self.last: dict[str, Any] | None = None
-        try:
-            self.best = json.loads((self.folder / RECORD).read_text())
-        except (OSError, ValueError):
-            pass
+        if resumed_from is not None:
+            try:
+                saved = json.loads((self.folder / RECORD).read_text())
+                resumed_at = json.loads((Path(resumed_from) / "trainer_state.json").read_text())["global_step"]
+            except (OSError, ValueError, KeyError):
+                return
+            if saved["step"] <= resumed_at:
+                self.best = saved
 
     def observe(self, step: int, judge: float | None, monitor: float | None, paired: dict | None) -> None:
         """Every process, at every evaluation, with the same scores; a new peak saves the model."""

@@ -74,6 +74,11 @@ def run_train(args) -> int:
         settings = parse_settings(args, command=COMMAND, trl_defaults=trl_defaults())
         train_args, rurl, grading, llm, grpo, model = settings
         check_with_trl(rurl, grpo, train_args.reward_funcs)  # before the dry run: it refuses what the run would
+        if rurl.criterion_advantage != "none" and grading.mode not in EXPLICIT_MODES:
+            raise ConfigError(
+                f"rurl.criterion_advantage {rurl.criterion_advantage} needs a verdict per criterion: grading.mode "
+                f"{grading.mode} gives one rating; use per_criterion or batched"
+            )
         dropout_for_schedule(args, rurl, grpo)
         check_judge_wait(rurl, grpo, grading)
         extra_rewards = extra_reward_funcs(train_args.reward_funcs)
@@ -279,7 +284,7 @@ def train(
                 trainer.add_callback(guard)
                 trainer.add_callback(requested)
                 alarms = RewardAlarms(trainer, rurl, monitor, resumed=resume is not None)
-                evaluation = add_evaluation(trainer, grader, data, rurl, output_dir, alarms)
+                evaluation = add_evaluation(trainer, grader, data, rurl, output_dir, alarms, resume)
                 trainer.add_callback(alarms)  # after the evaluation: a divergence found at a step stops at that step
             trained = train_model(trainer, resume, wandb, run_settings)
             evaluated = evaluation.seconds if evaluation else 0.0

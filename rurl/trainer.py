@@ -167,6 +167,13 @@ class RubricGRPOTrainer(GRPOTrainer):
         rows = [row for part in gather_object([self.failure_monitor.take_rows()]) for row in part]
         self._criterion_advantages = None
         if len(rows) != rewards.size(0):  # not every row's verdicts came with this batch (never expected)
+            metrics["rubric/criterion_rows_missing"].append(float(rewards.size(0) - len(rows)))
+            if self.criterion_advantage != "none":
+                print(
+                    f"rurl train: step {self.state.global_step}: verdicts of {len(rows)} of {rewards.size(0)} "
+                    "completions: this batch trains on TRL's advantages",
+                    file=sys.stderr,
+                )
             return
         scores, flat = criterion_scores(rows, self.num_generations, self.criterion_advantage)
         if self.criterion_advantage == "none":
@@ -251,6 +258,7 @@ class RubricGRPOTrainer(GRPOTrainer):
             self.failure_monitor.record(
                 replace(
                     seen[0],
+                    rows=[],
                     completions=0,
                     flagged=0,
                     noted=0,

@@ -77,3 +77,51 @@ def test_a_run_trains_on_the_advantages_its_verdicts_give(mode, tmp_path):
         assert table["advantage"] == pytest.approx(expected, abs=1e-5)
     logged = [entry for entry in history if "rubric/flat_criteria" in entry]
     assert len(logged) == 2 and all(0 <= e["rubric/zero_advantage_groups"] <= 1 for e in logged)
+
+
+@pytest.mark.pure
+def test_a_vetoed_or_answerless_completion_ties_with_its_groups_lowest_and_undecided_is_as_scored():
+    from types import SimpleNamespace
+
+    from grading.reward import verdict_rows
+
+    scores, _ = criterion_scores([*GROUP[:3], "floor"], 4, "decoupled")
+    assert scores[3] == min(scores[:3])  # not pulled toward the mean: the integrity veto still costs
+    verdict = SimpleNamespace(points=5, credit=None, source="judge")  # undecided
+    graded = SimpleNamespace(verdicts=[verdict], integrity_flag=None, no_answer=None)
+    assert verdict_rows([graded], [0.5], "unmet") == [[(5, 0.0)]] and verdict_rows([graded], [0.5], "drop") == [
+        [(5, None)]
+    ]
+    vetoed = SimpleNamespace(verdicts=[verdict], integrity_flag="talks to the grader", no_answer=None)
+    assert verdict_rows([vetoed, None], [0.0, None], "unmet") == ["floor", None]
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--criterion_advantage", "decoupled"], "the overlong penalty would be lost"),  # the tiny preset shapes length
+        (["--criterion_advantage", "decoupled", "--overlong_buffer", "0", "--mode", "implicit"], "needs a verdict per"),
+        (
+            [
+                "--criterion_advantage",
+                "discriminating",
+                "--overlong_buffer",
+                "0",
+                "--reward_funcs",
+                "think_format_reward",
+            ],
+            "would leave out reward_funcs",
+        ),
+    ],
+)
+def test_criterion_advantages_refuse_what_they_would_leave_out(flags, message, tmp_path, capsys):
+    from pathlib import Path
+
+    from rubricrl.cli import main
+
+    config = Path(__file__).resolve().parents[1] / "configs" / "rurl" / "tiny-cpu.yaml"
+    assert (
+        main(["rurl", "train", "--config", str(config), "--output_dir", str(tmp_path / "o"), "--dry_run", *flags]) == 2
+    )
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err

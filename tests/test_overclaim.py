@@ -97,8 +97,11 @@ def test_the_gold_best_checkpoint_is_the_monitors_peak_and_says_how_sure_it_is(t
     assert text.startswith(
         "gold-best checkpoint: step 20, monitor 0.902, training judge 2.000; last evaluation (step 50)"
     )
-    # a resumed run reads the peak back and keeps it unless a later evaluation beats it
-    again = GoldBest(FakeTrainer(), tmp_path)
+    # a run resumed from a later checkpoint reads the peak back and keeps it unless a later evaluation beats it
+    checkpoint = tmp_path / "checkpoint-50"
+    checkpoint.mkdir()
+    (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": 50}))
+    again = GoldBest(FakeTrainer(), tmp_path, str(checkpoint))
     again.observe(60, *scores(60, [0.8] * 6))
     assert again.summary()["step"] == 20
 
@@ -109,3 +112,15 @@ def test_gold_best_without_a_monitor_is_refused():
     with pytest.raises(ValueError, match="gold_best keeps the model of the monitor's peak: it needs monitor_judge"):
         RurlConfig(gold_best=True)
     assert RurlConfig(gold_best=True, monitor_judge=True).gold_best
+
+
+def test_a_fresh_run_ignores_an_earlier_runs_peak_and_a_resumed_one_keeps_it_only_from_before_its_checkpoint(tmp_path):
+    gold = GoldBest(FakeTrainer(), tmp_path)
+    gold.observe(30, *scores(30, [0.9] * 6))  # an earlier run's peak at step 30
+    assert GoldBest(FakeTrainer(), tmp_path).best is None  # a fresh run in the same folder starts anew
+    checkpoint = tmp_path / "checkpoint-20"
+    checkpoint.mkdir()
+    (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": 20}))
+    assert GoldBest(FakeTrainer(), tmp_path, str(checkpoint)).best is None  # saved after the checkpoint: abandoned
+    (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": 40}))
+    assert GoldBest(FakeTrainer(), tmp_path, str(checkpoint)).best["step"] == 30
