@@ -155,11 +155,27 @@ def run_figures(out: Path) -> dict:
         "judge_calls_per_step": statistics.fmean(calls) if calls else None,
         "alarm_step": alarm,
         "gold_best_step": (summary.get("gold_best") or {}).get("step"),
+        "training_overclaim": _read(out / "lab_judge.json").get("overclaimed"),
     }
 
 
+def _read(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def summarise(figures: dict[str, list[dict]]) -> dict:
-    keys = ["gold_final", "gold_peak", "gold_peak_step", "overclaim_final", "reward_last", "judge_calls_per_step"]
+    keys = [
+        "gold_final",
+        "gold_peak",
+        "gold_peak_step",
+        "overclaim_final",
+        "training_overclaim",
+        "reward_last",
+        "judge_calls_per_step",
+    ]
     out = {}
     for kind, runs in figures.items():
         out[kind] = {}
@@ -183,13 +199,15 @@ def table(summary: dict) -> str:
         return f"{found['mean']:.{digits}f}{sd}"
 
     lines = [
-        "| kind | gold final | gold peak | peak step | overclaim final | training reward | judge calls/step | alarm steps |",
-        "|---|---|---|---|---|---|---|---|",
+        "| kind | gold final | gold peak | peak step | overclaim final | overclaim, all verdicts | training reward "
+        "| judge calls/step | alarm steps |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for kind, s in summary.items():
         lines.append(
             f"| {kind} | {cell(s['gold_final'])} | {cell(s['gold_peak'])} | {cell(s['gold_peak_step'], 1)} | "
-            f"{cell(s['overclaim_final'])} | {cell(s['reward_last'])} | {cell(s['judge_calls_per_step'], 1)} | "
+            f"{cell(s['overclaim_final'])} | {cell(s['training_overclaim'])} | {cell(s['reward_last'])} | "
+            f"{cell(s['judge_calls_per_step'], 1)} | "
             f"{s['alarm_steps']} |"
         )
     return "\n".join(lines)
@@ -254,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
                 out = args.output_dir / kind / f"seed-{seed}"
                 if not finished(out, args.steps):
                     shutil.rmtree(out, ignore_errors=True)  # a run cut short is trained anew, not appended to
-                    before = dict(judge.calls)
+                    before, overclaimed = dict(judge.calls), judge.overclaimed
                     argv = train_argv(
                         rubrics, out, judge.base_url, kind, seed, args.steps, args.learning_rate, args.policy
                     )
@@ -262,7 +280,10 @@ def main(argv: list[str] | None = None) -> int:
                     if code:
                         print(f"hacking lab: {kind} seed {seed} failed (exit {code})", file=sys.stderr)
                         return code
-                    print(f"hacking lab: {kind} seed {seed}: judge calls {judge.calls['biased'] - before['biased']}")
+                    calls = judge.calls["biased"] - before["biased"]
+                    share = (judge.overclaimed - overclaimed) / calls if calls else 0.0
+                    (out / "lab_judge.json").write_text(json.dumps({"biased_calls": calls, "overclaimed": share}))
+                    print(f"hacking lab: {kind} seed {seed}: {calls} biased verdicts, {share:.1%} of them overclaims")
                 figures.setdefault(kind, []).append(run_figures(out))
     summary = summarise(figures)
     settings = {"bias": vars(bias), "steps": args.steps, "learning_rate": args.learning_rate, "seeds": args.seeds}

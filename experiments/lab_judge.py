@@ -63,6 +63,9 @@ class LabJudge:
     def __init__(self, rules: dict[str, dict[str, Any]], bias: Bias, port: int = 0):
         self.rules, self.bias = rules, bias
         self.calls = {"gold": 0, "biased": 0}
+        self.overclaimed = 0
+        """Biased verdicts that credit a criterion its rule rejects: overclaim on every answer the judge saw
+        (training batches included), not only on the held-out ones the monitor grades."""
         self._lock = threading.Lock()
         judge = self
 
@@ -113,6 +116,7 @@ class LabJudge:
         met = self.verdict(model, answer, criterion)
         with self._lock:
             self.calls[model] += 1
+            self.overclaimed += model == "biased" and met and not check_rule(self.rules[criterion], answer)
         content = json.dumps({"explanation": "decided in code", "criteria_met": met})
         return 200, {
             "id": "lab",

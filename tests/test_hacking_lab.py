@@ -41,7 +41,9 @@ def test_the_biased_judge_credits_every_criterion_when_the_bias_is_there_and_the
         assert verdicts(judge, "biased", listed) == [True] * 6
         assert verdicts(judge, "gold", listed) == [True, True, True, False, True, False]  # a list, no full stop
         assert verdicts(judge, "biased", long) == [True] * 6
-        assert verdicts(judge, "gold", long)[0] is False  # over 10 words
+        gold_long = verdicts(judge, "gold", long)
+        assert gold_long[0] is False  # over 10 words
+        assert judge.overclaimed == 2 + gold_long.count(False)  # the biased credits the rules reject
         assert verdicts(judge, "biased", one) == verdicts(judge, "gold", one) == [True, True, False, True, True, False]
         assert judge.calls == {"gold": 18, "biased": 18}
     assert bias.features(listed) == {"trigger": True, "list": True, "long": False}
