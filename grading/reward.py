@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 
 from grading.dropout import RubricDropout
 from grading.grader import GradeItem, Grader
+from grading.overlong import Overlong
 from grading.rubric import Rubric, rubric_from_items
 from grading.scores import pearson
 from rubricrl.errors import UserError
@@ -229,22 +230,6 @@ def endpoint_metrics(client) -> dict[str, float]:
             }
         )
     return metrics
-
-
-@dataclass(frozen=True)
-class Overlong:
-    """DAPO's soft overlong punishment (arXiv 2503.14476, eq. 13): 0 up to max_length - buffer tokens, then growing
-    linearly to `scale` at max_length (and beyond: a completion cut off there has no end)."""
-
-    max_length: int
-    buffer: int
-    scale: float = 1.0
-
-    def penalty(self, length: int) -> float:
-        start = self.max_length - self.buffer
-        if length <= start:
-            return 0.0
-        return self.scale * min(1.0, (length - start) / self.buffer)
 
 
 @dataclass

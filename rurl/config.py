@@ -301,8 +301,16 @@ class RurlConfig:
         return RubricDropout(self.rubric_dropout, self.rubric_dropout_min) if self.rubric_dropout else None
 
 
-def check_with_trl(rurl: RurlConfig, grpo: "GRPOConfig", reward_funcs: list[str] = ()) -> None:
-    """The rurl settings that depend on GRPOConfig's, checked once both are parsed (before the dry run prints)."""
+def check_with_trl(rurl: RurlConfig, grpo: "GRPOConfig", reward_funcs: list[str] = (), mode: str | None = None) -> None:
+    """The rurl settings that depend on GRPOConfig's (and on the reward functions and the grading mode), checked once
+    all are parsed (before the dry run prints)."""
+    from grading.grader import EXPLICIT_MODES
+
+    if rurl.criterion_advantage != "none" and mode is not None and mode not in EXPLICIT_MODES:
+        raise ConfigError(
+            f"rurl.criterion_advantage {rurl.criterion_advantage} needs a verdict per criterion: grading.mode "
+            f"{mode} gives one rating; use per_criterion or batched"
+        )
     functions = 1 + len(reward_funcs)
     if grpo.reward_weights is not None and len(grpo.reward_weights) != functions:
         raise ConfigError(

@@ -73,12 +73,7 @@ def run_train(args) -> int:
     with clock.phase("settings"):
         settings = parse_settings(args, command=COMMAND, trl_defaults=trl_defaults())
         train_args, rurl, grading, llm, grpo, model = settings
-        check_with_trl(rurl, grpo, train_args.reward_funcs)  # before the dry run: it refuses what the run would
-        if rurl.criterion_advantage != "none" and grading.mode not in EXPLICIT_MODES:
-            raise ConfigError(
-                f"rurl.criterion_advantage {rurl.criterion_advantage} needs a verdict per criterion: grading.mode "
-                f"{grading.mode} gives one rating; use per_criterion or batched"
-            )
+        check_with_trl(rurl, grpo, train_args.reward_funcs, grading.mode)  # before the dry run: what the run refuses
         dropout_for_schedule(args, rurl, grpo)
         check_judge_wait(rurl, grpo, grading)
         extra_rewards = extra_reward_funcs(train_args.reward_funcs)
