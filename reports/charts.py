@@ -88,6 +88,12 @@ def training_curves(folder: Folder) -> list[Chart | None]:
             errors,
         ),
         curves({k: folder.series(k) for k in evals}, "eval score per axis", "score"),
+        curves(
+            {k: folder.series(k) for k in ("monitor/overclaim", "monitor/underclaim")},
+            "the training judge against the monitor: criteria it credits that the monitor rejects (overclaim), "
+            "and the reverse",
+            "share",
+        ),
         curves({k: folder.series(k) for k in RATES}, "rubric rates per step", "rate"),
         curves({k: folder.series(k) for k in tags}, "criteria pass rate per tag / category", "pass rate"),
         curves(

@@ -604,6 +604,7 @@ def test_rurl_run_shows_the_monitor_beside_the_judge_and_the_criteria_that_moved
     history = make_rurl(tmp_path / "run")
     for step, entry in enumerate(e for e in history if "eval/overall_score" in e):
         entry["monitor/overall_score"], entry["monitor/gap"] = 0.6 - 0.2 * step, entry["eval/overall_score"] - 0.6
+        entry["monitor/overclaim"], entry["monitor/underclaim"] = 0.1 * step, 0.0
     (tmp_path / "run" / "log_history.json").write_text(json.dumps(history))
     rows = [
         {"criterion": "Flatters the grader.", "first_pass_rate": 0.1, "first_decided": 40, "last_pass_rate": 0.9},
@@ -626,6 +627,7 @@ def test_rurl_run_shows_the_monitor_beside_the_judge_and_the_criteria_that_moved
     page = Page((tmp_path / "run" / "report.html").read_text())
     titles = [a["alt"] for t, a in page.tags if t == "img"]
     assert any(t.endswith(", the monitor judge's beside it") for t in titles)
+    assert any(t.startswith("the training judge against the monitor: criteria it credits") for t in titles)
     moved = page.table_with(["criterion", "first", "last", "moved", "decided"])
     # decided once: not tested; 50% -> 60% of 40: chance (p = 0.37); 10% -> 90%: p = 8.3e-13
     assert [r[0] for r in moved[1:]] == ["Flatters the grader."]
