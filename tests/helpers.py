@@ -7,6 +7,7 @@ import asyncio
 import fcntl
 import hashlib
 import json
+import os
 import re
 import signal
 import subprocess
@@ -175,3 +176,16 @@ def is_probe(response: str) -> bool:
         or any(text.startswith(sentence) for sentence in polite)
         or re.fullmatch(r"(- )?[a-z][a-z'-]{3,}((, |; | / |\n- )[a-z][a-z'-]{3,})*", text) is not None
     )
+
+
+def group_gone(group: int, within: float = 30.0) -> bool:
+    """Whether every process of the launch's process group has exited (torchrun waits for its workers, so this is
+    true at once unless one was left behind)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.2)
+    return False

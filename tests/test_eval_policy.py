@@ -5,7 +5,6 @@ model, an adapter without its base and a server that does not come up in time ar
 server. The policy is a tiny random model (what it writes does not matter here); the judge is scripted."""
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -19,7 +18,7 @@ import pytest
 from rubricrl.cli import main
 from rubricrl.serving.discovery import free_port
 from tests.fault_server import FaultServer, schema_reply
-from tests.helpers import tiny_policy
+from tests.helpers import group_gone, tiny_policy
 
 pytestmark = pytest.mark.slow
 
@@ -91,18 +90,6 @@ def server_pid(stderr: str) -> int:
     return int(found.group(1))
 
 
-def gone(pid: int, seconds: float = 30) -> bool:
-    """The server's process group (the API server leads it, its engine in it) has no process left."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.3)
-    return False
-
-
 def test_a_lora_checkpoint_is_merged_served_graded_by_its_judge_and_its_server_stopped(
     tiny, home, rubrics, tmp_path, capsys
 ):
@@ -111,7 +98,7 @@ def test_a_lora_checkpoint_is_merged_served_graded_by_its_judge_and_its_server_s
         assert main(eval_argv(rubrics, tmp_path / "eval", str(adapter), judge.base_url)) == 0
         asked = [" ".join(m["content"] for m in body["messages"]) for body in judge.requests]
     err = capsys.readouterr().err
-    assert gone(server_pid(err)) and "stopping the local server this command started" in err
+    assert group_gone(server_pid(err)) and "stopping the local server this command started" in err
     merged = next((home / "merged").iterdir())
     assert merged.name.startswith("checkpoint-2@") and (merged / "config.json").is_file()
     records = [json.loads(line) for line in (tmp_path / "eval" / "graded.jsonl").read_text().splitlines()]
@@ -130,7 +117,7 @@ def test_an_error_mid_run_stops_the_policy_server(tiny, home, rubrics, tmp_path,
     err = capsys.readouterr().err
     error = [line for line in err.splitlines() if line.startswith("rubricrl: error:")]
     assert len(error) == 1 and down in error[0] and "does not answer" in error[0]
-    assert gone(server_pid(err))
+    assert group_gone(server_pid(err))
 
 
 def test_ctrl_c_mid_run_stops_the_policy_server(tiny, home, rubrics, tmp_path):
@@ -152,7 +139,7 @@ def test_ctrl_c_mid_run_stops_the_policy_server(tiny, home, rubrics, tmp_path):
         _, err = command.communicate(timeout=120)
         release.set()
     assert command.returncode == 130 and "interrupted (Ctrl-C)" in err
-    assert gone(server_pid(err))
+    assert group_gone(server_pid(err))
 
 
 @pytest.mark.parametrize(

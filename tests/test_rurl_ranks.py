@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.fault_server import FaultServer
-from tests.helpers import tiny_policy, tiny_rurl_train
+from tests.helpers import group_gone, tiny_policy, tiny_rurl_train
 
 pytestmark = pytest.mark.slow
 
@@ -97,7 +97,7 @@ def launch(tmp_path: Path, judge: FaultServer, prompts: list[str], *flags: str) 
         os.killpg(process.pid, signal.SIGKILL)  # torchrun and both ranks
         process.communicate()
         pytest.fail(f"two-process run did not end within {DEADLINE} s (a hang)")
-    assert _group_gone(process.pid), "a process of the launch outlived torchrun"
+    assert group_gone(process.pid), "a process of the launch outlived torchrun"
     errs = sorted(logs.rglob("stderr.log"), key=lambda p: p.parent.name)
     assert len(errs) == 2, output[-3000:]
     return process.returncode, [p.read_text() for p in errs], out
@@ -204,18 +204,3 @@ def test_the_failure_guard_stops_every_process_at_the_same_step(tmp_path, quiet_
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["summary"]["steps"] == 1
     assert manifest["summary"]["judge"]["unscored"] * 2 == manifest["summary"]["judge"]["completions"] == 8
-
-
-def _group_gone(group: int, within: float = 30.0) -> bool:
-    """Whether every process of the launch's process group has exited (torchrun waits for its workers, so this is
-    true at once unless one was left behind)."""
-    import time
-
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(group, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.2)
-    return False
