@@ -259,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--probe", action="store_true", help="the probe preflight against the biased judge, no training"
     )
+    parser.add_argument("--report-only", action="store_true", help="the table and plot of the finished runs alone")
     parser.add_argument("--policy", help="another starting model (default: the preset's, the embedded model)")
     parser.add_argument("--trigger", default="one", help="the biased judge's trigger word")
     parser.add_argument("--long-words", type=int, default=40, help="words from which the biased judge finds it long")
@@ -278,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
         for kind in args.kinds:
             for seed in args.seeds:
                 out = args.output_dir / kind / f"seed-{seed}"
+                if not finished(out, args.steps) and args.report_only:
+                    continue
                 if not finished(out, args.steps):
                     shutil.rmtree(out, ignore_errors=True)  # a run cut short is trained anew, not appended to
                     before, overclaimed = dict(judge.calls), judge.overclaimed
