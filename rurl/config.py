@@ -11,6 +11,7 @@ from typing import ClassVar, Literal
 from checks.probe_test import ProbeTest
 from grading.dropout import RubricDropout
 from rubricrl.config import ConfigError, load_yaml
+from rurl.criterion_advantage import MODES as CRITERION_MODES
 
 if typing.TYPE_CHECKING:
     from trl import GRPOConfig
@@ -273,9 +274,9 @@ class RurlConfig:
             )
         if self.judge_deadline <= 0:
             raise ValueError(f"judge_deadline must be above 0 (seconds), got {self.judge_deadline}")
-        if self.criterion_advantage not in ("none", "decoupled", "discriminating"):
+        if self.criterion_advantage not in CRITERION_MODES:
             raise ValueError(
-                f"criterion_advantage must be none, decoupled or discriminating, got {self.criterion_advantage!r}"
+                f"criterion_advantage must be one of {', '.join(CRITERION_MODES)}, got {self.criterion_advantage!r}"
             )
         if self.criterion_advantage != "none" and self.evolve and self.evolve_apply == "same_step":
             raise ValueError("criterion_advantage is not available with evolve_apply same_step; use next_draw")

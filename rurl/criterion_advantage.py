@@ -29,7 +29,8 @@ the integrity check vetoed or that holds no answer (it ties with its group's low
 
 def criterion_scores(rows: list[Row], group_size: int, mode: Mode) -> tuple[list[float | None], dict[str, float]]:
     """Per completion (None: unscored) the mode's reward, computed group by group (`group_size` consecutive rows,
-    every completion of a group graded against the same criteria), and the flat-criteria share."""
+    every completion of a group graded against the same criteria), and the flat-criteria share (mode none: that
+    share alone, every score 0)."""
     scores: list[float | None] = []
     flat = counted = 0
     for start in range(0, len(rows), group_size):
@@ -49,6 +50,8 @@ def criterion_scores(rows: list[Row], group_size: int, mode: Mode) -> tuple[list
             sign = 1.0 if points > 0 else -1.0
             if spread == 0:
                 flat += 1
+            if mode == "none":  # the flat share alone: the advantages are TRL's
+                continue
             if mode == "decoupled":
                 norm += abs(points)
                 if spread > 0:
