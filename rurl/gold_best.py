@@ -6,8 +6,8 @@ Under reward hacking the training judge's score keeps rising after the monitor's
 
 "Peak" is the highest monitor overall score among the evaluations, the earliest of equals; with tens of held-out
 examples two evaluations' scores differ by noise, so the summary also says how sure the peak is above the final
-evaluation: a one-sided studentized paired bootstrap over the examples both scored (checks/evidence.py), its
-p-value and count. Every process takes the same decision from the broadcast scores (a ZeRO-3 save is collective)."""
+evaluation: a one-sided studentized paired bootstrap over the examples both scored (checks/evidence.py), corrected
+for having picked the peak among the earlier evaluations (peak_test), its p-value and counts. Every process takes the same decision from the broadcast scores (a ZeRO-3 save is collective)."""
 
 import json
 from pathlib import Path
@@ -55,15 +55,44 @@ class GoldBest:
         out = {key: self.best[key] for key in ("step", "monitor", "judge")}
         out["folder"] = str(self.folder)
         if self.last is not None and self.last["step"] != self.best["step"]:
-            common = sorted(set(self.best["paired"]) & set(self.last["paired"]))
-            differences = [self.best["paired"][i][1] - self.last["paired"][i][1] for i in common]
             out["last"] = {key: self.last[key] for key in ("step", "monitor", "judge")}
-            out["peak_above_last"] = {
-                "p": paired_bootstrap(differences, seed=self.best["step"]) if len(differences) > 1 else None,
-                "examples": len(differences),
-                "test": "one-sided studentized paired bootstrap over the held-out examples both evaluations scored",
-            }
+            looks = len(_monitored_steps(self.folder.parent / "eval.jsonl", below=self.last["step"])) or 1
+            out["peak_above_last"] = peak_test(self.best["paired"], self.last["paired"], looks, seed=self.best["step"])
         return out
+
+
+def peak_test(peak: dict, last: dict, looks: int, seed: int) -> dict[str, Any]:
+    """How sure the peak is above the last evaluation: the one-sided studentized paired bootstrap over the examples
+    both scored (`paired`: id -> [judge's, monitor's] score), times the `looks` (evaluations before the last, the
+    peak's candidates): the peak is the highest of them, so its own p-value alone is too small (Bonferroni;
+    benches/gold_best_null.py measures both at no change)."""
+    common = sorted(set(peak) & set(last))
+    differences = [peak[i][1] - last[i][1] for i in common]
+    p = min(1.0, paired_bootstrap(differences, seed=seed) * looks) if len(differences) > 1 else None
+    return {
+        "p": p,
+        "examples": len(differences),
+        "looks": looks,
+        "test": "one-sided studentized paired bootstrap over the held-out examples both evaluations scored, "
+        "Bonferroni over the evaluations before the last",
+    }
+
+
+def _monitored_steps(path: Path, below: int) -> set[int]:
+    """The steps below `below` that eval.jsonl holds a monitor score for (a resumed run's earlier ones included)."""
+    steps = set()
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return steps
+    for text in lines:
+        try:
+            found = json.loads(text)
+        except ValueError:
+            continue
+        if found.get("step", below) < below and (found.get("monitor") or {}).get("monitor/overall_score") is not None:
+            steps.add(found["step"])
+    return steps
 
 
 def line(found: dict[str, Any]) -> str:
@@ -76,6 +105,6 @@ def line(found: dict[str, Any]) -> str:
         p = "n/a" if peak["p"] is None else f"{peak['p']:.3g}"
         text += (
             f"; last evaluation (step {last['step']}) monitor {last['monitor']:.3f}: the peak above it with "
-            f"p = {p} over {peak['examples']} examples"
+            f"p = {p} over {peak['examples']} examples and {peak['looks']} earlier evaluations"
         )
     return text + f" ({found['folder']})"

@@ -82,6 +82,8 @@ def test_the_gold_best_checkpoint_is_the_monitors_peak_and_says_how_sure_it_is(t
     for step, level in monitors.items():
         trainer.step = step
         gold.observe(step, *scores(step, [level + d for d in (-0.05, 0.0, 0.05, 0.02, -0.02, 0.01)]))
+        with (tmp_path / "eval.jsonl").open("a") as log:  # as rurl/evaluate.py writes it
+            log.write(json.dumps({"step": step, "monitor": {"monitor/overall_score": level}}) + "\n")
     assert trainer.saved == [0, 10, 20]  # each new peak, replacing the folder; an equal score is no new peak
     assert (tmp_path / "gold-best" / "model.txt").read_text() == "20"
     assert json.loads((tmp_path / "gold-best" / "gold_best.json").read_text())["step"] == 20
@@ -92,10 +94,12 @@ def test_the_gold_best_checkpoint_is_the_monitors_peak_and_says_how_sure_it_is(t
         and found["judge"] == pytest.approx(2.0)
     )
     assert found["last"]["step"] == 50 and found["peak_above_last"]["examples"] == 6
-    assert found["peak_above_last"]["p"] < 0.01  # every example 0.6 higher at the peak
+    # every example 0.6 higher at the peak; picked among the 5 evaluations before the last, its p-value counts them
+    assert found["peak_above_last"]["looks"] == 5 and found["peak_above_last"]["p"] == pytest.approx(5 / 4001)
     text = line(found)
-    assert text.startswith(
-        "gold-best checkpoint: step 20, monitor 0.902, training judge 2.000; last evaluation (step 50)"
+    assert (
+        text.startswith("gold-best checkpoint: step 20, monitor 0.902, training judge 2.000; last evaluation (step 50)")
+        and "p = 0.00125 over 6 examples and 5 earlier evaluations" in text
     )
     # a run resumed from a later checkpoint reads the peak back and keeps it unless a later evaluation beats it
     checkpoint = tmp_path / "checkpoint-50"
