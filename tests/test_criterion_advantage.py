@@ -54,8 +54,10 @@ def test_advantages_are_centred_and_scaled_per_group_and_an_unscored_completion_
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["decoupled", "discriminating"])
-def test_a_run_trains_on_the_advantages_its_verdicts_give(mode, tmp_path):
+@pytest.mark.parametrize("mode, async_steps", [("decoupled", 0), ("discriminating", 0), ("decoupled", 1)])
+def test_a_run_trains_on_the_advantages_its_verdicts_give(mode, async_steps, tmp_path):
+    """Synchronous and one step ahead (where a batch is graded a step after it was generated): each trained batch's
+    advantages are those its own verdicts give."""
     from rurl.guards import FailureMonitor
     from tests.fault_server import FaultServer
     from tests.helpers import hashed_verdict
@@ -64,7 +66,13 @@ def test_a_run_trains_on_the_advantages_its_verdicts_give(mode, tmp_path):
     with FaultServer(reply=hashed_verdict) as judge:
         prompts = ["Say hello.", "Name a colour.", "Name a fruit.", "Describe the rain."]
         with trainer_on(
-            tmp_path, judge, prompts, 0, max_steps=2, failure_monitor=FailureMonitor(3), criterion_advantage=mode
+            tmp_path,
+            judge,
+            prompts,
+            async_steps,
+            max_steps=2,
+            failure_monitor=FailureMonitor(3),
+            criterion_advantage=mode,
         ) as trainer:
             tables = logged_tables(trainer)
             trainer.train()
