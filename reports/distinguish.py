@@ -2,8 +2,8 @@
 tells the models apart at all. Pure, on graded records (grading's `graded.jsonl`) of the same held-out rows.
 
 - A difference is the mean over the examples both models scored of (b's score - a's): paired, so the examples'
-  own spread cancels. Its 95% interval comes from a bootstrap over those examples (seeded); an interval that holds 0
-  is a tie, whatever the two means say.
+  own spread cancels. Its 95% interval comes from a studentized bootstrap over those examples (seeded); an interval
+  that holds 0 is a tie, whatever the two means say.
 - A judge that credits nearly every positive criterion whatever the answer cannot rank answers: when it credits
   SATURATED or more of the positive criteria it decided (its own verdicts: rule checks are decided in code) on every
   model, the comparison says so first.
@@ -11,13 +11,13 @@ tells the models apart at all. Pure, on graded records (grading's `graded.jsonl`
   with no substance more often than chance allows: a model may differ by what the judge pays for, not by quality.
 """
 
-import random
 import statistics
 from typing import Any
 
+from checks.evidence import paired_interval
+
 SATURATED = 0.95
 """The share of positive criteria credited on every model above which the judge is said not to tell them apart."""
-RESAMPLES = 2000
 
 
 def positive_credit(records: list[dict[str, Any]]) -> tuple[int, int]:
@@ -34,16 +34,14 @@ def positive_credit(records: list[dict[str, Any]]) -> tuple[int, int]:
 
 
 def paired_difference(a: list[dict[str, Any]], b: list[dict[str, Any]], seed: int = 0) -> dict[str, Any] | None:
-    """b's mean score minus a's over the examples both scored, with its bootstrap 95% interval; None with fewer
-    than 2 such examples."""
+    """b's mean score minus a's over the examples both scored, with its studentized bootstrap 95% interval
+    (checks/evidence.py paired_interval); None with fewer than 2 such examples."""
     scores_a = {r["id"]: r["score"] for r in a if r.get("score") is not None and "id" in r}
     pairs = [(scores_a[r["id"]], r["score"]) for r in b if r.get("score") is not None and r.get("id") in scores_a]
     if len(pairs) < 2:
         return None
     differences = [y - x for x, y in pairs]
-    rng = random.Random(seed)
-    means = sorted(statistics.fmean(rng.choices(differences, k=len(differences))) for _ in range(RESAMPLES))
-    low, high = means[int(0.025 * RESAMPLES)], means[int(0.975 * RESAMPLES) - 1]
+    low, high = paired_interval(differences, seed=seed)
     return {"difference": statistics.fmean(differences), "low": low, "high": high, "n": len(pairs)}
 
 
