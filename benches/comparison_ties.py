@@ -3,7 +3,7 @@
     python benches/comparison_ties.py [--trials 400] [--sizes 8 30 100]
 
 Two models with no difference: each held-out example has a pass probability (uniform), and each model's score on it
-is the share of 4 criteria it passes at that probability, drawn apart for the two. The paired 95% bootstrap
+is the share of 4 criteria it passes at that probability, drawn apart for the two. The paired 95% studentized bootstrap
 interval should leave out 0 (the comparison's "better" or "worse") about 5% of the time. Printed per number of
 examples: how often it did, against that nominal 5%. The demo compares 8 examples.
 """
