@@ -117,8 +117,8 @@ def paired_bootstrap(differences: Sequence[float], seed: int, draws: int = 4_000
 def paired_interval(differences: Sequence[float], seed: int, draws: int = 4_000, level: float = 0.95):
     """(low, high): the studentized (bootstrap-t) `level` interval of the mean of paired `differences`, the
     resamples' t quantiles taken around the observed mean (as paired_bootstrap); (mean, mean) when every example
-    moved alike. At 8 examples the plain percentile interval left out 0 in 7.8% of null comparisons at a nominal
-    5% (benches/comparison_ties.py)."""
+    moved alike. With no difference, at 8 examples, it left out 0 in 7.0% of simulated comparisons at a nominal 5%,
+    the plain percentile interval in 9.7%; at 30 and 100 it keeps the level (benches/comparison_ties.py)."""
     import numpy as np
 
     mean, error, t = _studentized(differences, seed, draws)

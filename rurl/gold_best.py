@@ -7,7 +7,8 @@ Under reward hacking the training judge's score keeps rising after the monitor's
 "Peak" is the highest monitor overall score among the evaluations, the earliest of equals; with tens of held-out
 examples two evaluations' scores differ by noise, so the summary also says how sure the peak is above the final
 evaluation: a one-sided studentized paired bootstrap over the examples both scored (checks/evidence.py), corrected
-for having picked the peak among the earlier evaluations (peak_test), its p-value and counts. Every process takes the same decision from the broadcast scores (a ZeRO-3 save is collective)."""
+for having picked the peak among the earlier evaluations (peak_test), its p-value and counts. Every process takes
+the same decision from the broadcast scores (a ZeRO-3 save is collective)."""
 
 import json
 from pathlib import Path
