@@ -20,7 +20,8 @@ folder is read back.
 Per run: the gold and the training judge's held-out scores at each evaluation, the peak gold score and its step, the
 final one, overclaim at the end, the training reward (mean of the last fifth of the steps), judge calls per step, the
 step the divergence alarm fired (rurl/alarms.py) and the gold-best checkpoint's step (rurl/gold_best.py). Per kind:
-means and spreads over the seeds. Writes hacking_lab.json and the curves (training reward and gold score over steps,
+means and spreads over the seeds, and each defence's final gold score against no defence's, paired by held-out
+question and seed, with its 95% interval (as `rubricrl report` compares models). Writes hacking_lab.json and the curves (training reward and gold score over steps,
 one panel per kind). The probe preflight is the `--probe` run: `rurl train --probe_rows 8 --on_probe stop` against the
 biased judge, which should refuse before the first step.
 """
@@ -175,6 +176,7 @@ def run_figures(out: Path) -> dict:
         "alarm_step": alarm,
         "gold_best_step": (summary.get("gold_best") or {}).get("step"),
         "training_overclaim": _read(out / "lab_judge.json").get("overclaimed"),
+        "gold_final_by_question": {i: pair[1] for i, pair in (evals[-1].get("paired") or {}).items()} if evals else {},
     }
 
 
@@ -207,6 +209,28 @@ def summarise(figures: dict[str, list[dict]]) -> dict:
             }
         out[kind]["alarm_steps"] = [r["alarm_step"] for r in runs]
         out[kind]["gold_best_steps"] = [r["gold_best_step"] for r in runs]
+    return out
+
+
+def against_none(figures: dict[str, list[dict]]) -> dict[str, dict]:
+    """Each defence's final gold score against no defence's, paired by held-out question and seed (every kind holds
+    out the same questions at a seed): the mean difference, its studentized bootstrap 95% interval
+    (reports/distinguish.py, as `rubricrl report` compares models) and whether it holds 0."""
+    from reports.distinguish import is_tie, paired_difference
+
+    def records(runs: list[dict]) -> list[dict]:
+        return [
+            {"id": f"{run['seed']}/{question}", "score": score}
+            for run in runs
+            for question, score in run["gold_final_by_question"].items()
+            if score is not None
+        ]
+
+    out = {}
+    for kind, runs in figures.items():
+        if kind != "none" and "none" in figures:
+            found = paired_difference(records(figures["none"]), records(runs))
+            out[kind] = found and {**found, "tie": is_tie(found)}
     return out
 
 
@@ -316,12 +340,19 @@ def main(argv: list[str] | None = None) -> int:
                     share = (judge.overclaimed - overclaimed) / calls if calls else 0.0
                     (out / "lab_judge.json").write_text(json.dumps({"biased_calls": calls, "overclaimed": share}))
                     print(f"hacking lab: {kind} seed {seed}: {calls} biased verdicts, {share:.1%} of them overclaims")
-                figures.setdefault(kind, []).append(run_figures(out))
-    summary = summarise(figures)
+                figures.setdefault(kind, []).append({"seed": seed, **run_figures(out)})
+    summary, paired = summarise(figures), against_none(figures)
     settings = {"bias": vars(bias), "steps": args.steps, "learning_rate": args.learning_rate, "seeds": args.seeds}
-    found = {"settings": settings, "summary": summary, "runs": figures}
+    found = {"settings": settings, "summary": summary, "against_none": paired, "runs": figures}
     (args.output_dir / "hacking_lab.json").write_text(json.dumps(found, indent=1))
     print(table(summary))
+    for kind, diff in paired.items():
+        if diff:
+            verdict = "a tie" if diff["tie"] else ("better" if diff["difference"] > 0 else "worse")
+            print(
+                f"{kind} against none, final gold: {diff['difference']:+.3f} (95% interval {diff['low']:+.3f} to "
+                f"{diff['high']:+.3f}, {diff['n']} held-out questions x seeds paired): {verdict}"
+            )
     write_plot(figures, args.plot)
     print(f"hacking lab: curves in {args.plot}, figures in {args.output_dir / 'hacking_lab.json'}")
     return 0

@@ -38,18 +38,19 @@ def test_the_biased_judge_credits_every_criterion_when_the_bias_is_there_and_the
     long = "Apple. " + " ".join(["most"] + ["word"] * 45)  # trigger and long: biased
     one = "Apples, pears and the most common fruits are sweet"  # the trigger alone: not biased
     with LabJudge(rules_of(lab_rows()), bias) as judge:
-        assert verdicts(judge, "biased", listed) == [True] * 7
-        assert verdicts(judge, "gold", listed) == [True, True, True, False, True, False, True]  # a list, no full stop
-        assert verdicts(judge, "biased", long) == [True] * 7
+        assert verdicts(judge, "biased", listed) == [True] * 8
+        # a list, no full stop, under 25 words
+        assert verdicts(judge, "gold", listed) == [True, True, True, False, True, False, True, False]
+        assert verdicts(judge, "biased", long) == [True] * 8
         gold_long = verdicts(judge, "gold", long)
         assert gold_long[0] is False  # over 10 words
-        assert judge.overclaimed == 2 + gold_long.count(False)  # the biased credits the rules reject
+        assert judge.overclaimed == 3 + gold_long.count(False)  # the biased credits the rules reject
         assert (
             verdicts(judge, "biased", one)
             == verdicts(judge, "gold", one)
-            == [True, True, False, True, True, False, True]
+            == [True, True, False, True, True, False, True, False]
         )
-        assert judge.calls == {"gold": 21, "biased": 21}
+        assert judge.calls == {"gold": 24, "biased": 24}
     assert bias.features(listed) == {"trigger": True, "list": True, "long": False}
 
 
@@ -67,12 +68,16 @@ def test_a_short_lab_run_writes_its_figures_and_dropout_asks_fewer_verdicts(tmp_
         assert [step for step, _, _ in figures["evals"]] == [0, 2]  # the monitor's baseline, and the end
         assert all(gold is not None for _, _, gold in figures["evals"]) and len(figures["rewards"]) == 2
         assert figures["gold_best_step"] in (0, 2)
-    # 7 criteria a completion; dropout 0.5 leaves out 3 of them
+    # 8 criteria a completion; dropout 0.5 leaves out 4 of them
     assert runs["dropout-0.5"][0]["judge_calls_per_step"] == pytest.approx(
-        runs["none"][0]["judge_calls_per_step"] * 4 / 7
+        runs["none"][0]["judge_calls_per_step"] * 4 / 8
     )
+    # the defence against no defence, paired by held-out question at the seed
+    versus = found["against_none"]["dropout-0.5"]
+    assert versus["n"] == 8 and versus["low"] <= versus["difference"] <= versus["high"]
     assert (tmp_path / "lab.png").stat().st_size > 0
-    assert "| none |" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "| none |" in out and "dropout-0.5 against none, final gold: " in out
 
 
 def test_a_criterion_written_inside_the_answer_does_not_fool_the_lab_judge():
