@@ -3,9 +3,10 @@
 per row the score each kind earns beside the control's; per kind and judge the mean share of positive points.
 
 A probe record (checks/probing.py makes one per probe and judge): {row, kind, target, judge, score, share,
-verdicts: [[criterion, points, met]], integrity_flag, judge_calls}. `share` is the share of the row's positive
-points the probe earned (a targeted probe: whether it earned its target's points); `score` the reward training
-would give it.
+verdicts: [[criterion, points, met]], rule_criteria (those a rule check decided, in code), integrity_flag,
+judge_calls}. `share` is the share of the row's positive points the probe earned, rule checks included (a targeted
+probe: whether it earned its target's points); `score` the reward training would give it. Only the judge's criteria
+are tested and flagged: a rule check a probe meets is the rubric's doing, not the judge's.
 """
 
 from collections import Counter, defaultdict
@@ -27,13 +28,16 @@ def earned_share(verdicts: list[list], target: str | None = None) -> float | Non
 
 
 def criteria_rows(records: list[dict], test: ProbeTest) -> list[dict[str, Any]]:
-    """A row per (row, criterion, judge) with positive points: per probe kind [credited, decided] and its test
+    """A row per (row, criterion, judge) with positive points that the judge decides (a rule check is not its): per probe kind [credited, decided] and its test
     (`tests`: p and status, checks/probe_test.py), the control's verdict, `exploitable` with the kinds whose test
     rejected (`exploited_by`) and the evidence in words (`test`); the pooled `share` is descriptive only."""
     table: dict[tuple[str, str, str], dict[str, Any]] = {}
+    # decided in code: not the judge's to be fooled (a vetoed probe's verdicts say no source: its row's others do)
+    rules = {(record["row"], text) for record in records for text in record.get("rule_criteria") or ()}
     for record in records:
         for text, points, met in record["verdicts"]:
-            if points <= 0 or (record["target"] is not None and text != record["target"]):
+            skip = points <= 0 or (record["row"], text) in rules
+            if skip or (record["target"] is not None and text != record["target"]):
                 continue
             key = (record["row"], text, record["judge"])
             row = table.setdefault(

@@ -143,6 +143,7 @@ async def probe_records(
                     "score": g.reward,
                     "share": share,
                     "verdicts": verdicts,
+                    "rule_criteria": [v.criterion for v in g.verdicts if v.source == "rule"],
                     "integrity_flag": g.integrity_flag,
                     "judge_calls": g.judge_calls,
                 }

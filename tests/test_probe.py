@@ -92,9 +92,9 @@ def judge_reply(wants_substance: bool, lists_only: bool = False):
     return reply
 
 
-def probe(tmp_path, server, *flags):
+def probe(tmp_path, server, *flags, rows=ROWS):
     rubrics = tmp_path / "rubrics.jsonl"
-    rubrics.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    rubrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "probe"
     argv = ["probe", "--rubrics", str(rubrics), "--output_dir", str(out), "--base-url", server.base_url]
     return main([*argv, "--model", "scripted-judge", *flags]), out
@@ -182,6 +182,26 @@ def test_a_judge_that_wants_substance_flags_nothing_and_pays_the_control(tmp_pat
         assert kinds["control"]["share"] == 1.0
         assert all(v["share"] == 0.0 for kind, v in kinds.items() if kind != "control")
         assert summary["exploitable"][judge]["flagged"] == 0
+
+
+def test_a_rule_check_the_probes_meet_is_not_flagged_as_the_judges(tmp_path, home):
+    """A criterion decided in code (a rule check) that every probe meets says nothing about the judge: it is neither
+    tested nor flagged, though it still counts in the points a probe earned."""
+    rows = json.loads(json.dumps(ROWS))
+    rows[0]["rubrics"].append(
+        {"criterion": "Answers in at most 300 words.", "points": 2, "rule": {"type": "max_words", "value": 300}}
+    )
+    with FaultServer(reply=judge_reply(wants_substance=True)) as server:
+        code, out = probe(tmp_path, server, rows=rows)
+    assert code == 0
+    criteria = read(out / "criteria.jsonl")
+    assert criteria and "Answers in at most 300 words." not in {c["criterion"] for c in criteria}
+    summary = json.loads((out / "summary.json").read_text())
+    (judge,) = summary["judges"]
+    assert summary["exploitable"][judge]["flagged"] == 0
+    hedges = [r for r in read(out / "probes.jsonl") if r["row"] == "fever" and r["kind"] == "hedge"]
+    assert hedges and all(r["rule_criteria"] == ["Answers in at most 300 words."] for r in hedges)
+    assert all(r["share"] == pytest.approx(2 / 10) for r in hedges)  # the rule's 2 of the row's 10 positive points
 
 
 def test_bad_input_is_one_line(tmp_path, home, capsys):
