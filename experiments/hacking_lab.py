@@ -21,9 +21,9 @@ Per run: the gold and the training judge's held-out scores at each evaluation, t
 final one, overclaim at the end, the training reward (mean of the last fifth of the steps), judge calls per step, the
 step the divergence alarm fired (rurl/alarms.py) and the gold-best checkpoint's step (rurl/gold_best.py). Per kind:
 means and spreads over the seeds, and each defence's final gold score against no defence's, paired by held-out
-question and seed, with its 95% interval (as `rubricrl report` compares models). Writes hacking_lab.json and the curves (training reward and gold score over steps,
-one panel per kind). The probe preflight is the `--probe` run: `rurl train --probe_rows 8 --on_probe stop` against the
-biased judge, which should refuse before the first step.
+question and seed, with its 95% interval (as `rubricrl report` compares models). Writes hacking_lab.json and the
+curves (training reward and gold score over steps, one panel per kind). The probe preflight is the `--probe` run:
+`rurl train --probe_rows 8 --on_probe stop` against the biased judge, which should refuse before the first step.
 """
 
 import argparse
@@ -342,7 +342,13 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"hacking lab: {kind} seed {seed}: {calls} biased verdicts, {share:.1%} of them overclaims")
                 figures.setdefault(kind, []).append({"seed": seed, **run_figures(out)})
     summary, paired = summarise(figures), against_none(figures)
-    settings = {"bias": vars(bias), "steps": args.steps, "learning_rate": args.learning_rate, "seeds": args.seeds}
+    settings = {
+        "bias": vars(bias),
+        "steps": args.steps,
+        "learning_rate": args.learning_rate,
+        "eval_size": args.eval_size,
+        "seeds": args.seeds,
+    }
     found = {"settings": settings, "summary": summary, "against_none": paired, "runs": figures}
     (args.output_dir / "hacking_lab.json").write_text(json.dumps(found, indent=1))
     print(table(summary))
