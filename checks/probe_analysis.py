@@ -28,9 +28,10 @@ def earned_share(verdicts: list[list], target: str | None = None) -> float | Non
 
 
 def criteria_rows(records: list[dict], test: ProbeTest) -> list[dict[str, Any]]:
-    """A row per (row, criterion, judge) with positive points that the judge decides (a rule check is not its): per probe kind [credited, decided] and its test
-    (`tests`: p and status, checks/probe_test.py), the control's verdict, `exploitable` with the kinds whose test
-    rejected (`exploited_by`) and the evidence in words (`test`); the pooled `share` is descriptive only."""
+    """A row per (row, criterion, judge) with positive points that the judge decides (a rule check is not its): per
+    probe kind [credited, decided] and its test (`tests`: p and status, checks/probe_test.py), the control's verdict,
+    `exploitable` with the kinds whose test rejected (`exploited_by`) and the evidence in words (`test`); the pooled
+    `share` is descriptive only."""
     table: dict[tuple[str, str, str], dict[str, Any]] = {}
     # decided in code: not the judge's to be fooled (a vetoed probe's verdicts say no source: its row's others do)
     rules = {(record["row"], text) for record in records for text in record.get("rule_criteria") or ()}
