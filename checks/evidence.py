@@ -139,6 +139,7 @@ def _studentized(differences: Sequence[float], seed: int, draws: int):
         return mean, 0.0, None
     samples = values[np.random.default_rng(seed).integers(0, n, size=(draws, n))]
     errors = samples.std(axis=1, ddof=1) / math.sqrt(n)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.where(errors > 0, (samples.mean(axis=1) - mean) / errors, 0.0)
-    return mean, error, t
+    # a resample of one repeated value has no spread of its own: it is measured on the observed scale (t = 0 would
+    # pull every such resample to the centre: at 2 examples every t was 0 and any difference looked certain)
+    errors = np.where(errors > 0, errors, error)
+    return mean, error, (samples.mean(axis=1) - mean) / errors

@@ -158,6 +158,7 @@ def run_figures(out: Path) -> dict:
         for e in evals
     ]
     gold = [(step, g) for step, _, g in curve if g is not None]
+    paired = [e["paired"] for e in evals if e.get("paired")]  # per question: the last evaluation the monitor graded
     peak_step, peak = max(gold, key=lambda sg: (sg[1], -sg[0])) if gold else (None, None)
     summary = json.loads((out / "manifest.json").read_text())["summary"]
     alarm = next((a["step"] for a in summary.get("alarms") or [] if a["kind"] == "divergence"), None)
@@ -176,7 +177,7 @@ def run_figures(out: Path) -> dict:
         "alarm_step": alarm,
         "gold_best_step": (summary.get("gold_best") or {}).get("step"),
         "training_overclaim": _read(out / "lab_judge.json").get("overclaimed"),
-        "gold_final_by_question": {i: pair[1] for i, pair in (evals[-1].get("paired") or {}).items()} if evals else {},
+        "gold_final_by_question": {i: pair[1] for i, pair in paired[-1].items()} if paired else {},
     }
 
 

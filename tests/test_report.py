@@ -789,3 +789,20 @@ def test_rurl_run_shows_each_eval_and_every_held_out_answer_with_its_earlier_one
     assert "eval score per held-out row, step 2 (n 2)" in [a["alt"] for t, a in page.tags if t == "img"]
     summary = (tmp_path / "run" / "report.md").read_text()
     assert "### Evals" in summary and f"| 2 | {last} |" in summary
+
+
+def test_a_difference_over_two_examples_that_disagree_is_a_tie_not_a_certainty():
+    """The studentized interval at its smallest: a resample of one repeated example has no spread of its own and is
+    measured on the observed scale, so two examples that moved apart (0 and +1) give an interval holding 0, and the
+    one-sided test is far from sure; two that both rose are apart."""
+    from checks.evidence import paired_bootstrap
+    from reports.distinguish import is_tie, paired_difference
+
+    def records(scores):
+        return [{"id": f"q{i}", "score": s} for i, s in enumerate(scores)]
+
+    disagree = paired_difference(records([0.5, 0.5]), records([0.5, 1.5]))
+    assert disagree["low"] <= 0 <= disagree["high"] and is_tie(disagree)
+    assert paired_bootstrap([0.0, 1.0], seed=0) > 0.2
+    both = paired_difference(records([0.5, 0.5]), records([0.7, 0.9]))
+    assert not is_tie(both) and both["low"] > 0
