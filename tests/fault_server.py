@@ -215,16 +215,17 @@ class FaultServer:
         return Handler
 
 
-def example_instance(schema: dict[str, Any]) -> Any:
-    """A small valid instance of a bounded schema: what a model under structured outputs could answer."""
+def example_instance(schema: dict[str, Any], index: int = 0) -> Any:
+    """A small valid instance of a bounded schema: what a model under structured outputs could answer. The i-th item
+    of an array takes the i-th value of an enum (a batched verdict per criterion id, each id once)."""
     if "enum" in schema:
-        return schema["enum"][0]
+        return schema["enum"][index % len(schema["enum"])]
     kind = schema.get("type")
     if kind == "object":
-        return {name: example_instance(sub) for name, sub in schema.get("properties", {}).items()}
+        return {name: example_instance(sub, index) for name, sub in schema.get("properties", {}).items()}
     if kind == "array":
         count = min(max(1, schema.get("minItems", 1)), schema["maxItems"])
-        return [example_instance(schema["items"]) for _ in range(count)]
+        return [example_instance(schema["items"], i) for i in range(count)]
     if kind in ("integer", "number"):
         return schema["maximum"] if schema["maximum"] != 0 else schema["minimum"]
     if kind == "boolean":

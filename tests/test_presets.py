@@ -184,6 +184,8 @@ def test_a_rurl_preset_trains_two_steps_and_evaluates(preset, tmp_path, home, ti
         size["--max_extra_rounds"] = "1"
     if written["rurl"].get("eval_rubrics"):  # another dataset held out: two rows of the HealthBench sample
         size.update({"--eval_rubrics": str(HEALTHBENCH), "--eval_size": "0", "--eval_max_examples": "2"})
+    if written["rurl"].get("rubric_dropout"):  # rubrics long enough for the preset's share to leave a criterion out
+        size["--rubrics"] = str(longer_rubrics(tmp_path))
     out = tmp_path / "policy"
     with FaultServer(reply=varied_reply) as server:
         argv = ["rurl", "train", "--config", str(path), "--output_dir", str(out), *flags(size)]
@@ -198,8 +200,22 @@ def test_a_rurl_preset_trains_two_steps_and_evaluates(preset, tmp_path, home, ti
     assert [json.loads(line)["step"] for line in (out / "eval.jsonl").read_text().splitlines()][-1] == 2
     if written["rurl"].get("evolve"):
         assert (out / "rubric_buffer.json").is_file()
+    if written["rurl"].get("rubric_dropout"):
+        assert any(entry.get("rubric/dropped_judge_verdicts", 0) > 0 for entry in history)
     config = yaml.safe_load((out / "config.yaml").read_text())
     ran_as_written(path, config, {f.lstrip("-") for f in size} | {"base_url", "model"})
+
+
+def longer_rubrics(folder: Path) -> Path:
+    """The tiny rows with three more criteria each, and every criterion put to the judge (rule checks would cost no
+    call): 6 positive, of which a share of 0.3 leaves one out of each group's grading."""
+    extra = [{"criterion": text, "points": 1} for text in ("Is polite.", "Stays on topic.", "Uses plain words.")]
+    rows = [json.loads(line) for line in RUBRICS.read_text().splitlines()]
+    for row in rows:
+        row["rubrics"] = [{k: v for k, v in item.items() if k != "rule"} for item in row["rubrics"]] + extra
+    path = folder / "longer_rubrics.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
 
 
 EVAL = ["healthbench.yaml"]
