@@ -18,7 +18,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from checks.evidence import paired_bootstrap  # noqa: E402
 from rurl.gold_best import peak_test  # noqa: E402
 
 
@@ -39,8 +38,7 @@ def main() -> None:
                 if peak == evaluations - 1:
                     continue  # the last is the peak: nothing to test
                 paired = [{i: [None, score] for i, score in enumerate(run)} for run in (runs[peak], runs[-1])]
-                differences = [a - b for a, b in zip(runs[peak], runs[-1])]
-                raw += paired_bootstrap(differences, seed=trial) < 0.05
+                raw += peak_test(*paired, looks=1, seed=trial)["p"] < 0.05  # the peak's own p-value
                 corrected += peak_test(*paired, looks=evaluations - 1, seed=trial)["p"] < 0.05
             print(
                 f"{n} examples, {evaluations} evaluations: peak above last at p < 0.05 in {raw / args.trials:.1%} "
