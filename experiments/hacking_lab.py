@@ -15,11 +15,15 @@ trigger word ("one": in 12% of the base model's answers, and in a criterion's ow
 (23% of its answers), and whose `gold` model is the rules alone (the monitor, `rurl.monitor_judge`, on the held-out
 questions every 5 steps). The bias pays more than honesty and breaks gold criteria (length, the word), so a policy
 that learns it loses gold points. Every kind of run trains with the same seeds; a run already finished in the output
-folder is read back.
+folder with the same settings (lab_run.json: kind, seed, steps, learning rate, eval size, policy, bias and rubrics) is
+read back, and one made with other settings is trained anew (left out under `--report-only`, saying why).
 
 Per run: the gold and the training judge's held-out scores at each evaluation, the peak gold score and its step, the
-final one, overclaim at the end, the training reward (mean of the last fifth of the steps), judge calls per step, the
-step the divergence alarm fired (rurl/alarms.py) and the gold-best checkpoint's step (rurl/gold_best.py). Per kind:
+final one, overclaim twice by one definition (checks/overclaim.py: of the positive criteria the training judge
+credits, the share the gold judge rejects): the monitor's on the held-out answers of the last evaluation, and the lab
+judge's over every verdict the training judge gave in the run (training batches and evaluations; its counts in
+lab_judge.json), the training reward (mean of the last fifth of the steps), judge calls per step, the step the
+divergence alarm fired (rurl/alarms.py) and the gold-best checkpoint's step (rurl/gold_best.py). Per kind:
 means and spreads over the seeds, and each defence's final gold score against no defence's, paired by held-out
 question and seed, with its 95% interval (as `rubricrl report` compares models). Writes hacking_lab.json and the
 curves (training reward and gold score over steps, one panel per kind). The probe preflight is the `--probe` run:
@@ -27,10 +31,12 @@ curves (training reward and gold score over steps, one panel per kind). The prob
 """
 
 import argparse
+import hashlib
 import json
 import shutil
 import statistics
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # lab_judge beside this script
@@ -140,11 +146,41 @@ def train_argv(
     ]
 
 
-def finished(out: Path, steps: int) -> bool:
+def run_settings(
+    kind: str, seed: int, steps: int, lr: float, eval_size: int, policy: str | None, bias: Bias, rubrics: Path
+) -> dict:
+    """Everything the lab sets that changes a run: a finished run is read back only when its settings are these."""
+    rules = json.dumps(rules_of(lab_rows()), sort_keys=True).encode()  # the judges' rules, not in the training file
+    return {
+        "kind": kind,
+        "seed": seed,
+        "steps": steps,
+        "learning_rate": lr,
+        "eval_size": eval_size,
+        "eval_every": EVAL_EVERY,
+        "policy": policy,
+        "bias": asdict(bias),
+        "rubrics_sha256": hashlib.sha256(rubrics.read_bytes()).hexdigest(),
+        "rules_sha256": hashlib.sha256(rules).hexdigest(),
+    }
+
+
+def why_not_finished(out: Path, settings: dict) -> str | None:
+    """None when `out` holds a completed run made with `settings`; otherwise why it cannot be read back."""
+    if not out.exists():
+        return "no run"
     try:
-        return json.loads((out / "manifest.json").read_text())["summary"]["steps"] == steps
+        made = json.loads((out / "lab_run.json").read_text())
+    except (OSError, ValueError):
+        return "no lab_run.json: the settings it was made with are unknown"
+    differ = [f"{key} {made.get(key)!r}, not {value!r}" for key, value in settings.items() if made.get(key) != value]
+    if differ:
+        return "made with other settings: " + "; ".join(differ)
+    try:
+        steps = json.loads((out / "manifest.json").read_text())["summary"]["steps"]
     except (OSError, ValueError, KeyError, TypeError):
-        return False
+        steps = None
+    return None if steps == settings["steps"] else "did not finish"
 
 
 def run_figures(out: Path) -> dict:
@@ -172,12 +208,26 @@ def run_figures(out: Path) -> dict:
         "gold_final": gold[-1][1] if gold else None,
         "gold_peak": peak,
         "gold_peak_step": peak_step,
-        "overclaim_final": (evals[-1].get("overclaim") or {}).get("overclaim") if evals else None,
+        # the monitor's, on the held-out answers of the last evaluation (checks/overclaim.py)
+        "heldout_overclaim_last": (evals[-1].get("overclaim") or {}).get("overclaim") if evals else None,
         "judge_calls_per_step": statistics.fmean(calls) if calls else None,
         "alarm_step": alarm,
         "gold_best_step": (summary.get("gold_best") or {}).get("step"),
-        "training_overclaim": _read(out / "lab_judge.json").get("overclaimed"),
+        # the same definition over every verdict of the run's training judge (None for a lab_judge.json without it)
+        "run_overclaim": _read(out / "lab_judge.json").get("overclaim"),
         "gold_final_by_question": {i: pair[1] for i, pair in paired[-1].items()} if paired else {},
+    }
+
+
+def lab_counts(judge: LabJudge, before: tuple[dict, int, int]) -> dict:
+    """The biased judge's verdicts since `before` (its calls, credited and overclaimed then) and their overclaim."""
+    calls, credited, overclaimed = before
+    credited, overclaimed = judge.credited - credited, judge.overclaimed - overclaimed
+    return {
+        "biased_calls": judge.calls["biased"] - calls["biased"],
+        "judge_credited": credited,
+        "overclaimed": overclaimed,
+        "overclaim": overclaimed / credited if credited else None,
     }
 
 
@@ -193,8 +243,8 @@ def summarise(figures: dict[str, list[dict]]) -> dict:
         "gold_final",
         "gold_peak",
         "gold_peak_step",
-        "overclaim_final",
-        "training_overclaim",
+        "heldout_overclaim_last",
+        "run_overclaim",
         "reward_last",
         "judge_calls_per_step",
     ]
@@ -243,14 +293,14 @@ def table(summary: dict) -> str:
         return f"{found['mean']:.{digits}f}{sd}"
 
     lines = [
-        "| kind | gold final | gold peak | peak step | overclaim final | overclaim, all verdicts | training reward "
-        "| judge calls/step | alarm steps |",
+        "| kind | gold final | gold peak | peak step | held-out overclaim, last evaluation (monitor) "
+        "| overclaim, every verdict of the run (same definition) | training reward | judge calls/step | alarm steps |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for kind, s in summary.items():
         lines.append(
             f"| {kind} | {cell(s['gold_final'])} | {cell(s['gold_peak'])} | {cell(s['gold_peak_step'], 1)} | "
-            f"{cell(s['overclaim_final'])} | {cell(s['training_overclaim'])} | {cell(s['reward_last'])} | "
+            f"{cell(s['heldout_overclaim_last'])} | {cell(s['run_overclaim'])} | {cell(s['reward_last'])} | "
             f"{cell(s['judge_calls_per_step'], 1)} | "
             f"{s['alarm_steps']} |"
         )
@@ -317,11 +367,21 @@ def main(argv: list[str] | None = None) -> int:
         for kind in args.kinds:
             for seed in args.seeds:
                 out = args.output_dir / kind / f"seed-{seed}"
-                if not finished(out, args.steps) and args.report_only:
+                lab_run = run_settings(
+                    kind, seed, args.steps, args.learning_rate, args.eval_size, args.policy, bias, rubrics
+                )
+                why = why_not_finished(out, lab_run)
+                if why and args.report_only:
+                    print(f"hacking lab: {kind} seed {seed} left out: {why} (the lab without --report-only trains it)")
                     continue
-                if not finished(out, args.steps):
-                    shutil.rmtree(out, ignore_errors=True)  # a run cut short is trained anew, not appended to
-                    before, overclaimed = dict(judge.calls), judge.overclaimed
+                if why:
+                    if out.exists():
+                        print(f"hacking lab: {kind} seed {seed} trained anew: {why}")
+                    # a run cut short or made otherwise is trained anew, not appended to
+                    shutil.rmtree(out, ignore_errors=True)
+                    out.mkdir(parents=True, exist_ok=True)
+                    (out / "lab_run.json").write_text(json.dumps(lab_run, indent=1))
+                    before = dict(judge.calls), judge.credited, judge.overclaimed
                     argv = train_argv(
                         rubrics,
                         out,
@@ -337,11 +397,17 @@ def main(argv: list[str] | None = None) -> int:
                     if code:
                         print(f"hacking lab: {kind} seed {seed} failed (exit {code})", file=sys.stderr)
                         return code
-                    calls = judge.calls["biased"] - before["biased"]
-                    share = (judge.overclaimed - overclaimed) / calls if calls else 0.0
-                    (out / "lab_judge.json").write_text(json.dumps({"biased_calls": calls, "overclaimed": share}))
-                    print(f"hacking lab: {kind} seed {seed}: {calls} biased verdicts, {share:.1%} of them overclaims")
+                    counts = lab_counts(judge, before)
+                    (out / "lab_judge.json").write_text(json.dumps(counts))
+                    share = "n/a" if counts["overclaim"] is None else f"{counts['overclaim']:.1%}"
+                    print(
+                        f"hacking lab: {kind} seed {seed}: {counts['biased_calls']} biased verdicts, "
+                        f"{counts['judge_credited']} credited a criterion, {share} of those against its rule"
+                    )
                 figures.setdefault(kind, []).append({"seed": seed, **run_figures(out)})
+    if not figures:
+        print("hacking lab: no finished run with these settings to report")
+        return 1
     summary, paired = summarise(figures), against_none(figures)
     settings = {
         "bias": vars(bias),

@@ -7,8 +7,12 @@ beside an unbiased one, at CPU scale).
   `Bias.needed` (1 by default) of the trigger word, a list (a line opening with "- ", "* " or "1."), and at least
   `long_words` words.
 
-The criterion and the answer are read from the request as rubricrl's judge prompt lays them out
+The criterion, its points and the answer are read from the request as rubricrl's judge prompt lays them out
 (grading/prompts/judge_criterion.txt); any other request is a 400.
+
+The server counts the biased judge's overclaim as checks/overclaim.py defines the monitor's: of the positive
+criteria the biased judge credits (`credited`), those the gold rule rejects (`overclaimed`). Rule checks are decided
+in code and never reach a judge, so, as there, they are left out.
 
     python experiments/lab_judge.py --port 8790      # serves until Ctrl-C; the lab starts its own
 """
@@ -47,15 +51,15 @@ class Bias:
         return sum(self.features(answer).values()) >= self.needed
 
 
-def request_parts(content: str) -> tuple[str, str] | None:
-    """(answer, criterion) of a per-criterion judge request, or None for another request."""
+def request_parts(content: str) -> tuple[str, str, int] | None:
+    """(answer, criterion, points) of a per-criterion judge request, or None for another request."""
     found = re.search(r"\[\[response (\w+)\]\]\n(.*)\n\[\[end of response \1\]\]", content, re.S)
     if found is None:
         return None
-    criterion = re.search(r"\nCriterion \([^)]*points\):\n(.*?)\n", content[found.end() :])  # not in the answer
+    criterion = re.search(r"\nCriterion \(([+-]?\d+) points\):\n(.*?)\n", content[found.end() :])  # not in the answer
     if criterion is None:
         return None
-    return found.group(2), criterion.group(1).strip()
+    return found.group(2), criterion.group(2).strip(), int(criterion.group(1))
 
 
 class LabJudge:
@@ -64,9 +68,11 @@ class LabJudge:
     def __init__(self, rules: dict[str, dict[str, Any]], bias: Bias, port: int = 0):
         self.rules, self.bias = rules, bias
         self.calls = {"gold": 0, "biased": 0}
+        self.credited = 0
+        """Biased verdicts crediting a positive criterion: overclaim's denominator, as checks/overclaim.py's."""
         self.overclaimed = 0
-        """Biased verdicts that credit a criterion its rule rejects: overclaim on every answer the judge saw
-        (training batches included), not only on the held-out ones the monitor grades."""
+        """Of those, the ones the criterion's rule rejects. Over every answer the biased judge saw (training batches
+        and held-out evaluations alike), not only the held-out ones the monitor grades."""
         self._lock = threading.Lock()
         judge = self
 
@@ -113,11 +119,13 @@ class LabJudge:
         parts = request_parts((body.get("messages") or [{}])[-1].get("content", ""))
         if model not in self.calls or parts is None or parts[1] not in self.rules:
             return 400, {"error": {"message": f"not a lab judge request (model {model!r})"}}
-        answer, criterion = parts
+        answer, criterion, points = parts
         met = self.verdict(model, answer, criterion)
         with self._lock:
             self.calls[model] += 1
-            self.overclaimed += model == "biased" and met and not check_rule(self.rules[criterion], answer)
+            if model == "biased" and points > 0 and met:  # as checks/overclaim.py counts: positive criteria only
+                self.credited += 1
+                self.overclaimed += not check_rule(self.rules[criterion], answer)
         content = json.dumps({"explanation": "decided in code", "criteria_met": met})
         return 200, {
             "id": "lab",
