@@ -613,3 +613,33 @@ def test_a_cpu_server_runs_its_model_in_the_engine_process_on_all_cores_but_one(
     monkeypatch.setattr(server, "vllm_on_cpu", lambda: False)  # CUDA: vLLM's defaults
     monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING")
     assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in server.LocalServer(port=1).environment()
+
+
+@pytest.mark.parametrize(
+    "config, context",
+    [
+        ({"max_position_embeddings": 2048}, 2048),
+        ({"max_position_embeddings": 32768}, 8192),
+        ({"n_positions": 1024}, 1024),
+        ({"max_position_embeddings": 2048, "rope_scaling": {"rope_type": "linear", "factor": 2.0}}, 4096),
+        ({"text_config": {"max_position_embeddings": 4096}}, 4096),
+        ({}, 8192),
+    ],
+    ids=["2048", "32768-capped", "n_positions", "rope-linear", "text_config", "none-given"],
+)
+def test_a_policy_folder_is_served_with_its_own_context_at_most_the_cap(config, context, tmp_path):
+    """`eval --policy FOLDER` serves the folder with the context its config.json gives (vLLM refuses one longer than
+    the model's), at most 8,192 tokens; `rubricrl serve --max-model-len` still says what it is told."""
+    from rubricrl.serving.policy_model import local_policy
+    from rubricrl.serving.server import LocalServer
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", **config}))
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    folder = local_policy(str(tmp_path))
+
+    def asked(server: LocalServer) -> int:
+        command = server.command()
+        return int(command[command.index("--max-model-len") + 1])
+
+    assert asked(LocalServer(str(folder), port=1)) == context
+    assert asked(LocalServer(str(folder), port=1, max_model_len=1024)) == 1024

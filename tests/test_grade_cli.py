@@ -346,6 +346,25 @@ def test_eval_refuses_a_judge_grading_its_own_policy_unless_told(fault_server, f
     assert evaluate(fault_server, tmp_path / "given", "--rubrics", rubrics, "--responses", responses) == 0
 
 
+def test_eval_refuses_the_policys_model_however_the_judge_reaches_it(fault_server, files, tmp_path, home, capsys):
+    """The judge at the policy's server under another address (127.0.0.1 for localhost), naming no model; then at a
+    server of its own but naming the policy's model: one line each, before any request."""
+    rubrics, _ = files
+    localhost = fault_server.base_url.replace("127.0.0.1", "localhost")
+    argv = ["eval", "--rubrics", str(rubrics), "--policy", "my-model", "--roles", f"policy.base_url={localhost}"]
+    assert main([*argv, f"judge.base_url={fault_server.base_url}", "--output-dir", str(tmp_path / "one")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and "the judge would grade answers of its own model" in error
+    assert f"my-model at {localhost} and my-model at {fault_server.base_url}" in error and "--self_judging" in error
+    with FaultServer(reply="unused") as judge:
+        own = [f"judge.base_url={judge.base_url}", "judge.model=My-Model"]
+        assert main([*argv, *own, "--output-dir", str(tmp_path / "two")]) == 2
+        assert judge.count == 0
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and f"My-Model at {judge.base_url}" in error
+    assert fault_server.count == 0
+
+
 def test_eval_graded_refuses_to_overwrite_the_run_it_reads(fault_server, files, tmp_path, home, capsys):
     fault_server.reply = schema_reply
     rubrics, responses = files

@@ -188,6 +188,20 @@ def test_a_judge_grading_candidates_of_its_own_model_is_refused_before_any_call(
         assert judge.count == 2 * 4 * 3 and all(body["model"] == "another" for body in judge.requests)
 
 
+def test_a_judge_of_the_candidates_model_at_a_server_of_its_own_is_refused(tmp_path, home, capsys):
+    """--base-url/--model for every role and a server of its own for the judge: the judge still names the
+    candidates' model, so one line naming both servers, and no request to either."""
+    argv = ["ruft", "build", "--rubrics", str(rubrics(tmp_path / "rubrics.jsonl")), "--output-dir", str(tmp_path / "o")]
+    argv += ["--threshold", "0.5", "--candidates", "policy=4"]
+    with FaultServer(reply=Script()) as server, FaultServer(reply=Script()) as judge:
+        own = ["--roles", f"judge.base_url={judge.base_url}"]
+        assert main([*argv, "--base-url", server.base_url, "--model", "fake", *own]) == 2
+        assert server.count == 0 and judge.count == 0
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and f"fake at {server.base_url} and fake at {judge.base_url}" in error
+    assert "--self_judging" in error
+
+
 def test_a_probability_judge_scores_candidates_by_each_criterions_share_of_its_points(tmp_path, home):
     import math
 

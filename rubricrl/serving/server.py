@@ -36,6 +36,9 @@ from rubricrl.serving.processes import die_with_parent
 # disable_any_whitespace is honoured only with a named backend; xgrammar is the one "auto" picks for our bounded
 # schemas, named here it refuses (400) a schema feature it cannot enforce instead of falling back to another backend.
 STRUCTURED_OUTPUTS = json.dumps({"backend": "xgrammar", "disable_any_whitespace": True})
+MAX_MODEL_LEN = 8192  # SmolLM2's full context: long queries plus reference and rubric fit
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "max_sequence_length")
+"""The config.json fields vLLM derives a model's context from (the least of those given)."""
 
 
 def vllm_on_cpu() -> bool:
@@ -61,6 +64,36 @@ def served_name_for(model: str) -> str:
     return f"{folder.resolve().name}@{digest.hexdigest()[:10]}"
 
 
+def model_context(model: str, cap: int) -> int:
+    """The context to ask vLLM for: the model's own, at most `cap`. vLLM refuses a longer one than the model's,
+    which it derives from its config.json (a merged LoRA checkpoint's is its base's): the least of CONTEXT_KEYS,
+    times a linear or dynamic RoPE scaling factor, and no more than the tokenizer's model_max_length. A model
+    that is not a folder here (a Hub id), or whose config says none of these, gets `cap`."""
+    folder = Path(model)
+
+    def read(name: str) -> dict:
+        try:
+            found = json.loads((folder / name).read_text())
+        except (OSError, ValueError):
+            return {}
+        return found if isinstance(found, dict) else {}
+
+    config = read("config.json")
+    if isinstance(config.get("text_config"), dict):  # a multimodal model's: its language model's
+        config = config["text_config"]
+    lengths = [config[key] for key in CONTEXT_KEYS if isinstance(config.get(key), int | float) and config[key] > 0]
+    if not lengths:
+        return cap
+    rope = config.get("rope_scaling") or config.get("rope_parameters")  # the latter: transformers 5's name
+    rope = rope if isinstance(rope, dict) else {}
+    factor = rope.get("factor") if rope.get("rope_type", rope.get("type")) in ("linear", "dynamic") else None
+    context = min(lengths) * (factor if isinstance(factor, int | float) and factor >= 1 else 1)
+    tokenizer = read("tokenizer_config.json").get("model_max_length")
+    if isinstance(tokenizer, int | float) and tokenizer > 0:
+        context = min(context, tokenizer)
+    return int(min(context, cap))
+
+
 def cpu_dtype() -> str:
     """bfloat16 where the CPU computes it natively (AVX512-BF16, AMX), else float32: on an AVX2-only CPU vLLM
     emulates bf16 and the embedded model decodes ~5x slower (measured: 17.5 vs 90 tokens/s at 32 requests)."""
@@ -80,7 +113,7 @@ class LocalServer:
         *,
         served_name: str | None = None,
         port: int | None = None,
-        max_model_len: int = 8192,  # SmolLM2's full context: long queries plus reference and rubric fit
+        max_model_len: int | None = None,
         kv_cache_gib: int = 2,
         extra_args: list[str] | None = None,
         log_path: Path | None = None,
@@ -92,6 +125,7 @@ class LocalServer:
         self.served_name = served_name or (EMBEDDED_MODEL_NAME if self.embedded else served_name_for(model))
         self.port = port or free_port()
         self.max_model_len = max_model_len
+        """Context length in tokens; None: the model's own (`model_context`), at most MAX_MODEL_LEN."""
         self.kv_cache_gib = kv_cache_gib
         self.extra_args = extra_args or []
         self.log_path = log_path or rubricrl_home() / "logs" / f"vllm-{self.port}.log"
@@ -118,7 +152,7 @@ class LocalServer:
             "--port",
             str(self.port),
             "--max-model-len",
-            str(self.max_model_len),
+            str(self.max_model_len or model_context(model, MAX_MODEL_LEN)),
         ]
         if vllm_on_cpu():
             # Eager mode: ready in ~40 s instead of 2-3 min (the CPU build recompiles at every start).
