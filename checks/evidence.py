@@ -118,7 +118,8 @@ def paired_interval(differences: Sequence[float], seed: int, draws: int = 4_000,
     """(low, high): the studentized (bootstrap-t) `level` interval of the mean of paired `differences`, the
     resamples' t quantiles taken around the observed mean (as paired_bootstrap); (mean, mean) when every example
     moved alike. With no difference, at 8 examples, it left out 0 in 7.0% of simulated comparisons at a nominal 5%,
-    the plain percentile interval in 9.7%; at 30 and 100 it keeps the level (benches/comparison_ties.py)."""
+    the plain percentile interval in 9.7%; at 30 and 100 it kept the level. Model comparisons use sign_flip, which
+    keeps it at any size (benches/comparison_ties.py)."""
     import numpy as np
 
     mean, error, t = _studentized(differences, seed, draws)
@@ -143,3 +144,74 @@ def _studentized(differences: Sequence[float], seed: int, draws: int):
     # pull every such resample to the centre: at 2 examples every t was 0 and any difference looked certain)
     errors = np.where(errors > 0, errors, error)
     return mean, error, (samples.mean(axis=1) - mean) / errors
+
+
+SIGN_FLIP_EXACT = 16
+"""Up to this many paired examples, the sign-flip test enumerates every assignment of signs (2^16 = 65,536); beyond,
+it draws SIGN_FLIP_DRAWS of them (seeded: the same input gives the same answer)."""
+SIGN_FLIP_DRAWS = 10_000
+
+
+def sign_flip(differences: Sequence[float], seed: int = 0, level: float = 0.95) -> tuple[float, float, float]:
+    """(p, low, high) of the paired sign-flip (permutation) test that the mean of paired `differences` (one per
+    example) is 0, two-sided: with no difference each example's sign is as likely flipped as not, so p is the share
+    of sign assignments whose |mean| is at least the observed one (ties count against a difference; an example that
+    did not move counts for nothing). Exact over every assignment up to SIGN_FLIP_EXACT examples, so it keeps its
+    level at any size where a bootstrap runs hot; beyond, SIGN_FLIP_DRAWS seeded assignments with the add-one
+    correction. The test rejects at p <= 1 - `level`.
+
+    [low, high] inverts the same test: the shifts d for which the differences minus d are not rejected, found by
+    bisection (an assignment counts as extreme on an interval of shifts around the mean, so p falls as d moves away
+    from the mean either way, and the shifts kept are an interval). It holds 0 exactly when the test keeps 0. Where
+    no data could be rejected (5 examples or fewer at 95%: the smallest p is 2 / 2^n) it is unbounded."""
+    import numpy as np
+
+    values = np.asarray(differences, dtype=float)
+    n = len(values)
+    if n == 0:
+        return 1.0, -math.inf, math.inf
+    exact = n <= SIGN_FLIP_EXACT
+    # an assignment is kept as its signed sum of the differences and its sum of signs: the signed sum of the
+    # differences minus any shift d is then sums - d * counts
+    if exact:  # every assignment, built one example at a time; the first is the observed one
+        sums, counts = np.zeros(1), np.zeros(1)
+        for value in values:
+            sums, counts = np.concatenate([sums + value, sums - value]), np.concatenate([counts + 1, counts - 1])
+    else:  # seeded random bits (1: flipped), in chunks, so that memory does not grow with the examples
+        rng, flipped, flips = np.random.default_rng(seed), [], []
+        rows = max(1, 2_000_000 // n)
+        for start in range(0, SIGN_FLIP_DRAWS, rows):
+            size = min(rows, SIGN_FLIP_DRAWS - start) * n
+            bits = np.unpackbits(np.frombuffer(rng.bytes(-(-size // 8)), dtype=np.uint8))[:size].reshape(-1, n)
+            flipped.append(bits.astype(float) @ values)
+            flips.append(bits.sum(axis=1, dtype=np.int64))
+        sums, counts = values.sum() - 2 * np.concatenate(flipped), n - 2 * np.concatenate(flips)
+    total, alpha = values.sum(), round(1 - level, 12)
+
+    def p_at(shift: float) -> float:
+        """The test's p-value for the differences minus `shift`: an assignment's signed sum of them is
+        sums - shift * counts."""
+        observed = abs(total - shift * n) - 1e-10 * np.abs(values - shift).sum()  # rounding is not a difference
+        hits = int(np.count_nonzero(np.abs(sums - shift * counts) >= observed))
+        return hits / len(sums) if exact else (hits + 1) / (SIGN_FLIP_DRAWS + 1)
+
+    p, mean = p_at(0.0), total / n
+    below, above = values.min() - 1, values.max() + 1  # every difference minus these has one sign: p is its floor
+    if p_at(below) > alpha:
+        return p, -math.inf, math.inf
+    # each bound is bisected between a shift the test keeps and one it rejects; 0 is one of them where it lies
+    # between, so that the interval holds 0 exactly when the test keeps it
+    low_kept, low_rejected, high_kept, high_rejected = mean, below, mean, above
+    if 0 < mean:
+        low_kept, low_rejected = (0.0, below) if p > alpha else (mean, 0.0)
+    elif 0 > mean:
+        high_kept, high_rejected = (0.0, above) if p > alpha else (mean, 0.0)
+
+    def bound(kept: float, rejected: float) -> float:
+        precision = 1e-10 * (above - below)  # far below what a report shows
+        while abs(rejected - kept) > precision:
+            middle = (kept + rejected) / 2
+            kept, rejected = (middle, rejected) if p_at(middle) > alpha else (kept, middle)
+        return float(kept)
+
+    return p, bound(low_kept, low_rejected), bound(high_kept, high_rejected)

@@ -2,8 +2,10 @@
 tells the models apart at all. Pure, on graded records (grading's `graded.jsonl`) of the same held-out rows.
 
 - A difference is the mean over the examples both models scored of (b's score - a's): paired, so the examples'
-  own spread cancels. Its 95% interval comes from a studentized bootstrap over those examples (seeded); an interval
-  that holds 0 is a tie, whatever the two means say.
+  own spread cancels. It is told apart from 0 by a paired sign-flip test, exact up to 16 examples, which keeps its
+  5% level at any size (a bootstrap runs hot at the few examples a demo compares); its 95% interval is the same test
+  inverted, so it holds 0 exactly when the difference is a tie, whatever the two means say. It takes 6 examples
+  whose scores differ to tell two models apart at all (the most extreme of 2^n sign assignments has p = 2 / 2^n).
 - A judge that credits nearly every positive criterion whatever the answer cannot rank answers: when it credits
   SATURATED or more of the positive criteria it decided (its own verdicts: rule checks are decided in code) on every
   model, the comparison says so first.
@@ -11,10 +13,14 @@ tells the models apart at all. Pure, on graded records (grading's `graded.jsonl`
   with no substance more often than chance allows: a model may differ by what the judge pays for, not by quality.
 """
 
+import math
 import statistics
 from typing import Any
 
-from checks.evidence import paired_interval
+from checks.evidence import SIGN_FLIP_DRAWS, SIGN_FLIP_EXACT, sign_flip
+
+LEVEL = 0.05
+"""A paired difference is told apart from 0 at p <= LEVEL; its interval is the 1 - LEVEL one."""
 
 SATURATED = 0.95
 """The share of positive criteria credited on every model above which the judge is said not to tell them apart."""
@@ -34,20 +40,31 @@ def positive_credit(records: list[dict[str, Any]]) -> tuple[int, int]:
 
 
 def paired_difference(a: list[dict[str, Any]], b: list[dict[str, Any]], seed: int = 0) -> dict[str, Any] | None:
-    """b's mean score minus a's over the examples both scored, with its studentized bootstrap 95% interval
-    (checks/evidence.py paired_interval); None with fewer than 2 such examples."""
+    """b's mean score minus a's over the examples both scored (`difference`, over `n` examples), the two-sided
+    p-value of the paired sign-flip test (`p`, checks/evidence.py sign_flip; `test` says which) and the 95% interval
+    that inverts it (`low`, `high`: unbounded where no difference could be told apart); None with fewer than 2 such
+    examples."""
     scores_a = {r["id"]: r["score"] for r in a if r.get("score") is not None and "id" in r}
     pairs = [(scores_a[r["id"]], r["score"]) for r in b if r.get("score") is not None and r.get("id") in scores_a]
     if len(pairs) < 2:
         return None
     differences = [y - x for x, y in pairs]
-    low, high = paired_interval(differences, seed=seed)
-    return {"difference": statistics.fmean(differences), "low": low, "high": high, "n": len(pairs)}
+    p, low, high = sign_flip(differences, seed=seed, level=1 - LEVEL)
+    n = len(pairs)
+    assignments = (
+        f"all {2**n:,} sign assignments" if n <= SIGN_FLIP_EXACT else f"{SIGN_FLIP_DRAWS:,} seeded sign assignments"
+    )
+    test = (
+        f"two-sided paired sign-flip test over {assignments}, apart at p <= {LEVEL}; "
+        f"the {1 - LEVEL:.0%} interval holds the shifts it does not reject"
+    )
+    return {"difference": statistics.fmean(differences), "low": low, "high": high, "n": n, "p": p, "test": test}
 
 
 def is_tie(found: dict[str, Any]) -> bool:
-    """Whether a paired difference's 95% interval holds 0."""
-    return found["low"] <= 0 <= found["high"]
+    """Whether a paired difference is within the noise: its sign-flip p-value is above LEVEL (then, and only then,
+    its interval holds 0)."""
+    return found["p"] > LEVEL
 
 
 def saturation_line(graded: dict[str, list[dict[str, Any]]]) -> str | None:
@@ -104,7 +121,11 @@ def comparison_findings(
         if found is None:
             lines.append(f"{label} against {reference}: fewer than 2 examples scored by both, nothing to compare.")
             continue
-        interval = f"95% interval {found['low']:+.3f} to {found['high']:+.3f}, {found['n']} paired examples"
+        if math.isinf(found["low"]):
+            interval = "95% interval unbounded (too few examples to tell any difference apart)"
+        else:
+            interval = f"95% interval {found['low']:+.3f} to {found['high']:+.3f}"
+        interval += f", sign-flip p = {found['p']:.3f}, {found['n']} paired examples"
         if is_tie(found):
             verdict = "a tie within the noise"
         else:

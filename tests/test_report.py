@@ -513,8 +513,8 @@ def test_a_comparison_says_when_the_judge_cannot_tell_the_models_apart_and_which
     assert comparison.lstrip().startswith("**The judge cannot tell these models apart")
     assert "base 100% of 24, same 100% of 24" in comparison
     assert (
-        "same against base: +0.000 (95% interval +0.000 to +0.000, 12 paired examples): a tie within the noise"
-        in comparison
+        "same against base: +0.000 (95% interval +0.000 to +0.000, sign-flip p = 1.000, 12 paired examples): "
+        "a tie within the noise" in comparison
     )
     assert "The judge cannot tell these models apart" in out.read_text()
     assert report([tmp_path / "base", tmp_path / "worse", "--output", out]) == 0
@@ -791,10 +791,11 @@ def test_rurl_run_shows_each_eval_and_every_held_out_answer_with_its_earlier_one
     assert "### Evals" in summary and f"| 2 | {last} |" in summary
 
 
-def test_a_difference_over_two_examples_that_disagree_is_a_tie_not_a_certainty():
-    """The studentized interval at its smallest: a resample of one repeated example has no spread of its own and is
-    measured on the observed scale, so two examples that moved apart (0 and +1) give an interval holding 0, and the
-    one-sided test is far from sure; two that both rose are apart."""
+def test_a_difference_over_too_few_examples_is_a_tie_not_a_certainty(tmp_path):
+    """Two examples that moved apart (0 and +1) are a tie, and the one-sided bootstrap the alarms use is far from
+    sure of them. Two that both rose are a tie too: under the comparison's sign-flip test no difference over fewer
+    than 6 examples can reach 5% (the most extreme of 2^n sign assignments is 2 / 2^n), so its interval is unbounded
+    and the report says so; 6 that all rose are apart."""
     from checks.evidence import paired_bootstrap
     from reports.distinguish import is_tie, paired_difference
 
@@ -805,4 +806,18 @@ def test_a_difference_over_two_examples_that_disagree_is_a_tie_not_a_certainty()
     assert disagree["low"] <= 0 <= disagree["high"] and is_tie(disagree)
     assert paired_bootstrap([0.0, 1.0], seed=0) > 0.2
     both = paired_difference(records([0.5, 0.5]), records([0.7, 0.9]))
-    assert not is_tie(both) and both["low"] > 0
+    assert is_tie(both) and both["p"] == 0.5 and both["low"] == float("-inf") and both["high"] == float("inf")
+    six = paired_difference(records([0.5] * 6), records([0.7, 0.9, 0.6, 0.8, 0.7, 0.9]))
+    assert not is_tie(six) and six["p"] == 2 / 64 and six["low"] > 0 and "sign-flip" in six["test"]
+
+    def two_rows(met: bool) -> list:
+        return [(f"q{i}", f"Question {i}?", "Answer.", [("Is right.", 5, [], met, "e")], []) for i in range(2)]
+
+    make_eval(tmp_path / "base", two_rows(False))
+    make_eval(tmp_path / "better", two_rows(True))
+    assert report([tmp_path / "base", tmp_path / "better", "--output", tmp_path / "compare.html"]) == 0
+    comparison = (tmp_path / "compare.md").read_text().split("## Comparison")[1]
+    assert (
+        "better against base: +1.000 (95% interval unbounded (too few examples to tell any difference apart), "
+        "sign-flip p = 0.500, 2 paired examples): a tie within the noise." in comparison
+    )
