@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from grading.dropout import RubricDropout
+from grading.dropout import RubricDropout, protected
 from grading.grader import GradeItem, Grader
 from grading.overlong import Overlong
 from grading.rubric import Rubric, rubric_from_items
@@ -99,13 +99,17 @@ async def rubric_reward(
     if rubric_for is not None and id is not None:  # rubrics evolving during the run (rurl/evolution.py)
         rubrics = [rubric_for(str(query_id), list(rubric)) for query_id, rubric in zip(id, rubrics)]
     parsed = [rubric_from_items(list(rubric), f"rubrics column, row {i}") for i, rubric in enumerate(rubrics)]
-    dropped = {"criteria": 0, "judge_verdicts": 0}
+    dropped = {"criteria": 0, "judge_verdicts": 0, "droppable": 0}
     if dropout is not None and dropout.share > 0:
         if id is None:
             raise ValueError("rubric dropout draws each query's mask from its id: the rows need an `id` column")
         step = TRAINS_AT.get()
         step = step if step is not None else (trainer_state.global_step if trainer_state is not None else 0)
-        kept = [dropout.kept(rubric, str(query_id), step) for rubric, query_id in zip(parsed, id)]
+        kept = []
+        for items, rubric, query_id in zip(rubrics, parsed, id):
+            fresh = frozenset(i for i, item in enumerate(items) if (item.get("evolved") or {}).get("step") == step)
+            kept.append(dropout.kept(rubric, str(query_id), step, fresh))
+            dropped["droppable"] += sum(c.points > 0 and not protected(c) for c in rubric.criteria) - len(fresh)
         for full, rubric in zip(parsed, kept):
             dropped["criteria"] += len(full.criteria) - len(rubric.criteria)
             dropped["judge_verdicts"] += sum(c.rule is None for c in full.criteria) - sum(
@@ -168,16 +172,20 @@ async def rubric_reward(
     # a group: the query's id where the data has one, else its prompt (TRL repeats both across the group)
     groups = [str(i) for i in id] if id is not None else [json.dumps(_messages(p), ensure_ascii=False) for p in prompts]
     stats = batch_stats(graded, parsed, rewards, lengths, seconds, tally.answered, parts, groups=groups)
-    stats.rows = verdict_rows(graded, rewards, config.undecided_criterion)
+    stats.rows = verdict_rows(graded, rewards, config.undecided_criterion, config.undecided_penalty)
+    stats.dropped_verdicts = dropped["judge_verdicts"]
     stats.failed_requests, stats.request_seconds = tally.failed, tally.mean_seconds
     if on_batch is not None:
         on_batch(stats)
     if log_metric is not None:
         for name, value in {**stats.metrics(), **endpoint_metrics(grader.client)}.items():
             log_metric(name, value)
-        if dropout is not None and dropout.share > 0:  # per completion; the verdicts the judge was not asked for
+        if dropout is not None and dropout.share > 0:  # per completion (the batch's total of judge verdicts saved
+            # is summed over the processes by rurl train: BatchStats.dropped_verdicts)
             log_metric("rubric/dropped_criteria", dropped["criteria"] / len(items))
-            log_metric("rubric/dropped_judge_verdicts", float(dropped["judge_verdicts"]))
+            log_metric(
+                "rubric/dropped_share", dropped["criteria"] / dropped["droppable"] if dropped["droppable"] else 0.0
+            )
     if log_extra is not None:
         log_extra(
             "rubric_verdicts",
@@ -192,10 +200,12 @@ async def rubric_reward(
     return rewards
 
 
-def verdict_rows(graded: list, rewards: list[float | None], undecided: str) -> list:
+def verdict_rows(graded: list, rewards: list[float | None], undecided: str, undecided_penalty: str) -> list:
     """Per completion: None when unscored; "floor" when it earns the floor whatever its verdicts (the integrity check
     vetoed it, or it holds no answer); else each criterion's (points, credit) in rubric order, credit in [0, 1] (a
-    probability verdict's share) and an undecided verdict unmet or left out (None) as `undecided` scores it."""
+    probability verdict's share) and an undecided verdict as grading scores it (grading/scores.py): a positive
+    criterion unmet or left out (None) as `undecided` says, a penalty met or unmet as `undecided_penalty` says (under
+    "unscored" the completion has no score: None)."""
     rows: list = []
     for g, reward in zip(graded, rewards):
         if g is None or reward is None:
@@ -204,10 +214,16 @@ def verdict_rows(graded: list, rewards: list[float | None], undecided: str) -> l
             rows.append("floor")
         else:
             credits = [(v.points, v.credit) for v in g.verdicts if v.source != "none"]
-            rows.append(
-                [(p, float(c) if c is not None else (0.0 if undecided == "unmet" else None)) for p, c in credits]
-            )
+            rows.append([(p, _credit(p, c, undecided, undecided_penalty)) for p, c in credits])
     return rows
+
+
+def _credit(points: int, credit: float | bool | None, undecided: str, undecided_penalty: str) -> float | None:
+    if credit is not None:
+        return float(credit)
+    if points < 0:
+        return {"met": 1.0, "unmet": 0.0}.get(undecided_penalty)
+    return 0.0 if undecided == "unmet" else None
 
 
 def endpoint_metrics(client) -> dict[str, float]:
@@ -279,6 +295,8 @@ class BatchStats:
     triggers is a guard-rail at work, counted apart from dead criteria."""
     rows: list = field(default_factory=list)
     """Per completion, in the batch's order, what criterion-level advantages are computed from (`verdict_rows`)."""
+    dropped_verdicts: int = 0
+    """Judge verdicts rubric dropout left out (never asked)."""
 
     def metrics(self) -> dict[str, float]:
         out = {

@@ -138,9 +138,11 @@ class RurlConfig:
     reason (docs/reward-hacking.md#when-to-turn-each-on)."""
     criterion_advantage: Literal["none", "decoupled", "discriminating"] = "none"
     """How a group's advantages come from its verdicts (rurl/criterion_advantage.py): none, GRPO's of the rubric
-    score; decoupled, each criterion normalized within the group before the weighted sum (GDPO's idea); discriminating,
-    weights moved toward the criteria whose verdicts differ within the group (POW3R's idea). Not with evolve_apply
-    same_step (its regraded groups' verdicts are not the ones kept here)."""
+    score; decoupled, GDPO's: each criterion normalized within the group, the weighted sum normalized over the batch
+    (scale_rewards does not apply); discriminating, weights moved toward the criteria whose verdicts differ within the
+    group (POW3R's idea), scaled as scale_rewards says. In every mode a vetoed or answerless completion trains below
+    every judged one of its group. Not with evolve_apply same_step (its regraded groups' verdicts are not the ones
+    kept here)."""
     rubric_dropout_min: int = 1
     """Positive criteria a rubric keeps at least under rubric_dropout (a rubric with fewer is refused when the data
     loads: dropout could never leave it enough)."""
@@ -318,6 +320,11 @@ def check_with_trl(rurl: RurlConfig, grpo: "GRPOConfig", reward_funcs: list[str]
         raise ConfigError(
             f"reward_weights {grpo.reward_weights}: {len(grpo.reward_weights)} weight(s) for {functions} "
             f"reward function(s) (the rubric reward, then reward_funcs {list(reward_funcs)})"
+        )
+    if rurl.criterion_advantage == "decoupled" and grpo.scale_rewards in ("none", False):
+        raise ConfigError(
+            "rurl.criterion_advantage decoupled is GDPO's: each criterion normalized within its group, the sum over "
+            "the batch (TRL's normalize_then_sum); scale_rewards none does not apply: leave it at group or batch"
         )
     if rurl.criterion_advantage != "none" and reward_funcs:
         raise ConfigError(

@@ -1,11 +1,11 @@
 """DAPO's dynamic sampling (arXiv 2503.14476; not in TRL 1.16, huggingface/trl#3708) for RubricGRPOTrainer, which
 calls `DynamicSampler.batch` where GRPOTrainer._prepare_inputs generates and scores a generation batch.
 
-Score the batch, keep the groups whose reward std is above `std_threshold`, generate more groups from other prompts
-until the kept groups of all processes fill the batch (at most `max_extra_rounds` extra rounds), and hand TRL a batch
-of the same size made of kept groups only. As verl does, kept groups are pooled over the processes: a process whose
-groups were flat takes surplus groups of another (one all_gather_object), so the batch is full once the processes
-together kept enough. The rewards are TRL's, gathered over all processes: every process sees every group's spread,
+Score the batch, keep the groups whose reward std is above `std_threshold` (under criterion-level advantages: whose
+advantages are not all zero), generate more groups from other prompts until the kept groups of all processes fill
+the batch (at most `max_extra_rounds` extra rounds), and hand TRL a batch of the same size made of kept groups
+only. As verl does, kept groups are pooled over the processes: a process whose groups were flat takes surplus groups
+of another (one all_gather_object), so the batch is full once the processes together kept enough. The rewards are TRL's, gathered over all processes: every process sees every group's spread,
 takes the same decisions and joins every collective.
 
 Extra rounds draw prompts not yet seen this step and not found flat this epoch (saved in each checkpoint, so a
@@ -157,7 +157,13 @@ class DynamicSampler:
 
     def _group_spread(self) -> torch.Tensor:
         """Per group of the last scored batch (all processes): True when its reward std is above the threshold.
-        The reward is TRL's: the weighted sum of the reward functions, NaN where every one returned None."""
+        The reward is TRL's: the weighted sum of the reward functions, NaN where every one returned None. Under
+        criterion-level advantages (rurl/criterion_advantage.py), True when the advantages it trains on are not all
+        zero: a group whose rewards tie may still differ criterion by criterion, and one that differs only by a
+        vetoed completion is not flat."""
+        flat = getattr(self.trainer, "criterion_flat", None)
+        if flat is not None:
+            return torch.tensor([not f for f in flat], device=self.trainer.last_rewards.device)
         per_func = self.trainer.last_rewards
         weights = self.trainer.reward_weights.to(per_func.device).unsqueeze(0)
         rewards = (per_func * weights).nansum(dim=1)

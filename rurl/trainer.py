@@ -24,7 +24,7 @@ from trl import GRPOTrainer
 from checks.audit import group_saturation
 from rurl.async_schedule import AheadSchedule
 from rurl.criterion_advantage import advantages as criterion_advantages
-from rurl.criterion_advantage import criterion_scores
+from rurl.criterion_advantage import criterion_scores, flat_groups, scaling
 from rurl.dynamic_sampling import DynamicSampler, DynamicSampling
 from rurl.rewards import unscored_rows
 from rurl.update_gate import UpdateGate
@@ -80,6 +80,7 @@ class RubricGRPOTrainer(GRPOTrainer):
         self.last_rewards: torch.Tensor | None = None  # (rows of all processes, reward functions)
         self.criterion_advantage = criterion_advantage  # rurl/criterion_advantage.py
         self._criterion_advantages: list[float] | None = None  # of all processes' rows, for the batch being scored
+        self.criterion_flat: list[bool] | None = None  # per group of the last scored batch: advantages all zero
         self.sampler = None if dynamic is None else DynamicSampler(self, dynamic, self._scored_round)
         self.ahead = (
             None
@@ -150,6 +151,10 @@ class RubricGRPOTrainer(GRPOTrainer):
             self.failure_monitor.sync(self.sum_over_processes)  # after a same-step grading's counts are in
             if self.model.training:
                 metrics = self._metrics["train"]
+                if self.failure_monitor.totals["dropped_verdicts"]:  # rubric dropout: the batch's, all processes
+                    metrics["rubric/dropped_judge_verdicts"].append(
+                        self.failure_monitor.batches[-1]["dropped_verdicts"]
+                    )
                 metrics["guard/unscored_rate"].append(self.failure_monitor.rate)
                 metrics["guard/failed_verdict_rate"].append(self.failure_monitor.verdict_rate)
                 # groups may span processes: all of them; dead counts positive criteria, penalties apart
@@ -165,7 +170,7 @@ class RubricGRPOTrainer(GRPOTrainer):
         """The batch's criterion-level advantages (kept for `_trl_scored`) and, whatever the mode, the share of flat
         (group, criterion) pairs and of groups with all-zero advantages, from every process's verdicts in row order."""
         rows = [row for part in gather_object([self.failure_monitor.take_rows()]) for row in part]
-        self._criterion_advantages = None
+        self._criterion_advantages = self.criterion_flat = None
         if len(rows) != rewards.size(0):  # not every row's verdicts came with this batch (never expected)
             metrics["rubric/criterion_rows_missing"].append(float(rewards.size(0) - len(rows)))
             if self.criterion_advantage != "none":
@@ -178,11 +183,13 @@ class RubricGRPOTrainer(GRPOTrainer):
         scores, flat = criterion_scores(rows, self.num_generations, self.criterion_advantage)
         if self.criterion_advantage == "none":
             scores = [None if math.isnan(r) else r for r in rewards[:, 0].tolist()]
-        values, zero_groups = criterion_advantages(scores, self.num_generations, self.scale_rewards)
+        scale = scaling(self.criterion_advantage, self.scale_rewards)
+        values, zero_groups = criterion_advantages(scores, self.num_generations, scale)
         metrics["rubric/flat_criteria"].append(flat["rubric/flat_criteria"])
         metrics["rubric/zero_advantage_groups"].append(zero_groups)
         if self.criterion_advantage != "none":
             self._criterion_advantages = values
+            self.criterion_flat = flat_groups(values, self.num_generations)  # what dynamic sampling leaves out
 
     def _trl_scored(self, inputs):
         """TRL's generation and scoring of a batch, its advantages replaced by the criterion-level ones when
@@ -265,6 +272,7 @@ class RubricGRPOTrainer(GRPOTrainer):
                     no_answer=0,
                     verdicts=0,
                     failed_verdicts=0,
+                    dropped_verdicts=0,
                     unscored=int((torch.isnan(column) & ~torch.isnan(before)).sum()),
                     answers=[],
                     penalties=set(),

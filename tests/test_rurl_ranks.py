@@ -204,3 +204,44 @@ def test_the_failure_guard_stops_every_process_at_the_same_step(tmp_path, quiet_
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["summary"]["steps"] == 1
     assert manifest["summary"]["judge"]["unscored"] * 2 == manifest["summary"]["judge"]["completions"] == 8
+
+
+def test_criterion_level_advantages_of_a_group_split_across_processes_are_its_own(tmp_path, quiet_env):
+    """Two completions of each group of 4 on each process (per-device batch 2): each process trains on its half of
+    the advantages computed from the whole group's verdicts, gathered over both: the completions table (every
+    process's rows, in order) holds the advantages GDPO gives those verdicts."""
+    from rurl.criterion_advantage import advantages, criterion_scores, scaling
+
+    prompts = ["Write one sentence about the sea.", "Name a river.", "Describe the rain.", "Name a fruit."]
+    with FaultServer(reply=scripted_judge) as judge:
+        code, errs, out = launch(
+            tmp_path,
+            judge,
+            prompts,
+            "--max_steps",
+            "2",
+            "--per_device_train_batch_size",
+            "2",
+            "--steps_per_generation",
+            "1",
+            "--gradient_accumulation_steps",
+            "1",
+            "--criterion_advantage",
+            "decoupled",
+            "--dynamic_sampling",
+            "false",  # whole groups per process
+            "--log_completions",
+            "true",
+        )
+    assert code == 0, errs[0][-3000:] + errs[1][-3000:]
+    import pandas
+
+    tables = sorted((out / "completions").glob("completions_*.parquet"))
+    assert len(tables) == 2
+    for path in tables:
+        table = pandas.read_parquet(path)
+        assert len(table) == 4  # one group, two rows on each process
+        rows = [[(points, met) for _, points, met in json.loads(v)] for v in table["rubric_verdicts"]]
+        scores, _ = criterion_scores(rows, 4, "decoupled")
+        expected, _ = advantages(scores, 4, scaling("decoupled", "group"))
+        assert table["advantage"].tolist() == pytest.approx(expected, abs=1e-5)
