@@ -34,19 +34,25 @@ class RubricDropout:
         if self.minimum < 1:
             raise ValueError(f"rubric_dropout_min must be at least 1, got {self.minimum}")
 
-    def dropped(self, rubric: Rubric, query_id: str, step: int) -> frozenset[int]:
-        """The indices of `rubric`'s criteria left out for query `query_id` at `step`."""
-        droppable = [i for i, c in enumerate(rubric.criteria) if c.points > 0 and not protected(c)]
+    def dropped(self, rubric: Rubric, query_id: str, step: int, fresh: frozenset[int] = frozenset()) -> frozenset[int]:
+        """The indices of `rubric`'s criteria left out for query `query_id` at `step`. The number dropped is the share
+        of the droppable ones rounded up or down at random (a fraction f of the time up, f its fractional part; drawn
+        from the mask's own seed), so that the share dropped on average is the setting at any rubric size, less
+        where `minimum` binds. `fresh`: criteria written for this query at this very step (evolving rubrics), never
+        dropped then and left out of the draw, so the others' mask is the one drawn without them."""
+        droppable = [i for i, c in enumerate(rubric.criteria) if c.points > 0 and not protected(c) and i not in fresh]
         positives = sum(c.points > 0 for c in rubric.criteria)
-        count = min(math.floor(self.share * len(droppable)), max(0, positives - self.minimum))
+        seed = int.from_bytes(hashlib.sha256(f"{query_id}\0{step}".encode()).digest()[:8], "big")
+        rng = random.Random(seed)
+        share = self.share * len(droppable)
+        count = min(math.floor(share) + (rng.random() < share - math.floor(share)), max(0, positives - self.minimum))
         if count <= 0:
             return frozenset()
-        seed = int.from_bytes(hashlib.sha256(f"{query_id}\0{step}".encode()).digest()[:8], "big")
-        return frozenset(random.Random(seed).sample(droppable, count))
+        return frozenset(rng.sample(droppable, count))
 
-    def kept(self, rubric: Rubric, query_id: str, step: int) -> Rubric:
-        """`rubric` without the criteria dropped for `query_id` at `step`."""
-        dropped = self.dropped(rubric, query_id, step)
+    def kept(self, rubric: Rubric, query_id: str, step: int, fresh: frozenset[int] = frozenset()) -> Rubric:
+        """`rubric` without the criteria dropped for `query_id` at `step` (`fresh`: see `dropped`)."""
+        dropped = self.dropped(rubric, query_id, step, fresh)
         if not dropped:
             return rubric
         return replace(rubric, criteria=tuple(c for i, c in enumerate(rubric.criteria) if i not in dropped))

@@ -198,8 +198,11 @@ class AheadSchedule:
         this call are kept apart."""
         trainer = self.trainer
         step, args = trainer.state.global_step, trainer.args
-        every = max(1, args.steps_per_generation * args.num_iterations // args.gradient_accumulation_steps)
-        pending = Pending(inputs=inputs, step=step, trains_at=step + every * (after is not None))  # optimizer steps
+        trains_at = step
+        if after is not None:  # read one generation batch ahead of TRL's micro-step counter
+            every = args.steps_per_generation * args.num_iterations
+            trains_at = step_trained_at(step, trainer._step, every, args.gradient_accumulation_steps)
+        pending = Pending(inputs=inputs, step=step, trains_at=trains_at)
         if after is not None:
             pending.waits_for = list(after.tasks.values())
         saved = trainer._metrics, trainer._logs, trainer._pending_metrics, trainer._pending_extra_logs
@@ -385,6 +388,14 @@ class AheadSchedule:
             self.untrained["cancelled_completions"] += len(pending.inputs)
         for task in pending.tasks.values():
             self.trainer.async_loop.call_soon_threadsafe(_cancel_quietly, task)
+
+
+def step_trained_at(global_step: int, micro_step: int, every: int, accumulation: int) -> int:
+    """The optimizer step whose micro-steps first train a generation batch read `every` micro-steps ahead of TRL's
+    counter `micro_step` (`every`: steps_per_generation x num_iterations): the global step a synchronous run would
+    be at when it generated that batch. TRL's counter starts at 0 at the start and at a resume, both on an optimizer
+    step's boundary, so the micro-steps already taken of the current optimizer step are `micro_step % accumulation`."""
+    return global_step + (micro_step % accumulation + every) // accumulation
 
 
 def _record(reports: list, name: str, *args: Any) -> None:

@@ -25,6 +25,7 @@ COUNTS = (
     "failed_requests",
     "noted",
     "flagged",
+    "dropped_verdicts",
 )
 
 

@@ -32,7 +32,7 @@ RUBRIC = [{"criterion": f"Criterion {i + 1}.", "points": w, "tags": None} for i,
 @contextlib.contextmanager
 def trainer_on(tmp_path, judge: FaultServer, prompts: list[str], async_steps: int, **settings):
     """RubricGRPOTrainer on the tiny policy, 2 groups of GENERATIONS per step, graded by `judge`; `settings` go to
-    GRPOConfig (LoRA unless `full=True`)."""
+    GRPOConfig (LoRA unless `full=True`); `dropout`, a RubricDropout, goes to the reward."""
     from datasets import Dataset
     from peft import LoraConfig
     from trl import GRPOConfig
@@ -43,6 +43,7 @@ def trainer_on(tmp_path, judge: FaultServer, prompts: list[str], async_steps: in
     policy, lora = settings.pop("model", None), settings.pop("lora", None)
     monitor, role = settings.pop("failure_monitor", None), settings.pop("role", None)
     criterion_advantage = settings.pop("criterion_advantage", "none")
+    options = {"dropout": settings.pop("dropout")} if "dropout" in settings else {}
     rows = [
         {"id": f"q{i}", "prompt": [{"role": "user", "content": p}], "rubrics": RUBRIC} for i, p in enumerate(prompts)
     ]
@@ -67,7 +68,9 @@ def trainer_on(tmp_path, judge: FaultServer, prompts: list[str], async_steps: in
     }
     trainer = RubricGRPOTrainer(
         model=policy or str(tiny_policy()),
-        reward_funcs=[make_rubric_reward(grader, **({} if monitor is None else {"on_batch": monitor.record}))],
+        reward_funcs=[
+            make_rubric_reward(grader, **options, **({} if monitor is None else {"on_batch": monitor.record}))
+        ],
         args=GRPOConfig(**config),
         train_dataset=Dataset.from_list(rows),
         peft_config=None if full else lora or LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
