@@ -73,7 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run a local vLLM OpenAI-compatible server until Ctrl-C / SIGTERM")
     serve.add_argument("--model", help="model folder or hub name (default: the embedded model)")
     serve.add_argument("--port", type=int, help="port on 127.0.0.1 (default: 8750)")
-    serve.add_argument("--max-model-len", type=int, default=8192, help="context length in tokens (default: 8192)")
+    serve.add_argument(
+        "--max-model-len", type=int, help="context length in tokens (default: the model's own, at most 8192)"
+    )
     serve.add_argument(
         "--kv-cache-gib", type=int, default=2, help="KV cache size on CPU, GiB (VLLM_CPU_KVCACHE_SPACE; default: 2)"
     )
