@@ -3,7 +3,7 @@ the stages in pipeline order (`synthesis/`, `ruft/`, `rurl/`), the reward for ot
 `reports/`. A module may import its own layer and those below, never one
 above (imports inside functions count too), and no two modules import each other, however indirectly. Only the entry
 point, `rubricrl/cli.py`, knows every stage. Read from the source with `ast`: nothing is imported to check it. And
-no module outgrows a read: 400 lines at most."""
+no module outgrows a read: 600 lines at most, which a module reaches only when it holds two ideas."""
 
 import ast
 from pathlib import Path
@@ -110,10 +110,10 @@ def test_the_cycle_check_finds_an_indirect_cycle():
     assert import_cycles(graph) == [["a", "b", "c"]]
 
 
-MAX_LINES = 400
+MAX_LINES = 600
 
 
-def test_no_module_is_over_400_lines():
+def test_no_module_is_over_600_lines():
     folders = [*LAYERS, "experiments", "benches"]
     long = [
         f"{path.relative_to(ROOT)}: {lines} lines"
