@@ -114,21 +114,6 @@ def paired_bootstrap(differences: Sequence[float], seed: int, draws: int = 4_000
     return (int((t >= mean / error).sum()) + 1) / (draws + 1)
 
 
-def paired_interval(differences: Sequence[float], seed: int, draws: int = 4_000, level: float = 0.95):
-    """(low, high): the studentized (bootstrap-t) `level` interval of the mean of paired `differences`, the
-    resamples' t quantiles taken around the observed mean (as paired_bootstrap); (mean, mean) when every example
-    moved alike. With no difference, at 8 examples, it left out 0 in 7.0% of simulated comparisons at a nominal 5%,
-    the plain percentile interval in 9.7%; at 30 and 100 it kept the level. Model comparisons use sign_flip, which
-    keeps it at any size (benches/comparison_ties.py)."""
-    import numpy as np
-
-    mean, error, t = _studentized(differences, seed, draws)
-    if error == 0:
-        return float(mean), float(mean)
-    upper_t, lower_t = np.quantile(t, [1 - (1 - level) / 2, (1 - level) / 2])
-    return float(mean - upper_t * error), float(mean - lower_t * error)
-
-
 def _studentized(differences: Sequence[float], seed: int, draws: int):
     """The mean, its standard error, and `draws` resamples' t = (resample mean - mean) / resample's error."""
     import numpy as np

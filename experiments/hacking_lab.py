@@ -265,8 +265,8 @@ def summarise(figures: dict[str, list[dict]]) -> dict:
 
 def against_none(figures: dict[str, list[dict]]) -> dict[str, dict]:
     """Each defence's final gold score against no defence's, paired by held-out question and seed (every kind holds
-    out the same questions at a seed): the mean difference, its studentized bootstrap 95% interval
-    (reports/distinguish.py, as `rubricrl report` compares models) and whether it holds 0."""
+    out the same questions at a seed): the mean difference, the paired sign-flip test's p-value and the 95% interval
+    that inverts it (reports/distinguish.py, as `rubricrl report` compares models), and whether it is a tie."""
     from reports.distinguish import is_tie, paired_difference
 
     def records(runs: list[dict]) -> list[dict]:

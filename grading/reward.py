@@ -109,7 +109,9 @@ async def rubric_reward(
         for items, rubric, query_id in zip(rubrics, parsed, id):
             fresh = frozenset(i for i, item in enumerate(items) if (item.get("evolved") or {}).get("step") == step)
             kept.append(dropout.kept(rubric, str(query_id), step, fresh))
-            dropped["droppable"] += sum(c.points > 0 and not protected(c) for c in rubric.criteria) - len(fresh)
+            dropped["droppable"] += sum(
+                c.points > 0 and not protected(c) and i not in fresh for i, c in enumerate(rubric.criteria)
+            )
         for full, rubric in zip(parsed, kept):
             dropped["criteria"] += len(full.criteria) - len(rubric.criteria)
             dropped["judge_verdicts"] += sum(c.rule is None for c in full.criteria) - sum(
@@ -173,7 +175,7 @@ async def rubric_reward(
     groups = [str(i) for i in id] if id is not None else [json.dumps(_messages(p), ensure_ascii=False) for p in prompts]
     stats = batch_stats(graded, parsed, rewards, lengths, seconds, tally.answered, parts, groups=groups)
     stats.rows = verdict_rows(graded, rewards, config.undecided_criterion, config.undecided_penalty)
-    stats.dropped_verdicts = dropped["judge_verdicts"]
+    stats.dropped_verdicts = dropped["judge_verdicts"] if dropout is not None and dropout.share > 0 else None
     stats.failed_requests, stats.request_seconds = tally.failed, tally.mean_seconds
     if on_batch is not None:
         on_batch(stats)
@@ -295,8 +297,8 @@ class BatchStats:
     triggers is a guard-rail at work, counted apart from dead criteria."""
     rows: list = field(default_factory=list)
     """Per completion, in the batch's order, what criterion-level advantages are computed from (`verdict_rows`)."""
-    dropped_verdicts: int = 0
-    """Judge verdicts rubric dropout left out (never asked)."""
+    dropped_verdicts: int | None = None
+    """Judge verdicts rubric dropout left out (never asked); None without rubric dropout."""
 
     def metrics(self) -> dict[str, float]:
         out = {

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from transformers import TrainerCallback
 
 from grading.reward import GRADE_AFTER, TRAINS_AT
 from rurl.sampled_logps import SampledLogps
@@ -135,6 +136,8 @@ class AheadSchedule:
         self.totals = {"grading_s": 0.0, "hidden_s": 0.0, "waited_s": 0.0, "batches": 0}
         self.untrained = {"batches": 0, "completions": 0, "cancelled_completions": 0}
         self.sampled: SampledLogps | None = None  # the last generation's sampled-token log-probabilities
+        self.boundary = StepBoundary(trainer)  # a callback: TRL's micro-step count at the last optimizer step's end
+        trainer.add_callback(self.boundary)
         trainer.reward_funcs = [
             deferred(f, i, self) if inspect.iscoroutinefunction(f) else f  # as TRL tells them (partials unwrapped)
             for i, f in enumerate(trainer.reward_funcs)
@@ -201,7 +204,8 @@ class AheadSchedule:
         trains_at = step
         if after is not None:  # read one generation batch ahead of TRL's micro-step counter
             every = args.steps_per_generation * args.num_iterations
-            trains_at = step_trained_at(step, trainer._step, every, args.gradient_accumulation_steps)
+            taken = trainer._step - self.boundary.micro_step  # micro-steps of the current optimizer step so far
+            trains_at = step_trained_at(step, taken, every, args.gradient_accumulation_steps)
         pending = Pending(inputs=inputs, step=step, trains_at=trains_at)
         if after is not None:
             pending.waits_for = list(after.tasks.values())
@@ -390,12 +394,25 @@ class AheadSchedule:
             self.trainer.async_loop.call_soon_threadsafe(_cancel_quietly, task)
 
 
-def step_trained_at(global_step: int, micro_step: int, every: int, accumulation: int) -> int:
-    """The optimizer step whose micro-steps first train a generation batch read `every` micro-steps ahead of TRL's
-    counter `micro_step` (`every`: steps_per_generation x num_iterations): the global step a synchronous run would
-    be at when it generated that batch. TRL's counter starts at 0 at the start and at a resume, both on an optimizer
-    step's boundary, so the micro-steps already taken of the current optimizer step are `micro_step % accumulation`."""
-    return global_step + (micro_step % accumulation + every) // accumulation
+def step_trained_at(global_step: int, taken: int, every: int, accumulation: int) -> int:
+    """The optimizer step a generation batch read `every` micro-steps ahead (steps_per_generation x num_iterations)
+    trains at, `taken` micro-steps into optimizer step `global_step`: the global step a synchronous run is at when it
+    generates that batch (the batch's micro-step lies in the same epoch: the schedule reads no batch across an
+    epoch's end, where an optimizer step may be short)."""
+    return global_step + (taken + every) // accumulation
+
+
+class StepBoundary(TrainerCallback):
+    """TRL's micro-step counter (`_step`, which starts at 0 at the start and at a resume) at the end of the last
+    optimizer step: the micro-steps taken of the current one are counted from it, whatever short steps epochs ended
+    with."""
+
+    def __init__(self, trainer: Any):
+        self.trainer, self.micro_step = trainer, 0
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.micro_step = self.trainer._step
+        return control
 
 
 def _record(reports: list, name: str, *args: Any) -> None:

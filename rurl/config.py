@@ -77,7 +77,8 @@ class RurlConfig:
     prompts are generated until the batch is full."""
     dynamic_std_threshold: float = 0.02
     """Rubric scores are continuous: a group whose rewards differ by a hair is as flat as a zero-std one (its
-    advantages would be noise divided by a tiny std)."""
+    advantages would be noise divided by a tiny std). Under criterion_advantage decoupled or discriminating a group
+    is flat when the advantages it would train on are all zero, and this does not apply."""
     max_extra_rounds: int = 4
     """At most this many extra generation rounds per batch (verl's filter_groups.max_num_gen_batches); they draw
     prompts not found flat this epoch. Kept groups are pooled over the processes."""
@@ -140,9 +141,9 @@ class RurlConfig:
     """How a group's advantages come from its verdicts (rurl/criterion_advantage.py): none, GRPO's of the rubric
     score; decoupled, GDPO's: each criterion normalized within the group, the weighted sum normalized over the batch
     (scale_rewards does not apply); discriminating, weights moved toward the criteria whose verdicts differ within the
-    group (POW3R's idea), scaled as scale_rewards says. In every mode a vetoed or answerless completion trains below
-    every judged one of its group. Not with evolve_apply same_step (its regraded groups' verdicts are not the ones
-    kept here)."""
+    group (POW3R's idea), scaled as scale_rewards says. In these two a vetoed or answerless completion trains below
+    every judged one of its group, and dynamic sampling's flat group is one whose advantages are all zero. Not with
+    evolve_apply same_step (its regraded groups' verdicts are not the ones kept here)."""
     rubric_dropout_min: int = 1
     """Positive criteria a rubric keeps at least under rubric_dropout (a rubric with fewer is refused when the data
     loads: dropout could never leave it enough)."""

@@ -16,12 +16,14 @@ the rubric's positive points; a penalty's weight is negative), and each mode is 
   multiplied by the spread of its verdicts in the group, q_i = sum_c |p_c| sd_g(m_c) sign_c m_ic / sum_c |p_c|
   sd_g(m_c), then centred and scaled as TRL does the rubric score (scale_rewards).
 
-A completion the integrity check vetoed, or that holds no answer (its reasoning never closed), has no verdicts: its
-score is set below its group's lowest judged completion by the judged ones' range (by 1 when they tie), so in every
-mode it trains strictly below every judged completion of its group, whatever their verdicts (one judged and three
-vetoed: the judged one's advantage is positive, the others' equal and negative, as TRL's scalar gives them). A group
-of vetoed completions alone has nothing to compare: advantages 0. A verdict left undecided is left out of its
-criterion's statistics (TRL's NaN); an unscored completion (None) keeps advantage 0 and stays out of its group's.
+A completion the integrity check vetoed, or that holds no answer (its reasoning never closed), has no verdicts: in
+both criterion-level modes its score is set below its group's lowest judged completion by the judged ones' range (by
+1 when they tie), so it trains strictly below every judged completion of its group, whatever their verdicts (one
+judged and three vetoed: the judged one's advantage is positive, the others' equal and negative, as TRL's scalar
+gives them). A group of vetoed completions alone has nothing to compare: advantages 0. (Under `none` such a
+completion gets the rubric's lowest score, 0 with clipped rewards, and ties with a judged one that scored as low.)
+A verdict left undecided is left out of its criterion's statistics (TRL's NaN) and moves its completion neither way;
+an unscored completion (None) keeps advantage 0 and stays out of its group's.
 
 What the run logs as its reward stays the rubric score. Logged per step, whatever the mode: the share of the
 (group, criterion) pairs whose verdicts do not vary within the group (`rubric/flat_criteria`) and the share of
@@ -70,8 +72,10 @@ def criterion_scores(rows: list[Row], group_size: int, mode: Mode) -> tuple[list
                 weight = abs(p) * spread
                 norm += weight
                 sign = 1.0 if p > 0 else -1.0
-                for (i, _), met in zip(decided, mets):
-                    total[i] += weight * sign * met
+                verdicts = dict(zip((i for i, _ in decided), mets))
+                for i, row in enumerate(judged):  # an undecided verdict counts as the group's mean: neither way
+                    if row is not None:
+                        total[i] += weight * sign * verdicts.get(i, mean)
         if mode == "discriminating":
             total = [t / norm if norm else 0.0 for t in total]
         scores += _with_floor(group, total, centred=mode == "decoupled")

@@ -147,12 +147,15 @@ class DynamicSampler:
 
     def _exhausted_reason(self, kept: int, needed: int, rounds: int) -> str:
         what = "no group" if not kept else f"only {kept} of the {needed} groups needed (rurl.on_exhausted: stop)"
+        if getattr(self.trainer, "criterion_flat", None) is not None:  # criterion-level advantages: no threshold
+            spread, lower = "advantages not all zero", ""
+        else:
+            spread, lower = f"a reward std above {self.config.std_threshold}", "lower rurl.dynamic_std_threshold, "
         return (
             f"dynamic sampling: after {rounds} extra generation rounds {what} of step "
-            f"{self.trainer.state.global_step + 1} "
-            f"had a reward std above {self.config.std_threshold} (the data is too easy or too hard for the "
-            "policy, or the judge gives everything the same score): lower rurl.dynamic_std_threshold, raise "
-            "rurl.max_extra_rounds, or check the rewards"
+            f"{self.trainer.state.global_step + 1} had {spread} (the data is too easy or too hard for the "
+            f"policy, or the judge gives everything the same score): {lower}raise rurl.max_extra_rounds, or check "
+            "the rewards"
         )
 
     def _group_spread(self) -> torch.Tensor:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from checks.evidence import paired_bootstrap
+from rubricrl.config import ConfigError
 
 FOLDER = "gold-best"
 RECORD = "gold_best.json"
@@ -43,6 +44,13 @@ class GoldBest:
         so). A fresh run starts anew, whatever an earlier run left in the folder: its first monitored evaluation
         replaces it."""
         self.last: dict[str, Any] | None = None
+        if getattr(trainer, "is_fsdp_enabled", False):  # transformers saves no model from a sharded state dict
+            kind = trainer.accelerator.state.fsdp_plugin.state_dict_type
+            if "FULL_STATE_DICT" not in str(kind):
+                raise ConfigError(
+                    f"rurl.gold_best keeps a whole model: FSDP's state dict type is {kind}; set fsdp_state_dict_type "
+                    "FULL_STATE_DICT, or gold_best false"
+                )
         if trainer.args.should_save:
             recover(self.folder)
         if resumed_from is not None:
@@ -106,9 +114,10 @@ class GoldBest:
 
 
 def save_policy(trainer, folder: Path) -> None:
-    """The policy saved into `folder` by every process (ZeRO-3 and FSDP gather), as Trainer saves a checkpoint's
-    model: never pushed to the Hub (Trainer.save_model pushes the whole output folder when push_to_hub is set and
-    the call is not its own), and without RubricGRPOTrainer's training state, which only a checkpoint needs."""
+    """The policy saved into `folder` by every process (ZeRO-3, and FSDP with a full state dict, gather it), as
+    Trainer saves a checkpoint's model: never pushed to the Hub (Trainer.save_model pushes the whole output folder
+    when push_to_hub is set and the call is not its own), and without RubricGRPOTrainer's training state, which only
+    a checkpoint needs."""
     from transformers import Trainer
 
     Trainer.save_model(trainer, str(folder), _internal_call=True)

@@ -61,10 +61,13 @@ class FailureMonitor:
         """This process's completions' verdicts since the last take, in order (BatchStats.rows)."""
         self._pending = dict.fromkeys(COUNTS, 0)
         self._pending_criteria: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        self.dropout = False
+        """Whether the reward drops criteria (rubric dropout): the verdicts it saved are then logged per batch."""
 
     def record(self, stats: BatchStats) -> None:
         for name in COUNTS:
-            self._pending[name] += getattr(stats, name)
+            self._pending[name] += getattr(stats, name) or 0
+        self.dropout = self.dropout or stats.dropped_verdicts is not None
         self.seconds += stats.seconds
         for text, (met, total) in stats.criteria.items():
             for counts in (self.criteria[text], self._pending_criteria[text]):

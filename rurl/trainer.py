@@ -151,7 +151,7 @@ class RubricGRPOTrainer(GRPOTrainer):
             self.failure_monitor.sync(self.sum_over_processes)  # after a same-step grading's counts are in
             if self.model.training:
                 metrics = self._metrics["train"]
-                if self.failure_monitor.totals["dropped_verdicts"]:  # rubric dropout: the batch's, all processes
+                if self.failure_monitor.dropout:  # rubric dropout: the verdicts the batch saved, all processes
                     metrics["rubric/dropped_judge_verdicts"].append(
                         self.failure_monitor.batches[-1]["dropped_verdicts"]
                     )
@@ -272,7 +272,7 @@ class RubricGRPOTrainer(GRPOTrainer):
                     no_answer=0,
                     verdicts=0,
                     failed_verdicts=0,
-                    dropped_verdicts=0,
+                    dropped_verdicts=None,
                     unscored=int((torch.isnan(column) & ~torch.isnan(before)).sum()),
                     answers=[],
                     penalties=set(),

@@ -69,6 +69,16 @@ def test_discriminating_weighs_each_criterion_by_the_spread_of_its_verdicts():
 
 
 @pytest.mark.pure
+@pytest.mark.parametrize("mode", ["decoupled", "discriminating"])
+def test_an_undecided_verdict_moves_its_completion_neither_way(mode):
+    """Left undecided (undecided_criterion drop), a verdict counts as neither met nor unmet: its completion ranks
+    between one that met the criterion and one that did not, the rest alike."""
+    rows = [[(5, True), (1, None)], [(5, True), (1, False)], [(5, True), (1, True)], [(5, False), (1, True)]]
+    scores, _ = criterion_scores(rows, 4, mode)
+    assert scores[1] < scores[0] < scores[2]
+
+
+@pytest.mark.pure
 def test_advantages_are_centred_and_scaled_per_group_and_an_unscored_completion_gets_none():
     scores = [1.0, 0.0, None, 0.5, 0.2, 0.2, 0.2, 0.2]
     values, zero_groups = advantages(scores, 4, "group")

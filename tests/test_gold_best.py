@@ -309,3 +309,17 @@ def test_a_save_killed_at_any_point_leaves_the_old_peak_or_the_new_whole(tmp_pat
     assert wrong == [], [(a["kill"], a.get("step"), a.get("weights"), a.get("left"), a.get("error")) for a in wrong][:5]
     assert all({"model.safetensors", "config.json", RECORD} <= set(a["files"]) for a in found)
     assert {a["step"] for a in killed} == {10, 30}  # the kills fell before and after the swap
+
+
+@pytest.mark.pure
+def test_a_sharded_fsdp_state_dict_is_refused_in_one_line(tmp_path):
+    """Transformers saves no model from FSDP's sharded state dict: gold-best would keep a record and no weights."""
+    from rubricrl.config import ConfigError
+
+    trainer = FakeTrainer()
+    trainer.is_fsdp_enabled = True
+    trainer.accelerator.state = SimpleNamespace(fsdp_plugin=SimpleNamespace(state_dict_type="SHARDED_STATE_DICT"))
+    with pytest.raises(ConfigError, match="fsdp_state_dict_type FULL_STATE_DICT"):
+        GoldBest(trainer, tmp_path)
+    trainer.accelerator.state.fsdp_plugin.state_dict_type = "StateDictType.FULL_STATE_DICT"
+    GoldBest(trainer, tmp_path)

@@ -11,6 +11,7 @@ import os
 import statistics
 import subprocess
 import sys
+from itertools import product
 from pathlib import Path
 
 import pytest
@@ -552,3 +553,28 @@ def rubric_file(tmp_path: Path) -> Path:
         )
     )
     return path
+
+
+@pytest.mark.parametrize("accumulation", [1, 2, 3, 4])
+def test_a_batch_read_ahead_trains_at_the_step_a_synchronous_run_generates_it(accumulation):
+    """TRL's loop simulated: a generation batch every steps_per_generation x num_iterations micro-steps (its `_step`),
+    an optimizer step every gradient_accumulation_steps of them, and a short one where an epoch ends. For every batch
+    read ahead within its epoch, the step its rubric dropout masks are drawn at is the global step a synchronous run
+    is at when it generates that batch, at every combination TRL accepts."""
+    from rurl.async_schedule import step_trained_at
+
+    for spg, iterations, epochs in product([1, 2, 3, 4], [1, 2, 3], [[7, 5, 9], [8, 8], [3, 10, 1, 6]]):
+        every = spg * iterations
+        micro = global_step = boundary = 0
+        generated = []  # (epoch, micro-step, global step, micro-steps taken of the current optimizer step)
+        for epoch, length in enumerate(epochs):
+            for position in range(length):
+                if micro % every == 0:
+                    generated.append((epoch, micro, global_step, micro - boundary))
+                micro += 1
+                if micro - boundary == accumulation or position == length - 1:  # an optimizer step ends
+                    global_step, boundary = global_step + 1, micro
+        for (epoch, at, step, taken), (next_epoch, next_at, next_step, _) in zip(generated, generated[1:]):
+            if next_epoch == epoch:  # the schedule reads no batch across an epoch's end
+                assert next_at == at + every
+                assert step_trained_at(step, taken, every, accumulation) == next_step, (spg, iterations, epochs)
