@@ -231,6 +231,7 @@ def test_a_run_trains_on_the_advantages_its_verdicts_give(mode, async_steps, tmp
     [
         (["--criterion_advantage", "decoupled"], "the overlong penalty would be lost"),  # the tiny preset shapes length
         (["--criterion_advantage", "decoupled", "--overlong_buffer", "0", "--mode", "implicit"], "needs a verdict per"),
+        (["--criterion_advantage", "decoupled", "--overlong_buffer", "0", "--scale_rewards", "none"], "does not apply"),
         (
             [
                 "--criterion_advantage",
