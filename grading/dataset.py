@@ -3,7 +3,9 @@ response files (JSONL, Parquet, dataset folders, Hub ids such as `org/name:test`
 and split), the line or row, and the problem. Rubric rows, each made a `RubricRow`, come as synthesis's export
 (`final.parquet` / `.jsonl`: `id, question, rubrics: [{criterion, points}]`, messages and reference answer from its
 companion file or its lines), in HealthBench's format (`prompt_id`, `prompt` (chat messages), `rubrics: [{criterion,
-points, tags}]`, `example_tags`, `ideal_completions_data`), or as RaR rows (`question, reference_answer, rubric`)."""
+points, tags}]`, `example_tags`, `ideal_completions_data`), in HealthBench Professional's (`id`, `conversation:
+{messages}`, `rubric_items: [{criterion_text, points}]`, `use_case`, `type`, `difficulty`, `specialty`,
+`physician_response`), or as RaR rows (`question, reference_answer, rubric`)."""
 
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -40,6 +42,8 @@ def iter_rubric_rows(path: str | Path, rar_pitfalls: PitfallConvention = "auto")
     opened = open_records(path)
     seen: set[str] = set()
     for where, record in rows_of(opened):
+        if "rubric_items" in record and "rubrics" not in record:
+            record = _from_professional(record, where)
         conversation = _conversation(record, where)  # multi-turn queries keep their turns and roles
         try:
             row_id = record_id(record.get(id_column_of(record)), id_column_of(record), conversation)
@@ -61,6 +65,42 @@ def iter_rubric_rows(path: str | Path, rar_pitfalls: PitfallConvention = "auto")
         )
     if not seen:
         raise RubricError(f"{opened.source}: no rows")
+
+
+PROFESSIONAL_TAGS = ("use_case", "type", "difficulty", "specialty")
+"""HealthBench Professional's fields per example, kept as example tags (`use_case:consult`) as HealthBench's
+`theme:...` are, so the report scores each use case, type, difficulty and specialty."""
+
+
+def _from_professional(record: dict, where: str) -> dict:
+    """A HealthBench Professional row as the HealthBench row it stands for: `conversation.messages` is the prompt,
+    each rubric item's `criterion_text` its criterion, `physician_response` the ideal completion."""
+    messages = record.get("conversation")
+    messages = messages.get("messages") if isinstance(messages, dict) else None
+    if messages is None:
+        raise RubricError(f"{where}: HealthBench Professional's 'conversation' must hold 'messages'")
+    items = record["rubric_items"]
+    if not isinstance(items, list | tuple):
+        raise RubricError(f"{where}: 'rubric_items' must be a list of rubric items, got {items!r:.200}")
+    rubrics = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise RubricError(f"{where}: rubric item {i}: must be an object, got {type(item).__name__}")
+        if not isinstance(item.get("criterion_text"), str):  # named as the file names it, not as HealthBench's
+            raise RubricError(
+                f"{where}: rubric item {i}: 'criterion_text' must be a string, got {item.get('criterion_text')!r}"
+            )
+        rubrics.append(
+            {"criterion": item.get("criterion_text"), "points": item.get("points"), "tags": item.get("tags")}
+        )
+    physician = record.get("physician_response")
+    return {
+        "id": record.get("id"),
+        "prompt": messages,
+        "rubrics": rubrics,
+        "example_tags": [f"{key}:{record[key]}" for key in PROFESSIONAL_TAGS if record.get(key) is not None],
+        "ideal_completions_data": {"ideal_completion": physician} if isinstance(physician, str) else None,
+    }
 
 
 def _rubric_items(record: dict, where: str, rar_pitfalls: PitfallConvention) -> Any:

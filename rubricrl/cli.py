@@ -121,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     from checks.probe_cli import add_commands as add_probe_command
     from engines.cli import add_commands as add_engine_commands
     from grading.cli import add_commands as add_grading_commands
+    from grading.healthbench_files import add_commands as add_healthbench_commands
     from reports.cli import add_commands as add_report_commands
     from ruft.cli import add_commands as add_ruft_commands
     from rurl.cli import add_commands as add_rurl_commands
@@ -135,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_report_commands(commands)
     add_audit_command(commands)  # checking the reward: audit, probe
     add_probe_command(commands)
+    add_healthbench_commands(commands)  # HealthBench's files: healthbench fetch
     from rubricrl.runs.merge import MergeKind
     from rubricrl.runs.merge import add_command as add_merge_command
 

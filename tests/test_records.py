@@ -2,6 +2,7 @@
 locations), and a synthesis output brings back the chat messages that RubricHub's schema flattens."""
 
 import json
+from dataclasses import replace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -122,3 +123,60 @@ def test_errors_name_the_file_and_line_or_row(tmp_path):
     with pytest.raises(RubricError, match=f"{parquet}: row 1: prompt\\[0\\]: the last message is from 'assistant'"):
         load_rubric_rows(parquet)
     assert [where for where, _ in iter_rows(tmp_path / "rubrics.parquet")] == [f"{parquet}: row 1"]
+
+
+PROFESSIONAL = {
+    "id": "pro-1",
+    "conversation": {"messages": CHAT},
+    "rubric_items": [
+        {"criterion_text": "Asks about fever.", "points": 5},
+        {"criterion_text": "Prescribes antibiotics without an exam.", "points": -4},
+    ],
+    "use_case": "consult",
+    "type": "red_teaming",
+    "difficulty": "difficult",
+    "specialty": "pulmonology",
+    "physician_response": "How high has the fever been?",
+}
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
+def test_healthbench_professional_reads_as_the_healthbench_rows_it_stands_for(tmp_path, suffix):
+    """Professional's layout as it ships (conversation.messages, rubric_items[].criterion_text) gives the records
+    its HealthBench-layout equivalent gives: same id, conversation, criteria, ideal answer, and its use case, type,
+    difficulty and specialty as example tags, which the report scores apart."""
+    regular = {
+        "prompt_id": "pro-1",
+        "prompt": CHAT,
+        "rubrics": [
+            {"criterion": "Asks about fever.", "points": 5, "tags": []},
+            {"criterion": "Prescribes antibiotics without an exam.", "points": -4, "tags": []},
+        ],
+        "example_tags": ["use_case:consult", "type:red_teaming", "difficulty:difficult", "specialty:pulmonology"],
+        "ideal_completions_data": {"ideal_completion": "How high has the fever been?"},
+    }
+    paths = {}
+    for name, row in {"professional": PROFESSIONAL, "regular": regular}.items():
+        paths[name] = tmp_path / f"{name}{suffix}"
+        if suffix == ".jsonl":
+            paths[name].write_text(json.dumps(row) + "\n")
+        else:
+            pq.write_table(pa.Table.from_pylist([row]), paths[name])
+    professional, healthbench = (load_rubric_rows(paths[name])["pro-1"] for name in ("professional", "regular"))
+    assert professional == replace(healthbench, where=professional.where)
+    assert professional.rubric.criteria[1].points == -4 and "use_case:consult" in professional.rubric.example_tags
+
+
+@pytest.mark.parametrize(
+    "change, said",
+    [
+        ({"conversation": CHAT}, "line 1: HealthBench Professional's 'conversation' must hold 'messages'"),
+        ({"rubric_items": [{"criterion": "Asks.", "points": 5}]}, "line 1: rubric item 0: 'criterion_text' must be"),
+        ({"rubric_items": [{"criterion_text": "Asks.", "points": 0}]}, "line 1: criterion 0: 'points' is 0"),
+    ],
+)
+def test_a_bad_professional_row_names_the_file_line_and_problem(tmp_path, change, said):
+    path = tmp_path / "professional.jsonl"
+    path.write_text(json.dumps({**PROFESSIONAL, **change}) + "\n")
+    with pytest.raises(RubricError, match=f"{path}: {said}"):
+        load_rubric_rows(path)
