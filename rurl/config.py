@@ -135,8 +135,9 @@ class RurlConfig:
     """Rubric dropout (arXiv 2608.11669): the share of each rubric's positive criteria left out of the reward at a
     step, one mask per prompt group drawn from its id and the step (grading/dropout.py); never penalties nor criteria
     tagged `protected`; the reward normalized over the kept ones, whose verdicts alone are asked of the judge; the
-    full rubric at evaluation. 0: off, so that a run is what its config says; the GPU presets set 0.3, with the
-    reason (docs/reward-hacking.md#when-to-turn-each-on)."""
+    full rubric at evaluation. 0: off, so that a run is what its config says; the presets rubrichub-dapo, dapo,
+    ruscarl and rler set 0.3 (rar-grpo, hacking-gpu and tiny-cpu 0), with the reason
+    (docs/reward-hacking.md#when-to-turn-each-on)."""
     criterion_advantage: Literal["none", "decoupled", "discriminating"] = "none"
     """How a group's advantages come from its verdicts (rurl/criterion_advantage.py): none, GRPO's of the rubric
     score; decoupled, GDPO's: each criterion normalized within the group, the weighted sum normalized over the batch
