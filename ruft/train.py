@@ -32,6 +32,7 @@ from rubricrl.runs.training import (
     end_trainer,
     is_main_process,
     model_init_kwargs,
+    push_finished,
     require_output_dir,
     resume_target,
     save_model,
@@ -107,6 +108,7 @@ def run_train(args) -> int:
         final_loss = losses[-1] if losses else trained.training_loss
         if is_main_process(sft_config):
             write_model_card(trainer, output_dir, data, model_config.model_name_or_path, config, final_loss, merge)
+            push_finished(trainer, output_dir, COMMAND)
         end_trainer(trainer)
     if is_main_process(sft_config):
         steps = trainer.state.global_step

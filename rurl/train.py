@@ -39,6 +39,7 @@ from rubricrl.runs.training import (
     end_trainer,
     is_main_process,
     model_init_kwargs,
+    push_finished,
     require_output_dir,
     resume_target,
     save_model,
@@ -303,6 +304,8 @@ def train(
                 if rurl.probe_rows:
                     summary["probe_preflight"] = probe_figures(output_dir, wandb)
                 write_outputs(trainer, output_dir, config, data_info, criteria, summary, wandb)
+                if not stopped:  # the finished folder, its model card and gold-best/ included
+                    push_finished(trainer, output_dir, COMMAND)
             # Every process leaves together: one raising its stop first would exit non-zero while the main process
             # still writes the outputs, and torchrun would end that one before it said why (or wrote them).
             trainer.accelerator.wait_for_everyone()

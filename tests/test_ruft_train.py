@@ -482,3 +482,36 @@ def test_resume_true_takes_the_latest_complete_checkpoint(tmp_path):
             (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text(f'{{"global_step": {step}}}')
     config = SimpleNamespace(resume_from_checkpoint="true", output_dir=str(tmp_path))
     assert resume_target(config) == str(tmp_path / "checkpoint-10")  # checkpoint-11 was killed while being saved
+
+
+@pytest.mark.slow
+def test_push_to_hub_uploads_the_finished_folder_with_its_own_model_card(tmp_path, base_model, quiet_env, monkeypatch):
+    """`--push_to_hub` passes through to the Trainer, which makes the repository; the model goes up once, after
+    `ruft train` wrote its model card and manifest (the Trainer's own save would push it with TRL's card, before the
+    LoRA merge), and never the folders being written. The Hub is recorded here: there is no network."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.hf_api import RepoUrl
+
+    uploads: list[dict] = []
+
+    def upload_folder(self, *, repo_id, folder_path, ignore_patterns=None, **kwargs):
+        folder = Path(folder_path)
+        card = (folder / "README.md").read_text() if (folder / "README.md").exists() else ""
+        uploads.append({"repo": repo_id, "files": sorted(p.name for p in folder.iterdir()), "card": card})
+        uploads[-1]["ignored"] = ignore_patterns
+
+    monkeypatch.setattr(
+        HfApi, "create_repo", lambda self, repo_id, **kwargs: RepoUrl(f"https://huggingface.co/{repo_id}")
+    )
+    monkeypatch.setattr(HfApi, "upload_folder", upload_folder)
+    build, out = write_build(tmp_path / "build"), tmp_path / "out"
+    argv = ["ruft", "train", "--config", str(TINY_PRESET), "--dataset", str(build), "--output_dir", str(out)]
+    argv += ["--max_steps", "1", "--max_length", "128", "--save_strategy", "no", "--report_to", "none"]
+    argv += ["--model_name_or_path", base_model, "--push_to_hub", "true", "--hub_model_id", "me/tiny-ruft"]
+    assert main(argv) == 0
+    assert len(uploads) == 1, uploads
+    [upload] = uploads
+    assert upload["repo"] == "me/tiny-ruft"
+    assert {"README.md", "config.yaml", "config.json", "model.safetensors"} <= set(upload["files"])
+    assert upload["card"] == (out / "README.md").read_text() and "ruft train" in upload["card"]
+    assert {"checkpoint-*", "_*"} <= set(upload["ignored"])  # a RuRL run's _gold-best.* stay home; gold-best/ goes

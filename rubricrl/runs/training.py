@@ -232,11 +232,15 @@ def save_model(trainer: "Trainer", output_dir: Path, merge: bool) -> None:
     trained model is merged where it is, in place (the run is over), unless its parameters are shards (ZeRO-3,
     FSDP) or its base is quantized (QLoRA): then the saved adapter is merged into the base model loaded again, on the
     CPU (`merge_saved_adapter`), which for a large model costs a load from disk and a merge on the host's cores."""
+    from transformers import Trainer
+
+    # Trainer's own save (no trainer's additions), which pushes nothing: with push_to_hub, the finished folder goes up
+    # whole once its model card is written (push_finished)
     if not merge:
-        trainer.save_model(str(output_dir))
+        Trainer.save_model(trainer, str(output_dir), _internal_call=True)
         return
     adapter = output_dir / "adapter"
-    trainer.save_model(str(adapter))  # every process: it gathers the weights where sharded (ZeRO-3, FSDP)
+    Trainer.save_model(trainer, str(adapter), _internal_call=True)  # every process: gathers sharded weights
     if trainer.args.should_save:
         base = trainer.model.get_base_model()
         # shards (ZeRO-3, FSDP) merge nothing whole; a quantized base (QLoRA) would keep its rounding: both from disk
@@ -245,6 +249,32 @@ def save_model(trainer: "Trainer", output_dir: Path, merge: bool) -> None:
         else:
             trainer.accelerator.unwrap_model(trainer.model).merge_and_unload().save_pretrained(output_dir)
         trainer.processing_class.save_pretrained(output_dir)
+
+
+HUB_IGNORED = ["checkpoint-*", "_*", "wandb/*"]
+"""What push_finished leaves out of the output folder: checkpoints (the Trainer pushes those as it saves them, by
+hub_strategy), folders being written ("_"), and the offline wandb run."""
+
+
+def push_finished(trainer: "Trainer", output_dir: Path, command: str) -> str | None:
+    """With push_to_hub, the finished output folder (model, tokenizer, model card, manifest, and a RuRL run's
+    gold-best/) to the repository hub_model_id, after the Trainer's own pushes in flight; main process. Returns the
+    repository, or None without push_to_hub. The Trainer's pushes at each checkpoint (hub_strategy) go on as TRL
+    makes them; this last one carries the run's own model card."""
+    if not trainer.args.push_to_hub or not trainer.is_world_process_zero():
+        return None
+    from huggingface_hub import HfApi
+
+    trainer._finish_current_push()  # a checkpoint's upload still running must not land after this one
+    repo = trainer.hub_model_id or trainer.args.hub_model_id or output_dir.name
+    HfApi(token=trainer.args.hub_token).upload_folder(
+        repo_id=repo,
+        folder_path=str(output_dir),
+        commit_message=f"{command}: the finished run",
+        revision=trainer.args.hub_revision,
+        ignore_patterns=HUB_IGNORED,
+    )
+    return repo
 
 
 def merge_saved_adapter(trained, adapter: Path, output_dir: Path) -> None:
