@@ -137,7 +137,7 @@ class RurlConfig:
     tagged `protected`; the reward normalized over the kept ones, whose verdicts alone are asked of the judge; the
     full rubric at evaluation. 0: off, so that a run is what its config says; the presets rubrichub-dapo, dapo,
     ruscarl and rler set 0.3 (rar-grpo, hacking-gpu and tiny-cpu 0), with the reason
-    (docs/reward-hacking.md#when-to-turn-each-on)."""
+    (docs/reward-hacking.md#what-to-turn-on)."""
     criterion_advantage: Literal["none", "decoupled", "discriminating"] = "none"
     """How a group's advantages come from its verdicts (rurl/criterion_advantage.py): none, GRPO's of the rubric
     score; decoupled, GDPO's: each criterion normalized within the group, the weighted sum normalized over the batch
