@@ -34,13 +34,18 @@ class RubricDropout:
         if self.minimum < 1:
             raise ValueError(f"rubric_dropout_min must be at least 1, got {self.minimum}")
 
+    @staticmethod
+    def droppable(rubric: Rubric, fresh: frozenset[int] = frozenset()) -> list[int]:
+        """The indices of the criteria a mask may drop: positive, not protected, not `fresh` (see `dropped`)."""
+        return [i for i, c in enumerate(rubric.criteria) if c.points > 0 and not protected(c) and i not in fresh]
+
     def dropped(self, rubric: Rubric, query_id: str, step: int, fresh: frozenset[int] = frozenset()) -> frozenset[int]:
         """The indices of `rubric`'s criteria left out for query `query_id` at `step`. The number dropped is the share
         of the droppable ones rounded up or down at random (a fraction f of the time up, f its fractional part; drawn
         from the mask's own seed), so that the share dropped on average is the setting at any rubric size, less
         where `minimum` binds. `fresh`: criteria written for this query at this very step (evolving rubrics), never
         dropped then and left out of the draw, so the others' mask is the one drawn without them."""
-        droppable = [i for i, c in enumerate(rubric.criteria) if c.points > 0 and not protected(c) and i not in fresh]
+        droppable = self.droppable(rubric, fresh)
         positives = sum(c.points > 0 for c in rubric.criteria)
         seed = int.from_bytes(hashlib.sha256(f"{query_id}\0{step}".encode()).digest()[:8], "big")
         rng = random.Random(seed)

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from rubricrl.errors import UserError
+from rubricrl.runs.jsonl import write_whole
 
 SOURCE = "https://openaipublic.blob.core.windows.net/simple-evals"
 MANIFEST = "healthbench_manifest.json"
@@ -73,7 +74,7 @@ def fetch(names: list[str], output_dir: Path, source: str = SOURCE, log=print) -
             continue
         log(f"{name}: downloading {url}")
         manifest[name] = download_checked(spec, url, target)
-        write_atomically(manifest_path, json.dumps(manifest, indent=2) + "\n")
+        write_whole(manifest_path, json.dumps(manifest, indent=2) + "\n")
         log(f"{name}: {manifest[name]['rows']:,} rows -> {target} (sha256 {manifest[name]['sha256'][:12]})")
     log(f"manifest: {manifest_path}")
     return manifest
@@ -206,12 +207,6 @@ def sha256_of(path: Path) -> str:
         while chunk := data.read(1 << 20):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def write_atomically(path: Path, text: str) -> None:
-    partial = path.with_name(f".{path.name}.part")
-    partial.write_text(text)
-    os.replace(partial, path)
 
 
 def add_commands(commands) -> None:

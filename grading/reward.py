@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from grading.dropout import RubricDropout, protected
+from grading.dropout import RubricDropout
 from grading.grader import GradeItem, Grader
 from grading.overlong import Overlong
 from grading.rubric import Rubric, rubric_from_items
@@ -109,9 +109,7 @@ async def rubric_reward(
         for items, rubric, query_id in zip(rubrics, parsed, id):
             fresh = frozenset(i for i, item in enumerate(items) if (item.get("evolved") or {}).get("step") == step)
             kept.append(dropout.kept(rubric, str(query_id), step, fresh))
-            dropped["droppable"] += sum(
-                c.points > 0 and not protected(c) and i not in fresh for i, c in enumerate(rubric.criteria)
-            )
+            dropped["droppable"] += len(dropout.droppable(rubric, fresh))
         for full, rubric in zip(parsed, kept):
             dropped["criteria"] += len(full.criteria) - len(rubric.criteria)
             dropped["judge_verdicts"] += sum(c.rule is None for c in full.criteria) - sum(

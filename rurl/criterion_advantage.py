@@ -111,18 +111,15 @@ def advantages(scores: list[float | None], group_size: int, scale: str) -> tuple
     scored_all = [s for s in scores if s is not None]
     batch_std = statistics.stdev(scored_all) if len(scored_all) > 1 else 0.0
     out: list[float] = []
-    zero = groups = 0
     for start in range(0, len(scores), group_size):
         group = scores[start : start + group_size]
         scored = [s for s in group if s is not None]
         mean = statistics.fmean(scored) if scored else 0.0
         std = statistics.stdev(scored) if len(scored) > 1 else 0.0
         divisor = {"group": std + EPSILON, "batch": batch_std + EPSILON}.get(scale, 1.0)
-        values = [0.0 if s is None else (s - mean) / divisor for s in group]
-        groups += 1
-        zero += all(abs(v) < 1e-9 for v in values)
-        out += values
-    return out, zero / groups if groups else 0.0
+        out += [0.0 if s is None else (s - mean) / divisor for s in group]
+    flat = flat_groups(out, group_size)
+    return out, sum(flat) / len(flat) if flat else 0.0
 
 
 def flat_groups(values: list[float], group_size: int) -> list[bool]:

@@ -5,8 +5,9 @@ Score the batch, keep the groups whose reward std is above `std_threshold` (unde
 advantages are not all zero), generate more groups from other prompts until the kept groups of all processes fill
 the batch (at most `max_extra_rounds` extra rounds), and hand TRL a batch of the same size made of kept groups
 only. As verl does, kept groups are pooled over the processes: a process whose groups were flat takes surplus groups
-of another (one all_gather_object), so the batch is full once the processes together kept enough. The rewards are TRL's, gathered over all processes: every process sees every group's spread,
-takes the same decisions and joins every collective.
+of another (one all_gather_object), so the batch is full once the processes together kept enough. The rewards are
+TRL's, gathered over all processes: every process sees every group's spread, takes the same decisions and joins
+every collective.
 
 Extra rounds draw prompts not yet seen this step and not found flat this epoch (saved in each checkpoint, so a
 resumed run draws the same). When the rounds run out, `on_exhausted` decides: "repeat" fills the batch with repeats
