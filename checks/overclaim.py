@@ -11,11 +11,9 @@ decided in code, the same for both, and are left out):
 from collections import Counter
 from typing import Any
 
+from grading.report import judged_positive
+
 TOP = 10
-
-
-def judged_positive(verdict: dict[str, Any]) -> bool:
-    return verdict.get("source") not in ("rule", "none") and (verdict.get("points") or 0) > 0
 
 
 def overclaim(judged: list[dict[str, Any]], monitored: list[dict[str, Any]], top: int = TOP) -> dict[str, Any]:

@@ -18,10 +18,10 @@ from grading.grader import GradeItem, Grader, GradingConfig
 from grading.report import build_report, first_judge_error, format_report, provenance, with_score_alias
 from grading.rubric import RubricError
 from grading.scores import UndecidedCriterion, UndecidedPenalty
-from grading.self_judging import check_judge_apart
 from rubricrl.config import ConfigError, add_config_arguments, config_source, parse_settings, resolved, write_resolved
 from rubricrl.llm import LLMError, LLMSession, LLMSettings, open_llm
 from rubricrl.llm.reasoning import as_written, split_reasoning
+from rubricrl.llm.self_judging import check_judge_apart
 from rubricrl.records import iter_rows
 from rubricrl.records.hub import describe_input
 from rubricrl.runs.jsonl import write_jsonl

@@ -130,13 +130,28 @@ def with_score_alias(report: dict) -> dict:
     return report
 
 
+def judge_graded(verdict: dict[str, Any]) -> bool:
+    """Whether a graded record's verdict is the judge's: not a rule check (`source` rule, decided in code) nor a
+    criterion left ungraded (`source` none); a verdict that names no source is the judge's. It may still be
+    undecided (`met` None: a failed call or a tied vote)."""
+    return verdict.get("source") not in ("rule", "none")
+
+
+def judged_positive(verdict: dict[str, Any]) -> bool:
+    """Whether a verdict is the judge's (judge_graded) on a positive criterion (points above 0): what a judge's
+    credit and its disagreement with another judge are counted over (checks/overclaim.py,
+    reports/distinguish.py), once decided (`met` not None)."""
+    return judge_graded(verdict) and (verdict.get("points") or 0) > 0
+
+
 def judge_decisions(record: dict[str, Any]) -> tuple[int, int]:
     """(decisions asked of the judge, those it did not give) in one graded record: one per criterion the judge
-    graded (rule checks are not the judge's), or one rating in the rating modes; none for a response flagged by
-    the integrity check, one without an answer or a failed policy call. Not given: a failed call or a tied vote."""
+    graded (judge_graded: rule checks are not the judge's), or one rating in the rating modes; none for a response
+    flagged by the integrity check, one without an answer or a failed policy call. Not given: a failed call or a
+    tied vote."""
     verdicts = record.get("verdicts") or []
     if verdicts:
-        judged = [v for v in verdicts if v.get("source") not in ("none", "rule")]
+        judged = [v for v in verdicts if judge_graded(v)]
         return len(judged), sum(v["met"] is None for v in judged)
     if record.get("integrity_flag") or record.get("no_answer") or record.get("policy_error") or "rating" not in record:
         return 0, 0

@@ -18,6 +18,7 @@ import statistics
 from typing import Any
 
 from checks.evidence import SIGN_FLIP_DRAWS, SIGN_FLIP_EXACT, sign_flip
+from grading.report import judged_positive
 
 LEVEL = 0.05
 """A paired difference is told apart from 0 at p <= LEVEL; its interval is the 1 - LEVEL one."""
@@ -28,12 +29,11 @@ SATURATED = 0.95
 
 def positive_credit(records: list[dict[str, Any]]) -> tuple[int, int]:
     """(positive criteria the judge credited, positive criteria it decided) over the records; rule checks, decided in
-    code, are not the judge's."""
+    code, are not the judge's (grading/report.py judged_positive)."""
     met = decided = 0
     for record in records:
         for verdict in record.get("verdicts") or []:
-            judged = verdict.get("source") not in ("rule", "none")
-            if judged and (verdict.get("points") or 0) > 0 and verdict.get("met") is not None:
+            if judged_positive(verdict) and verdict.get("met") is not None:
                 decided += 1
                 met += bool(verdict["met"])
     return met, decided
@@ -65,6 +65,13 @@ def is_tie(found: dict[str, Any]) -> bool:
     """Whether a paired difference is within the noise: its sign-flip p-value is above LEVEL (then, and only then,
     its interval holds 0)."""
     return found["p"] > LEVEL
+
+
+def verdict(found: dict[str, Any]) -> str:
+    """What a paired difference (`paired_difference`) says of b against a: a tie within the noise, better or worse."""
+    if is_tie(found):
+        return "a tie within the noise"
+    return "better" if found["difference"] > 0 else "worse"
 
 
 def saturation_line(graded: dict[str, list[dict[str, Any]]]) -> str | None:
@@ -126,9 +133,5 @@ def comparison_findings(
         else:
             interval = f"95% interval {found['low']:+.3f} to {found['high']:+.3f}"
         interval += f", sign-flip p = {found['p']:.3f}, {found['n']} paired examples"
-        if is_tie(found):
-            verdict = "a tie within the noise"
-        else:
-            verdict = "better" if found["difference"] > 0 else "worse"
-        lines.append(f"{label} against {reference}: {found['difference']:+.3f} ({interval}): {verdict}.")
+        lines.append(f"{label} against {reference}: {found['difference']:+.3f} ({interval}): {verdict(found)}.")
     return lines

@@ -26,10 +26,10 @@ from grading.judge import SYSTEM as JUDGE_SYSTEM
 from grading.rubric import RubricError
 from grading.sampling import candidates, sample_and_grade
 from grading.select import eligible, select
-from grading.self_judging import check_judge_apart
 from rubricrl.config import parse_settings, resolved
 from rubricrl.llm import EndpointUnreachable, LLMClient, LLMError
 from rubricrl.llm.reasoning import split_reasoning
+from rubricrl.llm.self_judging import check_judge_apart
 from rubricrl.queries import Rejected
 from rubricrl.records.hub import describe_input
 from rubricrl.runs.folder import FolderRun, RunCounts

@@ -16,7 +16,6 @@ saves a checkpoint and ends the run. Every process decides alike: the scores are
 and the note counts are summed over the processes (rurl/guards.py), before anyone decides.
 """
 
-import json
 import math
 import sys
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from checks.evidence import paired_bootstrap, two_proportions
+from rurl.eval_log import EVAL_FILE, read_evaluations
 
 
 class RewardAlarms(TrainerCallback):
@@ -73,11 +73,9 @@ class RewardAlarms(TrainerCallback):
     def saved_baseline(self, step: int) -> tuple[int, float, float, dict] | None:
         """A resumed run's baseline: the first evaluation with paired scores that eval.jsonl holds before `step`
         (the main process reads it and broadcasts it with the scores; a fresh run has none)."""
-        path = Path(self.trainer.args.output_dir) / "eval.jsonl" if hasattr(self.trainer, "args") else None
-        if not self.resumed or path is None or not path.is_file():
+        if not self.resumed or not hasattr(self.trainer, "args"):
             return None
-        for line in path.read_text().splitlines():
-            entry = json.loads(line)
+        for entry in read_evaluations(Path(self.trainer.args.output_dir) / EVAL_FILE):
             if entry.get("paired") and entry["step"] < step:
                 judge, monitor = entry["metrics"].get("overall_score"), entry["monitor"].get("monitor/overall_score")
                 if judge is not None and monitor is not None:

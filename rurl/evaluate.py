@@ -1,7 +1,7 @@
 """HealthBench-style evaluation of the policy during training: every `eval_every` steps (and at the end), the policy
 answers the held-out rows (greedy, up to max_completion_length tokens), the grader grades the answers against their
 rubrics, and grading.report builds the report (overall, per axis and theme, bootstrap std), logged as `eval/...` at
-the step and appended to output_dir/eval.jsonl; the graded answers (`grading.grader.Graded.to_record` plus `step`,
+the step and appended to output_dir/eval.jsonl (rurl/eval_log.py); the graded answers (`grading.grader.Graded.to_record` plus `step`,
 the records `rubricrl eval` writes to graded.jsonl) are appended to output_dir/eval_answers.jsonl, where
 `rubricrl report` shows them.
 
@@ -26,6 +26,7 @@ from checks.overclaim import overclaim
 from grading.dataset import RubricRow
 from grading.grader import Graded, GradeItem, Grader
 from grading.report import build_report, example_metrics
+from rurl.eval_log import EVAL_FILE, append_evaluation
 
 ANSWERS_FILE = "eval_answers.jsonl"
 GREEDY = {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0}
@@ -54,7 +55,7 @@ class PolicyEvaluation(TrainerCallback):
         self.monitor_failures = 0
         self.deadline = deadline
         """Seconds the grading may take: the other processes wait for the main one at the next collective."""
-        self.path = Path(output_dir) / "eval.jsonl"
+        self.path = Path(output_dir) / EVAL_FILE
         self.answers_path = Path(output_dir) / ANSWERS_FILE
         self.last: dict | None = None
         self.last_records: list[dict] = []
@@ -137,8 +138,7 @@ class PolicyEvaluation(TrainerCallback):
         self.trainer.log(metrics)
         with open(self.answers_path, "a") as f:
             f.write("".join(json.dumps({"step": step, **record}) + "\n" for record in records))
-        with open(self.path, "a") as f:
-            f.write(json.dumps(self.last) + "\n")
+        append_evaluation(self.path, self.last)
         shown = "unscored" if overall is None else f"{overall:.3f}"
         also = "" if self.monitor is None else f", monitor {'unscored' if watched is None else f'{watched:.3f}'}"
         print(f"rurl eval: step {step}: overall {shown}{also} on {len(self.rows)} held-out rows", file=sys.stderr)

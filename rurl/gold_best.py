@@ -25,6 +25,7 @@ from typing import Any
 
 from checks.evidence import paired_bootstrap
 from rubricrl.config import ConfigError
+from rurl.eval_log import EVAL_FILE, read_evaluations
 
 FOLDER = "gold-best"
 RECORD = "gold_best.json"
@@ -108,7 +109,7 @@ class GoldBest:
         out["folder"] = str(self.folder)
         if self.last is not None and self.last is not self.best:  # a resumed run may evaluate the peak's step again
             out["last"] = {key: self.last[key] for key in ("step", "monitor", "judge")}
-            looks = len(_monitored_steps(self.folder.parent / "eval.jsonl", below=self.last["step"])) or 1
+            looks = len(_monitored_steps(self.folder.parent / EVAL_FILE, below=self.last["step"])) or 1
             out["peak_above_last"] = peak_test(self.best["paired"], self.last["paired"], looks, seed=self.best["step"])
         return out
 
@@ -163,19 +164,11 @@ def peak_test(peak: dict, last: dict, looks: int, seed: int) -> dict[str, Any]:
 
 def _monitored_steps(path: Path, below: int) -> set[int]:
     """The steps below `below` that eval.jsonl holds a monitor score for (a resumed run's earlier ones included)."""
-    steps = set()
-    try:
-        lines = path.read_text().splitlines()
-    except OSError:
-        return steps
-    for text in lines:
-        try:
-            found = json.loads(text)
-        except ValueError:
-            continue
-        if found.get("step", below) < below and (found.get("monitor") or {}).get("monitor/overall_score") is not None:
-            steps.add(found["step"])
-    return steps
+    return {
+        found["step"]
+        for found in read_evaluations(path)
+        if found.get("step", below) < below and (found.get("monitor") or {}).get("monitor/overall_score") is not None
+    }
 
 
 def line(found: dict[str, Any]) -> str:

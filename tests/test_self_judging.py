@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from grading.self_judging import check_judge_apart
 from rubricrl.cli import build_parser
 from rubricrl.config import ConfigError, parse_settings
+from rubricrl.llm.self_judging import check_judge_apart
 from rubricrl.serving.discovery import LOCAL_SERVER_ENV
 
 pytestmark = pytest.mark.pure

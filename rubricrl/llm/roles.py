@@ -125,11 +125,16 @@ def resolve_roles(
         )
     if defaults:  # a mistake there is reported there, not in the first role that inherits it
         dataclass_from_dict(Role, defaults, f"{source}: llm.defaults")
-    roles = {}
-    for name in names:
-        merged = {**(defaults or {}), **(entries.get(name) or {})}
-        roles[name] = dataclass_from_dict(Role, merged, f"{source}: roles.{name}")
-    return roles
+    return {
+        name: dataclass_from_dict(Role, role_entry(name, defaults, entries), f"{source}: roles.{name}")
+        for name in names
+    }
+
+
+def role_entry(name: str, defaults: dict[str, Any] | None, entries: dict[str, Any] | None) -> dict[str, Any]:
+    """Role `name`'s settings as given, not yet checked: `defaults` (every role) overlaid with its own entry in
+    `entries` (llm.roles)."""
+    return {**(defaults or {}), **((entries or {}).get(name) or {})}
 
 
 def roles_named_in(config: dict[str, Any]) -> set[str]:

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from rubricrl.config import ConfigError
-from rubricrl.llm import LLMSettings
+from rubricrl.llm.connect import LLMSettings
 from rubricrl.llm.endpoints import endpoint_urls
+from rubricrl.llm.roles import role_entry
 from rubricrl.serving.discovery import DEFAULT_PORT, HOST, LOCAL_SERVER_ENV, state_file
 from rubricrl.serving.embedded_model import EMBEDDED_MODEL_NAME
 from rubricrl.serving.server import served_name_for
@@ -99,7 +100,7 @@ def local_addresses(served_name: str) -> tuple[str, ...]:
 def resolved_model(settings: LLMSettings, role: str) -> Resolved:
     """What `role` resolves to in `settings`: no base_url is the local server, serving the embedded model unless the
     role names one."""
-    entry = {**settings.role_defaults(), **(settings.roles.get(role) or {})}
+    entry = role_entry(role, settings.role_defaults(), settings.roles)
     if not entry.get("base_url"):
         model = entry.get("model") or EMBEDDED_MODEL_NAME
         return Resolved(local_addresses(served_name_for(model)), model, local=True)
