@@ -8,7 +8,7 @@ OpenRLHF's remote reward protocol (openrlhf/utils/agent.py posts it, openrlhf/cl
 response is what follows, less trailing end-of-sequence tokens (else the integrity check vetoes `<|im_end|>`).
 `labels` are rubric row ids (OpenRLHF v0.10.2+: `--data.label_key id`; up to v0.10.1: `--label_key id`); clients
 with the response alone (our verl function) send `"responses"` instead. The row gives rubric, judge conversation
-and reference answer, as `rubricrl grade` reads them; the grading is grading/reward.py's `rubric_reward`
+and reference answer, as `rubricrl grade` reads them; the grading is grading/batch.py's `grade_batch`
 (`grading:` settings, dedup, deadline).
 
 An unscorable completion (judge failed on too many criteria, deadline missed, prompt not in its query) gets
@@ -37,9 +37,10 @@ from aiohttp import web
 
 from engines.openrlhf_query import DEFAULT_EOS, split_response
 from engines.service_access import TOKEN_ENV, ServiceError
+from grading.batch import as_conversation, grade_batch
 from grading.dataset import RubricRow
 from grading.grader import Grader
-from grading.reward import BatchStats, rubric_reward
+from grading.rubric import rubric_from_items
 from rubricrl.errors import UserError
 
 
@@ -108,12 +109,17 @@ class RewardService:
         self.source = source
         self.log = log or (lambda line: print(f"[reward serve] {line}", file=sys.stderr, flush=True))
         self.totals = Totals()
-        # Each row's criteria in the shape rubric_reward reads (the `rubrics` column), made once.
-        self.items = {
-            row_id: [
-                {"criterion": c.text, "points": c.points, "tags": list(c.tags), "category": c.category, "rule": c.rule}
-                for c in row.rubric.criteria
-            ]
+        # Each row's criteria as the training reward reads them from a `rubrics` column (the row's example tags left
+        # out), made once.
+        self.rubrics = {
+            row_id: rubric_from_items(
+                [
+                    {"criterion": c.text, "points": c.points, "tags": list(c.tags), "category": c.category}
+                    | {"rule": c.rule}
+                    for c in row.rubric.criteria
+                ],
+                f"row {row_id}",
+            )
             for row_id, row in rows.items()
         }
         self.has_references = any(row.reference for row in rows.values())
@@ -281,22 +287,20 @@ class RewardService:
         """(rewards, scored, extra_logs) for completions of known rows; a response None is unscored."""
         todo = [i for i, r in enumerate(responses) if r is not None]
         rows = [self.rows[labels[i]] for i in todo]
-        found: list[BatchStats] = []
         started = time.monotonic()
-        graded = (
-            await rubric_reward(
-                prompts=[row.conversation for row in rows],
-                completions=[responses[i] for i in todo],
-                rubrics=[self.items[row.id] for row in rows],
-                reference_answer=[row.reference for row in rows] if self.has_references else None,
-                grader=self.grader,
+        batch = (
+            await grade_batch(
+                self.grader,
+                [as_conversation(row.conversation) for row in rows],
+                [responses[i] for i in todo],
+                [self.rubrics[row.id] for row in rows],
+                references=[row.reference for row in rows] if self.has_references else None,
                 deadline=self.deadline,
-                on_batch=found.append,
             )
             if todo
-            else []
+            else None
         )
-        stats = found[0] if found else None
+        graded, stats = (batch.scores, batch.stats) if batch is not None else ([], None)
         totals = self.totals
         totals.seconds += time.monotonic() - started
         if stats is not None:
@@ -304,7 +308,7 @@ class RewardService:
             totals.failed_verdicts += stats.failed_verdicts
             if stats.error:  # a setting the judge cannot be asked with (a missing API key): said as it is
                 raise BadRequest(500, f"grading failed: {stats.error}")
-            # rubric_reward's sign of an unreachable judge: nothing asked got a verdict, and no call was answered
+            # grade_batch's sign of an unreachable judge: nothing asked got a verdict, and no call was answered
             if (
                 stats.judge_calls == 0
                 and stats.verdicts

@@ -260,7 +260,7 @@ def _completions(folder: Folder, max_examples: int, keep_scores: bool = False) -
 
 def _completion_example(number: int, row: dict[str, Any]) -> Example:
     """One row of TRL's completion log: prompt, completion, the reward, and the verdicts the reward logged
-    (`rubric_verdicts`: [criterion[:60], points, met] per criterion, grading/reward.py)."""
+    (`rubric_verdicts`: [criterion[:60], points, met] per criterion, rurl/rubric_reward.py)."""
     try:
         verdicts = [Verdict(c, p, m) for c, p, m in json.loads(row.get("rubric_verdicts") or "[]")]
     except (ValueError, TypeError):

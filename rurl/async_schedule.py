@@ -24,7 +24,7 @@ advantages in one call:
 
 The ratio at staleness 0 is 1: the schedule runs with dropout off (TRL's `disable_dropout`; `rurl train` sets it),
 and positions after a sequence's end hold 0, as the loss's own do. Each batch's grading starts once the batch before
-it is graded (`GRADE_AFTER` in grading/reward.py), so a step's `async/wait_s` is the wait for its own calls and the
+it is graded (the reward's `grade_after`, rurl/rubric_reward.py), so a step's `async/wait_s` is the wait for its own calls and the
 judge calls, failures and latency each batch logs are its own. `async/staleness` is logged per optimizer step, as
 the mean over its completions of the updates since their weights generated them (a batch joined by dynamic
 sampling's on-policy rounds: the share generated ahead, at its first update).
@@ -48,9 +48,11 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
-from grading.reward import GRADE_AFTER, TRAINS_AT
 from rurl.sampled_logps import SampledLogps
 
+SCHEDULED = ("grade_after", "trains_at")
+"""What the schedule tells a reward function that takes them (rurl/rubric_reward.py): what to await before its first judge
+call, and the optimizer step its batch trains at."""
 REPORTS = ("log_metric", "log_extra", "on_batch")
 """The callbacks a reward function reports through while it runs: recorded in the background, replayed at collect."""
 
@@ -348,13 +350,9 @@ class AheadSchedule:
             for name in REPORTS:
                 if kwargs.get(name) is not None or keywords.get(name) is not None:
                     kwargs[name] = functools.partial(_record, reports, name)
-            turn = GRADE_AFTER.set(self._turn(pending))  # in the task's context, copied as it is created
-            trains_at = TRAINS_AT.set(pending.trains_at)  # rubric dropout's masks are the training step's
-            try:
-                task = asyncio.ensure_future(function(**kwargs))
-            finally:
-                TRAINS_AT.reset(trains_at)
-                GRADE_AFTER.reset(turn)
+            if _takes(function, SCHEDULED):  # the rubric reward: its turn at the judge, and the step it trains at
+                kwargs.update(grade_after=self._turn(pending), trains_at=pending.trains_at)  # (dropout's masks)
+            task = asyncio.ensure_future(function(**kwargs))
             if not pending.tasks:
                 pending.started = time.monotonic()
             pending.tasks[index], pending.reports[index] = task, reports
@@ -423,3 +421,12 @@ def _cancel_quietly(task: asyncio.Task) -> None:
     """Cancel a task and retrieve its outcome, so that an untrained batch's failure is never reported as unhandled."""
     task.cancel()
     task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+
+def _takes(function: Callable, names: tuple[str, ...]) -> bool:
+    """Whether `function` (a partial's own signature: what it still takes) declares every one of `names`."""
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):  # a builtin or C callable: it declares none
+        return False
+    return all(name in parameters for name in names)

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 from checks.probe_test import ProbeTest
-from grading.dropout import RubricDropout
 from rubricrl.config import ConfigError, load_yaml
 from rurl.criterion_advantage import MODES as CRITERION_MODES
+from rurl.dropout import RubricDropout
 
 if typing.TYPE_CHECKING:
     from trl import GRPOConfig
@@ -133,7 +133,7 @@ class RurlConfig:
     run ends, exiting non-zero with the line. Every process takes the same decision at the same step."""
     rubric_dropout: float = 0.0
     """Rubric dropout (arXiv 2608.11669): the share of each rubric's positive criteria left out of the reward at a
-    step, one mask per prompt group drawn from its id and the step (grading/dropout.py); never penalties nor criteria
+    step, one mask per prompt group drawn from its id and the step (rurl/dropout.py); never penalties nor criteria
     tagged `protected`; the reward normalized over the kept ones, whose verdicts alone are asked of the judge; the
     full rubric at evaluation. 0: off, so that a run is what its config says; the presets rubrichub-dapo, dapo,
     ruscarl and rler set 0.3 (rar-grpo, hacking-gpu and tiny-cpu 0), with the reason
@@ -287,13 +287,7 @@ class RurlConfig:
             raise ValueError("criterion_advantage is not available with evolve_apply same_step; use next_draw")
         if self.gold_best and not self.monitor_judge:
             raise ValueError("gold_best keeps the model of the monitor's peak: it needs monitor_judge: true")
-        if not 0 <= self.rubric_dropout < 1:
-            raise ValueError(
-                f"rubric_dropout must be within [0, 1) (a share of the positive criteria), got {self.rubric_dropout}"
-            )
-        if self.rubric_dropout_min < 1:
-            raise ValueError(f"rubric_dropout_min must be at least 1, got {self.rubric_dropout_min}")
-
+        RubricDropout(self.rubric_dropout, self.rubric_dropout_min)  # its bounds, checked where they are defined
         if self.overlong_penalty < 0:
             raise ValueError(f"overlong_penalty must be >= 0, got {self.overlong_penalty}")
         if self.criterion_advantage != "none" and self.overlong_buffer:

@@ -35,7 +35,7 @@ from typing import Literal
 Mode = Literal["none", "decoupled", "discriminating"]
 MODES = ("none", "decoupled", "discriminating")
 Row = list[tuple[int, float | None]] | str | None
-"""A completion's (points, credit) per criterion in rubric order (grading/reward.py verdict_rows); "floor" for one
+"""A completion's (points, credit) per criterion in rubric order (grading/batch.py verdict_rows); "floor" for one
 the integrity check vetoed or that holds no answer; None: unscored."""
 EPSILON = 1e-4
 """TRL's guard against a zero std, in each criterion's normalization and the advantages' scaling."""

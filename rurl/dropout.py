@@ -30,7 +30,9 @@ class RubricDropout:
 
     def __post_init__(self) -> None:
         if not 0 <= self.share < 1:
-            raise ValueError(f"rubric_dropout must be in [0, 1), got {self.share}")
+            raise ValueError(
+                f"rubric_dropout must be within [0, 1) (a share of the positive criteria), got {self.share}"
+            )
         if self.minimum < 1:
             raise ValueError(f"rubric_dropout_min must be at least 1, got {self.minimum}")
 

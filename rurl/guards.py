@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from transformers import TrainerCallback
 
-from grading.reward import BatchStats
+from grading.batch import BatchStats
 
 COUNTS = (
     "completions",
@@ -52,7 +52,7 @@ class FailureMonitor:
         self.recent: deque[dict[str, int]] = deque(maxlen=criteria_window)
         self.synced = 0
         self.answers: list[tuple[str, dict[str, bool]]] = []
-        """This process's judged completions since the last sync (grading/reward.py BatchStats.answers)."""
+        """This process's judged completions since the last sync (grading/batch.py BatchStats.answers)."""
         self.penalties: set[str] = set()
         """The penalty criteria (texts) among those completions' verdicts (BatchStats.penalties)."""
         self.errors: list[str] = []

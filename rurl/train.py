@@ -11,7 +11,7 @@ In order, everything a user can get wrong checked before the policy loads:
 3. the policy's tokenizer: whether its chat template opens the reasoning in the prompt;
 4. the judge (`grading.judge_role`, the local server when it names no endpoint), reachable, and one preflight call;
 5. `train`: config.yaml, the wandb run, RubricGRPOTrainer (rurl/trainer.py) with the rubric reward
-   (grading/reward.py), the judge-failure guard and the in-training evaluation; the model saved (LoRA merged),
+   (rurl/rubric_reward.py), the judge-failure guard and the in-training evaluation; the model saved (LoRA merged),
    then criteria.json, log_history.json, reward.png and manifest.json (last; rurl/outputs.py), with the seconds each
    phase took. docs/outputs.md lists the folder.
    `--resume_from_checkpoint true` goes on from the latest complete checkpoint; replayed judge calls come from the
@@ -28,7 +28,6 @@ import yaml
 
 from grading.dataset import RubricRow
 from grading.grader import EXPLICIT_MODES, Grader, GradingConfig
-from grading.reward import Overlong, make_rubric_reward
 from rubricrl.config import ConfigError, config_source, parse_settings, resolved
 from rubricrl.errors import UserError
 from rubricrl.llm import LLMClient, Role, open_llm
@@ -53,8 +52,10 @@ from rurl.data import RurlData, load_rurl_data
 from rurl.evaluate import add_evaluation
 from rurl.evolution import RubricEvolution
 from rurl.outputs import COMMAND, write_inputs, write_outputs
+from rurl.overlong import Overlong
 from rurl.preflight import preflight, probe_figures, probe_preflight
 from rurl.rewards import extra_reward_funcs
+from rurl.rubric_reward import make_rubric_reward
 from rurl.summary import run_summary
 from rurl.vllm_cpu import close_colocated_engine, cpu_engine_settings, patch_cpu_colocate
 

@@ -144,7 +144,7 @@ def test_verdict_rows_score_every_verdict_as_grading_scores_it():
     from itertools import product
     from types import SimpleNamespace
 
-    from grading.reward import verdict_rows
+    from grading.batch import verdict_rows
     from grading.scores import UNDECIDED_CRITERION, UNDECIDED_PENALTY, explicit_score
 
     cases = [

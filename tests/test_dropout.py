@@ -1,4 +1,4 @@
-"""Rubric dropout (grading/dropout.py, rurl.rubric_dropout): the mask is one per prompt group and step, the same in
+"""Rubric dropout (rurl/dropout.py, rurl.rubric_dropout): the mask is one per prompt group and step, the same in
 any process and after a resume (a function of the query's id and the step alone), never drops a penalty or a
 protected criterion, keeps the minimum, and the dropped criteria are never asked of the judge; at share 0 the reward
 is today's, bit for bit. Bad settings are one line before any model loads."""
@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from grading.dropout import RubricDropout
 from grading.grader import Grader, GradingConfig
-from grading.reward import TRAINS_AT, rubric_reward
 from grading.rubric import rubric_from_items
 from rubricrl.cli import main
 from rubricrl.llm import LLMClient, Role
+from rurl.dropout import RubricDropout
+from rurl.rubric_reward import rubric_reward
 from tests.fault_server import FaultServer
 from tests.helpers import run
 
@@ -44,7 +44,7 @@ def test_the_mask_is_a_function_of_the_query_and_the_step_alone():
     assert len(set(masks.values())) > 10  # it changes from step to step
     assert dropout.dropped(RUBRIC, "q8", 3) != masks[3] or dropout.dropped(RUBRIC, "q9", 3) != masks[3]
     # another process (another hash seed, another rank, a resumed run) draws the same
-    code = "from tests.test_dropout import RUBRIC; from grading.dropout import RubricDropout; "
+    code = "from tests.test_dropout import RUBRIC; from rurl.dropout import RubricDropout; "
     code += "print([sorted(RubricDropout(0.5).dropped(RUBRIC, 'q7', s)) for s in range(20)])"
     other = subprocess.run(
         [sys.executable, "-c", code],
@@ -91,21 +91,18 @@ def reward(server, step: int | None, dropout: RubricDropout | None, trains_at: i
     async def go():
         role = Role(base_url=server.base_url, model="judge", temperature=0.0)
         async with LLMClient({"judge": role}) as client:
-            token = TRAINS_AT.set(trains_at)
-            try:
-                return await rubric_reward(
-                    prompts=["Q1"] * 4 + ["Q2"] * 2,
-                    completions=[f"Answer {i}." for i in range(6)],
-                    rubrics=[ITEMS] * 6,
-                    grader=Grader(client, GradingConfig(integrity_check=False)),
-                    dropout=dropout,
-                    trainer_state=None if step is None else State(step),
-                    id=["q1"] * 4 + ["q2"] * 2,
-                    log_metric=metrics.__setitem__,
-                    on_batch=lambda stats: metrics.__setitem__("dropped_verdicts", stats.dropped_verdicts),
-                )
-            finally:
-                TRAINS_AT.reset(token)
+            return await rubric_reward(
+                prompts=["Q1"] * 4 + ["Q2"] * 2,
+                completions=[f"Answer {i}." for i in range(6)],
+                rubrics=[ITEMS] * 6,
+                grader=Grader(client, GradingConfig(integrity_check=False)),
+                dropout=dropout,
+                trainer_state=None if step is None else State(step),
+                trains_at=trains_at,
+                id=["q1"] * 4 + ["q2"] * 2,
+                log_metric=metrics.__setitem__,
+                on_batch=lambda stats: metrics.__setitem__("dropped_verdicts", stats.dropped_verdicts),
+            )
 
     metrics: dict[str, float] = {}
     return run(go()), metrics
@@ -150,7 +147,7 @@ def test_the_dropped_criteria_are_never_asked_and_a_group_shares_its_mask():
 
 
 def test_a_batch_graded_ahead_draws_the_masks_of_the_step_that_trains_it():
-    """The schedule that grades a batch a step early sets TRAINS_AT: the masks are that step's, not the trainer's
+    """The schedule that grades a batch a step early passes `trains_at`: the masks are that step's, not the trainer's
     step at the call (which a resumed run, grading the same batch synchronously, would not share)."""
     dropout = RubricDropout(0.5)
     with FaultServer(reply=verdict) as ahead, FaultServer(reply=verdict) as now:

@@ -126,8 +126,8 @@ def test_the_cheaper_verdict_formats_grade_with_the_embedded_judge_and_reach_the
     import asyncio
 
     from grading.grader import Grader, GradingConfig
-    from grading.reward import make_rubric_reward
     from rubricrl.llm import LLMClient, Role
+    from rurl.rubric_reward import make_rubric_reward
 
     folder, chosen = ideal_subset
     for verdict_format in ("verdict_only", "probability"):

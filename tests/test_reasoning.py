@@ -8,11 +8,11 @@ import json
 import pytest
 
 from grading.grader import Grader, GradingConfig
-from grading.reward import rubric_reward
 from grading.rubric import rubric_from_items
 from rubricrl.cli import main
 from rubricrl.llm import LLMClient, Role
 from rubricrl.llm.reasoning import ReasoningNeverClosed, split_reasoning
+from rurl.rubric_reward import rubric_reward
 from tests.fault_server import FaultServer, schema_reply
 from tests.helpers import run
 

@@ -12,8 +12,8 @@ import pytest
 
 from grading.grader import Grader, GradingConfig
 from grading.judge import response_code
-from grading.reward import make_rubric_reward, rubric_reward
 from rubricrl.llm import LLMClient, Role
+from rurl.rubric_reward import make_rubric_reward, rubric_reward
 from tests.fault_server import FaultServer
 from tests.helpers import hashed_verdict, run, tiny_policy
 

@@ -12,15 +12,17 @@ from pathlib import Path
 import pytest
 import yaml
 
+from grading.batch import batch_stats
 from grading.grader import Grader, GradingConfig
 from grading.judge import Verdict
-from grading.reward import Overlong, batch_stats, rubric_reward
 from grading.rubric import rubric_from_items
 from rubricrl.cli import main
 from rubricrl.config import ConfigError
 from rubricrl.llm import LLMClient, Role
 from rurl.config import RurlConfig
 from rurl.data import load_rurl_data, prefilter
+from rurl.overlong import Overlong
+from rurl.rubric_reward import rubric_reward
 from tests.fault_server import FaultServer
 from tests.helpers import run
 
@@ -402,7 +404,7 @@ def test_batch_statistics_by_hand():
 
 
 def test_criteria_json_compares_the_first_and_latest_windows_of_batches():
-    from grading.reward import BatchStats
+    from grading.batch import BatchStats
     from rurl.guards import FailureMonitor
     from rurl.trainer import criterion_row
 

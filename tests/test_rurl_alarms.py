@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 
 from grading.grader import Grader, GradingConfig
-from grading.reward import rubric_reward
 from rubricrl.llm import LLMClient, Role
 from rurl.config import RurlConfig
+from rurl.rubric_reward import rubric_reward
 from tests.fault_server import FaultServer
 from tests.helpers import graded_parts, is_probe, run
 from tests.test_rurl_ranks import launch

@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from grading.grader import Grader, GradingConfig
-from grading.reward import make_rubric_reward
 from rubricrl.llm import LLMClient, Role
+from rurl.rubric_reward import make_rubric_reward
 from tests.fault_server import FaultServer
 from tests.helpers import TINY_RURL, hashed_verdict, kill_after_checkpoint, tiny_policy, tiny_rurl_train
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from grading.grader import Grader, GradingConfig
-from grading.reward import make_rubric_reward
 from rubricrl.cli import main
 from rubricrl.llm import LLMClient, Role
+from rurl.rubric_reward import make_rubric_reward
 from tests.fault_server import FaultServer
 from tests.helpers import hashed_verdict, tiny_policy, tiny_rurl_train
 
