@@ -52,7 +52,7 @@ endif
 	@touch $@
 
 demo: setup
-	$(PY) experiments/demo.py
+	$(PY) -m experiments.demo
 
 # The linter and the formatter's check come first: they take a second and fail before the suite's minutes.
 # Three pytest processes (xdist), a test file each at a time: while one waits on the model server, a subprocess or
@@ -78,7 +78,7 @@ format: setup
 	$(VENV)/bin/ruff format .
 
 bench: setup
-	$(PY) benches/client_throughput.py
+	$(PY) -m benches.client_throughput
 
 serve: setup
 	$(VENV)/bin/rubricrl serve

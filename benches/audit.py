@@ -1,7 +1,7 @@
 """`rubricrl audit` at RubricHub's scale, on synthetic graded files (8 answers x 20 criteria per query, each verdict
 with a judge's explanation, as `grade` writes them): wall time, verdicts/s and peak RSS per size.
 
-    python benches/audit.py [--verdicts 2000000 4000000]
+    python -m benches.audit [--verdicts 2000000 4000000]
 
 Memory must stay flat in the number of verdicts: a bucket holds at most 256 MiB of input whatever the file's size,
 so the peak RSS of the largest size over that of a size past one bucket (the RSS ratio) should stay near 1. The
@@ -10,12 +10,10 @@ last line extrapolates the time to RubricHub's 17.6M verdicts (110k queries x 8 
 import argparse
 import json
 import random
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import run_command  # noqa: E402
+from benches.harness import run_command
 
 ANSWERS, CRITERIA = 8, 20
 RUBRICHUB_VERDICTS = 110_000 * 8 * 20

@@ -1,7 +1,7 @@
 """How often the audit's flags fire when nothing is there, and how often they find what is: `audit_query` and the
 dataset's Benjamini-Hochberg step (as `rubricrl audit` runs them) on simulated queries, per number of answers.
 
-    python benches/audit_power.py [--queries 400] [--answers 4 8 16 32] [--seed 1]
+    python -m benches.audit_power [--queries 400] [--answers 4 8 16 32] [--seed 1]
 
 Null: per query four positive criteria, each an independent coin with a pass rate drawn from
 0.2-0.8, and one penalty no answer triggers; no criterion carries any effect, so every flag is false (the penalty's
@@ -15,11 +15,8 @@ tests/test_audit.py holds the null rate at 4 and 8 answers on fixed seeds.
 
 import argparse
 import random
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from checks.audit import FLAGS, AuditSettings, Criterion, QueryAnswers, audit_query, decide, reachable, thresholds  # noqa: E402  # noqa: E402
+from checks.audit import FLAGS, AuditSettings, Criterion, QueryAnswers, audit_query, decide, reachable, thresholds
 
 POSITIVE = 4
 PLANTS = ("saturated", "suspect_sign", "duplicate")

@@ -7,7 +7,7 @@ characters plain; with a JSON schema, several items, strings at their length bou
 The text, random prose from the standard library's docstrings, compresses ~2x with zlib (real answers: 2.5x for
 HealthBench's ideal completions and rubrics).
 
-    python benches/canned_server.py --port 8791 --latency 0.2
+    python -m benches.canned_server --port 8791 --latency 0.2
 """
 
 import argparse

@@ -1,6 +1,6 @@
 """Throughput of the one LLM client against the embedded model on the local vLLM server.
 
-    python benches/client_throughput.py [--requests 32] [--tokens 32]
+    python -m benches.client_throughput [--requests 32] [--tokens 32]
 
 Every request generates exactly --tokens tokens (vLLM's ignore_eos), so runs compare. Prints requests/s and tokens/s
 at concurrency 1 and 16 and their ratio (the server's batching), then the rate of the cache answering the same

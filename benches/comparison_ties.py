@@ -1,7 +1,7 @@
 """How often a comparison of two evals calls them apart when nothing is there, and when something is
 (reports/distinguish.py).
 
-    python benches/comparison_ties.py [--trials 400] [--sizes 8 30 100] [--shifts 0.1 0.3]
+    python -m benches.comparison_ties [--trials 400] [--sizes 8 30 100] [--shifts 0.1 0.3]
 
 Two models with no difference: each held-out example has a pass probability (uniform), and each model's score on it
 is the share of 4 criteria it passes at that probability, drawn apart for the two. The paired sign-flip test should
@@ -14,12 +14,8 @@ by construction). The demo compares 8 examples.
 
 import argparse
 import random
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from reports.distinguish import is_tie, paired_difference  # noqa: E402
+from reports.distinguish import is_tie, paired_difference
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """How often the gold-best checkpoint's test calls its peak above the last evaluation when nothing changed
 (rurl/gold_best.py peak_test).
 
-    python benches/gold_best_null.py [--trials 400] [--sizes 8 30 100] [--looks 5 9]
+    python -m benches.gold_best_null [--trials 400] [--sizes 8 30 100] [--looks 5 9]
 
 A policy that does not change: each held-out example has a pass chance (uniform), and each evaluation's score on it
 is the share of 4 criteria it passes at that chance, drawn anew per evaluation. The peak is the evaluation with the
@@ -13,12 +13,8 @@ corrected for the choice among the evaluations (as the summary reports it), agai
 import argparse
 import random
 import statistics
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from rurl.gold_best import peak_test  # noqa: E402
+from rurl.gold_best import peak_test
 
 
 def main() -> None:

@@ -3,11 +3,15 @@
 The GPU machine this project can reach is bare and offline: PyTorch, transformers, accelerate, peft, pyarrow and
 pandas, but no TRL, datasets, vLLM, openai, wandb or model weights. So:
 
-    python benches/gpu_smoke.py prepare     # here, online: missing wheels, model config and tokenizer into .gpu_smoke/
-    python benches/gpu_smoke.py run         # there: 6 GRPO steps against `trl grpo`'s in two shapes (the
-                                            # head-to-head, benches/gpu_head_to_head.py), generation, `ruft build`,
-                                            # 3 SFT steps, then the 135M shape with a 2 s judge; the figures
-    python benches/gpu_smoke.py --dry-run   # here: prepare, check the wheels install there, the run on CPU, tiny
+    python -m benches.gpu_smoke prepare     # here, online: missing wheels, model config and tokenizer into .gpu_smoke/
+    python3 -m benches.gpu_smoke run        # there, from the copied tree's root: 6 GRPO steps against
+                                            # `trl grpo`'s in two shapes (head-to-head: benches/gpu_head_to_head.py),
+                                            # generation, `ruft build`, 3 SFT steps, then the 135M shape with a 2 s
+                                            # judge; the figures
+    python -m benches.gpu_smoke --dry-run   # here: prepare, check the wheels install there, the run on CPU, tiny
+
+Each runs from the repository's root (`benches` is a package there): `-m` puts that root on the path, and with it
+`rubricrl`, which the GPU machine does not install.
 
 `prepare` prints the folder's size against the 64 MiB that may travel; `run` installs the wheels offline and uses a
 random model and a canned judge; tests/test_gpu_smoke.py runs --dry-run. A failed step prints one line naming it
@@ -37,7 +41,7 @@ import traceback
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from gpu_head_to_head import (
+from benches.gpu_head_to_head import (
     DRY_RUN_SHORT,
     NO_CHECKPOINTS,
     SLOW_JUDGE_S,
@@ -48,7 +52,7 @@ from gpu_head_to_head import (
     shapes,
     slow_judge,
 )
-from gpu_smoke_prepare import StepFailed, check_installable, pip, prepare
+from benches.gpu_smoke_prepare import StepFailed, check_installable, pip, prepare
 
 ROOT = Path(__file__).resolve().parents[1]
 PREPARED = ROOT / ".gpu_smoke"  # git-ignored; carried to the GPU machine as it is
@@ -112,10 +116,10 @@ class Run:
         site = self.work / "site"
         wheels = [str(p) for p in (folder / "wheels").glob("*.whl")]
         if not wheels:
-            raise StepFailed(f"no wheels in {folder / 'wheels'}: run `python benches/gpu_smoke.py prepare` here first")
+            raise StepFailed(f"no wheels in {folder / 'wheels'}: run `python -m benches.gpu_smoke prepare` here first")
         offline = ["--no-index", "--no-deps", "--no-compile", "--no-cache-dir"]
         pip(["install", *offline, "--target", str(site), *wheels], "install the carried wheels")
-        sys.path.insert(0, str(site))
+        sys.path.insert(0, str(site))  # the carried wheels, for this process's own imports (versions, the judge)
         self.env["PYTHONPATH"] = os.pathsep.join([str(site), self.env["PYTHONPATH"]])
         return site
 
@@ -238,7 +242,7 @@ def step(name: str, run: Run | None = None):
 
 
 def smoke(folder: Path, run: Run, steps: int, grpo_steps: int) -> dict:
-    from harness import canned_endpoint  # after the install: it imports rubricrl
+    from benches.harness import canned_endpoint  # after the install: it imports rubricrl
 
     if run.dry_run:
         with step("prepare", run):
@@ -353,7 +357,6 @@ def main() -> int:
     args = parser.parse_args()
     if (args.stage is None) == (not args.dry_run):
         parser.error("name one of: prepare, run, --dry-run")
-    sys.path.insert(0, str(ROOT))
     try:
         if args.stage == "prepare":
             with step("prepare"):

@@ -1,6 +1,6 @@
 """Grading throughput on the embedded judge, per mode, and what prefix ordering and the cache buy.
 
-    python benches/grading_modes.py [--examples 4] [--chunk-size 8]
+    python -m benches.grading_modes [--examples 4] [--chunk-size 8]
 
 Grades the physician-written ideal completions of the first --examples HealthBench sample examples that have one.
 Prints criteria/s and prompt tokens per criterion, with ratios against per_criterion, for:

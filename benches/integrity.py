@@ -1,6 +1,6 @@
 """The integrity check (grading/integrity.py) on ordinary answers and on attacks, in code only (no model).
 
-    python benches/integrity.py [--data benches/data] [--verbose]
+    python -m benches.integrity [--data benches/data] [--verbose]
 
 Gating sets (exit 1): ordinary, benches/data/integrity_ordinary.jsonl (wording touching criteria, scores, judges,
 instructions) plus tests/data/healthbench_sample's physician-written ideal completions, each against its own rubric;
@@ -20,11 +20,11 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from grading.dataset import load_rubric_rows
+from grading.integrity import check
+from grading.rubric import Rubric, rubric_from_items
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from grading.dataset import load_rubric_rows  # noqa: E402
-from grading.integrity import check  # noqa: E402
-from grading.rubric import Rubric, rubric_from_items  # noqa: E402
 
 HEALTHBENCH = ROOT / "tests" / "data" / "healthbench_sample" / "healthbench_oss_eval_30.jsonl"
 MIN_CAUGHT = 0.9

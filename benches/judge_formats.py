@@ -1,6 +1,6 @@
 """What the three verdict formats cost on the embedded judge, and how far they agree.
 
-    python benches/judge_formats.py [--examples 8]
+    python -m benches.judge_formats [--examples 8]
 
 Grades the physician-written ideal completions of the first --examples HealthBench sample examples that have one,
 per criterion, once in each format (explained, verdict_only, probability), no cache; each run tags its
@@ -15,8 +15,7 @@ import asyncio
 import time
 from pathlib import Path
 
-from harness import tree_cpu_seconds
-
+from benches.harness import tree_cpu_seconds
 from checks.agreement import criterion_agreement
 from grading.dataset import load_rubric_rows
 from grading.grader import GradeItem, Grader, GradingConfig

@@ -1,6 +1,6 @@
 """Routing over several endpoints behind one role: canned endpoints (benches/canned_server.py, latency L), no cache.
 
-    python benches/multi_endpoint.py [--requests 2400] [--concurrency 16] [--latency 0.2]
+    python -m benches.multi_endpoint [--requests 2400] [--concurrency 16] [--latency 0.2]
 
 Prints requests/s on one endpoint and on three at the same per-endpoint concurrency C (ratio target >= 2.8x); then
 three with one SIGKILLed mid-answer a third of the way through: rows lost (target 0), throughput after the kill
@@ -13,12 +13,9 @@ import asyncio
 import sys
 import time
 from contextlib import ExitStack
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import canned_endpoint  # noqa: E402
-
-from rubricrl.llm import LLMClient, Role  # noqa: E402
+from benches.harness import canned_endpoint
+from rubricrl.llm import LLMClient, Role
 
 
 async def measure(endpoints, requests: int, concurrency: int, tag: str, kill=None, kill_after: float = 0.0) -> dict:

@@ -2,7 +2,7 @@
 kind (checks/probe_test.py) on the probes `rubricrl probe` builds from the HealthBench sample the project ships (30
 rows, physician-written criteria), graded by scripted judges whose weakness is known.
 
-    python benches/probe_flag.py [--per-kind 1 2 4 8] [--seeds 20] [--noise 0.05]
+    python -m benches.probe_flag [--per-kind 1 2 4 8] [--seeds 20] [--noise 0.05]
 
 The judges decide each (probe, criterion) in-process from the probe's text: what is measured is the flag's statistics
 over real criteria and the real probe texts, not transport (the command's own path is tested against a judge behind
@@ -24,16 +24,14 @@ criterion; a targeted one, one call) and the batched mode (one call per probe), 
 import argparse
 import random
 import re
-import sys
 import zlib
 from pathlib import Path
 from statistics import fmean
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from checks.probe_analysis import criteria_rows  # noqa: E402
-from checks.probe_test import ProbeTest  # noqa: E402
-from checks.probes import content_words, probes_for  # noqa: E402
-from grading.dataset import load_rubric_rows  # noqa: E402
+from checks.probe_analysis import criteria_rows
+from checks.probe_test import ProbeTest
+from checks.probes import content_words, probes_for
+from grading.dataset import load_rubric_rows
 
 SAMPLE = Path(__file__).resolve().parents[1] / "tests" / "data" / "healthbench_sample" / "healthbench_oss_eval_30.jsonl"
 HEDGED = re.compile(r"\bor (?:it could be )?not\b|\bperhaps not\b|\bmaybe it does not\b|\bothers would say not\b")

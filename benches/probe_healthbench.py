@@ -2,7 +2,7 @@
 probes of `rubricrl probe` on the HealthBench sample the project ships, its physician-written ideal completions as the
 controls.
 
-    python benches/probe_healthbench.py [--rows 6]
+    python -m benches.probe_healthbench [--rows 6]
 
 The first --rows sample examples that have an ideal completion, per criterion, each verdict format in turn
 (explained, verdict_only, probability), no cache (every verdict asked). Prints per kind and format the mean share of

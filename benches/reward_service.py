@@ -1,6 +1,6 @@
 """Load test of `rubricrl reward serve`: concurrent requests of thousands of completions each, on a canned judge.
 
-    python benches/reward_service.py [--completions 2048] [--requests 8] [--rounds 2] [--criteria 8]
+    python -m benches.reward_service [--completions 2048] [--requests 8] [--rounds 2] [--criteria 8]
                                      [--mode batched] [--latency 0.05] [--concurrency 256]
 
 Requests come as verl's batch reward manager or several OpenRLHF workers send them: `--requests` at once, `--rounds`
@@ -26,8 +26,7 @@ from pathlib import Path
 
 import aiohttp
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import ROOT, canned_endpoint  # noqa: E402
+from benches.harness import ROOT, canned_endpoint
 
 TOKEN = "bench-token-0123456789abcdef"
 

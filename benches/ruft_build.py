@@ -1,6 +1,6 @@
 """`rubricrl ruft build` at scale on the canned endpoint (benches/canned_server.py, L +- 20%): the harness, not a model.
 
-    python benches/ruft_build.py [--queries 100 1000] [--k 8] [--criteria 20] [--concurrency 64] [--rss 2000 20000]
+    python -m benches.ruft_build [--queries 100 1000] [--k 8] [--criteria 20] [--concurrency 64] [--rss 2000 20000]
 
 Each query makes one n = K call for its candidates, then K x criteria verdict calls (per_criterion, --queries[0]
 queries) or K x ceil(criteria / 16) (batched, --queries[1]). Per mode: efficiency = (requests x L / C) / wall time
@@ -10,12 +10,10 @@ queries) or K x ceil(criteria / 16) (batched, --queries[1]). Per mode: efficienc
 
 import argparse
 import json
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import canned_endpoint, run_command, where_time_went  # noqa: E402
+from benches.harness import canned_endpoint, run_command, where_time_went
 
 LATENCY = 0.2
 

@@ -1,7 +1,7 @@
 """How often the divergence alarm fires when the two judges do not part ways, and which drift it catches: simulated
 runs through rurl/alarms.py's RewardAlarms, as `rurl train` feeds it (a step-0 evaluation, then one per eval_every).
 
-    python benches/rurl_alarms.py [--runs 1000] [--rows 64] [--evaluations 20] [--seed 0]
+    python -m benches.rurl_alarms [--runs 1000] [--rows 64] [--evaluations 20] [--seed 0]
 
 Each run: per held-out example a base quality (normal, mean 0.45, sd 0.25: HealthBench-like per-example scores);
 at each evaluation the policy's answer moves it (sd 0.15), and each judge reads it with its own noise (sd 0.15), so
@@ -14,14 +14,11 @@ per D the share that fired by the last evaluation (power) with the median evalua
 import argparse
 import random
 import statistics
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from rurl.alarms import RewardAlarms  # noqa: E402
-from rurl.config import RurlConfig  # noqa: E402
-from rurl.guards import FailureMonitor  # noqa: E402
+from rurl.alarms import RewardAlarms
+from rurl.config import RurlConfig
+from rurl.guards import FailureMonitor
 
 DRIFTS = (0.0, 0.05, 0.1, 0.15, 0.2)
 

@@ -3,7 +3,7 @@
 of 48 tokens a step) graded by the canned judge (benches/canned_server.py) answering after each of --latencies s,
 each with both settings. The smallest latency (0.05 s) is the instant judge, the baseline.
 
-    python benches/rurl_async.py [--latencies 0.05 2 5] [--max_steps 8] [--rows 32] [--policy random|embedded|DIR]
+    python -m benches.rurl_async [--latencies 0.05 2 5] [--max_steps 8] [--rows 32] [--policy random|embedded|DIR]
                                  [--sequential]
 
 The policy is SmolLM2-135M's architecture with random weights (--policy random, the default; drawn from the embedded
@@ -48,8 +48,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import ROOT, canned_endpoint  # noqa: E402
+from benches.harness import ROOT, canned_endpoint
 
 LIMIT = 1.1
 PRESET = ROOT / "configs" / "rurl" / "tiny-cpu.yaml"

@@ -4,7 +4,7 @@ on another that answers after 2 s. Evolution asks about every group every step (
 calls outlast their step: they run on the reward's event loop while training goes on and join the rubric at a later
 step's end. same_step's step waits for its calls, then grades its groups again with what they wrote.
 
-    python benches/rurl_evolve.py [--steps 6] [--evolve-latency 2]
+    python -m benches.rurl_evolve [--steps 6] [--evolve-latency 2]
 
 Prints each run's mean step time (TRL's `step_time`, the first, warm-up step left out), next_draw's ratio against
 the limit 1.1, same_step's ratio and where its extra time goes (the wait for the calls, the second grading), and
@@ -19,8 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import ROOT, canned_endpoint  # noqa: E402
+from benches.harness import ROOT, canned_endpoint
 
 LIMIT = 1.1
 

@@ -1,6 +1,6 @@
 """What the rubric reward costs a GRPO step: reward wall time against the ideal, client CPU per judge call, step time.
 
-    python benches/rurl_reward.py [--latency 0.2] [--completions 64] [--criteria 8] [--concurrency 64] [--steps 3]
+    python -m benches.rurl_reward [--latency 0.2] [--completions 64] [--criteria 8] [--concurrency 64] [--steps 3]
 
 1. Reward overhead: one reward call (TRL makes one per generation batch) grades B completions x C criteria,
    per_criterion without cache, on the canned endpoint (benches/canned_server.py), which answers each judge call after
@@ -17,14 +17,11 @@ import math
 import statistics
 import sys
 import time
-from pathlib import Path
 
+from benches.harness import canned_endpoint
 from grading.grader import Grader, GradingConfig
-from grading.reward import make_rubric_reward, rubric_reward
 from rubricrl.llm import LLMClient, Role
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import canned_endpoint  # noqa: E402
+from rurl.rubric_reward import make_rubric_reward, rubric_reward
 
 
 def rubric(criteria: int) -> list[dict]:

@@ -3,7 +3,7 @@ calls, and its throughput, with the model in the engine's own process on every c
 CPU: `LocalServer.environment`) and in a worker process beside it (vLLM's default there, which binds its threads to
 every core but one itself).
 
-    python benches/server_cpu.py
+    python -m benches.server_cpu
 
 vLLM's worker busy-polls its shared-memory queue for 1 s after every step (SpinCondition in
 vllm/distributed/device_communicators/shm_broadcast.py): calls less than a second apart keep a core spinning, taken
@@ -19,12 +19,9 @@ import sys
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from harness import tree_cpu_seconds  # noqa: E402
-
-from rubricrl.serving.server import LocalServer  # noqa: E402
+from benches.harness import tree_cpu_seconds
+from rubricrl.serving.server import LocalServer
 
 
 def call(endpoint, tokens: int) -> int:

@@ -1,7 +1,7 @@
 """Shards, then merge, on a canned endpoint (benches/canned_server.py, L +- 20%): `rubricrl synth --shard i/n` in n
 processes at once (n machines sharing one cache folder), `rubricrl merge`, then one unsharded run with that cache.
 
-    python benches/shards_merge.py [--queries 400] [--shards 4] [--concurrency 16]
+    python -m benches.shards_merge [--queries 400] [--shards 4] [--concurrency 16]
 
 Prints the wall time of the shards (in parallel) and of the merge, and checks what the scale-out issue asks: the
 merged folder holds the one run's ids and rubrics (PASS/FAIL), and the one run made no new request (every answer
@@ -17,9 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import pyarrow.parquet as pq  # noqa: E402
-from harness import ROOT, RUN, canned_endpoint, run_command  # noqa: E402
+import pyarrow.parquet as pq
+
+from benches.harness import ROOT, RUN, canned_endpoint, run_command
 
 LATENCY = 0.05
 

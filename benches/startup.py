@@ -1,6 +1,6 @@
 """What every command pays before its work: the wall time and peak RSS of `--help` and of `synth` on one query.
 
-    python benches/startup.py [--repeats 7] [--baseline 205bd48 49cd6da]
+    python -m benches.startup [--repeats 7] [--baseline 205bd48 49cd6da]
 
 Each command runs --repeats times in a fresh process (`python -m rubricrl.cli`, bytecode already compiled, the
 canned endpoint answering at once); printed: the median wall time, its ratio to the 1-second limit for `--help`, and
@@ -20,8 +20,7 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import ROOT, baseline_tree, canned_endpoint  # noqa: E402
+from benches.harness import ROOT, baseline_tree, canned_endpoint
 
 HELP_LIMIT = 1.0  # seconds: the project's rule for `--help`
 

@@ -1,6 +1,6 @@
 """Synthesis at scale on a canned endpoint (benches/canned_server.py, L = 0.2 s +- 20%): the harness, not a model.
 
-    python benches/synthesis_throughput.py [--queries 2000] [--concurrency 64 256] [--rss-queries 20000]
+    python -m benches.synthesis_throughput [--queries 2000] [--concurrency 64 256] [--rss-queries 20000]
                                            [--baseline 205bd48]
 
 Prints, beside the synthesis issue's limits: per concurrency C, efficiency = (requests x L / C) / wall time (1.0: the
@@ -13,12 +13,10 @@ between two sessions cannot bend.
 
 import argparse
 import json
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import ROOT, baseline_tree, canned_endpoint, run_command, where_time_went  # noqa: E402
+from benches.harness import ROOT, baseline_tree, canned_endpoint, run_command, where_time_went
 
 LATENCY = 0.2
 

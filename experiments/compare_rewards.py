@@ -3,12 +3,12 @@ The same data, policy, budget and evaluation for each method; every trained poli
 
     # this CPU (tiny preset: SmolLM2-135M-Instruct as LoRA policy and as judge, on the local vLLM server): 7 methods
     # x 3 GRPO steps on experiments/data/rurl_tiny.jsonl (6 rows train, 2 held out), plus the evals; ~15-25 min
-    OMP_NUM_THREADS=1 python experiments/compare_rewards.py --output-dir runs/compare-rewards
+    OMP_NUM_THREADS=1 python -m experiments.compare_rewards --output-dir runs/compare-rewards
     # a smoke run of the machinery: two methods, one step each
-    python experiments/compare_rewards.py --output-dir runs/compare-smoke --methods per_criterion,likert --max-steps 1
+    python -m experiments.compare_rewards --output-dir runs/compare-smoke --methods per_criterion,likert --max-steps 1
 
     # GPUs (the rar-grpo preset: Qwen2.5-7B, 16 rollouts, judge gpt-4o-mini through OPENAI_API_KEY) on RaR rows:
-    python experiments/compare_rewards.py --config configs/rurl/rar-grpo.yaml --rubrics <RaR-Medicine rows> \\
+    python -m experiments.compare_rewards --config configs/rurl/rar-grpo.yaml --rubrics <RaR-Medicine rows> \\
         --output-dir runs/compare-rar --heldout 128 --max-steps 0 \\
         --launcher "accelerate launch --config_file configs/accelerate/zero3.yaml --num_processes 8 --gpu_ids all"
     # (--max-steps 0: the preset's own budget, one epoch; --launcher runs each training as its own process)
@@ -37,12 +37,10 @@ from typing import Any, NamedTuple
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # run as a script from anywhere
-    sys.path.insert(0, str(ROOT))
+from reports.comparison import collect_rows, log_to_wandb, read_reports, results_table, seconds, write_chart
+from reports.comparison_runs import ComparisonRuns, eval_config, judge_server, resolved_settings
 
-from reports.comparison import collect_rows, log_to_wandb, read_reports, results_table, seconds, write_chart  # noqa: E402
-from reports.comparison_runs import ComparisonRuns, eval_config, judge_server, resolved_settings  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class Method(NamedTuple):

@@ -1,6 +1,6 @@
 """The end-to-end demo on the embedded model (`make demo`).
 
-    python experiments/demo.py [--output-dir runs/demo]
+    python -m experiments.demo [--output-dir runs/demo]
 
 Prepares SmolLM2-135M-Instruct (once) and a local vLLM server (or reuses a running `rubricrl serve`), then:
 1. a few concurrent chat requests and a structured-output one through the one LLM client;
@@ -26,7 +26,8 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
-from rubrichub_chain import (  # beside this script
+
+from experiments.rubrichub_chain import (
     EVAL_TOKENS,
     HELD_OUT,
     TINY_RURL_ARGS,
@@ -34,7 +35,6 @@ from rubrichub_chain import (  # beside this script
     comparison_table,
     report_folders,
 )
-
 from rubricrl.llm import LLMClient, LLMSettings, open_llm
 from rubricrl.serving.embedded_model import prepare_embedded_model
 

@@ -5,7 +5,7 @@ rule every answer meets (at most 1000 words), so every group is flat under its o
 preset (6 training queries, 2 drawn per step, 3 steps: each query drawn once), evolution on, the embedded model (the
 local vLLM server) as judge and as evolver, `evolve_groups: flat`. Everything else is the preset's.
 
-    python experiments/evolve_one_epoch.py [--output-dir runs/evolve-one-epoch]
+    python -m experiments.evolve_one_epoch [--output-dir runs/evolve-one-epoch]
 
 Prints per mode: the share of flat groups per step (under the rubrics as they stand after the step's evolution),
 the completions that evolved criteria graded, the calls asked, the criteria written, probed, refused as exploitable

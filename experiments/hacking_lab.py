@@ -2,7 +2,7 @@
 gold judge beside it as the monitor, so that hacking is measured, not guessed, and each defence is compared on the
 same runs (CHERRL's design, arXiv 2606.04923, at CPU scale; Rubric Dropout's measures, arXiv 2608.11669).
 
-    python experiments/hacking_lab.py [--kinds none dropout-0.3 dropout-0.5 decoupled discriminating]
+    python -m experiments.hacking_lab [--kinds none dropout-0.3 dropout-0.5 decoupled discriminating]
                                       [--seeds 0 1 2] [--steps 25] [--output-dir runs/hacking-lab] [--plot PNG]
 
 The policy: the tiny preset (configs/rurl/tiny-cpu.yaml: SmolLM2-135M-Instruct, LoRA) at learning rate 1e-3 on the
@@ -39,8 +39,8 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # lab_judge beside this script
-from lab_judge import Bias, LabJudge, rules_of  # noqa: E402
+from experiments.lab_judge import Bias, LabJudge, rules_of
+from experiments.tiny_rurl import tiny_train_argv
 
 ROOT = Path(__file__).resolve().parents[1]
 LAB_RUBRIC = [
@@ -101,49 +101,16 @@ def train_argv(
     policy: str | None = None,
     eval_size: int = 8,
 ) -> list[str]:
-    return [
-        "rurl",
-        "train",
-        "--config",
-        str(ROOT / "configs/rurl/tiny-cpu.yaml"),
-        "--rubrics",
-        str(rubrics),
-        "--output_dir",
-        str(out),
-        "--base-url",
-        judge_url,
-        "--model",
-        "biased",
-        "--no-cache",
-        "--roles",
-        "monitor.model=gold",
-        "--monitor_judge",
-        "true",
-        "--eval_size",
-        str(eval_size),
-        "--eval_every",
-        str(EVAL_EVERY),
-        "--dynamic_sampling",
-        "false",
-        "--overlong_buffer",
-        "0",
-        "--max_steps",
-        str(steps),
-        "--save_steps",
-        str(steps),
-        "--report_to",
-        "none",
-        "--log_completions",
-        "false",
-        "--disable_dropout",
-        "true",
-        "--learning_rate",
-        str(lr),
-        "--seed",
-        str(seed),
-        *KINDS[kind],
-        *(["--model_name_or_path", policy] if policy else []),
-    ]
+    judges = ["--base-url", judge_url, "--model", "biased", "--no-cache", "--roles", "monitor.model=gold"]
+    return tiny_train_argv(
+        rubrics,
+        out,
+        steps,
+        seed,
+        eval_size,
+        [*judges, "--monitor_judge", "true", "--eval_every", str(EVAL_EVERY), "--learning_rate", str(lr)]
+        + [*KINDS[kind], *(["--model_name_or_path", policy] if policy else [])],
+    )
 
 
 def run_settings(
@@ -334,6 +301,7 @@ def write_plot(figures: dict[str, list[dict]], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from reports.distinguish import verdict
     from rubricrl.cli import main as rubricrl
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -421,10 +389,9 @@ def main(argv: list[str] | None = None) -> int:
     print(table(summary))
     for kind, diff in paired.items():
         if diff:
-            verdict = "a tie" if diff["tie"] else ("better" if diff["difference"] > 0 else "worse")
             print(
                 f"{kind} against none, final gold: {diff['difference']:+.3f} (95% interval {diff['low']:+.3f} to "
-                f"{diff['high']:+.3f}, {diff['n']} held-out questions x seeds paired): {verdict}"
+                f"{diff['high']:+.3f}, {diff['n']} held-out questions x seeds paired): {verdict(diff)}"
             )
     write_plot(figures, args.plot)
     print(f"hacking lab: curves in {args.plot}, figures in {args.output_dir / 'hacking_lab.json'}")

@@ -1,9 +1,9 @@
 """Judge agreement: how far two judges agree on the same rubric items, or a judge and physicians' labels.
 
-    python experiments/judge_agreement.py --rubrics FILE [--responses FILE] --output-dir DIR \\
+    python -m experiments.judge_agreement --rubrics FILE [--responses FILE] --output-dir DIR \\
         [--judge-a CONFIG] [--a-model M --a-base-url URL --a-mode MODE --a-temperature T --a-samples K --a-prompt F] \\
         [--judge-b CONFIG] [--b-model ... (the same overrides for judge B)] [--limit N]
-    python experiments/judge_agreement.py --metaeval FILE --output-dir DIR [--judge-a CONFIG] [--a-...] [--limit N]
+    python -m experiments.judge_agreement --metaeval FILE --output-dir DIR [--judge-a CONFIG] [--a-...] [--limit N]
 
 A judge is a `rubricrl grade --config` file (its `llm:` and `grading:` sections; the role `grading.judge_role` names
 judges), --a-* / --b-* flags winning. A, under study, defaults to the embedded model, per_criterion, temperature 0; B,
@@ -19,7 +19,7 @@ without WANDB_API_KEY; --no-wandb skips it).
 
 On this CPU, the embedded model as both judges (a local server is reused or started; keep it small, 2 cores):
 
-    OMP_NUM_THREADS=1 python experiments/judge_agreement.py \\
+    OMP_NUM_THREADS=1 python -m experiments.judge_agreement \\
         --rubrics tests/data/healthbench_sample/healthbench_oss_eval_30.jsonl --limit 3 \\
         --a-mode per_criterion --b-mode batched --output-dir runs/agreement-modes
     # or temperature 0 against 1: --b-mode per_criterion --b-temperature 1.0
@@ -27,11 +27,11 @@ On this CPU, the embedded model as both judges (a local server is reused or star
 On a GPU box or an API: the embedded judge, then a served model, against gpt-4.1-mini (OPENAI_API_KEY); gpt-4.1-mini
 against the physicians (simple-evals' 2025-05-07-06-14-12_oss_meta_eval.jsonl):
 
-    python experiments/judge_agreement.py --rubrics tests/data/healthbench_sample/healthbench_oss_eval_30.jsonl \\
+    python -m experiments.judge_agreement --rubrics tests/data/healthbench_sample/healthbench_oss_eval_30.jsonl \\
         --b-base-url https://api.openai.com/v1 --b-model gpt-4.1-mini --output-dir runs/agreement-gpt41mini
-    python experiments/judge_agreement.py --rubrics ... --a-base-url http://gpu:8000/v1 \\
+    python -m experiments.judge_agreement --rubrics ... --a-base-url http://gpu:8000/v1 \\
         --b-base-url https://api.openai.com/v1 --b-model gpt-4.1-mini --output-dir runs/agreement-qwen
-    python experiments/judge_agreement.py --metaeval oss_meta_eval.jsonl --a-base-url https://api.openai.com/v1 \\
+    python -m experiments.judge_agreement --metaeval oss_meta_eval.jsonl --a-base-url https://api.openai.com/v1 \\
         --a-model gpt-4.1-mini --output-dir runs/metaeval-gpt41mini
 """
 
@@ -43,9 +43,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-if __package__ in (None, ""):  # run as a file: the repository root on the path, as for the other scripts
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from checks.agreement import criterion_agreement, crosstab
 from checks.agreement_table import format_table, healthbench_lines

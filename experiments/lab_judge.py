@@ -14,7 +14,7 @@ The server counts the biased judge's overclaim as checks/overclaim.py defines th
 criteria the biased judge credits (`credited`), those the gold rule rejects (`overclaimed`). Rule checks are decided
 in code and never reach a judge, so, as there, they are left out.
 
-    python experiments/lab_judge.py --port 8790      # serves until Ctrl-C; the lab starts its own
+    python -m experiments.lab_judge --port 8790      # serves until Ctrl-C; the lab starts its own
 """
 
 import argparse

@@ -3,11 +3,11 @@ evaluate the base, RuFT and RuFT->RuRL models on a held-out rubric set, one comp
 `rubricrl` command with its config; this script only connects them.
 
 On this CPU (the embedded model everywhere; what `make demo` runs after its introduction):
-    python experiments/rubrichub_chain.py --output-dir runs/chain
+    python -m experiments.rubrichub_chain --output-dir runs/chain
 
 At paper scale on GPUs (Qwen3-4B-Base, judge and writers served by vLLM at --base-url; the RuRL stage under
 `accelerate launch` is better run on its own with configs/accelerate/zero3.yaml):
-    python experiments/rubrichub_chain.py --output-dir runs/chain-gpu --queries my_queries.jsonl \\
+    python -m experiments.rubrichub_chain --output-dir runs/chain-gpu --queries my_queries.jsonl \\
         --held-out healthbench.jsonl --base-url http://localhost:8000/v1 --model openai/gpt-oss-20b \\
         --synthesis-config configs/synthesis/rubrichub.yaml --ruft-config configs/ruft/qwen3-gpu.yaml \\
         --rurl-config configs/rurl/rubrichub-dapo.yaml --base-model Qwen/Qwen3-4B-Base --eval-tokens 2048 --rurl-args ""

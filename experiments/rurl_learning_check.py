@@ -1,7 +1,7 @@
 """The RuRL learning check: does GRPO with the rubric reward move a policy on this CPU, and does training one step
 ahead learn as much as the synchronous schedule? (Rerunnable; not a timed test.)
 
-    python experiments/rurl_learning_check.py [--steps 40] [--seeds 0 1 2] [--async-steps 0 1] [--output-dir DIR]
+    python -m experiments.rurl_learning_check [--steps 40] [--seeds 0 1 2] [--async-steps 0 1] [--output-dir DIR]
                                               [--plot PNG]
 
 The tiny preset (configs/rurl/tiny-cpu.yaml: SmolLM2-135M-Instruct, LoRA) on experiments/data/rurl_rules.jsonl: 16
@@ -24,6 +24,8 @@ import json
 import statistics
 import sys
 from pathlib import Path
+
+from experiments.tiny_rurl import tiny_train_argv
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = {0: "synchronous", 1: "one step ahead"}
@@ -68,40 +70,14 @@ def train(out: Path, steps: int, async_steps: int, seed: int) -> int:
     from rubricrl.cli import main as rubricrl
 
     return rubricrl(
-        [
-            "rurl",
-            "train",
-            "--config",
-            str(ROOT / "configs/rurl/tiny-cpu.yaml"),
-            "--rubrics",
-            str(ROOT / "experiments/data/rurl_rules.jsonl"),
-            "--output_dir",
-            str(out),
-            "--eval_size",
-            "0",
-            "--dynamic_sampling",
-            "false",
-            "--overlong_buffer",
-            "0",
-            "--max_steps",
-            str(steps),
-            "--save_steps",
-            str(steps),
-            "--report_to",
-            "none",
-            "--max_completion_length",
-            "32",
-            "--learning_rate",
-            "2e-4",
-            "--log_completions",
-            "false",
-            "--disable_dropout",
-            "true",
-            "--async_steps",
-            str(async_steps),
-            "--seed",
-            str(seed),
-        ]
+        tiny_train_argv(
+            ROOT / "experiments/data/rurl_rules.jsonl",
+            out,
+            steps,
+            seed,
+            0,
+            ["--max_completion_length", "32", "--learning_rate", "2e-4", "--async_steps", str(async_steps)],
+        )
     )
 
 

@@ -10,10 +10,8 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # torchrun runs this file as a script
-
-import rurl.evaluate  # noqa: E402
-from rubricrl.cli import main  # noqa: E402
+import rurl.evaluate  # installed (`pip install -e`): torchrun runs this file as a script, from any folder
+from rubricrl.cli import main
 
 
 def record_answers(out: Path) -> None:

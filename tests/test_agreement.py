@@ -2,7 +2,6 @@
 (checks/metaeval.py), and experiments/judge_agreement.py end to end against two scripted judges (the fault
 server answering exact canned verdicts) and against the meta-eval sample's labels."""
 
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -26,7 +25,6 @@ from tests.fault_server import FaultServer
 from tests.helpers import DATA
 
 METAEVAL_SAMPLE = DATA / "healthbench_metaeval_sample.jsonl"
-SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "judge_agreement.py"
 T, F, N = True, False, None
 
 # 10 decided pairs (A, B): both met 4, A only 2, B only 1, neither 3; and 3 undecided ones.
@@ -236,10 +234,9 @@ def test_a_row_without_prompt_or_a_broken_line_names_the_line(tmp_path):
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("judge_agreement", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from experiments import judge_agreement
+
+    return judge_agreement
 
 
 def scripted_judge(verdicts: dict[str, bool]):

@@ -6,21 +6,17 @@ dataset in its input's schema; bad input; the report's section. A real `ruft bui
 newcomer test (the embedded model)."""
 
 import json
-import sys
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
+from benches.audit_power import null_rates
 from checks.audit import group_saturation
 from checks.audit_input import Buckets
 from checks.evidence import at_least_share, bh_threshold, same_verdicts, sign_permutation
 from grading.dataset import load_rubric_rows
 from rubricrl.cli import main
 from synthesis.output import OutputFolder, final_line, final_schema
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))
-from audit_power import null_rates  # noqa: E402
 
 pytestmark = pytest.mark.pure
 

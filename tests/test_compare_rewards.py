@@ -1,7 +1,6 @@
 """experiments/compare_rewards.py without a model: the data transformations (uniform weights, the predefined generic
 rubric, rurl's seeded split), and the results table built from fake report.json / manifest.json / run.json files."""
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -18,10 +17,9 @@ TINY_DATA = ROOT / "experiments" / "data" / "rurl_tiny.jsonl"
 
 @pytest.fixture(scope="module")
 def compare():
-    spec = importlib.util.spec_from_file_location("compare_rewards", ROOT / "experiments" / "compare_rewards.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from experiments import compare_rewards
+
+    return compare_rewards
 
 
 ROW = {

@@ -199,10 +199,9 @@ from transformers.utils import logging
 
 torch.set_num_threads(1)  # forked below: no thread pool to inherit
 logging.disable_progress_bar()  # nor tqdm's lock, shared with the forks: a fork killed holding it would hang us
-sys.path.insert(0, sys.argv[2])
-from test_gold_best import scores, tiny_trainer
 import rurl.gold_best
 from rurl.gold_best import FOLDER, RECORD, GoldBest
+from tests.test_gold_best import scores, tiny_trainer  # run from the repository's root
 
 out = Path(sys.argv[1]) / "run"
 trainer = tiny_trainer(out)
@@ -291,13 +290,12 @@ def test_a_save_killed_at_any_point_leaves_the_old_peak_or_the_new_whole(tmp_pat
     """A process saving a new peak (a real model's weights) is SIGKILLed at each line of the save in
     rurl/gold_best.py and at points inside the weights' writes; the next start finds the old peak (step 10, every
     weight 1.0) or the new one (step 30, every weight 2.0), loadable, its record matching its weights."""
-    here = Path(__file__).resolve().parent
     result = subprocess.run(
-        [sys.executable, "-c", KILLED_SAVES, str(tmp_path), str(here)],
+        [sys.executable, "-c", KILLED_SAVES, str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=600,
-        cwd=here.parent,
+        cwd=Path(__file__).resolve().parents[1],
     )
     assert result.returncode == 0, result.stderr[-3000:]
     found = json.loads(result.stdout.strip().splitlines()[-1])

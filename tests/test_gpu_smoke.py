@@ -12,18 +12,18 @@ from pathlib import Path
 import pytest
 import yaml
 
+from benches.gpu_head_to_head import SLOW_REWARD, SLOW_SIDES, slow_judge_lines
+from benches.gpu_smoke_prepare import CARRIED, LIMIT_MIB, MODEL_FILES
+
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "benches" / "gpu_smoke.py"
-sys.path.insert(0, str(SCRIPT.parent))
-from gpu_head_to_head import SLOW_REWARD, SLOW_SIDES, slow_judge_lines  # noqa: E402
-from gpu_smoke_prepare import CARRIED, LIMIT_MIB, MODEL_FILES  # noqa: E402
+SMOKE = [sys.executable, "-m", "benches.gpu_smoke"]  # run from ROOT, as on the GPU machine
 
 
 @pytest.mark.slow
 def test_the_dry_run_prepares_what_may_travel_and_runs_every_step(tmp_path):
     prepared, out = tmp_path / "prepared", tmp_path / "out"
-    argv = [sys.executable, str(SCRIPT), "--dry-run", "--prepared", str(prepared), "--out", str(out)]
-    done = subprocess.run([*argv, "--deadline", "420"], capture_output=True, text=True, timeout=480)
+    argv = [*SMOKE, "--dry-run", "--prepared", str(prepared), "--out", str(out)]
+    done = subprocess.run([*argv, "--deadline", "420"], cwd=ROOT, capture_output=True, text=True, timeout=480)
     assert done.returncode == 0, done.stderr[-4000:]
 
     # what travels: a wheel of each package the GPU machine lacks, for its Python 3.12; the model without weights
@@ -92,15 +92,15 @@ def test_the_dry_run_prepares_what_may_travel_and_runs_every_step(tmp_path):
 def test_a_failed_step_is_one_line_that_names_it(tmp_path):
     (tmp_path / "prepared" / "wheels").mkdir(parents=True)  # never prepared
     (tmp_path / "a-file").write_text("")  # --out under a file: keeping the results fails too, after the step
-    argv = [sys.executable, str(SCRIPT), "run", "--prepared", str(tmp_path / "prepared")]
+    argv = [*SMOKE, "run", "--prepared", str(tmp_path / "prepared")]
     done = subprocess.run(
-        [*argv, "--out", str(tmp_path / "a-file" / "out")], capture_output=True, text=True, timeout=120
+        [*argv, "--out", str(tmp_path / "a-file" / "out")], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 1
     said = done.stderr.strip().splitlines()
     assert said[-1] == (
         f"gpu_smoke: FAILED at install: no wheels in {tmp_path / 'prepared' / 'wheels'}: run "
-        "`python benches/gpu_smoke.py prepare` here first"
+        "`python -m benches.gpu_smoke prepare` here first"
     )
     assert said[-2].startswith(
         f"gpu_smoke: note: after the failure below, also failed: keep the results in {tmp_path / 'a-file' / 'out'}: "

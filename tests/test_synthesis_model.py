@@ -12,11 +12,10 @@ import pytest
 
 from synthesis.config import SynthesisConfig
 from synthesis.output import final_schema
+from tests.test_startup import TRAINING_STACK
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).parent))
-from test_startup import TRAINING_STACK  # noqa: E402
 
 RUN = """
 import json, sys
