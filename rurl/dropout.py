@@ -63,3 +63,20 @@ class RubricDropout:
         if not dropped:
             return rubric
         return replace(rubric, criteria=tuple(c for i, c in enumerate(rubric.criteria) if i not in dropped))
+
+    def batch(self, items: list, rubrics: list[Rubric], ids: list, step: int) -> tuple[list[Rubric], dict[str, int]]:
+        """A batch's rubrics (`rubrics`, parsed from the rows' criterion lists `items`) for queries `ids` at `step`,
+        each without its dropped criteria (a criterion evolved at this very step is `fresh`: never dropped then), and
+        the counts: criteria dropped, judge verdicts dropped (criteria without a rule), criteria droppable."""
+        counts = {"criteria": 0, "judge_verdicts": 0, "droppable": 0}
+        kept = []
+        for rows, rubric, query_id in zip(items, rubrics, ids):
+            fresh = frozenset(i for i, item in enumerate(rows) if (item.get("evolved") or {}).get("step") == step)
+            left = self.kept(rubric, str(query_id), step, fresh)
+            counts["droppable"] += len(self.droppable(rubric, fresh))
+            counts["criteria"] += len(rubric.criteria) - len(left.criteria)
+            counts["judge_verdicts"] += sum(c.rule is None for c in rubric.criteria) - sum(
+                c.rule is None for c in left.criteria
+            )
+            kept.append(left)
+        return kept, counts

@@ -86,23 +86,12 @@ async def rubric_reward(
     if rubric_for is not None and id is not None:  # rubrics evolving during the run (rurl/evolution.py)
         rubrics = [rubric_for(str(query_id), list(rubric)) for query_id, rubric in zip(id, rubrics)]
     parsed = [rubric_from_items(list(rubric), f"rubrics column, row {i}") for i, rubric in enumerate(rubrics)]
-    dropped = {"criteria": 0, "judge_verdicts": 0, "droppable": 0}
     dropping = dropout is not None and dropout.share > 0
     if dropping:
         if id is None:
             raise ValueError("rubric dropout draws each query's mask from its id: the rows need an `id` column")
         step = trains_at if trains_at is not None else (trainer_state.global_step if trainer_state is not None else 0)
-        kept = []
-        for items, rubric, query_id in zip(rubrics, parsed, id):
-            fresh = frozenset(i for i, item in enumerate(items) if (item.get("evolved") or {}).get("step") == step)
-            kept.append(dropout.kept(rubric, str(query_id), step, fresh))
-            dropped["droppable"] += len(dropout.droppable(rubric, fresh))
-        for full, rubric in zip(parsed, kept):
-            dropped["criteria"] += len(full.criteria) - len(rubric.criteria)
-            dropped["judge_verdicts"] += sum(c.rule is None for c in full.criteria) - sum(
-                c.rule is None for c in rubric.criteria
-            )
-        parsed = kept
+        parsed, dropped = dropout.batch(rubrics, parsed, id, step)
     config = grader.config
     if decode is not None and completion_ids is not None:
         texts = decode(completion_ids)

@@ -228,29 +228,8 @@ def train(
     clock = clock or Stopwatch()
     grader = Grader(client, grading)
     monitor = FailureMonitor(rurl.failure_window, rurl.criteria_window)
-    overlong = (
-        Overlong(grpo.max_completion_length, rurl.overlong_buffer, rurl.overlong_penalty)
-        if rurl.overlong_buffer
-        else None
-    )
-    reading = (
-        {}
-        if tokenizer is None
-        else {  # completions read as TRL decodes them, lengths in policy tokens
-            "count_tokens": lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"]),
-            "decode": lambda ids: tokenizer.batch_decode(ids, skip_special_tokens=True),
-        }
-    )
     evolution = RubricEvolution(rurl, grading, client, data) if rurl.evolve else None
-    reward = make_rubric_reward(
-        grader,
-        overlong=overlong,
-        on_batch=monitor.record,
-        deadline=rurl.judge_deadline,
-        rubric_for=evolution.rubric_for if evolution else None,
-        dropout=rurl.dropout,
-        **reading,
-    )
+    reward = run_reward(grader, rurl, grpo, monitor, evolution, tokenizer)
     data_info = {
         "source": data.source,
         "train_rows": len(data.train),
@@ -322,6 +301,34 @@ def train(
             "fix the cause and rerun with --resume_from_checkpoint true"
         )
     return 0
+
+
+def run_reward(grader: Grader, rurl: RurlConfig, grpo: "GRPOConfig", monitor, evolution=None, tokenizer=None):
+    """The run's rubric reward (rurl/rubric_reward.py): DAPO's overlong penalty and rubric dropout as configured, its
+    batches' counts to the failure guard (`monitor`), rubrics from `evolution` when they evolve, completions read and
+    measured with the policy's `tokenizer`."""
+    overlong = (
+        Overlong(grpo.max_completion_length, rurl.overlong_buffer, rurl.overlong_penalty)
+        if rurl.overlong_buffer
+        else None
+    )
+    reading = (
+        {}
+        if tokenizer is None
+        else {  # completions read as TRL decodes them, lengths in policy tokens
+            "count_tokens": lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"]),
+            "decode": lambda ids: tokenizer.batch_decode(ids, skip_special_tokens=True),
+        }
+    )
+    return make_rubric_reward(
+        grader,
+        overlong=overlong,
+        on_batch=monitor.record,
+        deadline=rurl.judge_deadline,
+        rubric_for=evolution.rubric_for if evolution else None,
+        dropout=rurl.dropout,
+        **reading,
+    )
 
 
 def build_trainer(
