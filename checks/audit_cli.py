@@ -214,6 +214,11 @@ def probe_links(folder: Path, criteria: Path) -> dict:
     return {"folder": str(folder), "exploitable": exploitable, "flagged_and_exploitable": both}
 
 
+RUBRIC_COLUMNS = ("rubrics", "rubric", "rubric_items")
+"""Where a rubric row keeps its criteria, as stored: ours and HealthBench's, a single-rubric file's, HealthBench
+Professional's."""
+
+
 def prune_dataset(rubrics: Path, dropped: dict[str, dict[str, dict]], out: Path) -> dict[str, int]:
     """The rubric file without the dropped criteria, in its own schema (a Parquet file's metadata, and the
     companion it names, come along); pruned.jsonl says what went and why."""
@@ -224,8 +229,8 @@ def prune_dataset(rubrics: Path, dropped: dict[str, dict[str, dict]], out: Path)
     with open(out / "pruned.jsonl", "wb") as why:
         for (where, raw), row in zip(_raw_rows(rubrics), iter_rubric_rows(rubrics)):
             query_id = row.id  # as every command reads it
-            column = "rubrics" if "rubrics" in raw or "rubric" not in raw else "rubric"
-            items = raw[column] or []
+            column = next((name for name in RUBRIC_COLUMNS if name in raw), RUBRIC_COLUMNS[0])
+            items = raw.get(column) or []
             if len(items) != len(row.rubric.criteria):
                 raise ConfigError(
                     f"{where}: cannot prune: {len(items)} rubric items read as {len(row.rubric.criteria)}"

@@ -232,6 +232,23 @@ def test_prune_writes_the_rubric_file_in_its_own_schema_and_says_what_went(tmp_p
     ]
 
 
+def test_prune_keeps_healthbench_professionals_layout(tmp_path):
+    professional = {
+        "id": "q",
+        "conversation": {"messages": [{"role": "user", "content": "Question q?"}]},
+        "rubric_items": [{"criterion_text": t, "points": p, "tags": []} for t, (p, _) in Q.items()],
+        "physician_response": "An answer.",
+        "specialty": "internal_medicine",
+    }
+    rubrics = write(tmp_path / "professional.jsonl", [professional])
+    audit(tmp_path / "out", write(tmp_path / "g.jsonl", answers_to("q", Q)), "--rubrics", rubrics, "--prune", "dead")
+    (row,) = [json.loads(line) for line in (tmp_path / "out" / "professional.jsonl").read_text().splitlines()]
+    assert [item["criterion_text"] for item in row["rubric_items"]] == [t for t in Q if t != "dead"]
+    assert {k: v for k, v in row.items() if k != "rubric_items"} == {
+        k: v for k, v in professional.items() if k != "rubric_items"
+    }
+
+
 def test_bad_input_is_one_line_naming_the_file_and_line(tmp_path, capsys):
     bad = write(tmp_path / "g.jsonl", [graded("q", Q, 0), {"id": "q", "response": "x", "verdicts": [{"met": True}]}])
     assert main(["audit", bad, "--output-dir", str(tmp_path / "out")]) == 2
