@@ -1,5 +1,5 @@
 """How often the gold-best checkpoint's test calls its peak above the last evaluation when nothing changed
-(rurl/gold_best.py peak_test).
+(rurl/watch/gold_best.py peak_test).
 
     python -m benches.gold_best_null [--trials 400] [--sizes 8 30 100] [--looks 5 9]
 
@@ -14,7 +14,7 @@ import argparse
 import random
 import statistics
 
-from rurl.gold_best import peak_test
+from rurl.watch.gold_best import peak_test
 
 
 def main() -> None:

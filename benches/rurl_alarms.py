@@ -1,5 +1,5 @@
 """How often the divergence alarm fires when the two judges do not part ways, and which drift it catches: simulated
-runs through rurl/alarms.py's RewardAlarms, as `rurl train` feeds it (a step-0 evaluation, then one per eval_every).
+runs through rurl/watch/alarms.py's RewardAlarms, as `rurl train` feeds it (a step-0 evaluation, then one per eval_every).
 
     python -m benches.rurl_alarms [--runs 1000] [--rows 64] [--evaluations 20] [--seed 0]
 
@@ -16,9 +16,9 @@ import random
 import statistics
 from types import SimpleNamespace
 
-from rurl.alarms import RewardAlarms
 from rurl.config import RurlConfig
-from rurl.guards import FailureMonitor
+from rurl.watch.alarms import RewardAlarms
+from rurl.watch.guards import FailureMonitor
 
 DRIFTS = (0.0, 0.05, 0.1, 0.15, 0.2)
 

@@ -21,7 +21,7 @@ import time
 from benches.harness import canned_endpoint
 from grading.grader import Grader, GradingConfig
 from rubricrl.llm import LLMClient, Role
-from rurl.rubric_reward import make_rubric_reward, rubric_reward
+from rurl.reward.rubric_reward import make_rubric_reward, rubric_reward
 
 
 def rubric(criteria: int) -> list[dict]:

@@ -23,7 +23,7 @@ final one, overclaim twice by one definition (checks/overclaim.py: of the positi
 credits, the share the gold judge rejects): the monitor's on the held-out answers of the last evaluation, and the lab
 judge's over every verdict the training judge gave in the run (training batches and evaluations; its counts in
 lab_judge.json), the training reward (mean of the last fifth of the steps), judge calls per step, the step the
-divergence alarm fired (rurl/alarms.py) and the gold-best checkpoint's step (rurl/gold_best.py). Per kind:
+divergence alarm fired (rurl/watch/alarms.py) and the gold-best checkpoint's step (rurl/watch/gold_best.py). Per kind:
 means and spreads over the seeds, and each defence's final gold score against no defence's, paired by held-out
 question and seed, with its 95% interval (as `rubricrl report` compares models). Writes hacking_lab.json and the
 curves (training reward and gold score over steps, one panel per kind). The probe preflight is the `--probe` run:

@@ -1,4 +1,4 @@
-"""One batch of answers graded against their rubrics: the pure grading call that RuRL's reward (rurl/rubric_reward.py) and the
+"""One batch of answers graded against their rubrics: the pure grading call that RuRL's reward (rurl/reward/rubric_reward.py) and the
 reward service (engines/service.py) make. In: each answer's conversation, its text as the policy wrote it (reasoning
 included: the grader keeps it from the judge) and its rubric; out: each answer's grade and score, its verdict rows,
 and the batch's statistics (`BatchStats`: failure, unscored and integrity counts, judge calls and latency, pass

@@ -34,7 +34,7 @@ from reports.read import (
 )
 from reports.ruft_build import read_ruft_build
 from reports.tables import num
-from rurl.summary import moved_most
+from rurl.watch.summary import moved_most
 
 LOOKED_FOR = (
     "report.json (eval), candidates.jsonl or queries.jsonl (ruft build), manifest.json, log_history.json, "
@@ -42,7 +42,7 @@ LOOKED_FOR = (
     "(ruft train)"
 )
 EVAL_ANSWERS = "eval_answers.jsonl"
-"""A RuRL run's graded eval answers (rurl/evaluate.py writes them)."""
+"""A RuRL run's graded eval answers (rurl/watch/evaluate.py writes them)."""
 COMMANDS: dict[str, Kind] = {"rurl train": "rurl", "ruft build": "ruft_build", "audit": "audit", "probe": "probe"}
 """manifest.json's `command` for the kinds that write one."""
 
@@ -260,7 +260,7 @@ def _completions(folder: Folder, max_examples: int, keep_scores: bool = False) -
 
 def _completion_example(number: int, row: dict[str, Any]) -> Example:
     """One row of TRL's completion log: prompt, completion, the reward, and the verdicts the reward logged
-    (`rubric_verdicts`: [criterion[:60], points, met] per criterion, rurl/rubric_reward.py)."""
+    (`rubric_verdicts`: [criterion[:60], points, met] per criterion, rurl/reward/rubric_reward.py)."""
     try:
         verdicts = [Verdict(c, p, m) for c, p, m in json.loads(row.get("rubric_verdicts") or "[]")]
     except (ValueError, TypeError):

@@ -151,7 +151,7 @@ class ComparisonRuns:
     def evaluate(self, model: Path, out: Path, record: dict[str, Any]) -> int:
         """Greedy answers to the held-out rows, then `rubricrl eval --responses` with the common yardstick."""
         from rubricrl.runs.jsonl import write_jsonl
-        from rurl.evaluate import answer_with
+        from rurl.watch.evaluate import answer_with
 
         print(f"=== {out.name}: evaluating {model} on {len(self.heldout)} held-out rows", file=sys.stderr)
         started = time.monotonic()

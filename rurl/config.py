@@ -10,8 +10,8 @@ from typing import ClassVar, Literal
 
 from checks.probe_test import ProbeTest
 from rubricrl.config import ConfigError, load_yaml
-from rurl.criterion_advantage import MODES as CRITERION_MODES
-from rurl.dropout import RubricDropout
+from rurl.reward.criterion_advantage import MODES as CRITERION_MODES
+from rurl.reward.dropout import RubricDropout
 
 if typing.TYPE_CHECKING:
     from trl import GRPOConfig
@@ -111,7 +111,7 @@ class RurlConfig:
     would take --monitor for its own --monitor-interval.)"""
     gold_best: bool | None = None
     """Keep the model of the evaluation where the monitor's held-out score peaked, in output_dir/gold-best (replaced
-    at each new peak), and name its step and both judges' scores in the summary (rurl/gold_best.py). None: on with
+    at each new peak), and name its step and both judges' scores in the summary (rurl/watch/gold_best.py). None: on with
     monitor_judge; true without monitor_judge is refused."""
     alarm_level: float = 0.05
     """The chance an alarm fires in a run where nothing changes: divergence, a paired bootstrap over the held-out
@@ -133,13 +133,13 @@ class RurlConfig:
     run ends, exiting non-zero with the line. Every process takes the same decision at the same step."""
     rubric_dropout: float = 0.0
     """Rubric dropout (arXiv 2608.11669): the share of each rubric's positive criteria left out of the reward at a
-    step, one mask per prompt group drawn from its id and the step (rurl/dropout.py); never penalties nor criteria
+    step, one mask per prompt group drawn from its id and the step (rurl/reward/dropout.py); never penalties nor criteria
     tagged `protected`; the reward normalized over the kept ones, whose verdicts alone are asked of the judge; the
     full rubric at evaluation. 0: off, so that a run is what its config says; the presets rubrichub-dapo, dapo,
     ruscarl and rler set 0.3 (rar-grpo, hacking-gpu and tiny-cpu 0), with the reason
     (docs/reward-hacking.md#what-to-turn-on)."""
     criterion_advantage: Literal["none", "decoupled", "discriminating"] = "none"
-    """How a group's advantages come from its verdicts (rurl/criterion_advantage.py): none, GRPO's of the rubric
+    """How a group's advantages come from its verdicts (rurl/reward/criterion_advantage.py): none, GRPO's of the rubric
     score; decoupled, GDPO's: each criterion normalized within the group, the weighted sum normalized over the batch
     (scale_rewards does not apply); discriminating, weights moved toward the criteria whose verdicts differ within the
     group (POW3R's idea), scaled as scale_rewards says. In these two a vetoed or answerless completion trains below
@@ -149,7 +149,7 @@ class RurlConfig:
     """Positive criteria a rubric keeps at least under rubric_dropout (a rubric with fewer is refused when the data
     loads: dropout could never leave it enough)."""
     evolve: bool = False
-    """Rubrics that evolve under the policy (RLER, DR Tulu; rurl/evolution.py): the `evolver` role writes new criteria
+    """Rubrics that evolve under the policy (RLER, DR Tulu; rurl/evolving/evolution.py): the `evolver` role writes new criteria
     for a query from its group of answers and its current rubric. The original criteria are never removed."""
     evolve_apply: Literal["same_step", "next_draw"] = "same_step"
     """same_step (DR Tulu's training code): a group's new criteria grade that same group before its advantages are
@@ -190,7 +190,7 @@ class RurlConfig:
     """same_step: seconds a step waits for its evolve calls (the probing of what they wrote included); a group whose
     call is not back by then is graded without new criteria (counted in `timed_out`), its call cancelled."""
     evolve_vet: bool = True
-    """Probe each new positive criterion before it is admitted (rurl/vetting.py): `rubricrl probe`'s kinds that need
+    """Probe each new positive criterion before it is admitted (rurl/evolving/vetting.py): `rubricrl probe`'s kinds that need
     no generation, probe_per_kind texts each, graded as training grades; one that a kind earns more often than
     probe_tolerance allows is refused, with its test in evolve_steps.jsonl. False admits criteria unprobed."""
     evolve_probe_calls: int = 256

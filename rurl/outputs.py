@@ -12,7 +12,7 @@ from rubricrl.runs.card import ModelCard
 from rubricrl.runs.jsonl import write_whole
 from rubricrl.runs.manifest import package_versions, write_manifest
 from rurl.data import RurlData
-from rurl.summary import log_criteria, summary_text
+from rurl.watch.summary import log_criteria, summary_text
 
 COMMAND = "rurl train"
 

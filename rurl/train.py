@@ -5,13 +5,13 @@
 In order, everything a user can get wrong checked before the policy loads:
 1. settings: ours (`TrainArgs`, `rurl:`, `grading:`, `llm:`), then GRPOConfig and ModelConfig as `trl grpo --config`
    reads them; the overlong buffer, the judge's deadline against ddp_timeout, one weight per reward function
-   (rurl/rewards.py). `--dry_run` prints them and exits;
+   (rurl/reward/extra.py). `--dry_run` prints them and exits;
 2. the rubric dataset (rurl/data.py): rows checked, rows that can never train refused or left out, held-out rows
    split off, the RuFT prefilter;
 3. the policy's tokenizer: whether its chat template opens the reasoning in the prompt;
 4. the judge (`grading.judge_role`, the local server when it names no endpoint), reachable, and one preflight call;
 5. `train`: config.yaml, the wandb run, RubricGRPOTrainer (rurl/trainer.py) with the rubric reward
-   (rurl/rubric_reward.py), the judge-failure guard and the in-training evaluation; the model saved (LoRA merged),
+   (rurl/reward/rubric_reward.py), the judge-failure guard and the in-training evaluation; the model saved (LoRA merged),
    then criteria.json, log_history.json, reward.png and manifest.json (last; rurl/outputs.py), with the seconds each
    phase took. docs/outputs.md lists the folder.
    `--resume_from_checkpoint true` goes on from the latest complete checkpoint; replayed judge calls come from the
@@ -49,15 +49,15 @@ from rubricrl.runs.training import (
 from rubricrl.runs.training import train as train_model
 from rurl.config import RurlConfig, TrainArgs, check_with_trl, dropout_for_schedule
 from rurl.data import RurlData, load_rurl_data
-from rurl.evaluate import add_evaluation
-from rurl.evolution import RubricEvolution
+from rurl.evolving.evolution import RubricEvolution
 from rurl.outputs import COMMAND, write_inputs, write_outputs
-from rurl.overlong import Overlong
 from rurl.preflight import preflight, probe_figures, probe_preflight
-from rurl.rewards import extra_reward_funcs
-from rurl.rubric_reward import make_rubric_reward
-from rurl.summary import run_summary
+from rurl.reward.extra import extra_reward_funcs
+from rurl.reward.overlong import Overlong
+from rurl.reward.rubric_reward import make_rubric_reward
 from rurl.vllm_cpu import close_colocated_engine, cpu_engine_settings, patch_cpu_colocate
+from rurl.watch.evaluate import add_evaluation
+from rurl.watch.summary import run_summary
 
 if TYPE_CHECKING:
     from trl import GRPOConfig, ModelConfig
@@ -222,8 +222,8 @@ def train(
     extra_rewards=(),
     clock: Stopwatch | None = None,
 ) -> int:
-    from rurl.alarms import RewardAlarms
-    from rurl.guards import FailureMonitor, StopOnJudgeFailures, StopOnRequest
+    from rurl.watch.alarms import RewardAlarms
+    from rurl.watch.guards import FailureMonitor, StopOnJudgeFailures, StopOnRequest
 
     clock = clock or Stopwatch()
     grader = Grader(client, grading)
@@ -304,7 +304,7 @@ def train(
 
 
 def run_reward(grader: Grader, rurl: RurlConfig, grpo: "GRPOConfig", monitor, evolution=None, tokenizer=None):
-    """The run's rubric reward (rurl/rubric_reward.py): DAPO's overlong penalty and rubric dropout as configured, its
+    """The run's rubric reward (rurl/reward/rubric_reward.py): DAPO's overlong penalty and rubric dropout as configured, its
     batches' counts to the failure guard (`monitor`), rubrics from `evolution` when they evolve, completions read and
     measured with the policy's `tokenizer`."""
     overlong = (
@@ -326,7 +326,7 @@ def run_reward(grader: Grader, rurl: RurlConfig, grpo: "GRPOConfig", monitor, ev
         on_batch=monitor.record,
         deadline=rurl.judge_deadline,
         rubric_for=evolution.rubric_for if evolution else None,
-        dropout=rurl.dropout,
+        dropout=rurl.reward.dropout,
         **reading,
     )
 
@@ -338,7 +338,7 @@ def build_trainer(
     model_init_kwargs on top; dynamic sampling when asked."""
     from trl import get_peft_config, get_quantization_config
 
-    from rurl.dynamic_sampling import DynamicSampling
+    from rurl.schedule.dynamic_sampling import DynamicSampling
     from rurl.trainer_import import rubric_trainer_class
 
     grpo.model_init_kwargs = model_init_kwargs(grpo, model)

@@ -1,7 +1,7 @@
 """GRPOTrainer where TRL must be overridden: dynamic sampling around the generation of a batch
-(rurl/dynamic_sampling.py), the next batch generated while this one is graded (rurl/async_schedule.py), the
+(rurl/schedule/dynamic_sampling.py), the next batch generated while this one is graded (rurl/schedule/one_step_ahead.py), the
 judge-failure counts summed over processes where the rewards are computed, no weight update from a step without any
-learning signal (rurl/update_gate.py), and the run's own state saved with each checkpoint's weights.
+learning signal (rurl/schedule/update_gate.py), and the run's own state saved with each checkpoint's weights.
 
 The overridden methods are private: TRL_RANGE pins the versions this was read against (1.16.0, grpo_trainer.py),
 the trainer refuses others, and tests/test_rurl.py fails when their contract changes (the output keys, the rewards'
@@ -22,19 +22,19 @@ from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
 from checks.audit import group_saturation
-from rurl.async_schedule import AheadSchedule
-from rurl.criterion_advantage import advantages as criterion_advantages
-from rurl.criterion_advantage import criterion_scores, flat_groups, scaling
-from rurl.dynamic_sampling import DynamicSampler, DynamicSampling
-from rurl.rewards import unscored_rows
-from rurl.update_gate import UpdateGate
+from rurl.reward.criterion_advantage import advantages as criterion_advantages
+from rurl.reward.criterion_advantage import criterion_scores, flat_groups, scaling
+from rurl.reward.extra import unscored_rows
+from rurl.schedule.dynamic_sampling import DynamicSampler, DynamicSampling
+from rurl.schedule.one_step_ahead import AheadSchedule
+from rurl.schedule.update_gate import UpdateGate
 
 TRL_RANGE = ((1, 16), (1, 17))
 """TRL versions [from, to) whose private GRPOTrainer methods this subclass was checked against."""
 STATE_FILE = "rurl_state.json"
 """In each checkpoint: the prompts found flat in the current epoch (extra rounds do not draw them again), the
 criteria table so far (a resumed run goes on counting), the grader-talk alarm's windows and the evolving rubrics'
-state (rurl/evolution.py)."""
+state (rurl/evolving/evolution.py)."""
 
 
 def check_trl_version() -> None:
@@ -74,11 +74,11 @@ class RubricGRPOTrainer(GRPOTrainer):
                 "and with dropout the loss's forward would draw another mask (a noisy ratio at staleness 0)"
             )
         self.failure_monitor = failure_monitor
-        self.evolution = evolution  # rurl/evolution.py: rubrics evolving during the run, or None
-        self.stop_reason: str | None = None  # set alike on every process; rurl.guards.StopOnRequest stops the run
+        self.evolution = evolution  # rurl/evolving/evolution.py: rubrics evolving during the run, or None
+        self.stop_reason: str | None = None  # set alike on every process; rurl.watch.guards.StopOnRequest stops the run
         self.judge_error: str | None = None  # why the judge could not be asked, when that stopped the run
         self.last_rewards: torch.Tensor | None = None  # (rows of all processes, reward functions)
-        self.criterion_advantage = criterion_advantage  # rurl/criterion_advantage.py
+        self.criterion_advantage = criterion_advantage  # rurl/reward/criterion_advantage.py
         self._criterion_advantages: list[float] | None = None  # of all processes' rows, for the batch being scored
         self.criterion_flat: list[bool] | None = None  # per group of the last scored batch: advantages all zero
         self.sampler = None if dynamic is None else DynamicSampler(self, dynamic, self._scored_round)
@@ -210,7 +210,7 @@ class RubricGRPOTrainer(GRPOTrainer):
         return output
 
     def _evolve(self, batch, rewards, answers, penalties):
-        """The evolution round of a scored batch (rurl/evolution.py); with evolve_apply same_step, the groups whose
+        """The evolution round of a scored batch (rurl/evolving/evolution.py); with evolve_apply same_step, the groups whose
         rubric changed are graded again, on every process, before TRL computes their advantages. `batch` is what
         _calculate_rewards was given, and TRL's rewards per function. Returns (rewards, answers, penalties) as they
         stand after the round."""

@@ -33,7 +33,7 @@ ALL_PROMPTS = (REFERENCE, RESPONSE, RUBRIC, AGGREGATE, EVOLVE)
 EVOLVE_ONLINE = {
     situation: load_prompt(PROMPTS / f"evolve_{situation}.txt") for situation in ("saturated", "failed", "mixed")
 }
-"""RuRL's evolver (rurl/evolution.py), by the situation of the group it reads: answers all scored alike (stricter
+"""RuRL's evolver (rurl/evolving/evolution.py), by the situation of the group it reads: answers all scored alike (stricter
 criteria), all scored nothing (criteria for partial progress), or scored apart (discriminating criteria)."""
 
 Criteria = list[dict[str, Any]]

@@ -10,19 +10,19 @@ import os
 import sys
 from pathlib import Path
 
-import rurl.evaluate  # installed (`pip install -e`): torchrun runs this file as a script, from any folder
+import rurl.watch.evaluate  # installed (`pip install -e`): torchrun runs this file as a script, from any folder
 from rubricrl.cli import main
 
 
 def record_answers(out: Path) -> None:
-    generate, rank = rurl.evaluate.greedy_answers, os.environ["RANK"]
+    generate, rank = rurl.watch.evaluate.greedy_answers, os.environ["RANK"]
 
     def recorded(model, tokenizer, conversations, *args, **kwargs):
         with open(out / f"answered-{rank}.jsonl", "a") as f:
             f.write(json.dumps([c[-1]["content"] for c in conversations]) + "\n")
         return generate(model, tokenizer, conversations, *args, **kwargs)
 
-    rurl.evaluate.greedy_answers = recorded
+    rurl.watch.evaluate.greedy_answers = recorded
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Criterion-level advantages (rurl/criterion_advantage.py) on hand-made groups, worked out by hand, and in a real
+"""Criterion-level advantages (rurl/reward/criterion_advantage.py) on hand-made groups, worked out by hand, and in a real
 training run with a scripted judge: the advantages trained on (the completions table's) are the ones the verdicts
 give; `none` leaves TRL's advantages as they are."""
 
@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from rurl.criterion_advantage import advantages, criterion_scores, flat_groups, scaling
+from rurl.reward.criterion_advantage import advantages, criterion_scores, flat_groups, scaling
 
 # one group of 4 completions; criteria A (+5) met by 2, B (+1) by 1, C (-3, a penalty) by the last, D (+2) by all
 GROUP = [
@@ -177,7 +177,7 @@ def test_dynamic_sampling_keeps_the_groups_whose_trained_advantages_are_not_all_
 
     import torch
 
-    from rurl.dynamic_sampling import DynamicSampler, DynamicSampling
+    from rurl.schedule.dynamic_sampling import DynamicSampler, DynamicSampling
 
     # rewards: group 0 ties, group 1 spreads; criterion-level advantages: the other way round
     trainer = SimpleNamespace(
@@ -198,7 +198,7 @@ def test_dynamic_sampling_keeps_the_groups_whose_trained_advantages_are_not_all_
 def test_a_run_trains_on_the_advantages_its_verdicts_give(mode, async_steps, tmp_path):
     """Synchronous and one step ahead (where a batch is graded a step after it was generated): each trained batch's
     advantages are those its own verdicts give."""
-    from rurl.guards import FailureMonitor
+    from rurl.watch.guards import FailureMonitor
     from tests.fault_server import FaultServer
     from tests.helpers import hashed_verdict
     from tests.test_rurl_async import GENERATIONS, logged_tables, trainer_on

@@ -1,4 +1,4 @@
-"""Rubric dropout (rurl/dropout.py, rurl.rubric_dropout): the mask is one per prompt group and step, the same in
+"""Rubric dropout (rurl/reward/dropout.py, rurl.rubric_dropout): the mask is one per prompt group and step, the same in
 any process and after a resume (a function of the query's id and the step alone), never drops a penalty or a
 protected criterion, keeps the minimum, and the dropped criteria are never asked of the judge; at share 0 the reward
 is today's, bit for bit. Bad settings are one line before any model loads."""
@@ -16,8 +16,8 @@ from grading.grader import Grader, GradingConfig
 from grading.rubric import rubric_from_items
 from rubricrl.cli import main
 from rubricrl.llm import LLMClient, Role
-from rurl.dropout import RubricDropout
-from rurl.rubric_reward import rubric_reward
+from rurl.reward.dropout import RubricDropout
+from rurl.reward.rubric_reward import rubric_reward
 from tests.fault_server import FaultServer
 from tests.helpers import run
 
@@ -44,7 +44,7 @@ def test_the_mask_is_a_function_of_the_query_and_the_step_alone():
     assert len(set(masks.values())) > 10  # it changes from step to step
     assert dropout.dropped(RUBRIC, "q8", 3) != masks[3] or dropout.dropped(RUBRIC, "q9", 3) != masks[3]
     # another process (another hash seed, another rank, a resumed run) draws the same
-    code = "from tests.test_dropout import RUBRIC; from rurl.dropout import RubricDropout; "
+    code = "from tests.test_dropout import RUBRIC; from rurl.reward.dropout import RubricDropout; "
     code += "print([sorted(RubricDropout(0.5).dropped(RUBRIC, 'q7', s)) for s in range(20)])"
     other = subprocess.run(
         [sys.executable, "-c", code],

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-import rurl.gold_best
-from rurl.gold_best import FOLDER, RECORD, RETIRED, STAGING, GoldBest, line
+import rurl.watch.gold_best
+from rurl.watch.gold_best import FOLDER, RECORD, RETIRED, STAGING, GoldBest, line
 
 
 class FakeTrainer:
@@ -33,7 +33,7 @@ def fake_save(monkeypatch):
         (Path(folder) / "model.txt").write_text(trainer.weights)
         trainer.saved.append(trainer.weights)
 
-    monkeypatch.setattr(rurl.gold_best, "save_policy", save)
+    monkeypatch.setattr(rurl.watch.gold_best, "save_policy", save)
 
 
 def scores(step: int, monitor: list[float]) -> tuple[float, float, dict]:
@@ -65,7 +65,7 @@ def test_the_gold_best_checkpoint_is_the_monitors_peak_and_says_how_sure_it_is(t
     for step, level in monitors.items():
         trainer.weights = f"step {step}"
         gold.observe(step, *scores(step, [level + d for d in (-0.05, 0.0, 0.05, 0.02, -0.02, 0.01)]))
-        with (tmp_path / "eval.jsonl").open("a") as log:  # as rurl/evaluate.py writes it
+        with (tmp_path / "eval.jsonl").open("a") as log:  # as rurl/watch/evaluate.py writes it
             log.write(json.dumps({"step": step, "monitor": {"monitor/overall_score": level}}) + "\n")
     assert trainer.saved == ["step 0", "step 10", "step 20"]  # each new peak; an equal score is no new peak
     model, record = kept(tmp_path)
@@ -199,8 +199,8 @@ from transformers.utils import logging
 
 torch.set_num_threads(1)  # forked below: no thread pool to inherit
 logging.disable_progress_bar()  # nor tqdm's lock, shared with the forks: a fork killed holding it would hang us
-import rurl.gold_best
-from rurl.gold_best import FOLDER, RECORD, GoldBest
+import rurl.watch.gold_best
+from rurl.watch.gold_best import FOLDER, RECORD, GoldBest
 from tests.test_gold_best import scores, tiny_trainer  # run from the repository's root
 
 out = Path(sys.argv[1]) / "run"
@@ -219,12 +219,12 @@ GoldBest(trainer, out).observe(10, *scores(10, [0.6] * 6))  # the old peak: ever
 pristine = Path(sys.argv[1]) / "pristine"
 shutil.copytree(out / FOLDER, pristine)
 weights(2.0)  # the new peak's model
-source = rurl.gold_best.__file__
+source = rurl.watch.gold_best.__file__
 
 
 def save_new_peak(kill_at_line=None, kill_at_call=None):
     # A fresh process's start, then step 30's new peak (0.65), killed at the kill_at_line-th line run in
-    # rurl/gold_best.py or at the kill_at_call-th Python call anywhere (inside the weights' writes too).
+    # rurl/watch/gold_best.py or at the kill_at_call-th Python call anywhere (inside the weights' writes too).
     counts = {"line": 0, "call": 0}
 
     def local(frame, event, arg):
@@ -288,7 +288,7 @@ print(json.dumps(found))
 @pytest.mark.slow
 def test_a_save_killed_at_any_point_leaves_the_old_peak_or_the_new_whole(tmp_path):
     """A process saving a new peak (a real model's weights) is SIGKILLed at each line of the save in
-    rurl/gold_best.py and at points inside the weights' writes; the next start finds the old peak (step 10, every
+    rurl/watch/gold_best.py and at points inside the weights' writes; the next start finds the old peak (step 10, every
     weight 1.0) or the new one (step 30, every weight 2.0), loadable, its record matching its weights."""
     result = subprocess.run(
         [sys.executable, "-c", KILLED_SAVES, str(tmp_path)],

@@ -8,8 +8,8 @@ from grading.batch import as_conversation, grade_batch
 from grading.grader import Grader, GradingConfig
 from grading.rubric import rubric_from_items
 from rubricrl.llm import LLMClient, Role
-from rurl.overlong import Overlong
-from rurl.rubric_reward import rubric_reward
+from rurl.reward.overlong import Overlong
+from rurl.reward.rubric_reward import rubric_reward
 from tests.fault_server import FaultServer
 from tests.helpers import run
 from tests.test_dropout import ITEMS

@@ -127,7 +127,7 @@ def test_the_cheaper_verdict_formats_grade_with_the_embedded_judge_and_reach_the
 
     from grading.grader import Grader, GradingConfig
     from rubricrl.llm import LLMClient, Role
-    from rurl.rubric_reward import make_rubric_reward
+    from rurl.reward.rubric_reward import make_rubric_reward
 
     folder, chosen = ideal_subset
     for verdict_format in ("verdict_only", "probability"):

@@ -210,7 +210,7 @@ def rule_only_reward(answer: str, integrity_judge: bool):
 
     from grading.grader import Grader, GradingConfig
     from rubricrl.llm import LLMClient, Role
-    from rurl.rubric_reward import make_rubric_reward
+    from rurl.reward.rubric_reward import make_rubric_reward
 
     nowhere = Role(base_url="http://no-judge.invalid/v1", model="none", api_key_env="RUBRICRL_TEST_UNSET_KEY")
     grader = Grader(LLMClient({"judge": nowhere}, cache=None), GradingConfig(integrity_judge=integrity_judge))

@@ -12,7 +12,7 @@ from grading.rubric import rubric_from_items
 from rubricrl.cli import main
 from rubricrl.llm import LLMClient, Role
 from rubricrl.llm.reasoning import ReasoningNeverClosed, split_reasoning
-from rurl.rubric_reward import rubric_reward
+from rurl.reward.rubric_reward import rubric_reward
 from tests.fault_server import FaultServer, schema_reply
 from tests.helpers import run
 

@@ -758,7 +758,7 @@ def test_the_page_fits_a_narrow_window_and_its_controls_wait_for_the_script(tmp_
 
 
 def test_rurl_run_shows_each_eval_and_every_held_out_answer_with_its_earlier_ones(tmp_path):
-    """eval_answers.jsonl as rurl/evaluate.py writes it (graded records plus `step`, one per held-out row per eval):
+    """eval_answers.jsonl as rurl/watch/evaluate.py writes it (graded records plus `step`, one per held-out row per eval):
     one row per eval in an Evals table, each held-out row's last answer with its prompt, verdicts and explanations,
     its answer at the earlier eval inside it; a step evaluated again after a resume counts once, the last time."""
     make_rurl(tmp_path / "run")

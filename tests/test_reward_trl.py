@@ -13,7 +13,7 @@ import pytest
 from grading.grader import Grader, GradingConfig
 from grading.judge import response_code
 from rubricrl.llm import LLMClient, Role
-from rurl.rubric_reward import make_rubric_reward, rubric_reward
+from rurl.reward.rubric_reward import make_rubric_reward, rubric_reward
 from tests.fault_server import FaultServer
 from tests.helpers import hashed_verdict, run, tiny_policy
 

@@ -21,8 +21,8 @@ from rubricrl.config import ConfigError
 from rubricrl.llm import LLMClient, Role
 from rurl.config import RurlConfig
 from rurl.data import load_rurl_data, prefilter
-from rurl.overlong import Overlong
-from rurl.rubric_reward import rubric_reward
+from rurl.reward.overlong import Overlong
+from rurl.reward.rubric_reward import rubric_reward
 from tests.fault_server import FaultServer
 from tests.helpers import run
 
@@ -405,8 +405,8 @@ def test_batch_statistics_by_hand():
 
 def test_criteria_json_compares_the_first_and_latest_windows_of_batches():
     from grading.batch import BatchStats
-    from rurl.guards import FailureMonitor
     from rurl.trainer import criterion_row
+    from rurl.watch.guards import FailureMonitor
 
     monitor = FailureMonitor(window=5, criteria_window=2)
     for met in (0, 1, 3, 4):  # four batches of 4 verdicts of one criterion: met 0, 1, 3, 4 times
@@ -637,10 +637,10 @@ def test_the_prefilter_measures_the_spread_of_one_candidate_role(tmp_path):
 
 
 def test_kept_groups_are_assigned_own_first_then_surplus_then_repeats():
-    """rurl.groups.assign: which kept groups (round, process, group) each process trains on. Pure: every process
+    """rurl.schedule.groups.assign: which kept groups (round, process, group) each process trains on. Pure: every process
     computes it alike. A process keeps its own first (nothing sent), takes other processes' surplus next, and repeats
     (its own when it has any) only when the processes together kept too few; it never runs out."""
-    from rurl.groups import assign
+    from rurl.schedule.groups import assign
 
     order = [(0, 0, 0), (0, 0, 1), (0, 0, 2), (1, 1, 0)]  # process 0 kept 3, process 1 kept 1 (in an extra round)
     assert assign(order, 2, 2) == [[(0, 0, 0), (0, 0, 1)], [(1, 1, 0), (0, 0, 2)]]  # surplus moved, no repeat

@@ -19,7 +19,7 @@ import yaml
 
 from grading.grader import Grader, GradingConfig
 from rubricrl.llm import LLMClient, Role
-from rurl.rubric_reward import make_rubric_reward
+from rurl.reward.rubric_reward import make_rubric_reward
 from tests.fault_server import FaultServer
 from tests.helpers import TINY_RURL, hashed_verdict, kill_after_checkpoint, tiny_policy, tiny_rurl_train
 
@@ -166,7 +166,7 @@ def test_each_batch_logs_its_own_judge_calls_and_is_graded_after_the_batch_befor
     one epoch (6 steps of 2 prompts, no batch left generated ahead), each step logs the 40 calls of its own 8
     completions x 5 criteria; they sum to the run's total and to the requests the judge served; and every request
     about a batch reaches the judge after the last one about the batch before it: the two never compete."""
-    from rurl.guards import FailureMonitor
+    from rurl.watch.guards import FailureMonitor
 
     prompts = [f"Write one sentence about topic {i}." for i in range(12)]
     monitor = FailureMonitor(3)
@@ -208,8 +208,8 @@ def test_a_judge_that_cannot_be_asked_stops_the_run_with_its_reason(tmp_path, qu
     does not die there: it stops at step 1 with a checkpoint, no extra round is generated for nothing, and the
     reason it gives (the one `rurl train` prints first) names the missing key."""
     from rubricrl.llm import Role
-    from rurl.dynamic_sampling import DynamicSampling
-    from rurl.guards import FailureMonitor, StopOnJudgeFailures, StopOnRequest
+    from rurl.schedule.dynamic_sampling import DynamicSampling
+    from rurl.watch.guards import FailureMonitor, StopOnJudgeFailures, StopOnRequest
 
     monkeypatch.delenv("RUBRICRL_TEST_UNSET_KEY", raising=False)
     nowhere = Role(base_url="http://judge.invalid/v1", model="m", api_key_env="RUBRICRL_TEST_UNSET_KEY")
@@ -237,7 +237,7 @@ def test_log_probabilities_read_while_sampling_are_those_of_a_forward_over_the_c
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rurl.sampled_logps import SampledLogps
+    from rurl.schedule.sampled_logps import SampledLogps
 
     model = AutoModelForCausalLM.from_pretrained(tiny_policy()).eval()
     tokenizer = AutoTokenizer.from_pretrained(tiny_policy(), padding_side="left")
@@ -405,7 +405,7 @@ def test_dynamic_sampling_finds_flat_groups_when_their_grades_arrive(tmp_path, q
     batch are found when its grades are collected, and the extra rounds generated then fill the batch with groups
     that have a spread: no flat group reaches the loss. The second step's staleness is the share of its completions
     that come from the batch generated ahead (the extra rounds' are on-policy)."""
-    from rurl.dynamic_sampling import DynamicSampling
+    from rurl.schedule.dynamic_sampling import DynamicSampling
 
     def verdict(body: dict) -> str:
         if "FLAT:" in body["messages"][-1]["content"]:
@@ -561,7 +561,7 @@ def test_a_batch_read_ahead_trains_at_the_step_a_synchronous_run_generates_it(ac
     an optimizer step every gradient_accumulation_steps of them, and a short one where an epoch ends. For every batch
     read ahead within its epoch, the step its rubric dropout masks are drawn at is the global step a synchronous run
     is at when it generates that batch, at every combination TRL accepts."""
-    from rurl.async_schedule import step_trained_at
+    from rurl.schedule.one_step_ahead import step_trained_at
 
     for spg, iterations, epochs in product([1, 2, 3, 4], [1, 2, 3], [[7, 5, 9], [8, 8], [3, 10, 1, 6]]):
         every = spg * iterations

@@ -1,4 +1,4 @@
-"""Rubrics evolving during RuRL (rurl/evolution.py, rurl/rubric_buffer.py): the buffer's rules by hand (validation,
+"""Rubrics evolving during RuRL (rurl/evolving/evolution.py, rurl/evolving/rubric_buffer.py): the buffer's rules by hand (validation,
 retirement without variance, the cap by variance), then `rurl train --evolve true` with a scripted judge and a
 scripted evolver: new criteria grade the query's later draws only, a malformed evolve reply adds nothing and is
 counted, the buffer comes back on resume, and the evolved dataset is read by `grade` and by `rurl train`. Two gloo
@@ -13,8 +13,8 @@ from grading.dataset import load_rubric_rows
 from rubricrl.cli import main
 from rurl.config import RurlConfig
 from rurl.data import load_rurl_data
-from rurl.evolve_outputs import step_metrics
-from rurl.rubric_buffer import RubricBuffer
+from rurl.evolving.evolve_outputs import step_metrics
+from rurl.evolving.rubric_buffer import RubricBuffer
 from tests.fault_server import FaultServer
 from tests.helpers import graded_parts, is_probe, tiny_rurl_train
 
@@ -112,7 +112,7 @@ def evolution_for(rows, client=None, **settings):
     from grading.dataset import RubricRow
     from grading.grader import GradingConfig
     from grading.rubric import rubric_from_items
-    from rurl.evolution import RubricEvolution
+    from rurl.evolving.evolution import RubricEvolution
 
     data = SimpleNamespace(
         train=[RubricRow(q, [{"role": "user", "content": q}], rubric_from_items(r, q)) for q, r in rows]
@@ -125,7 +125,7 @@ def evolution_for(rows, client=None, **settings):
 
 
 def test_a_step_asks_at_most_evolve_max_calls_over_its_sampling_rounds_with_a_prompt_for_each_situation():
-    from rurl.evolution import by_query
+    from rurl.evolving.evolution import by_query
 
     rows = [(f"q{i}", ORIGINAL) for i in range(6)]
     evolution = evolution_for(rows, evolve_max_calls=3, evolve_groups="all", evolve_answers=3)
@@ -268,7 +268,7 @@ def test_next_draw_applies_a_finished_call_at_the_step_end_and_the_query_may_be_
     from concurrent.futures import Future
     from types import SimpleNamespace
 
-    from rurl.evolution import Call
+    from rurl.evolving.evolution import Call
 
     evolution = evolution_for([("q0", ORIGINAL)], evolve_apply="next_draw")
     evolution.trainer.args = SimpleNamespace(output_dir=None)

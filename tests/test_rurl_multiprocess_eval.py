@@ -126,7 +126,7 @@ def test_two_processes_split_the_held_out_rows_and_write_each_answer_once(tmp_pa
 
 @pytest.mark.parametrize("rows, processes", [(3, 2), (1, 2), (5, 8), (8, 8), (9, 4), (4, 1)])
 def test_the_split_gives_every_row_to_one_process_and_every_process_the_same_count(rows, processes):
-    from rurl.evaluate import share  # here, not at collection: it imports torch
+    from rurl.watch.evaluate import share  # here, not at collection: it imports torch
 
     shares = [share(rows, processes, index) for index in range(processes)]
     assert len({len(mine) for mine, _ in shares}) == 1  # the same generation calls everywhere
@@ -145,14 +145,14 @@ class RecordingGeneration:
         self.seen = None
 
     def generate(self, prompts, images, num_generations):
-        from rurl.evaluate import GREEDY
+        from rurl.watch.evaluate import GREEDY
 
         self.seen = {name: getattr(self, name) for name in (*GREEDY, "max_completion_length", "generation_kwargs")}
         return prompts, [[1]] * len(prompts), None, None
 
 
 def test_vllm_answers_are_greedy_and_the_training_sampling_comes_back():
-    from rurl.evaluate import GREEDY, greedy_sampling
+    from rurl.watch.evaluate import GREEDY, greedy_sampling
 
     generation = RecordingGeneration()
     before = dict(vars(generation))
@@ -167,7 +167,7 @@ def test_the_vllm_seam_matches_trl():
     """What vllm_greedy_answers uses of TRL's engine: the sampling attributes and generate's arguments."""
     from trl.generation.vllm_generation import VLLMGeneration
 
-    from rurl.evaluate import GREEDY
+    from rurl.watch.evaluate import GREEDY
 
     init = inspect.signature(VLLMGeneration.__init__).parameters
     assert set(GREEDY) | {"max_completion_length", "generation_kwargs"} <= set(init)

@@ -210,7 +210,7 @@ def test_criterion_level_advantages_of_a_group_split_across_processes_are_its_ow
     """Two completions of each group of 4 on each process (per-device batch 2): each process trains on its half of
     the advantages computed from the whole group's verdicts, gathered over both: the completions table (every
     process's rows, in order) holds the advantages GDPO gives those verdicts."""
-    from rurl.criterion_advantage import advantages, criterion_scores, scaling
+    from rurl.reward.criterion_advantage import advantages, criterion_scores, scaling
 
     prompts = ["Write one sentence about the sea.", "Name a river.", "Describe the rain.", "Name a fruit."]
     with FaultServer(reply=scripted_judge) as judge:

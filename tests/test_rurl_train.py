@@ -12,7 +12,7 @@ import pytest
 from grading.grader import Grader, GradingConfig
 from rubricrl.cli import main
 from rubricrl.llm import LLMClient, Role
-from rurl.rubric_reward import make_rubric_reward
+from rurl.reward.rubric_reward import make_rubric_reward
 from tests.fault_server import FaultServer
 from tests.helpers import hashed_verdict, tiny_policy, tiny_rurl_train
 
@@ -48,9 +48,9 @@ def rubric_trainer(
     from peft import LoraConfig
     from trl import GRPOConfig
 
-    from rurl.dynamic_sampling import DynamicSampling
-    from rurl.guards import StopOnRequest
+    from rurl.schedule.dynamic_sampling import DynamicSampling
     from rurl.trainer import RubricGRPOTrainer
+    from rurl.watch.guards import StopOnRequest
 
     rubric = [{"criterion": f"Criterion {i + 1}.", "points": w, "tags": None} for i, w in enumerate(WEIGHTS)]
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": p}], "rubrics": rubric} for p in prompts])

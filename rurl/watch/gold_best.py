@@ -25,7 +25,7 @@ from typing import Any
 
 from checks.evidence import paired_bootstrap
 from rubricrl.config import ConfigError
-from rurl.eval_log import EVAL_FILE, read_evaluations
+from rurl.watch.eval_log import EVAL_FILE, read_evaluations
 
 FOLDER = "gold-best"
 RECORD = "gold_best.json"

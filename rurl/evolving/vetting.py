@@ -13,7 +13,7 @@ written: an answer with no substance that triggers it costs the policy, it does 
 
 The probes of one step spend at most `evolve_probe_calls` judge calls; a criterion past that waits, unadmitted, and
 is probed at a later step (its counts in `evolve/waiting`). Refusals are kept across a resume: a criterion refused
-once is refused again without a call. Decisions are the main process's; rurl/evolution.py hands them to every
+once is refused again without a call. Decisions are the main process's; rurl/evolving/evolution.py hands them to every
 process with the criteria, so every process admits the same ones.
 """
 

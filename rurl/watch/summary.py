@@ -145,7 +145,7 @@ def summary_text(summary: dict[str, Any], output_dir: Path) -> str:
         )
         gold = summary.get("gold_best")
         if gold:
-            from rurl.gold_best import line
+            from rurl.watch.gold_best import line
 
             lines.append(f"  {line(gold)}")
         if monitor.get("most_overclaimed"):

@@ -1,4 +1,4 @@
-"""Per query, the rubric a RuRL run grades against while it evolves its rubrics (rurl/evolution.py): the original
+"""Per query, the rubric a RuRL run grades against while it evolves its rubrics (rurl/evolving/evolution.py): the original
 criteria (never removed), the active evolved ones, and the retired ones (kept for the record).
 
 Pure and deterministic: every process holds one, changed only by the same calls in the same order (new criteria

@@ -26,7 +26,7 @@ import torch
 from accelerate.utils import gather_object
 from trl.trainer.utils import nanstd, pad
 
-from rurl.groups import LEFT_PADDED, PER_ROW, RIGHT_PADDED, assign, by_process, group_rows, trimmed
+from rurl.schedule.groups import LEFT_PADDED, PER_ROW, RIGHT_PADDED, assign, by_process, group_rows, trimmed
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class DynamicSampler:
 
     def batch(self, inputs: list[dict], scored: dict[str, Any] | None = None) -> dict[str, Any]:
         """The batch TRL trains on for the generation batch `inputs`; `scored`: its first round, already generated and
-        scored (rurl/async_schedule.py: a step earlier), whose rewards are the trainer's `last_rewards`."""
+        scored (rurl/schedule/one_step_ahead.py: a step earlier), whose rewards are the trainer's `last_rewards`."""
         size, processes, rank = (
             self.trainer.num_generations,
             self.trainer.accelerator.num_processes,
@@ -104,7 +104,7 @@ class DynamicSampler:
         short = len(order) < needed
         if not order or (short and self.config.on_exhausted == "stop"):
             self.trainer.stop_reason = self.trainer.stop_reason or self._exhausted_reason(len(order), needed, rounds)
-            first["advantages"] = torch.zeros_like(first["advantages"])  # no update (rurl/update_gate.py)
+            first["advantages"] = torch.zeros_like(first["advantages"])  # no update (rurl/schedule/update_gate.py)
             metrics["dynamic_sampling/repeated_groups"].append(0)
             metrics["dynamic_sampling/moved_groups"].append(0)
             return first
@@ -162,7 +162,7 @@ class DynamicSampler:
     def _group_spread(self) -> torch.Tensor:
         """Per group of the last scored batch (all processes): True when its reward std is above the threshold.
         The reward is TRL's: the weighted sum of the reward functions, NaN where every one returned None. Under
-        criterion-level advantages (rurl/criterion_advantage.py), True when the advantages it trains on are not all
+        criterion-level advantages (rurl/reward/criterion_advantage.py), True when the advantages it trains on are not all
         zero: a group whose rewards tie may still differ criterion by criterion, and one that differs only by a
         vetoed completion is not flat."""
         flat = getattr(self.trainer, "criterion_flat", None)

@@ -3,25 +3,25 @@
 A module-level coroutine function bound to its grader with `partial`, which TRL's `inspect.iscoroutinefunction`
 sees through (an object with an async `__call__` it does not), so that TRL runs it concurrently on its own loop:
 
-    from rurl.rubric_reward import make_rubric_reward
+    from rurl.reward.rubric_reward import make_rubric_reward
     reward = make_rubric_reward(Grader(LLMClient(roles, cache=ResponseCache()), GradingConfig()))
     GRPOTrainer(..., reward_funcs=[reward], train_dataset=dataset_with_a_rubrics_column)
 
 Each row carries its rubric in the `rubrics` column (TRL repeats it per generation); the batch is graded by
 grading/batch.py's `grade_batch`. A completion that could not be graded gets `None` (TRL: NaN, out of the advantage),
-never 0, and counts in `rubric/judge_failure_rate`. DAPO's soft overlong penalty (rurl/overlong.py) is applied
+never 0, and counts in `rubric/judge_failure_rate`. DAPO's soft overlong penalty (rurl/reward/overlong.py) is applied
 here, on the whole completion as DAPO does, not as a second reward function: TRL's nansum would make a None beside a
-number a scored completion. Rubric dropout (rurl/dropout.py) leaves each query's dropped criteria out of its rubric
+number a scored completion. Rubric dropout (rurl/reward/dropout.py) leaves each query's dropped criteria out of its rubric
 before grading. The reasoning (`reasoning_delimiters`, or TRL's `reasoning_content`) never reaches the judge; a
 completion whose reasoning never closed gets the floor without a judge call.
 Per batch it logs failure, unscored and integrity rates, judge latency and calls, pass rates (overall, per tag and
 category), reasoning and answer lengths, the reward-length correlation, and each completion's verdicts.
 
 Each process grades its own completions; `on_batch` hands the batch's statistics (grading/batch.py's `BatchStats`,
-with its verdict rows) to rurl/guards.py, which sums the counts over the processes. A per-batch deadline bounds a
+with its verdict rows) to rurl/watch/guards.py, which sums the counts over the processes. A per-batch deadline bounds a
 step's wait for its judge. A setting the judge cannot be asked with (a missing API key, say) does not raise out of a
 training step: the batch is unscored and `on_batch` carries the one-line reason, which stops the run with a
-checkpoint (rurl/guards.py).
+checkpoint (rurl/watch/guards.py).
 """
 
 import functools
@@ -34,8 +34,8 @@ from grading.batch import BatchStats, as_conversation, grade_batch
 from grading.grader import Grader
 from grading.rubric import rubric_from_items
 from rubricrl.llm.reasoning import as_written
-from rurl.dropout import RubricDropout
-from rurl.overlong import Overlong
+from rurl.reward.dropout import RubricDropout
+from rurl.reward.overlong import Overlong
 
 
 def make_rubric_reward(grader: Grader, **options: Any) -> Callable:
@@ -79,11 +79,11 @@ async def rubric_reward(
     `decode` (its batch_decode) reads each completion from `completion_ids` as TRL decodes unparsed ones, so that a
     response template's parsing cannot hide where the reasoning ended. With `dropout`, each query's rubric loses the
     criteria its mask drops at the step this batch trains at: `trains_at`, given by a schedule that grades a batch
-    before the step that trains it (rurl/async_schedule.py), else `trainer_state.global_step`. `grade_after` is
+    before the step that trains it (rurl/schedule/one_step_ahead.py), else `trainer_state.global_step`. `grade_after` is
     awaited before the first judge call (the same schedule: a batch's grading waits for the one before it)."""
     if not len(prompts) == len(completions) == len(rubrics):
         raise ValueError(f"{len(prompts)} prompts, {len(completions)} completions, {len(rubrics)} rubrics")
-    if rubric_for is not None and id is not None:  # rubrics evolving during the run (rurl/evolution.py)
+    if rubric_for is not None and id is not None:  # rubrics evolving during the run (rurl/evolving/evolution.py)
         rubrics = [rubric_for(str(query_id), list(rubric)) for query_id, rubric in zip(id, rubrics)]
     parsed = [rubric_from_items(list(rubric), f"rubrics column, row {i}") for i, rubric in enumerate(rubrics)]
     dropping = dropout is not None and dropout.share > 0

@@ -1,7 +1,7 @@
-"""output_dir/eval.jsonl: one line per in-training evaluation (rurl/evaluate.py appends its report, with the
+"""output_dir/eval.jsonl: one line per in-training evaluation (rurl/watch/evaluate.py appends its report, with the
 monitor's metrics and the paired scores when there is a monitor), read back by a resumed run's alarms (their
-baseline, rurl/alarms.py) and by the gold-best summary (the evaluations its peak was picked among,
-rurl/gold_best.py). A run may be killed while it appends a line: as the harness's other appended files
+baseline, rurl/watch/alarms.py) and by the gold-best summary (the evaluations its peak was picked among,
+rurl/watch/gold_best.py). A run may be killed while it appends a line: as the harness's other appended files
 (rubricrl/runs/jsonl.py complete_rows, reports/read.py iter_jsonl), a last line without its newline, or not a JSON
 object, is a kill's doing and is left out; a bad line before the last one is not, and is an error."""
 

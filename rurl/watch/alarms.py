@@ -13,7 +13,7 @@ training judge's score kept rising while a stronger judge's fell). Each is a tes
 
 Each fires once: a line with its evidence on stderr, a wandb alert, a record in the summary; `on_alarm: stop` also
 saves a checkpoint and ends the run. Every process decides alike: the scores are broadcast from the main process,
-and the note counts are summed over the processes (rurl/guards.py), before anyone decides.
+and the note counts are summed over the processes (rurl/watch/guards.py), before anyone decides.
 """
 
 import math
@@ -24,7 +24,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from checks.evidence import paired_bootstrap, two_proportions
-from rurl.eval_log import EVAL_FILE, read_evaluations
+from rurl.watch.eval_log import EVAL_FILE, read_evaluations
 
 
 class RewardAlarms(TrainerCallback):

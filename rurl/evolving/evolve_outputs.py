@@ -1,4 +1,4 @@
-"""What rubric evolution (rurl/evolution.py) reports: the lines of evolve_steps.jsonl, each step's `evolve/*` metrics,
+"""What rubric evolution (rurl/evolving/evolution.py) reports: the lines of evolve_steps.jsonl, each step's `evolve/*` metrics,
 and at the end the evolved rubric dataset, the whole buffer, the wandb table and the summary's counts."""
 
 import json
@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from rubricrl.runs.jsonl import write_jsonl, write_whole
-from rurl.evolve_choice import concordance, scores_with_and_without
+from rurl.evolving.evolve_choice import concordance, scores_with_and_without
 
 EVOLVED_FILE = "evolved_rubrics.jsonl"
 STEPS_FILE = "evolve_steps.jsonl"

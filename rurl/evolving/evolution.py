@@ -3,9 +3,9 @@ allenai/open-instruct `open_instruct/rubrics/`).
 
 Every `evolve_every` steps, for the groups of each generation batch (the flat ones, or all), the `evolver` role
 writes new criteria from the query, its current rubric and the group's answers as the judge saw them, with a prompt
-for the group's situation (rurl/evolve_choice.py). The main process runs the calls on the reward's event loop (at
+for the group's situation (rurl/evolving/evolve_choice.py). The main process runs the calls on the reward's event loop (at
 most `evolve_concurrency` at once, `evolve_max_calls` per step) and hands every result to all processes in one
-broadcast; every process adds them alike (rurl/rubric_buffer.py validates, caps and retires). Then:
+broadcast; every process adds them alike (rurl/evolving/rubric_buffer.py validates, caps and retires). Then:
 
 - `same_step` (DR Tulu's training code): the step waits for its calls (at most `evolve_deadline`; a late call is
   cancelled and its group graded without it, counted), and the trainer grades the groups whose rubric changed again
@@ -13,7 +13,7 @@ broadcast; every process adds them alike (rurl/rubric_buffer.py validates, caps 
 - `next_draw` (open-instruct's RubricManager): the calls run while training goes on; at each step's end the
   finished ones join the rubric, which grades the query's next draws.
 
-Before a new positive criterion joins, the main process probes it on its row (`evolve_vet`, rurl/vetting.py, inside
+Before a new positive criterion joins, the main process probes it on its row (`evolve_vet`, rurl/evolving/vetting.py, inside
 the call): a criterion that answers with no substance earn more often than chance allows is refused with its test,
 and one past the step's probe budget waits for a later round, never admitted unprobed.
 
@@ -33,10 +33,10 @@ from typing import Any
 from transformers import TrainerCallback
 
 from rubricrl.runs.jsonl import write_whole
-from rurl.evolve_choice import as_judged, digest, situation, spread_sample
-from rurl.evolve_outputs import STEPS_FILE, finish, step_metrics, write_lines
-from rurl.rubric_buffer import RubricBuffer
-from rurl.vetting import EXPLOITABLE, PASSED, UNPROBED, WAITING, Vetting
+from rurl.evolving.evolve_choice import as_judged, digest, situation, spread_sample
+from rurl.evolving.evolve_outputs import STEPS_FILE, finish, step_metrics, write_lines
+from rurl.evolving.rubric_buffer import RubricBuffer
+from rurl.evolving.vetting import EXPLOITABLE, PASSED, UNPROBED, WAITING, Vetting
 
 
 @dataclass
@@ -110,7 +110,7 @@ class RubricEvolution(TrainerCallback):
         return self.rurl.evolve_apply == "same_step"
 
     def attach(self, trainer) -> None:
-        from rurl.evolve_choice import token_cut
+        from rurl.evolving.evolve_choice import token_cut
 
         self.trainer = trainer
         self.cut = token_cut(trainer.processing_class, self.rurl.evolve_answer_tokens)
@@ -237,7 +237,7 @@ class RubricEvolution(TrainerCallback):
         return call
 
     async def _vetted(self, call: Call, current: list[dict], criteria: list[dict]) -> list[dict] | None:
-        """On the reward's event loop: each written criterion's probe decision (rurl/vetting.py); None unvetted."""
+        """On the reward's event loop: each written criterion's probe decision (rurl/evolving/vetting.py); None unvetted."""
         if self.vetting is None:
             return None
         return await self.vetting.vet(call.query, current, criteria, call.step)
@@ -342,7 +342,7 @@ class RubricEvolution(TrainerCallback):
         """A query dynamic sampling found flat this epoch may be drawn again once its rubric changed."""
         sampler = getattr(self.trainer, "sampler", None)
         if sampler is not None:
-            sampler.flat.discard(query_id)  # its key: rurl/dynamic_sampling.py DynamicSampler._key
+            sampler.flat.discard(query_id)  # its key: rurl/schedule/dynamic_sampling.py DynamicSampler._key
 
     # --- the run's state, and its end -------------------------------------------------------------------------------
 

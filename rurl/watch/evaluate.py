@@ -1,7 +1,7 @@
 """HealthBench-style evaluation of the policy during training: every `eval_every` steps (and at the end), the policy
 answers the held-out rows (greedy, up to max_completion_length tokens), the grader grades the answers against their
 rubrics, and grading.report builds the report (overall, per axis and theme, bootstrap std), logged as `eval/...` at
-the step and appended to output_dir/eval.jsonl (rurl/eval_log.py); the graded answers (`grading.grader.Graded.to_record` plus `step`,
+the step and appended to output_dir/eval.jsonl (rurl/watch/eval_log.py); the graded answers (`grading.grader.Graded.to_record` plus `step`,
 the records `rubricrl eval` writes to graded.jsonl) are appended to output_dir/eval_answers.jsonl, where
 `rubricrl report` shows them.
 
@@ -26,7 +26,7 @@ from checks.overclaim import overclaim
 from grading.dataset import RubricRow
 from grading.grader import Graded, GradeItem, Grader
 from grading.report import build_report, example_metrics
-from rurl.eval_log import EVAL_FILE, append_evaluation
+from rurl.watch.eval_log import EVAL_FILE, append_evaluation
 
 ANSWERS_FILE = "eval_answers.jsonl"
 GREEDY = {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0}
@@ -51,7 +51,7 @@ class PolicyEvaluation(TrainerCallback):
         """The second judge (rurl.monitor_judge), grading the same answers after the training judge."""
         self.alarms = alarms
         self.gold_best = None
-        """rurl/gold_best.py: the model of the monitor's peak, kept (set by add_evaluation)."""
+        """rurl/watch/gold_best.py: the model of the monitor's peak, kept (set by add_evaluation)."""
         self.monitor_failures = 0
         self.deadline = deadline
         """Seconds the grading may take: the other processes wait for the main one at the next collective."""
@@ -70,7 +70,7 @@ class PolicyEvaluation(TrainerCallback):
         return control
 
     def on_train_begin(self, args, state, control, **kwargs):
-        """With a monitor, the held-out rows before any update: the alarms' baseline (rurl/alarms.py)."""
+        """With a monitor, the held-out rows before any update: the alarms' baseline (rurl/watch/alarms.py)."""
         if self.monitor is not None and state.global_step == 0:
             self.evaluate(0)
         return control
@@ -332,7 +332,7 @@ def add_evaluation(
         alarms=alarms,
     )
     if rurl.monitor_judge and rurl.gold_best is not False:
-        from rurl.gold_best import GoldBest
+        from rurl.watch.gold_best import GoldBest
 
         evaluation.gold_best = GoldBest(trainer, output_dir, resumed_from)
     trainer.add_callback(evaluation)

@@ -1,4 +1,4 @@
-"""What an evolution round asks about and what each call sees (pure; rurl/evolution.py runs the calls).
+"""What an evolution round asks about and what each call sees (pure; rurl/evolving/evolution.py runs the calls).
 
 - The situation of a group decides the prompt (synthesis/prompts/evolve_*.txt): `saturated`, a flat group that
   earned something (stricter criteria, RubricHub's difficulty evolution); `failed`, a flat group whose answers all

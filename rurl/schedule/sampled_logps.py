@@ -12,7 +12,7 @@ over the whole vocabulary, with no other processor (top-p, top-k, repetition pen
 sequence, as the loss's own are there. They differ from the loss's teacher-forced forward by the arithmetic of a
 cached decode: in float32 at most 2e-6 per token (mean 4e-7), in bfloat16 up to 4e-3 (mean 1e-3; 2e-3 under the
 loss's autocast), which is why the schedule reads them only from a float32 policy without mixed precision
-(rurl/async_schedule.py, `_readable`). Dropout would add its own noise: the schedule runs with it off.
+(rurl/schedule/one_step_ahead.py, `_readable`). Dropout would add its own noise: the schedule runs with it off.
 """
 
 from typing import Any
