@@ -37,8 +37,8 @@ from typing import Any, NamedTuple
 
 import yaml
 
+from experiments.comparison_runs import ComparisonRuns, eval_config, judge_server, resolved_settings
 from reports.comparison import collect_rows, log_to_wandb, read_reports, results_table, seconds, write_chart
-from reports.comparison_runs import ComparisonRuns, eval_config, judge_server, resolved_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 

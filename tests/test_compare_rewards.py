@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from experiments import comparison_runs
 from grading.dataset import load_rubric_rows
-from reports import comparison_runs
 from rurl.config import RurlConfig
 from rurl.data import load_rurl_data, split_rows
 
