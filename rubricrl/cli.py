@@ -56,6 +56,58 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"rubricrl {__version__}")
     commands = parser.add_subparsers(title="commands", metavar="<command>")
 
+    add_core_commands(commands)
+
+    from checks.audit_cli import add_commands as add_audit_command
+    from checks.probe_cli import add_commands as add_probe_command
+    from engines.cli import add_commands as add_engine_commands
+    from grading.cli import add_commands as add_grading_commands
+    from grading.healthbench_files import add_commands as add_healthbench_commands
+    from reports.cli import add_commands as add_report_commands
+    from ruft.cli import add_commands as add_ruft_commands
+    from rurl.cli import add_commands as add_rurl_commands
+    from synthesis.cli import add_commands as add_synthesis_commands
+
+    add_synthesis_commands(commands)
+    commands.choices["synth"].description = _synth_defaults()
+    add_grading_commands(commands)
+    add_ruft_commands(commands)
+    add_rurl_commands(commands)
+    add_engine_commands(commands)  # the reward for other engines: export verl|openrlhf, reward serve
+    add_report_commands(commands)
+    add_audit_command(commands)  # checking the reward: audit, probe
+    add_probe_command(commands)
+    add_healthbench_commands(commands)  # HealthBench's files: healthbench fetch
+    from rubricrl.runs.merge import MergeKind
+    from rubricrl.runs.merge import add_command as add_merge_command
+
+    add_merge_command(
+        commands,
+        {
+            "synth": MergeKind("final.jsonl", when_called("synthesis.merge", "merge_synthesis")),
+            "ruft build": MergeKind("queries.jsonl", when_called("ruft.merge", "merge_ruft")),
+        },
+    )
+    from rubricrl.runs.publish import add_command as add_publish_command
+
+    add_publish_command(
+        commands,
+        {
+            "sft.parquet": when_called("ruft.card", "build_folder"),
+            "final.parquet": when_called("synthesis.card", "build_folder"),
+        },
+    )
+
+    cache = commands.add_parser("cache", help="inspect or clear the response cache")
+    cache_commands = cache.add_subparsers(title="cache commands", metavar="<action>", required=True)
+    cache_commands.add_parser("info", help="where the cache is and how much it holds").set_defaults(run=run_cache_info)
+    cache_commands.add_parser("clear", help="delete every cached response").set_defaults(run=run_cache_clear)
+    describe(parser)
+    return parser
+
+
+def add_core_commands(commands) -> None:
+    """The core's own commands: model prepare/path, serve, chat."""
     model = commands.add_parser("model", help="prepare the embedded default model (SmolLM2-135M-Instruct)")
     model_commands = model.add_subparsers(title="model commands", metavar="<action>", required=True)
     prepare = model_commands.add_parser(
@@ -117,50 +169,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_arguments(chat, [LLMSettings])
     chat.set_defaults(run=run_chat)
 
-    from checks.audit_cli import add_commands as add_audit_command
-    from checks.probe_cli import add_commands as add_probe_command
-    from engines.cli import add_commands as add_engine_commands
-    from grading.cli import add_commands as add_grading_commands
-    from grading.healthbench_files import add_commands as add_healthbench_commands
-    from reports.cli import add_commands as add_report_commands
-    from ruft.cli import add_commands as add_ruft_commands
-    from rurl.cli import add_commands as add_rurl_commands
-    from synthesis.cli import add_commands as add_synthesis_commands
 
-    add_synthesis_commands(commands)
-    commands.choices["synth"].description = _synth_defaults()
-    add_grading_commands(commands)
-    add_ruft_commands(commands)
-    add_rurl_commands(commands)
-    add_engine_commands(commands)  # the reward for other engines: export verl|openrlhf, reward serve
-    add_report_commands(commands)
-    add_audit_command(commands)  # checking the reward: audit, probe
-    add_probe_command(commands)
-    add_healthbench_commands(commands)  # HealthBench's files: healthbench fetch
-    from rubricrl.runs.merge import MergeKind
-    from rubricrl.runs.merge import add_command as add_merge_command
-
-    add_merge_command(
-        commands,
-        {
-            "synth": MergeKind("final.jsonl", when_called("synthesis.merge", "merge_synthesis")),
-            "ruft build": MergeKind("queries.jsonl", when_called("ruft.merge", "merge_ruft")),
-        },
-    )
-    from rubricrl.runs.publish import add_command as add_publish_command
-
-    add_publish_command(
-        commands,
-        {
-            "sft.parquet": when_called("ruft.card", "build_folder"),
-            "final.parquet": when_called("synthesis.card", "build_folder"),
-        },
-    )
-
-    cache = commands.add_parser("cache", help="inspect or clear the response cache")
-    cache_commands = cache.add_subparsers(title="cache commands", metavar="<action>", required=True)
-    cache_commands.add_parser("info", help="where the cache is and how much it holds").set_defaults(run=run_cache_info)
-    cache_commands.add_parser("clear", help="delete every cached response").set_defaults(run=run_cache_clear)
+def describe(parser: argparse.ArgumentParser) -> None:
+    """Every command's help as written (examples' lines kept), with its presets, roles and examples
+    (rubricrl/cli_help.py), and what an interrupt of it leaves."""
     for name, command in all_commands(parser):
         command.formatter_class = argparse.RawDescriptionHelpFormatter  # keep the examples' lines as written
         if name in PRESETS:
@@ -177,7 +189,6 @@ def build_parser() -> argparse.ArgumentParser:
                 + "\n".join(f"  {line}" for line in EXAMPLES[name])
             )
         command.set_defaults(on_interrupt=ON_INTERRUPT.get(name, ON_INTERRUPT["*"]), command_parser=command)
-    return parser
 
 
 def _synth_defaults() -> str:
