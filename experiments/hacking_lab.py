@@ -41,6 +41,7 @@ from pathlib import Path
 
 from experiments.lab_judge import Bias, LabJudge, rules_of
 from experiments.tiny_rurl import tiny_train_argv
+from rurl.watch.eval_log import EVAL_FILE, read_evaluations
 
 ROOT = Path(__file__).resolve().parents[1]
 LAB_RUBRIC = [
@@ -155,7 +156,7 @@ def run_figures(out: Path) -> dict:
     history = json.loads((out / "log_history.json").read_text())
     steps = [e for e in history if e.get("reward") is not None]
     rewards = [(e["step"], e["reward"]) for e in steps]
-    evals = [json.loads(line) for line in (out / "eval.jsonl").read_text().splitlines()]
+    evals = read_evaluations(out / EVAL_FILE)
     curve = [
         (e["step"], e["metrics"].get("overall_score"), (e.get("monitor") or {}).get("monitor/overall_score"))
         for e in evals

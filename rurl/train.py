@@ -326,7 +326,7 @@ def run_reward(grader: Grader, rurl: RurlConfig, grpo: "GRPOConfig", monitor, ev
         on_batch=monitor.record,
         deadline=rurl.judge_deadline,
         rubric_for=evolution.rubric_for if evolution else None,
-        dropout=rurl.reward.dropout,
+        dropout=rurl.dropout,
         **reading,
     )
 

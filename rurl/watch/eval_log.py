@@ -12,9 +12,11 @@ from typing import Any
 EVAL_FILE = "eval.jsonl"
 
 
-def read_evaluations(path: Path) -> list[dict[str, Any]]:
+def read_evaluations(path: Path, strict: bool = True) -> list[dict[str, Any]]:
     """The evaluations eval.jsonl holds, in the order written (a resumed run's earlier ones included); none when
-    there is no such file. A last line cut off by a kill is left out; a bad line before it raises ValueError."""
+    there is no such file. A last line cut off by a kill is left out; a bad line before it raises ValueError, or is
+    left out too where not `strict` (a summary written after training: a file an older version resumed onto, its cut
+    line run on into the next, must not cost the run its summary)."""
     try:
         with open(path, "rb") as f:
             lines = list(f)
@@ -27,8 +29,8 @@ def read_evaluations(path: Path) -> list[dict[str, Any]]:
         except ValueError:
             entry = None
         if not isinstance(entry, dict):
-            if number == len(lines):
-                break  # cut off by a kill (append_evaluation drops it before the next line)
+            if number == len(lines) or not strict:
+                continue  # cut off by a kill (append_evaluation drops it before the next line)
             raise ValueError(f"{path}: line {number}: not an evaluation (a JSON object)")
         evaluations.append(entry)
     return evaluations

@@ -166,7 +166,7 @@ def _monitored_steps(path: Path, below: int) -> set[int]:
     """The steps below `below` that eval.jsonl holds a monitor score for (a resumed run's earlier ones included)."""
     return {
         found["step"]
-        for found in read_evaluations(path)
+        for found in read_evaluations(path, strict=False)
         if found.get("step", below) < below and (found.get("monitor") or {}).get("monitor/overall_score") is not None
     }
 
