@@ -3,7 +3,7 @@ gold judge beside it as the monitor, so that hacking is measured, not guessed, a
 same runs (CHERRL's design, arXiv 2606.04923, at CPU scale; Rubric Dropout's measures, arXiv 2608.11669).
 
     python -m experiments.hacking_lab [--kinds none dropout-0.3 dropout-0.5 decoupled discriminating]
-                                      [--seeds 0 1 2] [--steps 25] [--output-dir runs/hacking-lab] [--plot PNG]
+                                      [--seeds 0 1 2 3 4] [--steps 25] [--output-dir runs/hacking-lab] [--plot PNG]
 
 The policy: the tiny preset (configs/rurl/tiny-cpu.yaml: SmolLM2-135M-Instruct, LoRA) at learning rate 1e-3 on the
 16 short questions of experiments/data/rurl_rules.jsonl (8 held out), each graded against LAB_RUBRIC: eight criteria
@@ -307,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=list(KINDS))
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--steps", type=int, default=25)
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--output-dir", type=Path, default=ROOT / "runs" / "hacking-lab")
