@@ -31,43 +31,22 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import yaml
 
-from benches.gpu_head_to_head import NO_CHECKPOINTS, PRESET, ROWS, rurl_argv, trl_config
+from benches.gpu_head_to_head import NO_CHECKPOINTS, PRESET, ROWS, breakdown, rurl_argv, trl_config
+from benches.gpu_smoke import Run
+from benches.gpu_smoke_prepare import StepFailed
 from benches.harness import canned_endpoint
 
 ROOT = Path(__file__).resolve().parents[1]
-CHILD = ROOT / "benches" / "gpu_smoke_child.py"
 PERIODS = ("steps 2-3", "steady")
 LIMITS = {"rubricrl / trl grpo: steps 2-3": 1.15, "rubricrl / trl grpo: steady": 1.05}
 ASYNC_LIMIT = {"one step ahead / synchronous: steady": 1.05}  # what it adds when there is nothing to hide
 HELD_OUT, PROMPTS_A_STEP = 2, 2  # the preset's eval_size, and its 8 completions a step in groups of 4
+NO_DEADLINE = 24 * 3600.0  # a benchmark run ends when its commands do
 SIDES = {"rubricrl": "rurl train", "trl": "trl grpo", "async": "rurl train --async_steps 1"}
-
-
-def child(work: Path, name: str, kind: str, args: list[str]) -> dict:
-    """benches/gpu_smoke_child.py `kind` in a fresh process (its log beside); what it measured, and its seconds."""
-    log, result = work / f"{name}.log", work / f"{name}.json"
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-        "RUBRICRL_HOME": str(work / f"home-{name}"),  # its own response cache: every run asks the judge, as a first run
-        "HF_HUB_OFFLINE": "1",
-        "HF_DATASETS_OFFLINE": "1",
-        "WANDB_MODE": "disabled",
-        "TOKENIZERS_PARALLELISM": "false",
-    }
-    started = time.monotonic()
-    with open(log, "w") as out:
-        done = subprocess.run(
-            [sys.executable, str(CHILD), kind, str(result), *args], cwd=ROOT, env=env, stdout=out, stderr=out
-        )
-    if done.returncode != 0 or not result.is_file():
-        raise SystemExit(f"{name} exited {done.returncode}; its log ({log}) ends:\n{log.read_text()[-3000:]}")
-    return {**json.loads(result.read_text()), "seconds": time.monotonic() - started}
 
 
 def write_rows(work: Path, count: int) -> tuple[Path, Path]:
@@ -185,20 +164,22 @@ def main() -> int:
             work / "trl",
         )
         trl_file.write_text(yaml.safe_dump(config, sort_keys=False))
+        runner = Run(work, deadline=NO_DEADLINE, dry_run=False)  # the GPU smoke's child processes, on this CPU
         for i in range(args.runs):
             for side in sides:
                 name = f"{side}-{i + 1}"
-                if side == "trl":
-                    ran = child(work, name, "trl", ["--config", str(trl_file)])
-                else:
-                    argv = rurl_argv(model, work / name, judge.base_url, args.steps, flags[side])
-                    ran = child(work, name, "command", argv)
+                runner.env["RUBRICRL_HOME"] = str(work / f"home-{name}")  # its own cache: each run asks the judge
+                try:
+                    if side == "trl":
+                        ran = runner.command(name, ["--config", str(trl_file)], kind="trl")
+                    else:
+                        argv = rurl_argv(model, work / name, judge.base_url, args.steps, flags[side])
+                        ran = runner.command(name, argv)
+                except StepFailed as failed:
+                    raise SystemExit(f"{name}: {failed}\n{failed.log}") from None
                 runs[side].append(figures(ran, args.steps))
                 if side != "trl":  # dynamic sampling's extra rounds generate more than trl grpo does
-                    log = json.loads((work / name / "log_history.json").read_text())
-                    runs[side][-1]["extra_rounds"] = [
-                        int(e.get("dynamic_sampling/extra_rounds", 0)) for e in log if "reward" in e
-                    ]
+                    runs[side][-1]["extra_rounds"] = breakdown(work / name)["extra_rounds"]
                 print(f"{SIDES[side]} run {i + 1}: steps {runs[side][-1]['step_s']} s", flush=True)
     ratios = {f"rubricrl / trl grpo: {key}": ratio(runs["rubricrl"], runs["trl"], key) for key in PERIODS}
     if args.one_ahead:

@@ -11,6 +11,7 @@ import yaml
 
 from grading.scores import DEFAULT_MIN_COVERAGE
 from rubricrl.errors import UserError
+from rubricrl.runs.jsonl import json_object
 from rubricrl.runs.training import latest_checkpoint
 
 
@@ -43,11 +44,8 @@ def iter_jsonl(path: Path, notes: list[str]) -> Iterator[dict[str, Any]]:
     appending to it, or was killed); a bad line before the last one raises ReportError naming the line."""
     with open(path, "rb") as f:
         for number, line in enumerate(f, 1):
-            try:
-                row = json.loads(line) if line.endswith(b"\n") else None
-            except ValueError:
-                row = None
-            if not isinstance(row, dict):
+            row = json_object(line)
+            if row is None:
                 if f.read(1):
                     raise ReportError(f"{path}: line {number}: not a JSON object")
                 notes.append(f"{path.name}: line {number} is incomplete (still being written, or cut off): left out")

@@ -52,14 +52,21 @@ def complete_rows(path: Path) -> Iterator[tuple[bytes, dict[str, Any]]]:
             f.truncate(good_bytes)
 
 
-def _row(line: bytes) -> dict[str, Any] | None:
+def json_object(line: bytes) -> dict[str, Any] | None:
+    """A complete line of a JSONL file we append to, as its object; None for a line a kill cut off (no newline) or
+    one that holds no JSON object."""
     if not line.endswith(b"\n"):
         return None
     try:
         row = json.loads(line)
     except ValueError:
         return None
-    return row if isinstance(row, dict) and isinstance(row.get("id"), str) else None
+    return row if isinstance(row, dict) else None
+
+
+def _row(line: bytes) -> dict[str, Any] | None:
+    row = json_object(line)
+    return row if row is not None and isinstance(row.get("id"), str) else None
 
 
 def write_whole(path: Path, data: bytes | str) -> Path:

@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from rubricrl.runs.jsonl import json_object
+
 EVAL_FILE = "eval.jsonl"
 
 
@@ -24,11 +26,8 @@ def read_evaluations(path: Path, strict: bool = True) -> list[dict[str, Any]]:
         return []
     evaluations = []
     for number, line in enumerate(lines, 1):
-        try:
-            entry = json.loads(line) if line.endswith(b"\n") else None
-        except ValueError:
-            entry = None
-        if not isinstance(entry, dict):
+        entry = json_object(line)
+        if entry is None:
             if number == len(lines) or not strict:
                 continue  # cut off by a kill (append_evaluation drops it before the next line)
             raise ValueError(f"{path}: line {number}: not an evaluation (a JSON object)")
