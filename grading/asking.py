@@ -69,3 +69,15 @@ async def _ask(client, config, prompt, conversation, response, criteria, samples
     chunks = [criteria[k : k + config.chunk_size] for k in range(0, len(criteria), config.chunk_size)]
     results = await gather_or_cancel(chunked(chunk) for chunk in chunks)
     return [v for verdicts, _ in results for v in verdicts], sum(spent for _, spent in results)
+
+
+async def ask_afresh(client: LLMClient, config, prompt: Prompt, conversation, answer: str, criterion: Criterion):
+    """One criterion's verdict asked again afresh, for the judge's self-agreement: the sample after the `samples` its
+    grading used (the response cache keeps it, so a rerun asks the same), read on its own; None where it failed, or
+    where no fresh answer exists (the probability format reads one deterministic answer). `answer`: the response
+    without its reasoning, as the judge saw it. Asked per criterion, whatever the grading mode."""
+    if config.verdict_format == "probability":
+        return None
+    return await judge.fresh_verdict(
+        client, config.judge_role, prompt, conversation, answer, criterion, config.samples, config.verdict_format
+    )

@@ -186,6 +186,9 @@ class BatchStats:
     """Per completion, in the batch's order, what criterion-level advantages are computed from (`verdict_rows`)."""
     dropped_verdicts: int | None = None
     """Judge verdicts rubric dropout left out (never asked); None without rubric dropout."""
+    ledger: list = field(default_factory=list)
+    """Per completion, in the batch's order, its verdicts against its query's whole rubric for the criterion ledger
+    (grading/ledger.py `LedgerAnswer`; None: not judged); filled by the caller that knows the whole rubric."""
 
     def metrics(self) -> dict[str, float]:
         out = {

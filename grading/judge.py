@@ -202,10 +202,7 @@ async def judge_per_criterion(
 ) -> Verdict:
     """One judge call for one criterion (HealthBench style); `prompt`: CRITERION (or the format's default) or one
     with its placeholders. `min_mass`: the probability format's floor on P(yes) + P(no)."""
-    if isinstance(prompt, OneMessagePrompt):  # HealthBench's layout: one user message
-        messages = prompt.messages(conversation, response, criterion.text)
-    else:
-        messages = quoted(prompt, conversation, response, points=f"{criterion.points:+d}", criterion=criterion.text)
+    messages = criterion_messages(prompt, conversation, response, criterion)
     schema = VERDICT_SCHEMA if verdict_format == "explained" else VERDICT_ONLY_SCHEMA
     try:
         if verdict_format == "probability":
@@ -219,6 +216,36 @@ async def judge_per_criterion(
         return Verdict.of(criterion, None, judge_failure(error), "judge")
     met = majority([value["criteria_met"] for value in result.parsed])
     return Verdict.of(criterion, met, result.parsed[0].get("explanation", ""), "judge")
+
+
+def criterion_messages(prompt: Prompt, conversation: list[dict], response: str, criterion: Criterion) -> list[dict]:
+    """The judge's messages for one criterion (HealthBench's layout: one user message)."""
+    if isinstance(prompt, OneMessagePrompt):
+        return prompt.messages(conversation, response, criterion.text)
+    return quoted(prompt, conversation, response, points=f"{criterion.points:+d}", criterion=criterion.text)
+
+
+async def fresh_verdict(
+    client: LLMClient,
+    role: str,
+    prompt: Prompt,
+    conversation: list[dict],
+    response: str,
+    criterion: Criterion,
+    index: int,
+    verdict_format: str = "explained",
+) -> bool | None:
+    """The judge's answer for one criterion at sample `index` alone (the samples before it come from the cache):
+    a verdict asked afresh, for the judge's self-agreement. None where it failed."""
+    schema = VERDICT_SCHEMA if verdict_format == "explained" else VERDICT_ONLY_SCHEMA
+    messages = criterion_messages(prompt, conversation, response, criterion)
+    try:
+        result = await client.chat(role, messages, n=index + 1, schema=schema, schema_name="verdict")
+    except EndpointUnreachable:
+        raise
+    except LLMError:
+        return None
+    return result.parsed[-1]["criteria_met"]
 
 
 def probability_verdict(criterion: Criterion, result, min_mass: float = 0.0) -> Verdict:

@@ -102,6 +102,11 @@ class RurlConfig:
     """criteria.json compares each criterion's pass rate over the run's first and latest this many generation
     batches (`moved`); the summary and the report name the criteria that moved most, where a policy learning to
     please its judge shows first."""
+    ledger_reask: float = 0.0
+    """The criterion ledger's self-agreement (ledger.parquet, docs/criterion-ledger.md): the share of judge verdicts
+    asked again afresh (a sample the grading did not use, per criterion), which tells a criterion that separates
+    completions from one the judge answers at random. Each costs a judge call; a judge at temperature 0 repeats itself,
+    so it measures only a sampling judge. 0: none asked."""
     monitor_judge: bool = False
     """A second judge watches the first: the `monitor` role (endpoint, model and parameters like every role; best a
     different model family from the training judge) grades the in-training evaluation's answers with the same
@@ -241,6 +246,10 @@ class RurlConfig:
         for name in ("eval_every", "max_extra_rounds", "overlong_buffer"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not 0 <= self.ledger_reask <= 1:
+            raise ValueError(
+                f"ledger_reask must be within [0, 1] (a share of the judge verdicts), got {self.ledger_reask}"
+            )
         if self.eval_max_examples < 1 or self.failure_window < 1 or self.criteria_window < 1:
             raise ValueError("eval_max_examples, failure_window and criteria_window must be at least 1")
         for name in ("dynamic_std_threshold", "prefilter_min_std"):

@@ -279,6 +279,7 @@ def train(
                 )
                 summary["seconds_by_phase"] = clock.rounded()  # before the outputs: they are written with it
                 summary["usage_main_process"] = {role: asdict(usage) for role, usage in client.usage.items()}
+                summary["ledger"] = trainer.run_ledger.finish(wandb)
                 if evolution is not None:
                     summary["evolve"] = evolution.finish(output_dir, wandb)
                 if rurl.probe_rows:
@@ -327,6 +328,7 @@ def run_reward(grader: Grader, rurl: RurlConfig, grpo: "GRPOConfig", monitor, ev
         deadline=rurl.judge_deadline,
         rubric_for=evolution.rubric_for if evolution else None,
         dropout=rurl.dropout,
+        reask=rurl.ledger_reask,
         **reading,
     )
 

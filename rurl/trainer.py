@@ -28,13 +28,14 @@ from rurl.reward.extra import unscored_rows
 from rurl.schedule.dynamic_sampling import DynamicSampler, DynamicSampling
 from rurl.schedule.one_step_ahead import AheadSchedule
 from rurl.schedule.update_gate import UpdateGate
+from rurl.watch.ledger import RunLedger
 
 TRL_RANGE = ((1, 16), (1, 17))
 """TRL versions [from, to) whose private GRPOTrainer methods this subclass was checked against."""
 STATE_FILE = "rurl_state.json"
 """In each checkpoint: the prompts found flat in the current epoch (extra rounds do not draw them again), the
 criteria table so far (a resumed run goes on counting), the grader-talk alarm's windows and the evolving rubrics'
-state (rurl/evolving/evolution.py)."""
+state (rurl/evolving/evolution.py). The criterion ledger is saved beside it (rurl/watch/ledger.py)."""
 
 
 def check_trl_version() -> None:
@@ -90,6 +91,8 @@ class RubricGRPOTrainer(GRPOTrainer):
         self.update_gate = UpdateGate(self)
         self.add_callback(self.update_gate)
         self._criteria_before: list[dict[str, Any]] = []  # the criteria table of the run resumed from
+        self.run_ledger = None if failure_monitor is None else RunLedger(Path(self.args.output_dir))
+        """The criterion ledger (rurl/watch/ledger.py), counted on the main process."""
 
     @property
     def no_update_steps(self) -> int:
@@ -125,6 +128,8 @@ class RubricGRPOTrainer(GRPOTrainer):
                     raise RuntimeError("rurl evolve: the processes' evolved rubrics differ; please report this")
                 evolved = self.evolution.state()
             if self.args.should_save:
+                if self.run_ledger is not None:
+                    self.run_ledger.save(Path(output_dir))
                 flat = {"epoch": 0, "flat": []} if self.sampler is None else self.sampler.state()
                 monitor = None if self.failure_monitor is None else self.failure_monitor.state()
                 state = {**flat, "criteria": criteria, "evolve": evolved, "monitor": monitor}
@@ -170,6 +175,11 @@ class RubricGRPOTrainer(GRPOTrainer):
         """The batch's criterion-level advantages (kept for `_trl_scored`) and, whatever the mode, the share of flat
         (group, criterion) pairs and of groups with all-zero advantages, from every process's verdicts in row order."""
         rows = [row for part in gather_object([self.failure_monitor.take_rows()]) for row in part]
+        answers = [answer for part in gather_object([self.failure_monitor.take_ledger()]) for answer in part if answer]
+        if self.run_ledger is not None and self.accelerator.is_main_process:
+            counted = self.run_ledger.add(answers, self.state.global_step, self.state.max_steps)
+            for name, value in counted.items():
+                metrics[name].append(value)
         self._criterion_advantages = self.criterion_flat = None
         if len(rows) != rewards.size(0):  # not every row's verdicts came with this batch (never expected)
             metrics["rubric/criterion_rows_missing"].append(float(rewards.size(0) - len(rows)))
@@ -335,6 +345,8 @@ class RubricGRPOTrainer(GRPOTrainer):
         if self.sampler is not None:
             self.sampler.flat, self.sampler.epoch = set(state["flat"]), state["epoch"]
         self._criteria_before = state.get("criteria", [])
+        if self.run_ledger is not None and self.accelerator.is_main_process:
+            self.run_ledger.load(path.parent)
         if self.failure_monitor is not None and state.get("monitor"):
             self.failure_monitor.load(state["monitor"])
         if self.evolution is not None and state.get("evolve"):

@@ -42,15 +42,18 @@ def rubric_trainer(
     max_steps: int = 1,
     on_exhausted: str = "repeat",
     weight_decay: float = 0.0,
+    save_steps: int = 100,
+    monitor: bool = False,
 ):
-    """RubricGRPOTrainer with dynamic sampling on the tiny policy: 2 groups of GENERATIONS per step."""
+    """RubricGRPOTrainer with dynamic sampling on the tiny policy: 2 groups of GENERATIONS per step; with `monitor`,
+    the failure monitor (and so the criterion ledger) as `rurl train` gives it."""
     from datasets import Dataset
     from peft import LoraConfig
     from trl import GRPOConfig
 
     from rurl.schedule.dynamic_sampling import DynamicSampling
     from rurl.trainer import RubricGRPOTrainer
-    from rurl.watch.guards import StopOnRequest
+    from rurl.watch.guards import FailureMonitor, StopOnRequest
 
     rubric = [{"criterion": f"Criterion {i + 1}.", "points": w, "tags": None} for i, w in enumerate(WEIGHTS)]
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": p}], "rubrics": rubric} for p in prompts])
@@ -70,16 +73,18 @@ def rubric_trainer(
         logging_steps=1,
         report_to=[],
         save_strategy="steps",
-        save_steps=100,
+        save_steps=save_steps,
         weight_decay=weight_decay,
     )
+    failures = FailureMonitor(window=5) if monitor else None
     trainer = RubricGRPOTrainer(
         model=str(tiny_policy()),
-        reward_funcs=[make_rubric_reward(grader)],
+        reward_funcs=[make_rubric_reward(grader, on_batch=failures.record if failures else None)],
         args=config,
         train_dataset=dataset,
         peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
         dynamic=DynamicSampling(std_threshold=0.02, max_extra_rounds=max_extra_rounds, on_exhausted=on_exhausted),
+        failure_monitor=failures,
     )
     trainer.add_callback(StopOnRequest(trainer))
     try:
@@ -135,6 +140,45 @@ def test_dynamic_sampling_keeps_flat_groups_out_of_the_batch(tmp_path, quiet_env
     assert logs["dynamic_sampling/groups_generated"] == 2 * (1 + logs["dynamic_sampling/extra_rounds"])
     assert trainer.stop_reason is None and trainer.state.global_step == 1
     assert trainer.no_update_steps == 0 and not all(torch_equal(before[name], after[name]) for name in before)
+
+
+def test_the_ledger_counts_every_graded_group_and_a_resumed_run_goes_on_from_its_checkpoint(tmp_path, quiet_env):
+    """Every group the judge graded is counted, those dynamic sampling left out of the batch included (their
+    verdicts were paid for): the FLAT prompts' criteria carried nothing, the varied prompt's all the signal. The
+    ledger is saved with each checkpoint and in the run folder; a run resumed from the first checkpoint goes on from
+    its counts."""
+    from grading.ledger import read_table
+
+    with (
+        FaultServer(reply=scripted_verdict) as judge,
+        rubric_trainer(tmp_path, judge, VARIED + FLAT, 8, max_steps=2, save_steps=1, monitor=True) as trainer,
+    ):
+        trainer.train()
+    table = trainer.run_ledger.table()
+    rows = [dict(zip(table, values)) for values in zip(*table.values())]
+    flat = [row for row in rows if "FLAT:" in row["query_id"]]
+    varied = [row for row in rows if "FLAT:" not in row["query_id"]]
+    assert len(flat) == 2 * len(WEIGHTS) and len(varied) == len(WEIGHTS)
+    assert all(row["carries"] == "nothing" and row["pass_rate"] == 1.0 and row["signal"] == 0 for row in flat)
+    assert sum(row["signal_share"] for row in varied) == pytest.approx(1.0)
+    assert all(row["graded"] == row["decided"] and row["graded"] % GENERATIONS == 0 for row in rows)
+    history = [entry for entry in trainer.state.log_history if "ledger/flat_verdict_share" in entry]
+    assert len(history) == 2 and all(0 < entry["ledger/flat_verdict_share"] < 1 for entry in history)
+    first = read_table(tmp_path / "checkpoint-1" / "ledger.parquet")
+    last = read_table(tmp_path / "ledger.parquet")  # the run folder's, as the last checkpoint left it
+    assert sum(first["graded"]) < sum(last["graded"]) == sum(table["graded"])
+    assert "moved_p" in last and "moved_p" not in first  # the run folder's carries the run's tests
+    with (
+        FaultServer(reply=scripted_verdict) as judge,
+        rubric_trainer(tmp_path / "resumed", judge, VARIED + FLAT, 8, max_steps=2, monitor=True) as resumed,
+    ):
+        resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-1"))
+    again = resumed.run_ledger.table()
+    graded = dict(zip(zip(again["query_id"], again["criterion"]), again["graded"]))
+    assert all(
+        graded[(query, text)] > count
+        for query, text, count in zip(first["query_id"], first["criterion"], first["graded"])
+    )  # step 1's counts, and step 2's on top
 
 
 def test_dynamic_sampling_stops_with_a_checkpoint_when_no_group_has_a_spread(tmp_path, quiet_env):

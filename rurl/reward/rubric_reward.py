@@ -25,15 +25,19 @@ checkpoint (rurl/watch/guards.py).
 """
 
 import functools
+import hashlib
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
+from grading.asking import ask_afresh
 from grading.batch import BatchStats, as_conversation, grade_batch
 from grading.grader import Grader
+from grading.ledger import answer_of_graded
 from grading.rubric import rubric_from_items
-from rubricrl.llm.reasoning import as_written
+from rubricrl.aio import gather_or_cancel
+from rubricrl.llm.reasoning import as_written, split_reasoning
 from rurl.reward.dropout import RubricDropout
 from rurl.reward.overlong import Overlong
 
@@ -66,6 +70,7 @@ async def rubric_reward(
     trainer_state: Any = None,
     trains_at: int | None = None,
     grade_after: Callable[[], Awaitable[None]] | None = None,
+    reask: float = 0.0,
     id: list | None = None,  # noqa: A002 - TRL passes each dataset column under its own name
     **kwargs: Any,
 ) -> list[float | None]:
@@ -80,12 +85,14 @@ async def rubric_reward(
     response template's parsing cannot hide where the reasoning ended. With `dropout`, each query's rubric loses the
     criteria its mask drops at the step this batch trains at: `trains_at`, given by a schedule that grades a batch
     before the step that trains it (rurl/schedule/one_step_ahead.py), else `trainer_state.global_step`. `grade_after` is
-    awaited before the first judge call (the same schedule: a batch's grading waits for the one before it)."""
+    awaited before the first judge call (the same schedule: a batch's grading waits for the one before it). `reask`:
+    the share of judge verdicts asked again afresh for the criterion ledger's self-agreement (`BatchStats.ledger`)."""
     if not len(prompts) == len(completions) == len(rubrics):
         raise ValueError(f"{len(prompts)} prompts, {len(completions)} completions, {len(rubrics)} rubrics")
     if rubric_for is not None and id is not None:  # rubrics evolving during the run (rurl/evolving/evolution.py)
         rubrics = [rubric_for(str(query_id), list(rubric)) for query_id, rubric in zip(id, rubrics)]
     parsed = [rubric_from_items(list(rubric), f"rubrics column, row {i}") for i, rubric in enumerate(rubrics)]
+    whole = parsed
     dropping = dropout is not None and dropout.share > 0
     if dropping:
         if id is None:
@@ -119,6 +126,9 @@ async def rubric_reward(
             on_batch(stats)
         return batch.scores
     stats.dropped_verdicts = dropped["judge_verdicts"] if dropping else None
+    query_ids = [str(i) for i in id] if id is not None else [str(prompt) for prompt in prompts]
+    reasked = await asked_afresh(grader, batch.graded, parsed, prompts, texts, query_ids, reask) if reask > 0 else {}
+    stats.ledger = ledger_answers(query_ids, whole, parsed if dropping else None, batch, reasked)
     if on_batch is not None:
         on_batch(stats)
     if log_metric is not None:
@@ -142,6 +152,62 @@ async def rubric_reward(
         )
         log_extra("rubric_flag", [(g.integrity_flag or "") if g else "" for g in batch.graded])
     return batch.scores
+
+
+def ledger_answers(query_ids: list[str], whole: list, kept: list | None, batch, reasked: dict[int, tuple]) -> list:
+    """Per completion, its verdicts against its query's whole rubric for the criterion ledger (None: not judged);
+    `kept`: each rubric as rubric dropout left it."""
+    return [
+        None
+        if g is None
+        else answer_of_graded(
+            query_ids[i],
+            whole[i],
+            g,
+            score is not None and not g.integrity_flag and not g.no_answer,
+            None if kept is None else kept[i],
+            reasked.get(i, ()),
+        )
+        for i, (g, score) in enumerate(zip(batch.graded, batch.scores))
+    ]
+
+
+async def asked_afresh(grader: Grader, graded: list, rubrics: list, prompts: list, texts: list[str],
+                       query_ids: list[str], share: float) -> dict[int, tuple]:  # fmt: skip
+    """Per completion (its index), the verdicts asked again afresh: (criterion text, first verdict, verdict asked
+    again), for a `share` of the decided judge verdicts, drawn by a hash of the query, the criterion and the answer
+    (the same on a rerun)."""
+    config = grader.config
+    chosen = [
+        (i, criterion, bool(verdict.met))
+        for i, (g, rubric) in enumerate(zip(graded, rubrics))
+        if g is not None and not g.integrity_flag and not g.no_answer
+        for criterion, verdict in zip(rubric.criteria, g.verdicts)
+        if verdict.source == "judge"
+        and verdict.met is not None
+        and drawn(query_ids[i], criterion.text, texts[i], share)
+    ]
+    if not chosen:
+        return {}
+    answers = [
+        split_reasoning(t, config.reasoning_delimiters, starts_open=config.reasoning_starts_open).answer for t in texts
+    ]
+    again = await gather_or_cancel(
+        ask_afresh(grader.client, config, grader.prompt, as_conversation(prompts[i]), answers[i] or "", criterion)
+        for i, criterion, _ in chosen
+    )
+    out: dict[int, list] = {}
+    for (i, criterion, first), answer in zip(chosen, again):
+        if answer is not None:
+            out.setdefault(i, []).append((criterion.text, first, bool(answer)))
+    return {i: tuple(pairs) for i, pairs in out.items()}
+
+
+def drawn(query_id: str, criterion: str, text: str, share: float) -> bool:
+    """Whether a verdict is among the `share` asked again: a hash, not a random draw (every process, and a rerun,
+    draws the same)."""
+    digest = hashlib.sha256(f"{query_id}\0{criterion}\0{text}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") < share * 2**64
 
 
 def endpoint_metrics(client) -> dict[str, float]:

@@ -165,6 +165,9 @@ class PolicyEvaluation(TrainerCallback):
             if disagreement[name] is not None:
                 metrics[f"monitor/{name}"] = disagreement[name]
         self.last["overclaim"] = disagreement
+        ledger = getattr(self.trainer, "run_ledger", None)
+        if ledger is not None:  # each criterion's over- and underclaim (rurl/watch/ledger.py)
+            ledger.ledger.add_monitor(self.last_records, records)
         return overall, metrics, records
 
     def _records(self, grader: Grader, items: list[GradeItem], answers: list[str]) -> list[dict]:

@@ -59,6 +59,8 @@ class FailureMonitor:
         """Why a reward call since the last sync could ask nothing (BatchStats.error): the trainer stops on it."""
         self.rows: list = []
         """This process's completions' verdicts since the last take, in order (BatchStats.rows)."""
+        self.ledger: list = []
+        """This process's completions against their whole rubrics since the last take, in order (BatchStats.ledger)."""
         self._pending = dict.fromkeys(COUNTS, 0)
         self._pending_criteria: dict[str, list[int]] = defaultdict(lambda: [0, 0])
         self.dropout = False
@@ -75,6 +77,7 @@ class FailureMonitor:
                 counts[1] += total
         self.answers += stats.answers
         self.rows += stats.rows
+        self.ledger += stats.ledger
         self.penalties |= stats.penalties
         if stats.error:
             self.errors.append(stats.error)
@@ -118,6 +121,11 @@ class FailureMonitor:
     def take_rows(self) -> list:
         """The completions' verdicts (BatchStats.rows) since the last take, in order; starts anew."""
         taken, self.rows = self.rows, []
+        return taken
+
+    def take_ledger(self) -> list:
+        """The completions' ledger answers (BatchStats.ledger) since the last take, in order; starts anew."""
+        taken, self.ledger = self.ledger, []
         return taken
 
     def take_answers(self) -> tuple[list[tuple[str, dict[str, bool]]], set[str], list[str]]:

@@ -105,6 +105,10 @@ def summary_text(summary: dict[str, Any], output_dir: Path) -> str:
         f"completions graded, {rate:.1%} unscored ({judge['timed_out']} past the deadline), "
         f"{judge['failed_verdicts']} of {judge['verdicts']} verdicts failed",
     ]
+    if summary.get("ledger"):
+        from grading.ledger import headline_lines
+
+        lines += ["  " + line for line in headline_lines(summary["ledger"])]
     if summary["hardest_criteria"]:
         lines.append("  hardest criteria: " + "; ".join(_criterion(row) for row in summary["hardest_criteria"]))
         lines.append("  easiest criteria: " + "; ".join(_criterion(row) for row in summary["easiest_criteria"]))
@@ -155,7 +159,8 @@ def summary_text(summary: dict[str, Any], output_dir: Path) -> str:
     for alarm in summary.get("alarms") or ():
         lines.append(f"  ALARM: {alarm['line']}")
     lines.append(
-        f"  output: {output_dir} (config.yaml, manifest.json, reward.png{'' if summary['stopped'] else ', the model'})"
+        f"  output: {output_dir} (config.yaml, manifest.json, reward.png, ledger.parquet"
+        f"{'' if summary['stopped'] else ', the model'})"
     )
     return "\n".join(lines)
 
