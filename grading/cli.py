@@ -150,6 +150,7 @@ def run_grade(args: argparse.Namespace) -> int:
     write_resolved(grade.output.with_name(grade.output.stem + ".config.yaml"), resolved(settings))
     report = build_report(records, **config.rule())
     print(format_report(report))
+    _write_ledger(records, grade.output.with_name(grade.output.stem + ".ledger.parquet"))
     _print_budgets(session)
     print(f"wrote {len(records)} graded records to {grade.output}", file=sys.stderr)
     return failure_status(report, records, config)
@@ -179,6 +180,7 @@ def run_eval(args: argparse.Namespace) -> int:
     lengths = [answer_length(r, config) for r in records] if evaluate.length_adjusted else None
     report = with_score_alias(build_report(records, **config.rule(), answer_lengths=lengths))
     report["provenance"] = provenance(records)
+    report["ledger"] = _write_ledger(records, evaluate.output_dir / "ledger.parquet")
     (evaluate.output_dir / "report.json").write_text(json.dumps(report, indent=2))
     print(format_report(report))
     print(f"report: {evaluate.output_dir / 'report.json'}", file=sys.stderr)
@@ -347,6 +349,17 @@ def read_graded(path: Path) -> list[dict]:
     if not records:
         raise RubricError(f"{path}: no graded records")
     return records
+
+
+def _write_ledger(records: list[dict], path: Path) -> dict | None:
+    """The criterion ledger (grading/ledger.py) where the answers came several per query: written, its headline
+    printed and returned."""
+    from grading.ledger import headline_lines, write_for_records
+
+    figures = write_for_records(records, path)
+    if figures is not None:
+        print("\n".join(headline_lines(figures)) + f"\n  ledger: {path}", file=sys.stderr)
+    return figures
 
 
 def _print_endpoints(client) -> None:

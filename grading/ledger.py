@@ -24,7 +24,7 @@ counted over groups of answers to the same query (a RuRL step's rollouts, or the
 Memory grows with the criteria seen, not with the steps: a row holds counts and sums."""
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +61,7 @@ COUNTS = (
 SUMS = ("met", "signal")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LedgerCriterion:
     """A criterion as the ledger names it."""
 
@@ -88,39 +88,44 @@ class LedgerAnswer:
     reasks: tuple[tuple[int, bool, bool], ...] = ()
 
 
-@dataclass
 class Ledger:
     """The per-criterion counts of a run, a grade or an eval (see the module doc). `planned_steps`: the steps a run
-    plans, for its fifths (None: no windows)."""
+    plans, for its fifths (None: no windows). Rows are held as arrays (counts, sums, windows) beside the criteria
+    they count; a query's rows are found by the criterion's position, else its text (an evolved rubric)."""
 
-    planned_steps: int | None = None
-    rows: dict[tuple[str, str], int] = field(default_factory=dict)
-    """(query id, criterion text) -> row; a rubric never repeats a criterion's text."""
-    keys: list[tuple[str, int, LedgerCriterion]] = field(default_factory=list)
-    query_ss: dict[str, float] = field(default_factory=dict)
-    """Per query: the summed within-group sum of squares of its groups' scores."""
-    capacity: int = 0
-
-    def __post_init__(self) -> None:
-        self.counts = np.zeros((0, len(COUNTS)), dtype=np.int64)
+    def __init__(self, planned_steps: int | None = None):
+        self.planned_steps = planned_steps
+        self.by_query: dict[str, list[int]] = {}
+        """Per query id, its rows (in the order first seen: its rubric's order)."""
+        self.query_ids: list[str] = []
+        self.positions: list[int] = []
+        self.criteria: list[LedgerCriterion] = []
+        self.query_ss: dict[str, float] = {}
+        """Per query: the summed within-group sum of squares of its groups' scores."""
+        self.capacity = 0
+        self.counts = np.zeros((0, len(COUNTS)), dtype=np.int32)
         self.sums = np.zeros((0, len(SUMS)), dtype=np.float64)
-        self.window_met = np.zeros((0, FIFTHS), dtype=np.float64)
-        self.window_decided = np.zeros((0, FIFTHS), dtype=np.int64)
+        self.window_met = np.zeros((0, FIFTHS), dtype=np.float32)
+        self.window_decided = np.zeros((0, FIFTHS), dtype=np.int32)
         self._column = {name: i for i, name in enumerate(COUNTS)}
 
     def __len__(self) -> int:
-        return len(self.keys)
+        return len(self.criteria)
 
     def row(self, query_id: str, position: int, criterion: LedgerCriterion) -> int:
-        key = (query_id, criterion.text)
-        found = self.rows.get(key)
+        rows = self.by_query.setdefault(query_id, [])
+        if position < len(rows) and self.criteria[rows[position]].text == criterion.text:
+            return rows[position]
+        found = next((row for row in rows if self.criteria[row].text == criterion.text), None)
         if found is not None:
             return found
-        index = len(self.keys)
+        index = len(self.criteria)
         if index == self.capacity:
             self._grow(max(64, 2 * self.capacity))
-        self.rows[key] = index
-        self.keys.append((query_id, position, criterion))
+        rows.append(index)
+        self.query_ids.append(query_id)
+        self.positions.append(position)
+        self.criteria.append(criterion)
         return index
 
     def _grow(self, capacity: int) -> None:
@@ -233,52 +238,52 @@ class Ledger:
 
     # --- the table -------------------------------------------------------------------------------------------
 
-    def table(self) -> dict[str, list]:
-        """The ledger as columns (what ledger.parquet holds): identity, counts, rates and shares, and the state a
-        resumed run continues from (`window_met`, `window_decided`, `query_ss`)."""
+    def arrow(self):
+        """The ledger as a pyarrow table (what ledger.parquet holds): identity, counts, rates and shares, and the
+        state a resumed run continues from (`window_met`, `window_decided`, `query_ss`). Built from the arrays: a
+        checkpoint of millions of criteria takes seconds."""
+        import pyarrow as pa
+
         n = len(self)
-        counts = {name: self.counts[:n, i] for i, name in enumerate(COUNTS)}
+        counts = {name: self.counts[:n, i].astype(np.int64) for i, name in enumerate(COUNTS)}
         met, signal = self.sums[:n, 0], self.sums[:n, 1]
-        ids = [query_id for query_id, _, _ in self.keys]
-        query_ss = np.array([self.query_ss.get(q, 0.0) for q in ids])
+        query_ss = np.array([self.query_ss.get(q, 0.0) for q in self.query_ids])
         total_ss = sum(self.query_ss.values())
         first, last = self._ends()
+        groups, flat = counts["groups"], counts["flat_groups"]
+        carries = np.where(groups == 0, None, np.where(flat == groups, "nothing", "signal"))
         columns: dict[str, Any] = {
-            "query_id": ids,
-            "position": [position for _, position, _ in self.keys],
-            "criterion": [criterion.text for _, _, criterion in self.keys],
-            "points": [criterion.points for _, _, criterion in self.keys],
-            "tags": [list(criterion.tags) for _, _, criterion in self.keys],
-            "source": ["rule" if criterion.rule else "judge" for _, _, criterion in self.keys],
-            **{name: values.tolist() for name, values in counts.items()},
-            "met": met.tolist(),
-            "pass_rate": _rate(met, counts["decided"]),
-            "flat_share": _rate(counts["flat_groups"], counts["groups"]),
-            "signal": signal.tolist(),
-            "rubric_signal_share": _rate(signal, query_ss),
-            "signal_share": (signal / total_ss).tolist() if total_ss > 0 else [None] * n,
-            "first_decided": self.window_decided[:n, first].tolist() if first is not None else [0] * n,
-            "first_pass_rate": _rate(self.window_met[:n, first], self.window_decided[:n, first])
-            if first is not None
-            else [None] * n,
-            "last_decided": self.window_decided[:n, last].tolist() if last is not None else [0] * n,
-            "last_pass_rate": _rate(self.window_met[:n, last], self.window_decided[:n, last])
-            if last is not None
-            else [None] * n,
-            "self_agreement": _rate(counts["reask_agreed"], counts["reasked"]),
-            "overclaim": _rate(counts["overclaimed"], counts["judge_credited"]),
-            "underclaim": _rate(counts["underclaimed"], counts["monitor_credited"]),
-            "window_met": self.window_met[:n].tolist(),
-            "window_decided": self.window_decided[:n].tolist(),
-            "query_ss": query_ss.tolist(),
+            "query_id": pa.array(self.query_ids, pa.string()),
+            "position": pa.array(self.positions, pa.int32()),
+            "criterion": pa.array([c.text for c in self.criteria], pa.string()),
+            "points": pa.array([c.points for c in self.criteria], pa.int32()),
+            "tags": pa.array([list(c.tags) for c in self.criteria], pa.list_(pa.string())),
+            "source": pa.array(["rule" if c.rule else "judge" for c in self.criteria], pa.string()),
+            **counts,
+            "met": met,
+            "pass_rate": _ratio(met, counts["decided"]),
+            "flat_share": _ratio(flat, groups),
+            "signal": signal,
+            "rubric_signal_share": _ratio(signal, query_ss),
+            "signal_share": _ratio(signal, np.full(n, total_ss)),
+            "carries": pa.array(carries.tolist(), pa.string()),
+            "self_agreement": _ratio(counts["reask_agreed"], counts["reasked"]),
+            "overclaim": _ratio(counts["overclaimed"], counts["judge_credited"]),
+            "underclaim": _ratio(counts["underclaimed"], counts["monitor_credited"]),
         }
         for name, end in (("first", first), ("last", last)):
-            columns[f"{name}_met"] = self.window_met[:n, end].tolist() if end is not None else [0.0] * n
-        columns["carries"] = [
-            None if not groups else "nothing" if flat == groups else "signal"
-            for groups, flat in zip(columns["groups"], columns["flat_groups"])
-        ]
-        return columns
+            decided = self.window_decided[:n, end].astype(np.int64) if end is not None else np.zeros(n, np.int64)
+            window_met = self.window_met[:n, end].astype(np.float64) if end is not None else np.zeros(n)
+            columns[f"{name}_decided"], columns[f"{name}_met"] = decided, window_met
+            columns[f"{name}_pass_rate"] = _ratio(window_met, decided)
+        columns["window_met"] = _fixed(self.window_met[:n].astype(np.float64))
+        columns["window_decided"] = _fixed(self.window_decided[:n].astype(np.int64))
+        columns["query_ss"] = query_ss
+        return pa.table(columns)
+
+    def table(self) -> dict[str, list]:
+        """`arrow()` as columns of Python values (None where a rate is undefined)."""
+        return self.arrow().to_pydict()
 
     def _ends(self) -> tuple[int | None, int | None]:
         """The first window and the latest one holding verdicts (None without windows, or before any)."""
@@ -288,100 +293,128 @@ class Ledger:
         return (None, None) if not len(filled) else (0, int(filled[-1]))
 
     @classmethod
-    def from_table(cls, columns: dict[str, list], planned_steps: int | None = None) -> "Ledger":
-        """The ledger a table holds (a resumed run continues counting from it)."""
+    def from_table(cls, table, planned_steps: int | None = None) -> "Ledger":
+        """The ledger a table holds (`arrow()`'s, or read from ledger.parquet): a resumed run continues counting."""
+        columns = {name: table.column(name) for name in table.column_names}
         ledger = cls(planned_steps=planned_steps)
-        n = len(columns["query_id"])
+        n = table.num_rows
         ledger._grow(max(64, n))
-        for i in range(n):
-            criterion = LedgerCriterion(
-                columns["criterion"][i],
-                int(columns["points"][i]),
-                tuple(columns["tags"][i] or ()),
-                columns["source"][i] == "rule",
-            )
-            ledger.row(str(columns["query_id"][i]), int(columns["position"][i]), criterion)
-            ledger.query_ss.setdefault(str(columns["query_id"][i]), float(columns["query_ss"][i]))
+        texts, points = columns["criterion"].to_pylist(), columns["points"].to_pylist()
+        tags, sources = columns["tags"].to_pylist(), columns["source"].to_pylist()
+        for query_id, position, text, worth, tagged, source in zip(
+            columns["query_id"].to_pylist(), columns["position"].to_pylist(), texts, points, tags, sources
+        ):
+            ledger.by_query.setdefault(query_id, []).append(len(ledger.criteria))
+            ledger.query_ids.append(query_id)
+            ledger.positions.append(position)
+            ledger.criteria.append(LedgerCriterion(text, worth, tuple(tagged or ()), source == "rule"))
+        for query_id, ss in zip(ledger.query_ids, columns["query_ss"].to_numpy()):
+            ledger.query_ss.setdefault(query_id, float(ss))
         for j, name in enumerate(COUNTS):
-            ledger.counts[:n, j] = columns[name]
-        ledger.sums[:n, 0], ledger.sums[:n, 1] = columns["met"], columns["signal"]
+            ledger.counts[:n, j] = columns[name].to_numpy()
+        ledger.sums[:n, 0], ledger.sums[:n, 1] = columns["met"].to_numpy(), columns["signal"].to_numpy()
         if n:
-            ledger.window_met[:n] = np.asarray(columns["window_met"], dtype=np.float64).reshape(n, FIFTHS)
-            ledger.window_decided[:n] = np.asarray(columns["window_decided"], dtype=np.int64).reshape(n, FIFTHS)
+            ledger.window_met[:n] = _unfixed(columns["window_met"], np.float64)
+            ledger.window_decided[:n] = _unfixed(columns["window_decided"], np.int64)
         return ledger
+
+
+def _ratio(part: np.ndarray, whole: np.ndarray):
+    """part / whole as a float column, null where whole is 0."""
+    import pyarrow as pa
+
+    part, whole = np.asarray(part, dtype=np.float64), np.asarray(whole, dtype=np.float64)
+    out = np.divide(part, whole, out=np.zeros(part.shape), where=whole != 0)
+    return pa.array(out, pa.float64(), mask=whole == 0)
+
+
+def _fixed(array: np.ndarray):
+    import pyarrow as pa
+
+    return pa.FixedSizeListArray.from_arrays(pa.array(array.reshape(-1)), array.shape[1])
+
+
+def _unfixed(column, dtype) -> np.ndarray:
+    flat = column.combine_chunks().flatten().to_numpy(zero_copy_only=False)
+    return np.asarray(flat, dtype=dtype).reshape(-1, FIFTHS)
 
 
 TOP = 5
 """Criteria named in a headline list."""
 
 
-def headline(columns: dict[str, list], top: int = TOP) -> dict[str, Any]:
-    """What a reader wants first from a ledger table: the share of judge verdicts spent where the criterion was flat
-    in its group; the criteria that carried no signal over the whole run, with the judge verdicts they cost; the few
-    that carried most of it; those the re-asks show the judge answering at random; the most overclaimed (with a
-    monitor); and the same per tag. Every figure with its counts."""
-    rows = [dict(zip(columns, values)) for values in zip(*columns.values())]
-    counted = [row for row in rows if row["groups"]]
-    nothing = [row for row in counted if row["carries"] == "nothing"]
-    noise = [row for row in counted if row["carries"] == "noise"]
-    carrying = sorted((row for row in counted if (row["signal_share"] or 0) > 0), key=lambda r: -r["signal_share"])
-    group_verdicts = sum(row["group_verdicts"] for row in rows)
-    flat_verdicts = sum(row["flat_verdicts"] for row in rows)
-    monitored = [row for row in rows if row["overclaimed"]]
-    out: dict[str, Any] = {
-        "criteria": len(rows),
-        "criteria_in_groups": len(counted),
-        "judge_verdicts": sum(row["judge_verdicts"] for row in rows),
+def headline(table, top: int = TOP) -> dict[str, Any]:
+    """What a reader wants first from a ledger (a pyarrow table: `Ledger.arrow()` or ledger.parquet): the share of
+    judge verdicts spent where the criterion was flat in its group; the criteria that carried no signal over the
+    whole run, with the judge verdicts they cost; the few that carried most of it; those the re-asks show the judge
+    answering at random; the most overclaimed (with a monitor); and the same per tag. Every figure with its counts."""
+
+    def numbers(name: str) -> np.ndarray:
+        return table.column(name).to_numpy(zero_copy_only=False)
+
+    carries = np.array(table.column("carries").to_pylist(), dtype=object)
+    groups, verdicts = numbers("groups"), numbers("judge_verdicts")
+    group_verdicts, flat_verdicts = int(numbers("group_verdicts").sum()), int(numbers("flat_verdicts").sum())
+    share = np.nan_to_num(numbers("signal_share").astype(np.float64))
+    nothing = np.nonzero((groups > 0) & (carries == "nothing"))[0]
+    noise = np.nonzero(carries == "noise")[0]
+    carrying = np.nonzero(share > 0)[0]
+    carrying = carrying[np.argsort(-share[carrying], kind="stable")]
+    overclaimed = np.nonzero(numbers("overclaimed") > 0)[0]
+    overclaimed = overclaimed[
+        np.lexsort((-numbers("judge_credited")[overclaimed], -numbers("overclaimed")[overclaimed]))
+    ]
+    cumulative = np.cumsum(share[carrying])
+    reaching = np.nonzero(cumulative >= 0.5)[0]
+
+    def named(rows: np.ndarray) -> list[dict[str, Any]]:
+        keep = ["query_id", "position", "criterion", "points", "judge_verdicts", "groups", "flat_groups",
+                "pass_rate", "signal_share", "rubric_signal_share", "reasked", "self_agreement", "overclaimed",
+                "judge_credited", "overclaim"]  # fmt: skip
+        return table.select(keep).take(_indices(rows[:top])).to_pylist()
+
+    return {
+        "criteria": table.num_rows,
+        "criteria_in_groups": int((groups > 0).sum()),
+        "judge_verdicts": int(verdicts.sum()),
         "group_verdicts": group_verdicts,
         "flat_verdicts": flat_verdicts,
         "flat_verdict_share": flat_verdicts / group_verdicts if group_verdicts else None,
         "no_signal": {
             "criteria": len(nothing),
-            "judge_verdicts": sum(row["judge_verdicts"] for row in nothing),
-            "most_asked": [_named(row) for row in sorted(nothing, key=lambda r: -r["judge_verdicts"])[:top]],
+            "judge_verdicts": int(verdicts[nothing].sum()),
+            "most_asked": named(nothing[np.argsort(-verdicts[nothing], kind="stable")]),
         },
-        "carried_most": [_named(row) for row in carrying[:top]],
-        "top_share": sum(row["signal_share"] for row in carrying[:top]),
-        "half_the_signal": _criteria_for(carrying, 0.5),
-        "noise": {"criteria": len(noise), "most_asked": [_named(row) for row in noise[:top]]},
-        "overclaimed": [
-            _named(row) for row in sorted(monitored, key=lambda r: (-r["overclaimed"], -r["judge_credited"]))[:top]
-        ],
-        "tags": _per_tag(rows),
+        "carried_most": named(carrying),
+        "top_share": float(share[carrying[:top]].sum()),
+        "half_the_signal": int(reaching[0]) + 1 if len(reaching) else None,
+        "noise": {"criteria": len(noise), "most_asked": named(noise[np.argsort(-verdicts[noise], kind="stable")])},
+        "overclaimed": named(overclaimed),
+        "tags": _per_tag(table, share, carries),
     }
-    return out
 
 
-def _named(row: dict[str, Any]) -> dict[str, Any]:
-    keep = ("query_id", "position", "criterion", "points", "judge_verdicts", "groups", "flat_groups", "pass_rate",
-            "signal_share", "rubric_signal_share", "reasked", "self_agreement", "overclaimed", "judge_credited",
-            "overclaim")  # fmt: skip
-    return {key: row[key] for key in keep}
+def _indices(rows: np.ndarray):
+    import pyarrow as pa
+
+    return pa.array(rows.astype(np.int64), pa.int64())
 
 
-def _criteria_for(carrying: list[dict[str, Any]], share: float) -> int | None:
-    """How many of the largest carriers it takes to reach `share` of the signal (None: they never do)."""
-    total = 0.0
-    for count, row in enumerate(carrying, 1):
-        total += row["signal_share"]
-        if total >= share:
-            return count
-    return None
-
-
-def _per_tag(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def _per_tag(table, share: np.ndarray, carries: np.ndarray) -> dict[str, dict[str, Any]]:
     """Per tag (HealthBench's axes and themes): criteria, their share of the signal, the share of their judge
     verdicts spent flat, and those that carried nothing."""
     tags: dict[str, dict[str, Any]] = {}
-    for row in rows:
-        for tag in row["tags"] or ():
+    group_verdicts = table.column("group_verdicts").to_numpy()
+    flat_verdicts = table.column("flat_verdicts").to_numpy()
+    for row, tagged in enumerate(table.column("tags").to_pylist()):
+        for tag in tagged or ():
             entry = tags.setdefault(tag, {"criteria": 0, "signal_share": 0.0, "group_verdicts": 0, "flat_verdicts": 0,
                                           "no_signal": 0})  # fmt: skip
             entry["criteria"] += 1
-            entry["signal_share"] += row["signal_share"] or 0.0
-            entry["group_verdicts"] += row["group_verdicts"]
-            entry["flat_verdicts"] += row["flat_verdicts"]
-            entry["no_signal"] += row["carries"] == "nothing"
+            entry["signal_share"] += float(share[row])
+            entry["group_verdicts"] += int(group_verdicts[row])
+            entry["flat_verdicts"] += int(flat_verdicts[row])
+            entry["no_signal"] += carries[row] == "nothing"
     for entry in tags.values():
         entry["flat_verdict_share"] = (
             entry["flat_verdicts"] / entry["group_verdicts"] if entry["group_verdicts"] else None
@@ -398,13 +431,13 @@ def headline_lines(figures: dict[str, Any]) -> list[str]:
         f"criterion ledger: {figures['criteria_in_groups']} of {figures['criteria']} criteria graded in groups; "
         f"{pct(figures['flat_verdict_share'])} of the judge verdicts in groups ({figures['flat_verdicts']} of "
         f"{figures['group_verdicts']}) went to criteria flat in their group",
-        f"  no signal over the whole run: {none['criteria']} criteria, {none['judge_verdicts']} judge verdicts"
+        f"  no signal over the whole run: {_criteria(none['criteria'])}, {none['judge_verdicts']} judge verdicts"
         + (": " + "; ".join(_short_row(row) for row in none["most_asked"][:3]) if none["most_asked"] else ""),
     ]
     if figures["carried_most"]:
         half = figures["half_the_signal"]
         lines.append(
-            f"  carried most: {len(figures['carried_most'])} criteria carried {pct(figures['top_share'])} of the "
+            f"  carried most: {_criteria(len(figures['carried_most']))} carried {pct(figures['top_share'])} of the "
             "signal"
             + (f" ({half} carry half)" if half else "")
             + ": "
@@ -412,7 +445,8 @@ def headline_lines(figures: dict[str, Any]) -> list[str]:
         )
     if figures["noise"]["criteria"]:
         lines.append(
-            f"  judged at random (re-asks agree no better than chance): {figures['noise']['criteria']} criteria: "
+            f"  judged at random? {_criteria(figures['noise']['criteria'])} whose verdicts asked again afresh do not "
+            "follow the first ones (two-proportion test, FDR 5%): "
             + "; ".join(
                 f"{_short_row(row)} ({pct(row['self_agreement'])} of {row['reasked']} re-asks agree)"
                 for row in figures["noise"]["most_asked"][:3]
@@ -429,19 +463,27 @@ def headline_lines(figures: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _criteria(count: int) -> str:
+    return f"{count} criterion" if count == 1 else f"{count} criteria"
+
+
 def _short_row(row: dict[str, Any]) -> str:
     text = row["criterion"]
     return f"{row['query_id']}#{row['position']} {text[:50] + '…' if len(text) > 51 else text!r}"
 
 
-def plot(columns: dict[str, list], path: Path) -> Path | None:
-    """Signal share against pass rate, one point per criterion graded in groups; overclaimed ones marked (None:
-    no matplotlib, or nothing to draw)."""
+def draw(table):
+    """Signal share against pass rate, one point per criterion graded in groups, overclaimed ones marked: the figure
+    (None: no matplotlib, or nothing to draw). `table`: a ledger's pyarrow table."""
     from rubricrl import charts
 
     points = [
         (rate, share, over)
-        for rate, share, over in zip(columns["pass_rate"], columns["rubric_signal_share"], columns["overclaimed"])
+        for rate, share, over in zip(
+            table.column("pass_rate").to_pylist(),
+            table.column("rubric_signal_share").to_pylist(),
+            table.column("overclaimed").to_pylist(),
+        )
         if rate is not None and share is not None
     ]
     if not charts.available() or not points:
@@ -458,13 +500,15 @@ def plot(columns: dict[str, list], path: Path) -> Path | None:
     axis.axhline(0, color="grey", linewidth=0.5)
     axis.grid(alpha=0.3)
     charts.legend_above(axis, ["criterion", "overclaimed (monitor)"] if marked else ["criterion"])
-    return charts.save_png(drawn, path)
+    return drawn
 
 
-def _rate(part, whole) -> list[float | None]:
-    part, whole = np.asarray(part, dtype=np.float64), np.asarray(whole, dtype=np.float64)
-    out = np.divide(part, whole, out=np.full(part.shape, np.nan), where=whole != 0)
-    return [None if np.isnan(v) else float(v) for v in out]
+def plot(table, path: Path) -> Path | None:
+    """`draw`'s figure as a PNG at `path` (None: nothing drawn)."""
+    from rubricrl import charts
+
+    drawn = draw(table)
+    return None if drawn is None else charts.save_png(drawn, path)
 
 
 def criterion_of(verdict: dict[str, Any]) -> LedgerCriterion:
@@ -553,19 +597,31 @@ def ledger_of_records(records: Sequence[dict[str, Any]]) -> Ledger | None:
     return ledger
 
 
-def write_table(columns: dict[str, list], path: Path) -> Path:
+def write_for_records(records: Sequence[dict[str, Any]], path: Path) -> dict[str, Any] | None:
+    """`grade` and `eval`: where a query has several answers, the ledger of their graded records at `path` (and its
+    plot beside it, .png); its headline, or None where every query has one answer."""
+    ledger = ledger_of_records(records)
+    if ledger is None:
+        return None
+    table = ledger.arrow()
+    write_table(table, path)
+    plot(table, path.with_suffix(".png"))
+    return headline(table)
+
+
+def write_table(table, path: Path) -> Path:
     """ledger.parquet, written whole (a reader never sees half of it)."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".tmp")
-    pq.write_table(pa.table(columns), partial)
+    pq.write_table(table, partial)
     partial.replace(path)
     return path
 
 
-def read_table(path: Path) -> dict[str, list]:
+def read_table(path: Path):
+    """A ledger.parquet as a pyarrow table."""
     import pyarrow.parquet as pq
 
-    return pq.read_table(path).to_pydict()
+    return pq.read_table(path)

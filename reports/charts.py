@@ -11,11 +11,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from checks.audit_summary import FIGURES, figures
+from grading.ledger import draw as draw_ledger
 from reports.folder import BuildPoints, Folder
 from reports.tables import group_of, metric, metric_names
 from rubricrl import charts
 from rubricrl.charts import available  # noqa: F401  (html.py asks reports.charts; tests replace it here)
 
+LEDGER_FIGURE = "criterion ledger: each criterion's share of its rubric's signal against its pass rate"
 MAX_BARS = 40
 """Metric groups with more entries than this (HealthBench's dozens of clusters) are left to the table."""
 RATES = (
@@ -54,6 +56,8 @@ def folder_charts(folder: Folder) -> list[Chart]:
     if folder.build and folder.build.scores:
         charts.append(build_histogram(folder.build))
         charts.append(length_scatter(folder.build))
+    if folder.ledger_table:
+        charts.append(ledger_plot(folder.ledger_table))
     if folder.history:
         charts += training_curves(folder)
     if folder.audit:
@@ -67,6 +71,11 @@ def folder_charts(folder: Folder) -> list[Chart]:
             histogram({folder.scores_label: folder.scores}, f"{folder.scores_label} (n {len(folder.scores)})", "score")
         )
     return [c for c in charts if c is not None]
+
+
+def ledger_plot(table: dict[str, list]) -> Chart | None:
+    drawn = draw_ledger(table)
+    return None if drawn is None else Chart(LEDGER_FIGURE, charts.png(drawn))
 
 
 def training_curves(folder: Folder) -> list[Chart | None]:

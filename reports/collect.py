@@ -72,6 +72,16 @@ def collect(path: Path, label: str, max_examples: int) -> Folder:
     return folder
 
 
+def read_ledger(folder: Folder) -> None:
+    """The folder's criterion ledger (ledger.parquet), where it has one: its headline and table."""
+    from grading.ledger import headline, read_table
+
+    path = folder.path / "ledger.parquet"
+    if path.is_file():
+        folder.ledger_table = read_table(path)
+        folder.ledger = headline(folder.ledger_table)
+
+
 # --- eval -----------------------------------------------------------------------------------------------------------
 
 
@@ -80,6 +90,7 @@ def read_eval(folder: Folder, max_examples: int) -> None:
     config = read_yaml(path / "config.yaml")
     report = read_json(path / "report.json")
     folder.reports, folder.headline = {"eval": report}, "eval"
+    read_ledger(folder)
     graded = path / "graded.jsonl"
     if not graded.is_file():  # `eval --graded FILE` reports on that file and writes no graded.jsonl
         graded = find_file(config.get("graded"), path)
@@ -121,6 +132,7 @@ def read_rurl(folder: Folder, max_examples: int) -> None:
     manifest = read_manifest(path)
     config = manifest.get("config") or read_yaml(path / "config.yaml")
     folder.history, folder.history_source = log_history(path)
+    read_ledger(folder)
     if not folder.history:
         folder.notes.append("no log history yet (log_history.json, checkpoint-*/trainer_state.json): no curves")
     if (path / "eval.jsonl").is_file():

@@ -99,6 +99,10 @@ class Folder:
     examples_source: str = ""
     notes: list[str] = field(default_factory=list)
     """What is missing or was left out, said on the page."""
+    ledger: dict[str, Any] | None = None
+    """A RuRL run, or an eval of several answers per query: the criterion ledger's headline (grading/ledger.py)."""
+    ledger_table: Any = None
+    """... and its table (ledger.parquet, a pyarrow table), for the plot."""
     moved: list[dict[str, Any]] = field(default_factory=list)
     """A RuRL run: the criteria whose pass rate moved most over the run (criteria.json rows)."""
     evolved: list[dict[str, Any]] = field(default_factory=list)

@@ -9,10 +9,12 @@ from pathlib import Path
 
 from checks.audit_summary import audit_tables
 from checks.probe_summary import probe_tables
+from grading.ledger import headline_lines
 from reports import charts
 from reports.folder import Example, Folder, Verdict, comparison_findings_of
 from reports.tables import (
     EVOLVED,
+    LEDGER,
     MOVED,
     comparison_table,
     eval_table,
@@ -82,6 +84,9 @@ def folder_section(folder: Folder, anchor: str, draw: bool) -> str:
     ]
     if folder.notes:
         parts.append('<ul class="notes">' + "".join(f"<li>{esc(n)}</li>" for n in folder.notes) + "</ul>")
+    if folder.ledger:
+        lines = "\n".join(esc(line) for line in headline_lines(folder.ledger))
+        parts += [f"<h3>{LEDGER}</h3>", f'<pre class="ledger">{lines}</pre>']
     if folder.reports:
         header, rows = metric_table(folder.reports)
         parts += ["<h3>Metrics</h3>", table(header, rows, numeric_from=1, grouped=True)]

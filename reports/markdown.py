@@ -5,9 +5,11 @@ from collections.abc import Sequence
 
 from checks.audit_summary import audit_tables
 from checks.probe_summary import probe_tables
+from grading.ledger import headline_lines
 from reports.folder import Folder, comparison_findings_of
 from reports.tables import (
     EVOLVED,
+    LEDGER,
     MOVED,
     comparison_table,
     eval_table,
@@ -43,6 +45,8 @@ def folder_summary(folder: Folder) -> list[str]:
     lines += [f"- **{key}**: {md_cell(value)}" for key, value in folder.facts.items()]
     lines += [f"- note: {md_cell(note)}" for note in folder.notes]
     lines.append("")
+    if folder.ledger:
+        lines += [f"### {LEDGER}", "", "```", *headline_lines(folder.ledger), "```", ""]
     if folder.reports:
         lines += ["### Metrics", "", *md_table(*metric_table(folder.reports)), ""]
         lines += [f"{name}: {report_line(report)}  " for name, report in folder.reports.items()]

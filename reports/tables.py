@@ -161,6 +161,7 @@ def eval_table(folder: Folder) -> tuple[list[str], list[list[str]]]:
 
 MOVED = "Criteria whose pass rate moved most (first → latest batches)"
 EVOLVED = "Evolved criteria (rurl.evolve)"
+LEDGER = "Criterion ledger (ledger.parquet)"
 MAX_EVOLVED = 50
 
 

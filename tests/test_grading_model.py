@@ -87,6 +87,37 @@ def test_eval_of_ideal_completions_gives_a_verdict_for_every_criterion(
     assert posted == []
 
 
+def test_grade_writes_the_criterion_ledger_where_a_query_has_several_answers(
+    local_server, ideal_subset, tmp_path, capsys
+):
+    """Three answers per query (the ideal one, a refusal, its first sentence): the ledger counts each criterion's
+    three verdicts in one group, under the rubric dataset's ids and positions, and its shares split each rubric's
+    signal whole."""
+    from grading.ledger import read_table
+
+    folder, chosen = ideal_subset
+    responses = tmp_path / "responses.jsonl"
+    with responses.open("w") as out:
+        for row in chosen:
+            ideal = row["ideal_completions_data"]["ideal_completion"]
+            for answer in (ideal, "I cannot help with that.", ideal.split(". ")[0] + "."):
+                out.write(json.dumps({"id": row["prompt_id"], "response": answer}) + "\n")
+    output = tmp_path / "graded.jsonl"
+    flags = ["--rubrics", str(folder / "rubrics.jsonl"), "--responses", str(responses), "--output", str(output)]
+    assert main(["grade", *flags, *llm_flags(local_server), "--max-failure-rate", "1"]) == 0
+    table = read_table(tmp_path / "graded.ledger.parquet").to_pydict()
+    expected = [(row["prompt_id"], k, c["criterion"]) for row in chosen for k, c in enumerate(row["rubrics"])]
+    assert sorted(zip(table["query_id"], table["position"], table["criterion"])) == sorted(expected)
+    assert all(graded == 3 for graded in table["graded"])
+    assert all(row_groups <= 1 for row_groups in table["groups"]) and sum(table["groups"]) > 0
+    for row in chosen:
+        shares = [s for q, s in zip(table["query_id"], table["rubric_signal_share"]) if q == row["prompt_id"]]
+        if any(s is not None for s in shares):  # a query whose three answers scored alike has no signal to split
+            assert sum(shares) == pytest.approx(1.0)
+    err = capsys.readouterr().err
+    assert "criterion ledger:" in err and "graded.ledger.parquet" in err
+
+
 def test_batched_mode_never_pads_or_truncates(local_server, ideal_subset, tmp_path):
     folder, chosen = ideal_subset
     output = tmp_path / "graded.jsonl"

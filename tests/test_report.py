@@ -821,3 +821,25 @@ def test_a_difference_over_too_few_examples_is_a_tie_not_a_certainty(tmp_path):
         "better against base: +1.000 (95% interval unbounded (too few examples to tell any difference apart), "
         "sign-flip p = 0.500, 2 paired examples): a tie within the noise." in comparison
     )
+
+
+def test_a_folder_with_a_criterion_ledger_opens_with_its_headline_and_plot(tmp_path):
+    """An eval of several answers per query writes ledger.parquet (grading/ledger.py); the page and the markdown
+    open with its headline, before the metrics, and the page draws it."""
+    from grading.ledger import Ledger, LedgerAnswer, LedgerCriterion, write_table
+
+    make_eval(tmp_path / "eval")
+    rubric = (LedgerCriterion("Always met.", 5), LedgerCriterion("Follows the answer.", 5))
+    ledger = Ledger()
+    ledger.add([LedgerAnswer("q1", rubric, (1.0, float(i % 2)), "dd") for i in range(4)])
+    write_table(ledger.arrow(), tmp_path / "eval" / "ledger.parquet")
+    assert report([tmp_path / "eval"]) == 0
+    text = (tmp_path / "eval" / "report.html").read_text()
+    assert text.index("Criterion ledger") < text.index("<h3>Metrics</h3>")
+    assert "50.0% of the judge verdicts in groups (4 of 8)" in text
+    assert "no signal over the whole run: 1 criterion, 4 judge verdicts" in text
+    page = Page(text)
+    assert any(a["alt"].startswith("criterion ledger:") for t, a in page.tags if t == "img")
+    markdown = (tmp_path / "eval" / "report.md").read_text()
+    assert markdown.index("Criterion ledger") < markdown.index("### Metrics")
+    assert "carried most: 1 criterion carried 100.0% of the signal" in markdown

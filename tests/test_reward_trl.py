@@ -72,6 +72,48 @@ def test_reward_grades_a_batch_with_one_value_per_completion(judge_roles):
     assert json.loads(extras["rubric_verdicts"][0])[0][0].startswith("Names Paris")
 
 
+@pytest.mark.model
+def test_the_reward_hands_the_ledger_each_answer_against_its_whole_rubric_and_its_verdicts_asked_afresh(
+    local_server, tmp_path
+):
+    """With rubric dropout and rurl.ledger_reask 1: each answer's ledger entry holds its query's whole rubric, the
+    dropped criterion absent, and every decided judge verdict asked again at a fresh sample of a sampling judge; a
+    rerun asks nothing (the cache holds the fresh samples too) and gets the same."""
+    from grading.ledger import ABSENT
+    from rubricrl.llm import ResponseCache
+    from rurl.reward.dropout import RubricDropout
+
+    rubrics = [rubric + [{"criterion": "Is polite.", "points": 1, "tags": None}] for rubric in RUBRICS] * 2
+    role = Role(base_url=local_server.base_url, model=local_server.model, temperature=1.0, max_tokens=200)
+    seen = []
+
+    async def go():
+        async with LLMClient({"judge": role}, cache=ResponseCache(tmp_path / "cache")) as client:
+            return await rubric_reward(
+                prompts=PROMPTS * 2,
+                completions=["Paris.", "100 °C at sea level.", "Lyon, I think.", "Around 50 C."],
+                rubrics=rubrics,
+                id=["france", "water", "france", "water"],
+                grader=Grader(client, GradingConfig()),
+                dropout=RubricDropout(0.5),
+                reask=1.0,
+                on_batch=seen.append,
+            )
+
+    first, again = run(go()), run(go())
+    assert first == again
+    answers = seen[0].ledger
+    assert [a.query_id for a in answers] == ["france", "water", "france", "water"]
+    for answer, rubric in zip(answers, rubrics):
+        assert [c.text for c in answer.criteria] == [c["criterion"] for c in rubric]  # the whole rubric
+        assert len(answer.dropped) == 1 and all(answer.states[k] == ABSENT for k in answer.dropped)
+        decided = {k for k, state in enumerate(answer.states) if state == "d"}
+        assert {k for k, _, _ in answer.reasks} <= decided and not {k for k, _, _ in answer.reasks} & answer.dropped
+    assert sum(len(a.reasks) for a in answers) >= 4  # the 135M judge at temperature 1 fails a few
+    assert seen[0].judge_calls > sum(len(a.reasks) for a in answers)  # the grading's and the re-asks' calls
+    assert seen[1].judge_calls == 0 and [a.reasks for a in seen[1].ledger] == [a.reasks for a in answers]
+
+
 OPEN_PROMPTS = ["Write one sentence about the sea.", "Name an animal and describe it in a few words."]
 """Open-ended, so that 4 sampled completions of one prompt differ."""
 WEIGHTS = (1, 2, 4, 8, 16)

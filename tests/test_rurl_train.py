@@ -154,7 +154,7 @@ def test_the_ledger_counts_every_graded_group_and_a_resumed_run_goes_on_from_its
         rubric_trainer(tmp_path, judge, VARIED + FLAT, 8, max_steps=2, save_steps=1, monitor=True) as trainer,
     ):
         trainer.train()
-    table = trainer.run_ledger.table()
+    table = trainer.run_ledger.table().to_pydict()
     rows = [dict(zip(table, values)) for values in zip(*table.values())]
     flat = [row for row in rows if "FLAT:" in row["query_id"]]
     varied = [row for row in rows if "FLAT:" not in row["query_id"]]
@@ -164,8 +164,8 @@ def test_the_ledger_counts_every_graded_group_and_a_resumed_run_goes_on_from_its
     assert all(row["graded"] == row["decided"] and row["graded"] % GENERATIONS == 0 for row in rows)
     history = [entry for entry in trainer.state.log_history if "ledger/flat_verdict_share" in entry]
     assert len(history) == 2 and all(0 < entry["ledger/flat_verdict_share"] < 1 for entry in history)
-    first = read_table(tmp_path / "checkpoint-1" / "ledger.parquet")
-    last = read_table(tmp_path / "ledger.parquet")  # the run folder's, as the last checkpoint left it
+    first = read_table(tmp_path / "checkpoint-1" / "ledger.parquet").to_pydict()
+    last = read_table(tmp_path / "ledger.parquet").to_pydict()  # the run folder's, as the last checkpoint left it
     assert sum(first["graded"]) < sum(last["graded"]) == sum(table["graded"])
     assert "moved_p" in last and "moved_p" not in first  # the run folder's carries the run's tests
     with (
@@ -173,7 +173,7 @@ def test_the_ledger_counts_every_graded_group_and_a_resumed_run_goes_on_from_its
         rubric_trainer(tmp_path / "resumed", judge, VARIED + FLAT, 8, max_steps=2, monitor=True) as resumed,
     ):
         resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-1"))
-    again = resumed.run_ledger.table()
+    again = resumed.run_ledger.table().to_pydict()
     graded = dict(zip(zip(again["query_id"], again["criterion"]), again["graded"]))
     assert all(
         graded[(query, text)] > count

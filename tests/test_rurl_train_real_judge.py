@@ -47,6 +47,19 @@ def test_tiny_preset_trains_with_the_real_judge_and_resumes_after_a_kill(tmp_pat
     assert sum(c["first_decided"] for c in criteria) > 0 and sum(c["last_decided"] for c in criteria) > 0
     assert all(c["moved"] == c["last_pass_rate"] - c["first_pass_rate"] for c in criteria if c["moved"] is not None)
     assert manifest["config"]["llm"]["roles"]["judge"] == {"temperature": 0.0}
+    # the criterion ledger: the killed run's first step (kept in checkpoint-1) and the resumed run's second, by the
+    # rubric dataset's ids and positions, every graded completion counted once
+    from grading.ledger import read_table
+
+    ledger = read_table(out / "ledger.parquet").to_pydict()
+    first = read_table(out / "checkpoint-1" / "ledger.parquet").to_pydict()
+    assert sum(ledger["graded"]) > sum(first["graded"]) > 0
+    assert sum(ledger["first_decided"]) == sum(first["decided"]) and sum(ledger["last_decided"]) > 0
+    assert all(
+        g == d + u + f for g, d, u, f in zip(ledger["graded"], ledger["decided"], ledger["undecided"], ledger["failed"])
+    )
+    assert summary["ledger"]["criteria"] == len(ledger["query_id"]) and "criterion ledger:" in second.stderr
+    assert (out / "ledger.png").is_file()
     history = json.loads((out / "log_history.json").read_text())
     steps = [entry for entry in history if "reward" in entry]
     assert {
@@ -62,6 +75,9 @@ def test_tiny_preset_trains_with_the_real_judge_and_resumes_after_a_kill(tmp_pat
     assert len(runs) == 2  # the killed run and the resumed one, both offline
     log = next(runs[-1].glob("run-*.wandb")).read_bytes()
     assert b"rubric/criteria_pass_rate" in log and b"rubric/judge_latency_s" in log
+    assert b"ledger/flat_verdict_share" in log and list(
+        runs[-1].glob("files/media/table/criterion_ledger_*.table.json")
+    )
     tables = list(runs[-1].glob("files/media/table/completions_*.table.json"))
     assert tables and "rubric_verdicts" in json.loads(tables[-1].read_text())["columns"]
     for file in [*out.rglob("*"), *(tmp_path / "wandb").rglob("*")]:  # the API key in the environment stays there

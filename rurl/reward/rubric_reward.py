@@ -37,6 +37,7 @@ from grading.grader import Grader
 from grading.ledger import answer_of_graded
 from grading.rubric import rubric_from_items
 from rubricrl.aio import gather_or_cancel
+from rubricrl.llm.calls import tallying_requests
 from rubricrl.llm.reasoning import as_written, split_reasoning
 from rurl.reward.dropout import RubricDropout
 from rurl.reward.overlong import Overlong
@@ -86,13 +87,12 @@ async def rubric_reward(
     criteria its mask drops at the step this batch trains at: `trains_at`, given by a schedule that grades a batch
     before the step that trains it (rurl/schedule/one_step_ahead.py), else `trainer_state.global_step`. `grade_after` is
     awaited before the first judge call (the same schedule: a batch's grading waits for the one before it). `reask`:
-    the share of judge verdicts asked again afresh for the criterion ledger's self-agreement (`BatchStats.ledger`)."""
+    the share of verdicts asked again afresh for the criterion ledger (`BatchStats.ledger`: `ledger_answers`)."""
     if not len(prompts) == len(completions) == len(rubrics):
         raise ValueError(f"{len(prompts)} prompts, {len(completions)} completions, {len(rubrics)} rubrics")
     if rubric_for is not None and id is not None:  # rubrics evolving during the run (rurl/evolving/evolution.py)
         rubrics = [rubric_for(str(query_id), list(rubric)) for query_id, rubric in zip(id, rubrics)]
-    parsed = [rubric_from_items(list(rubric), f"rubrics column, row {i}") for i, rubric in enumerate(rubrics)]
-    whole = parsed
+    whole = parsed = [rubric_from_items(list(rubric), f"rubrics column, row {i}") for i, rubric in enumerate(rubrics)]
     dropping = dropout is not None and dropout.share > 0
     if dropping:
         if id is None:
@@ -126,9 +126,7 @@ async def rubric_reward(
             on_batch(stats)
         return batch.scores
     stats.dropped_verdicts = dropped["judge_verdicts"] if dropping else None
-    query_ids = [str(i) for i in id] if id is not None else [str(prompt) for prompt in prompts]
-    reasked = await asked_afresh(grader, batch.graded, parsed, prompts, texts, query_ids, reask) if reask > 0 else {}
-    stats.ledger = ledger_answers(query_ids, whole, parsed if dropping else None, batch, reasked)
+    stats.ledger = await ledger_answers(grader, batch, whole, parsed if dropping else None, prompts, texts, id, reask)
     if on_batch is not None:
         on_batch(stats)
     if log_metric is not None:
@@ -154,9 +152,20 @@ async def rubric_reward(
     return batch.scores
 
 
-def ledger_answers(query_ids: list[str], whole: list, kept: list | None, batch, reasked: dict[int, tuple]) -> list:
+async def ledger_answers(
+    grader: Grader,
+    batch,
+    whole: list,
+    kept: list | None,
+    prompts: list,
+    texts: list[str],
+    ids: list | None,
+    reask: float,
+) -> list:
     """Per completion, its verdicts against its query's whole rubric for the criterion ledger (None: not judged);
-    `kept`: each rubric as rubric dropout left it."""
+    `kept`: each rubric as rubric dropout left it; `reask`: the share of verdicts asked again afresh."""
+    query_ids = [str(i) for i in ids] if ids is not None else [str(prompt) for prompt in prompts]
+    reasked = await asked_afresh(grader, batch, kept or whole, prompts, texts, query_ids, reask) if reask > 0 else {}
     return [
         None
         if g is None
@@ -172,12 +181,12 @@ def ledger_answers(query_ids: list[str], whole: list, kept: list | None, batch, 
     ]
 
 
-async def asked_afresh(grader: Grader, graded: list, rubrics: list, prompts: list, texts: list[str],
+async def asked_afresh(grader: Grader, batch, rubrics: list, prompts: list, texts: list[str],
                        query_ids: list[str], share: float) -> dict[int, tuple]:  # fmt: skip
     """Per completion (its index), the verdicts asked again afresh: (criterion text, first verdict, verdict asked
     again), for a `share` of the decided judge verdicts, drawn by a hash of the query, the criterion and the answer
-    (the same on a rerun)."""
-    config = grader.config
+    (the same on a rerun). Their calls are counted in the batch's (`batch.stats`)."""
+    config, graded = grader.config, batch.graded
     chosen = [
         (i, criterion, bool(verdict.met))
         for i, (g, rubric) in enumerate(zip(graded, rubrics))
@@ -192,10 +201,13 @@ async def asked_afresh(grader: Grader, graded: list, rubrics: list, prompts: lis
     answers = [
         split_reasoning(t, config.reasoning_delimiters, starts_open=config.reasoning_starts_open).answer for t in texts
     ]
-    again = await gather_or_cancel(
-        ask_afresh(grader.client, config, grader.prompt, as_conversation(prompts[i]), answers[i] or "", criterion)
-        for i, criterion, _ in chosen
-    )
+    with tallying_requests() as tally:
+        again = await gather_or_cancel(
+            ask_afresh(grader.client, config, grader.prompt, as_conversation(prompts[i]), answers[i] or "", criterion)
+            for i, criterion, _ in chosen
+        )
+    batch.stats.judge_calls += tally.answered
+    batch.stats.failed_requests += tally.failed
     out: dict[int, list] = {}
     for (i, criterion, first), answer in zip(chosen, again):
         if answer is not None:

@@ -26,41 +26,50 @@ REASK_MIN_PAIRS = 10
 """Re-asked verdicts a criterion needs, with both first verdicts among them, before its consistency is tested."""
 
 
-def assess(columns: dict[str, list]) -> dict[str, list]:
-    """The table with the run's tests added: moved, moved_p, moved_significant, self_agreement_p, judge_consistent,
-    and `carries` "noise" where the re-asks show no consistency."""
-    n = len(columns["query_id"])
-    out = dict(columns)
-    out["moved"] = [
-        None if first is None or last is None else last - first
-        for first, last in zip(columns["first_pass_rate"], columns["last_pass_rate"])
-    ]
-    moved_p: list[float | None] = [None] * n
-    for i in range(n):
-        if min(columns["first_decided"][i], columns["last_decided"][i]) >= MOVED_MIN_DECIDED:
-            moved_p[i] = two_proportions(
-                round(columns["first_met"][i]), columns["first_decided"][i],
-                round(columns["last_met"][i]), columns["last_decided"][i],
-            )  # fmt: skip
-    threshold = bh_threshold([p for p in moved_p if p is not None], MOVED_FDR)
-    out["moved_p"] = moved_p
-    out["moved_significant"] = [None if p is None else p <= threshold for p in moved_p]
-    consistency: list[float | None] = [None] * n
-    for i in range(n):
-        met_met, met_unmet = columns["reask_met_met"][i], columns["reask_met_unmet"][i]
-        unmet_met = columns["reask_unmet_met"][i]
-        first_met = met_met + met_unmet
-        first_unmet = columns["reasked"][i] - first_met
-        if columns["reasked"][i] >= REASK_MIN_PAIRS and first_met and first_unmet:
-            consistency[i] = two_proportions(met_met, first_met, unmet_met, first_unmet)
-    threshold = bh_threshold([p for p in consistency if p is not None], MOVED_FDR)
-    out["self_agreement_p"] = consistency
-    out["judge_consistent"] = [None if p is None else p <= threshold for p in consistency]
-    out["carries"] = [
-        "noise" if carries == "signal" and reasked >= REASK_MIN_PAIRS and consistent is not True else carries
-        for carries, reasked, consistent in zip(columns["carries"], columns["reasked"], out["judge_consistent"])
-    ]
-    return out
+def assess(table):
+    """The ledger's pyarrow table with the run's tests added: moved, moved_p, moved_significant, self_agreement_p,
+    judge_consistent, and `carries` "noise" where the re-asks show no consistency."""
+    import numpy as np
+    import pyarrow as pa
+
+    def numbers(name: str) -> np.ndarray:
+        return table.column(name).to_numpy(zero_copy_only=False)
+
+    first, last = numbers("first_pass_rate").astype(float), numbers("last_pass_rate").astype(float)
+    moved = last - first
+    first_met, first_decided = numbers("first_met"), numbers("first_decided")
+    last_met, last_decided = numbers("last_met"), numbers("last_decided")
+    tested = np.nonzero(np.minimum(first_decided, last_decided) >= MOVED_MIN_DECIDED)[0]
+    moved_p = np.full(table.num_rows, np.nan)
+    for i in tested:
+        moved_p[i] = two_proportions(round(first_met[i]), first_decided[i], round(last_met[i]), last_decided[i])
+    threshold = bh_threshold(moved_p[tested], MOVED_FDR)
+    met_met, met_unmet, unmet_met = numbers("reask_met_met"), numbers("reask_met_unmet"), numbers("reask_unmet_met")
+    reasked = numbers("reasked")
+    first_was_met = met_met + met_unmet
+    checked = np.nonzero((reasked >= REASK_MIN_PAIRS) & (first_was_met > 0) & (reasked - first_was_met > 0))[0]
+    consistency = np.full(table.num_rows, np.nan)
+    for i in checked:
+        consistency[i] = two_proportions(met_met[i], first_was_met[i], unmet_met[i], reasked[i] - first_was_met[i])
+    agreeing = bh_threshold(consistency[checked], MOVED_FDR)
+    consistent = consistency <= agreeing
+    carries = np.array(table.column("carries").to_pylist(), dtype=object)
+    noise = (carries == "signal") & (reasked >= REASK_MIN_PAIRS) & ~consistent
+    carries[noise] = "noise"
+    added = {
+        "moved": pa.array(moved, pa.float64(), mask=np.isnan(moved)),
+        "moved_p": pa.array(moved_p, pa.float64(), mask=np.isnan(moved_p)),
+        "moved_significant": pa.array(moved_p <= threshold, pa.bool_(), mask=np.isnan(moved_p)),
+        "self_agreement_p": pa.array(consistency, pa.float64(), mask=np.isnan(consistency)),
+        "judge_consistent": pa.array(consistent, pa.bool_(), mask=np.isnan(consistency)),
+    }
+    for name, column in added.items():
+        table = (
+            table.append_column(name, column)
+            if name not in table.column_names
+            else table.set_column(table.column_names.index(name), name, column)
+        )
+    return table.set_column(table.column_names.index("carries"), "carries", pa.array(carries.tolist(), pa.string()))
 
 
 class RunLedger:
@@ -85,12 +94,13 @@ class RunLedger:
             metrics["ledger/reasked"] = float(reasked)
         return metrics
 
-    def table(self) -> dict[str, list]:
-        return assess(self.ledger.table())
+    def table(self):
+        """The ledger with the run's tests (a pyarrow table)."""
+        return assess(self.ledger.arrow())
 
     def save(self, folder: Path) -> None:
         """The ledger as it stands, in a checkpoint folder and the run folder."""
-        table = self.ledger.table()
+        table = self.ledger.arrow()
         write_table(table, folder / FILE)
         if folder != self.output_dir:
             write_table(assess(table), self.output_dir / FILE)
@@ -128,6 +138,10 @@ def log_table(wandb_run, table: dict[str, list], figures: dict[str, Any]) -> Non
     )
     columns = ["query_id", "position", "criterion", "points", "source", "judge_verdicts", "pass_rate", "flat_share",
                "signal_share", "rubric_signal_share", "carries", "moved", "self_agreement", "overclaim"]  # fmt: skip
-    order = sorted(range(len(table["query_id"])), key=lambda i: -table["judge_verdicts"][i])[:WANDB_ROWS]
-    rows = [[table[c][i] for c in columns] for i in order]
+    import numpy as np
+    import pyarrow as pa
+
+    order = np.argsort(-table.column("judge_verdicts").to_numpy(), kind="stable")[:WANDB_ROWS]
+    shown = table.select(columns).take(pa.array(order))
+    rows = [list(row.values()) for row in shown.to_pylist()]
     wandb_run.log({"criterion_ledger": wandb.Table(columns=columns, data=rows)})
