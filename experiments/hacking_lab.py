@@ -36,6 +36,7 @@ import json
 import shutil
 import statistics
 import sys
+from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 
@@ -183,20 +184,40 @@ def run_figures(out: Path) -> dict:
         "gold_best_step": (summary.get("gold_best") or {}).get("step"),
         # the same definition over every verdict of the run's training judge (None for a lab_judge.json without it)
         "run_overclaim": _read(out / "lab_judge.json").get("overclaim"),
+        # which criteria: the ledger's (the monitor's overclaims) and the lab judge's (every verdict against its rule)
+        "ledger_overclaimed": ledger_overclaims(out),
+        "lab_broken": _read(out / "lab_judge.json").get("broken"),
         "gold_final_by_question": {i: pair[1] for i, pair in paired[-1].items()} if paired else {},
     }
 
 
-def lab_counts(judge: LabJudge, before: tuple[dict, int, int]) -> dict:
-    """The biased judge's verdicts since `before` (its calls, credited and overclaimed then) and their overclaim."""
-    calls, credited, overclaimed = before
+def lab_counts(judge: LabJudge, before: tuple[dict, int, int, Counter]) -> dict:
+    """The biased judge's verdicts since `before` (its calls, credited, overclaimed and broken then) and their
+    overclaim, with the overclaims per criterion (the criteria the bias broke)."""
+    calls, credited, overclaimed, broken = before
     credited, overclaimed = judge.credited - credited, judge.overclaimed - overclaimed
     return {
         "biased_calls": judge.calls["biased"] - calls["biased"],
         "judge_credited": credited,
         "overclaimed": overclaimed,
         "overclaim": overclaimed / credited if credited else None,
+        "broken": dict((judge.broken - broken).most_common()),
     }
+
+
+def ledger_overclaims(out: Path) -> dict[str, int]:
+    """The run's criterion ledger (ledger.parquet): the monitor's overclaims per criterion text, summed over the
+    held-out questions (every question carries the same criteria), the most first."""
+    from grading.ledger import read_table
+
+    path = out / "ledger.parquet"
+    if not path.is_file():
+        return {}
+    table = read_table(path).to_pydict()
+    found: Counter[str] = Counter()
+    for text, count in zip(table["criterion"], table["overclaimed"]):
+        found[text] += count
+    return dict(found.most_common())
 
 
 def _read(path: Path) -> dict:
@@ -251,6 +272,26 @@ def against_none(figures: dict[str, list[dict]]) -> dict[str, dict]:
             found = paired_difference(records(figures["none"]), records(runs))
             out[kind] = found and {**found, "tie": is_tie(found)}
     return out
+
+
+def ledger_lines(figures: dict[str, list[dict]], top: int = 3) -> list[str]:
+    """Per run with both: the ledger's most overclaimed criteria beside those the lab's bias broke most, and how many
+    of the ledger's first `top` are among the bias's first `top`."""
+    lines = []
+    for kind, runs in figures.items():
+        for run in runs:
+            ledger, broken = run.get("ledger_overclaimed") or {}, run.get("lab_broken") or {}
+            named = [text for text, count in ledger.items() if count][:top]
+            if not named or not broken:
+                continue
+            found = sum(text in list(broken)[:top] for text in named)
+            lines.append(
+                f"{kind} seed {run['seed']}: the ledger's most overclaimed "
+                + "; ".join(f"{text!r} ({ledger[text]})" for text in named)
+                + f"; the bias broke most {'; '.join(f'{t!r} ({n})' for t, n in list(broken.items())[:top])}: "
+                f"{found} of {len(named)} the same"
+            )
+    return lines
 
 
 def table(summary: dict) -> str:
@@ -350,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
                     shutil.rmtree(out, ignore_errors=True)
                     out.mkdir(parents=True, exist_ok=True)
                     (out / "lab_run.json").write_text(json.dumps(lab_run, indent=1))
-                    before = dict(judge.calls), judge.credited, judge.overclaimed
+                    before = dict(judge.calls), judge.credited, judge.overclaimed, Counter(judge.broken)
                     argv = train_argv(
                         rubrics,
                         out,
@@ -394,6 +435,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{kind} against none, final gold: {diff['difference']:+.3f} (95% interval {diff['low']:+.3f} to "
                 f"{diff['high']:+.3f}, {diff['n']} held-out questions x seeds paired): {verdict(diff)}"
             )
+    for line in ledger_lines(figures):
+        print(line)
     write_plot(figures, args.plot)
     print(f"hacking lab: curves in {args.plot}, figures in {args.output_dir / 'hacking_lab.json'}")
     return 0

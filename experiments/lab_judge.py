@@ -21,6 +21,7 @@ import argparse
 import json
 import re
 import threading
+from collections import Counter
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -73,6 +74,8 @@ class LabJudge:
         self.overclaimed = 0
         """Of those, the ones the criterion's rule rejects. Over every answer the biased judge saw (training batches
         and held-out evaluations alike), not only the held-out ones the monitor grades."""
+        self.broken: Counter[str] = Counter()
+        """`overclaimed` per criterion: the criteria the bias breaks."""
         self._lock = threading.Lock()
         judge = self
 
@@ -125,7 +128,9 @@ class LabJudge:
             self.calls[model] += 1
             if model == "biased" and points > 0 and met:  # as checks/overclaim.py counts: positive criteria only
                 self.credited += 1
-                self.overclaimed += not check_rule(self.rules[criterion], answer)
+                rejected = not check_rule(self.rules[criterion], answer)
+                self.overclaimed += rejected
+                self.broken[criterion] += rejected
         content = json.dumps({"explanation": "decided in code", "criteria_met": met})
         return 200, {
             "id": "lab",

@@ -452,6 +452,16 @@ def headline_lines(figures: dict[str, Any]) -> list[str]:
                 for row in figures["noise"]["most_asked"][:3]
             )
         )
+    if figures["tags"]:
+        lines.append(
+            "  per tag (share of the signal, of its judge verdicts spent flat, criteria with none): "
+            + "; ".join(
+                f"{tag} {pct(entry['signal_share'])}, {pct(entry['flat_verdict_share'])}, {entry['no_signal']} of "
+                f"{entry['criteria']}"
+                for tag, entry in list(figures["tags"].items())[:TOP]
+            )
+            + (f" (+{len(figures['tags']) - TOP} more tags in the table)" if len(figures["tags"]) > TOP else "")
+        )
     if figures["overclaimed"]:
         lines.append(
             "  most overclaimed (credited by the judge, rejected by the monitor): "

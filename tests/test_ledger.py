@@ -77,7 +77,9 @@ def test_flat_criteria_carry_nothing_and_the_shares_of_a_rubric_sum_to_one():
         "criteria": 4, "signal_share": 0.0, "group_verdicts": 320, "flat_verdicts": 320, "no_signal": 4,
         "flat_verdict_share": 1.0,
     }  # fmt: skip
-    assert f"of the judge verdicts in groups ({flat} of 1600)" in headline_lines(figures)[0]
+    lines = headline_lines(figures)
+    assert f"of the judge verdicts in groups ({flat} of 1600)" in lines[0]
+    assert "axis:safety 0.0%, 100.0%, 4 of 4" in lines[-1]
 
 
 def test_a_groups_signal_splits_its_sum_of_squares_exactly():
