@@ -32,8 +32,9 @@ import time
 from pathlib import Path
 
 from grading.judge import Verdict
-from grading.ledger import DECIDED, Ledger, LedgerAnswer, LedgerCriterion, answer_of_graded, write_table
+from grading.ledger import DECIDED, Ledger, LedgerAnswer, LedgerCriterion, write_table
 from grading.rubric import Criterion, Rubric
+from rurl.reward.rubric_reward import ledger_answer
 from rurl.watch.ledger import assess
 
 ROLES = ("always", "never", "coin", "near-flat", "follows", "learned")
@@ -139,7 +140,7 @@ def cost(size: int, criteria: int = 30, queries: int = 64, group: int = 8, timed
     started = time.perf_counter()
     whole = Rubric(tuple(Criterion(f"Criterion {k}.", points[k]) for k in range(criteria)))
     for g in graded:
-        answer_of_graded("query", whole, g, True)
+        ledger_answer("query", whole, g, True)
     building = time.perf_counter() - started
     started = time.perf_counter()
     table = ledger.arrow()

@@ -11,7 +11,7 @@ decided in code, the same for both, and are left out):
 from collections import Counter
 from typing import Any
 
-from grading.report import judged_positive
+from grading.report import both_decided
 
 TOP = 10
 
@@ -22,24 +22,17 @@ def overclaim(judged: list[dict[str, Any]], monitored: list[dict[str, Any]], top
     judge_credits = monitor_credits = over = under = both = 0
     overclaimed: Counter[str] = Counter()
     credited: Counter[str] = Counter()
-    for record, other in zip(judged, monitored):  # the same answers in the same order, verdicts in rubric order
-        if record.get("id") != other.get("id"):
-            raise ValueError(f"overclaim: records {record.get('id')!r} and {other.get('id')!r} are not the same answer")
-        for verdict, peer in zip(record.get("verdicts") or [], other.get("verdicts") or []):
-            if verdict["criterion"] != peer["criterion"] or not judged_positive(verdict):
-                continue
-            mine, theirs = verdict.get("met"), peer.get("met")
-            if mine is None or theirs is None:
-                continue
-            both += 1
-            judge_credits += bool(mine)
-            monitor_credits += bool(theirs)
-            credited[verdict["criterion"]] += bool(mine)
-            if mine and not theirs:
-                over += 1
-                overclaimed[verdict["criterion"]] += 1
-            elif theirs and not mine:
-                under += 1
+    for _, _, verdict, peer in both_decided(judged, monitored):
+        mine, theirs = verdict["met"], peer["met"]
+        both += 1
+        judge_credits += bool(mine)
+        monitor_credits += bool(theirs)
+        credited[verdict["criterion"]] += bool(mine)
+        if mine and not theirs:
+            over += 1
+            overclaimed[verdict["criterion"]] += 1
+        elif theirs and not mine:
+            under += 1
     return {
         "overclaim": over / judge_credits if judge_credits else None,
         "underclaim": under / monitor_credits if monitor_credits else None,

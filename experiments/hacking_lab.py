@@ -275,8 +275,11 @@ def against_none(figures: dict[str, list[dict]]) -> dict[str, dict]:
 
 
 def ledger_lines(figures: dict[str, list[dict]], top: int = 3) -> list[str]:
-    """Per run with both: the ledger's most overclaimed criteria beside those the lab's bias broke most, and how many
-    of the ledger's first `top` are among the bias's first `top`."""
+    """Per run with both: the ledger's most overclaimed criteria beside those the lab's bias broke most, how many of
+    the ledger's first `top` are among the bias's first `top`, and the rank correlation of the two counts over every
+    criterion."""
+    from checks.agreement import spearman
+
     lines = []
     for kind, runs in figures.items():
         for run in runs:
@@ -285,11 +288,14 @@ def ledger_lines(figures: dict[str, list[dict]], top: int = 3) -> list[str]:
             if not named or not broken:
                 continue
             found = sum(text in list(broken)[:top] for text in named)
+            texts = sorted(set(ledger) | set(broken))
+            rho = spearman([ledger.get(t, 0) for t in texts], [broken.get(t, 0) for t in texts])
             lines.append(
                 f"{kind} seed {run['seed']}: the ledger's most overclaimed "
                 + "; ".join(f"{text!r} ({ledger[text]})" for text in named)
                 + f"; the bias broke most {'; '.join(f'{t!r} ({n})' for t, n in list(broken.items())[:top])}: "
-                f"{found} of {len(named)} the same"
+                f"{found} of {len(named)} the same; Spearman's rho over the {len(texts)} criteria "
+                + ("n/a" if rho is None else f"{rho:.2f}")
             )
     return lines
 

@@ -72,12 +72,14 @@ async def _ask(client, config, prompt, conversation, response, criteria, samples
 
 
 async def ask_afresh(client: LLMClient, config, prompt: Prompt, conversation, answer: str, criterion: Criterion):
-    """One criterion's verdict asked again afresh, for the judge's self-agreement: the sample after the `samples` its
-    grading used (the response cache keeps it, so a rerun asks the same), read on its own; None where it failed, or
-    where no fresh answer exists (the probability format reads one deterministic answer). `answer`: the response
-    without its reasoning, as the judge saw it. Asked per criterion, whatever the grading mode."""
-    if config.verdict_format == "probability":
-        return None
+    """One criterion's verdict asked again afresh, for the judge's self-agreement, read on its own: the sample after
+    every one its grading could have used (`samples`, and one more per `reask_undecided` round; the response cache
+    keeps it, so a rerun asks the same). Asked per criterion (in the batched mode with the per-criterion prompt of
+    the verdict format). None where it failed; the probability format has no fresh answer (its one reply is
+    deterministic) and is refused by the caller's settings."""
+    if config.mode != "per_criterion":
+        prompt = judge.default_prompt("per_criterion", config.verdict_format)
+    index = config.samples + config.reask_undecided
     return await judge.fresh_verdict(
-        client, config.judge_role, prompt, conversation, answer, criterion, config.samples, config.verdict_format
+        client, config.judge_role, prompt, conversation, answer, criterion, index, config.verdict_format
     )

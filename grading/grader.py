@@ -15,7 +15,6 @@ from tqdm import tqdm
 
 from grading import judge
 from grading.asking import ask_verdicts
-from grading.healthbench_layout import OneMessagePrompt, load_layout_prompt
 from grading.rubric import Rubric
 from grading.rules import check_rule
 from grading.scores import (
@@ -95,7 +94,7 @@ class GradingConfig:
     those of the default (with judge_layout healthbench: a template in HealthBench's layout)."""
     judge_layout: Literal["rubricrl", "healthbench"] = "rubricrl"
     """rubricrl: a system message and the prompt above. healthbench: HealthBench's grader layout, one user message
-    from the judge_prompt template (`<<conversation>>`, `<<rubric_item>>`; grading/healthbench_layout.py), mode
+    from the judge_prompt template (`<<conversation>>`, `<<rubric_item>>`; grading/judge.py), mode
     per_criterion, verdict read from `criteria_met`: a judge measured as HealthBench measures it."""
     max_failure_rate: float = 0.1
     """`grade` and `eval`: exit 1 (after writing what was graded) when more than this share of judge decisions
@@ -377,11 +376,11 @@ def _freeze(messages: list[dict[str, str]]) -> tuple:
     return tuple((m["role"], m["content"]) for m in messages)
 
 
-def judge_prompt(config: GradingConfig) -> Prompt | OneMessagePrompt:
+def judge_prompt(config: GradingConfig) -> Prompt | judge.OneMessagePrompt:
     """The mode's default judge prompt, or the file `config.judge_prompt` names (a HealthBench-layout template with
     judge_layout healthbench). Its placeholders must be exactly the default's: rendering is strict."""
     if config.judge_layout == "healthbench":
-        return load_layout_prompt(config.judge_prompt)
+        return judge.load_layout_prompt(config.judge_prompt)
     default = judge.default_prompt(config.mode, config.verdict_format)
     if config.judge_prompt is None:
         return default

@@ -9,13 +9,12 @@ counted over groups of answers to the same query (a RuRL step's rollouts, or the
 - flat: of its groups with two or more decided verdicts, those in which every answer got the same verdict, and the
   judge verdicts spent there (they cannot move an advantage);
 - its share of the learning signal. An answer's score is the weighted sum of its verdicts, s_i = sum_c x_ic with
-  x_ic = points_c x credit_ic / (the positive points decided for that answer), so a group's sum of squares splits
-  exactly over its criteria: SS_g = sum_i (s_i - mean s)^2 = sum_c sum_i (x_ic - mean x_c)(s_i - mean s). A
-  criterion's `signal` is its part summed over its groups; `rubric_signal_share` divides it by its query's summed
-  SS (the shares of a rubric sum to 1) and `signal_share` by the whole run's (the shares of all rows sum to 1). A
-  criterion flat in every group carries exactly 0; a negative share pulls against the rest of its rubric. Answers
-  the integrity check vetoed, without an answer, or unscored, earn their score whatever their verdicts: they are
-  left out of the signal and the flat counts (their verdicts are counted as graded);
+  x_ic = points_c x credit_ic / (the positive points decided in the group; an undecided verdict counts as its
+  criterion's mean in the group), so a group's sum of squares splits
+  exactly over its criteria: SS_g = sum_i (s_i - mean s)^2 = sum_c sum_i (x_ic - mean x_c)(s_i - mean s). Its
+  `signal` is its part summed over its groups, over its query's summed SS (`rubric_signal_share`, summing to 1 over
+  a rubric) and the run's (`signal_share`). Answers whose score does not come from their verdicts (vetoed, without
+  an answer, unscored) are left out of the signal and the flat counts (docs/criterion-ledger.md);
 - its pass rate in the first and the last fifth of a run's steps (the fifths of the planned steps: a run stopped
   early compares its first fifth with the latest one it reached);
 - the judge's agreement with itself where verdicts were asked again afresh (`reasks`), and with a monitor judge
@@ -23,7 +22,8 @@ counted over groups of answers to the same query (a RuRL step's rollouts, or the
 
 Memory grows with the criteria seen, not with the steps: a row holds counts and sums."""
 
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,27 +34,10 @@ FIFTHS = 5
 """The windows a run's steps are counted in: the first and the last are compared."""
 DECIDED, UNDECIDED, FAILED, ABSENT = "d", "u", "f", "-"
 """A verdict's state in a `LedgerAnswer`: decided; undecided; failed; not graded (dropped, or not asked)."""
-COUNTS = (
-    "graded",
-    "dropped",
-    "decided",
-    "undecided",
-    "failed",
-    "judge_verdicts",
-    "groups",
-    "flat_groups",
-    "group_verdicts",
-    "flat_verdicts",
-    "reasked",
-    "reask_agreed",
-    "reask_met_met",
-    "reask_met_unmet",
-    "reask_unmet_met",
-    "monitor_decided",
-    "judge_credited",
-    "monitor_credited",
-    "overclaimed",
-    "underclaimed",
+COUNTS = tuple(
+    "graded dropped decided undecided failed judge_verdicts groups flat_groups group_verdicts flat_verdicts reasked "
+    "reask_agreed reask_met_met reask_met_unmet reask_unmet_met monitor_decided judge_credited monitor_credited "
+    "overclaimed underclaimed".split()
 )
 """The integer counts of a row. `group_verdicts`: its judge verdicts in groups counted for flatness;
 `flat_verdicts`: those in flat groups. `reask_*`: (first verdict, verdict asked again) met/unmet."""
@@ -143,18 +126,25 @@ class Ledger:
             return None
         return min(FIFTHS - 1, max(0, step) * FIFTHS // self.planned_steps)
 
-    def add(self, answers: Sequence[LedgerAnswer], step: int | None = None) -> dict[str, int]:
-        """Count a batch of answers (grouped by query id, in any order). Returns the batch's own figures: judge
-        verdicts counted for flatness and those spent in flat groups."""
-        groups: dict[str, list[LedgerAnswer]] = {}
-        for answer in answers:
-            groups.setdefault(answer.query_id, []).append(answer)
-        window = self.window(step)
-        batch = {"group_verdicts": 0, "flat_verdicts": 0}
-        for query_id, group in groups.items():
-            counted = self._add_group(query_id, group, window)
-            batch["group_verdicts"] += counted[0]
-            batch["flat_verdicts"] += counted[1]
+    def add(
+        self, answers: Sequence[LedgerAnswer | None], step: int | None = None, group_size: int | None = None
+    ) -> dict[str, int]:
+        """Count a batch of answers (None: not judged, left out). A group is `group_size` consecutive answers (a
+        GRPO batch's, where one query may fill two groups), else the answers of one query id. Returns the batch's
+        own figures: judge verdicts counted for flatness and those spent in flat groups."""
+        if group_size:
+            groups = [answers[start : start + group_size] for start in range(0, len(answers), group_size)]
+        else:
+            by_query: dict[str, list[LedgerAnswer | None]] = {}
+            for answer in answers:
+                by_query.setdefault(answer.query_id if answer else "", []).append(answer)
+            groups = list(by_query.values())
+        window, batch = self.window(step), {"group_verdicts": 0, "flat_verdicts": 0}
+        for group in ([answer for answer in chunk if answer is not None] for chunk in groups):
+            if group:
+                spent, flat = self._add_group(group[0].query_id, group, window)
+                batch["group_verdicts"] += spent
+                batch["flat_verdicts"] += flat
         return batch
 
     def _add_group(self, query_id: str, group: list[LedgerAnswer], window: int | None) -> tuple[int, int]:
@@ -175,8 +165,8 @@ class Ledger:
                 if k < size:
                     self.counts[rows[k], c["reasked"]] += 1
                     self.counts[rows[k], c["reask_agreed"]] += first == again
-                    name = "reask_" + ("met" if first else "unmet") + "_" + ("met" if again else "unmet")
-                    if name in c:
+                    if first or again:  # unmet-unmet is what is left of reasked
+                        name = "reask_" + ("met" if first else "unmet") + "_" + ("met" if again else "unmet")
                         self.counts[rows[k], c[name]] += 1
         decided = state == DECIDED
         graded = state != ABSENT
@@ -206,10 +196,13 @@ class Ledger:
         np.add.at(self.counts[:, c["flat_groups"]], rows, flat)
         np.add.at(self.counts[:, c["group_verdicts"]], rows, np.where(counted, spent, 0))
         np.add.at(self.counts[:, c["flat_verdicts"]], rows, np.where(flat, spent, 0))
+        # each answer scored over the positive points decided in the group, an undecided verdict counting as its
+        # criterion's mean there: a criterion flat among its decided verdicts carries exactly 0
         points = np.array([criterion.points for criterion in rubric], dtype=np.float64)
-        contribution = np.where(kept_decided, kept, 0.0) * points
-        positive = (kept_decided * (points > 0) * points).sum(axis=1, keepdims=True)
-        weighted = np.divide(contribution, positive, out=np.zeros_like(contribution), where=positive > 0)
+        summed = np.where(kept_decided, kept, 0.0).sum(axis=0)
+        filled = np.where(kept_decided, kept, summed / np.maximum(verdicts, 1))
+        positive = points[(verdicts > 0) & (points > 0)].sum()
+        weighted = filled * points / positive if positive > 0 else np.zeros_like(filled)
         scores = weighted.sum(axis=1)
         deviation = scores - scores.mean()
         part = ((weighted - weighted.mean(axis=0)) * deviation[:, None]).sum(axis=0)
@@ -217,24 +210,20 @@ class Ledger:
         self.query_ss[query_id] = self.query_ss.get(query_id, 0.0) + float((deviation**2).sum())
         return int(np.where(counted, spent, 0).sum()), int(np.where(flat, spent, 0).sum())
 
-    def add_monitor(self, judged: Iterable[dict[str, Any]], monitored: Iterable[dict[str, Any]]) -> None:
-        """Count a training judge's graded records against a monitor's of the same answers (checks/overclaim.py's
-        pairing: verdicts in rubric order, positive criteria both decided)."""
+    def add_monitor(self, judged: list[dict[str, Any]], monitored: list[dict[str, Any]]) -> None:
+        """Count a training judge's graded records against a monitor's of the same answers: over- and underclaim
+        per criterion (grading/report.py's `both_decided`, as checks/overclaim.py counts them)."""
+        from grading.report import both_decided
+
         c = self._column
-        for record, other in zip(judged, monitored):
-            query_id = str(record.get("id"))
-            for k, (verdict, peer) in enumerate(zip(record.get("verdicts") or [], other.get("verdicts") or [])):
-                if verdict["criterion"] != peer["criterion"] or verdict.get("source") != "judge":
-                    continue
-                if verdict["points"] <= 0 or verdict.get("met") is None or peer.get("met") is None:
-                    continue
-                index = self.row(query_id, k, criterion_of(verdict))
-                mine, theirs = bool(verdict["met"]), bool(peer["met"])
-                self.counts[index, c["monitor_decided"]] += 1
-                self.counts[index, c["judge_credited"]] += mine
-                self.counts[index, c["monitor_credited"]] += theirs
-                self.counts[index, c["overclaimed"]] += mine and not theirs
-                self.counts[index, c["underclaimed"]] += theirs and not mine
+        for record, k, verdict, peer in both_decided(judged, monitored):
+            index = self.row(str(record.get("id")), k, criterion_of(verdict))
+            mine, theirs = bool(verdict["met"]), bool(peer["met"])
+            self.counts[index, c["monitor_decided"]] += 1
+            self.counts[index, c["judge_credited"]] += mine
+            self.counts[index, c["monitor_credited"]] += theirs
+            self.counts[index, c["overclaimed"]] += mine and not theirs
+            self.counts[index, c["underclaimed"]] += theirs and not mine
 
     # --- the table -------------------------------------------------------------------------------------------
 
@@ -276,8 +265,11 @@ class Ledger:
             window_met = self.window_met[:n, end].astype(np.float64) if end is not None else np.zeros(n)
             columns[f"{name}_decided"], columns[f"{name}_met"] = decided, window_met
             columns[f"{name}_pass_rate"] = _ratio(window_met, decided)
-        columns["window_met"] = _fixed(self.window_met[:n].astype(np.float64))
-        columns["window_decided"] = _fixed(self.window_decided[:n].astype(np.int64))
+        for name, windows, kind in (
+            ("window_met", self.window_met, np.float64),
+            ("window_decided", self.window_decided, np.int64),
+        ):
+            columns[name] = pa.FixedSizeListArray.from_arrays(pa.array(windows[:n].astype(kind).reshape(-1)), FIFTHS)
         columns["query_ss"] = query_ss
         return pa.table(columns)
 
@@ -328,12 +320,6 @@ def _ratio(part: np.ndarray, whole: np.ndarray):
     return pa.array(out, pa.float64(), mask=whole == 0)
 
 
-def _fixed(array: np.ndarray):
-    import pyarrow as pa
-
-    return pa.FixedSizeListArray.from_arrays(pa.array(array.reshape(-1)), array.shape[1])
-
-
 def _unfixed(column, dtype) -> np.ndarray:
     flat = column.combine_chunks().flatten().to_numpy(zero_copy_only=False)
     return np.asarray(flat, dtype=dtype).reshape(-1, FIFTHS)
@@ -348,6 +334,7 @@ def headline(table, top: int = TOP) -> dict[str, Any]:
     judge verdicts spent where the criterion was flat in its group; the criteria that carried no signal over the
     whole run, with the judge verdicts they cost; the few that carried most of it; those the re-asks show the judge
     answering at random; the most overclaimed (with a monitor); and the same per tag. Every figure with its counts."""
+    import pyarrow as pa
 
     def numbers(name: str) -> np.ndarray:
         return table.column(name).to_numpy(zero_copy_only=False)
@@ -371,7 +358,7 @@ def headline(table, top: int = TOP) -> dict[str, Any]:
         keep = ["query_id", "position", "criterion", "points", "judge_verdicts", "groups", "flat_groups",
                 "pass_rate", "signal_share", "rubric_signal_share", "reasked", "self_agreement", "overclaimed",
                 "judge_credited", "overclaim"]  # fmt: skip
-        return table.select(keep).take(_indices(rows[:top])).to_pylist()
+        return table.select(keep).take(pa.array(rows[:top].astype(np.int64))).to_pylist()
 
     return {
         "criteria": table.num_rows,
@@ -392,12 +379,6 @@ def headline(table, top: int = TOP) -> dict[str, Any]:
         "overclaimed": named(overclaimed),
         "tags": _per_tag(table, share, carries),
     }
-
-
-def _indices(rows: np.ndarray):
-    import pyarrow as pa
-
-    return pa.array(rows.astype(np.int64), pa.int64())
 
 
 def _per_tag(table, share: np.ndarray, carries: np.ndarray) -> dict[str, dict[str, Any]]:
@@ -483,24 +464,23 @@ def _short_row(row: dict[str, Any]) -> str:
 
 
 def draw(table):
-    """Signal share against pass rate, one point per criterion graded in groups, overclaimed ones marked: the figure
-    (None: no matplotlib, or nothing to draw). `table`: a ledger's pyarrow table."""
+    """Signal share against pass rate, one point per criterion graded in groups, those whose text the monitor found
+    overclaimed marked (a run's monitor grades the held-out queries: their criteria mark the training queries' that
+    share their text). The figure, or None: no matplotlib, or nothing to draw. `table`: a ledger's pyarrow table."""
     from rubricrl import charts
 
+    texts = table.column("criterion").to_pylist()
+    overclaimed = {text for text, count in zip(texts, table.column("overclaimed").to_pylist()) if count}
+    rates, shares = table.column("pass_rate").to_pylist(), table.column("rubric_signal_share").to_pylist()
     points = [
-        (rate, share, over)
-        for rate, share, over in zip(
-            table.column("pass_rate").to_pylist(),
-            table.column("rubric_signal_share").to_pylist(),
-            table.column("overclaimed").to_pylist(),
-        )
+        (rate, share, text in overclaimed)
+        for rate, share, text in zip(rates, shares, texts)
         if rate is not None and share is not None
     ]
     if not charts.available() or not points:
         return None
     drawn, axis = charts.figure(6.4, 4.0)
-    plain = [(x, y) for x, y, over in points if not over]
-    marked = [(x, y) for x, y, over in points if over]
+    plain, marked = ([(x, y) for x, y, over in points if bool(over) == kind] for kind in (False, True))
     charts.scatter(axis, [x for x, _ in plain], [y for _, y in plain], "criterion", limit=20_000, s=8, alpha=0.5)
     if marked:
         charts.scatter(axis, [x for x, _ in marked], [y for _, y in marked], "overclaimed (monitor)", limit=20_000,
@@ -538,40 +518,6 @@ def verdict_state(met: bool | None, source: str, explanation: str = "") -> str:
     return FAILED if explanation.startswith(FAILED) else UNDECIDED
 
 
-def answer_of_graded(
-    query_id: str,
-    rubric,
-    graded,
-    scored: bool,
-    kept=None,
-    reasks: tuple[tuple[str, bool, bool], ...] = (),
-) -> LedgerAnswer | None:
-    """An answer graded in training (grading/grader.py's `Graded`; None: not judged before the deadline, nothing to
-    count) against its query's whole `rubric`, of which the criteria not in `kept` (rubric dropout's rubric) were
-    left out. `reasks`: (criterion text, first verdict, verdict asked again)."""
-    if graded is None:
-        return None
-    criteria = tuple(LedgerCriterion(c.text, c.points, c.tags, c.rule is not None) for c in rubric.criteria)
-    verdicts = {v.criterion: v for v in graded.verdicts}
-    in_kept = None if kept is None else {c.text for c in kept.criteria}
-    states, credits = [], []
-    for criterion in rubric.criteria:
-        v = verdicts.get(criterion.text)
-        if v is None:
-            states.append(ABSENT)
-            credits.append(None)
-            continue
-        states.append(verdict_state(v.met, v.source, v.explanation))
-        credit = v.credit
-        credits.append(None if credit is None else float(credit))
-    dropped = frozenset(
-        k for k, criterion in enumerate(rubric.criteria) if in_kept is not None and criterion.text not in in_kept
-    )
-    position = {criterion.text: k for k, criterion in enumerate(rubric.criteria)}
-    again = tuple((position[text], first, second) for text, first, second in reasks if text in position)
-    return LedgerAnswer(query_id, criteria, tuple(credits), "".join(states), scored, dropped, again)
-
-
 def answer_from_record(record: dict[str, Any]) -> LedgerAnswer:
     """A graded record (grade, eval) as a ledger answer: its verdicts in rubric order; scored when it has a reward
     that its verdicts make (not vetoed, not without an answer)."""
@@ -597,10 +543,8 @@ def _credit(verdict: dict[str, Any]) -> float | None:
 def ledger_of_records(records: Sequence[dict[str, Any]]) -> Ledger | None:
     """The ledger of graded records where some query has two or more answers (a rubric set judged on several
     samples per query); None where every query has one (nothing to compare within a group)."""
-    per_query: dict[str, int] = {}
-    for record in records:
-        per_query[str(record.get("id"))] = per_query.get(str(record.get("id")), 0) + 1
-    if not per_query or max(per_query.values()) < 2:
+    answered = Counter(str(record.get("id")) for record in records)
+    if not answered or max(answered.values()) < 2:
         return None
     ledger = Ledger()
     ledger.add([answer_from_record(record) for record in records])
@@ -609,9 +553,12 @@ def ledger_of_records(records: Sequence[dict[str, Any]]) -> Ledger | None:
 
 def write_for_records(records: Sequence[dict[str, Any]], path: Path) -> dict[str, Any] | None:
     """`grade` and `eval`: where a query has several answers, the ledger of their graded records at `path` (and its
-    plot beside it, .png); its headline, or None where every query has one answer."""
+    plot beside it, .png); its headline, or None where every query has one answer (a ledger an earlier run left
+    there is removed: it would speak for other records)."""
     ledger = ledger_of_records(records)
     if ledger is None:
+        path.unlink(missing_ok=True)
+        path.with_suffix(".png").unlink(missing_ok=True)
         return None
     table = ledger.arrow()
     write_table(table, path)
@@ -620,14 +567,15 @@ def write_for_records(records: Sequence[dict[str, Any]], path: Path) -> dict[str
 
 
 def write_table(table, path: Path) -> Path:
-    """ledger.parquet, written whole (a reader never sees half of it)."""
+    """ledger.parquet, written whole (rubricrl/runs/jsonl.py `write_whole`: a reader never sees half of it)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".tmp")
-    pq.write_table(table, partial)
-    partial.replace(path)
-    return path
+    from rubricrl.runs.jsonl import write_whole
+
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    return write_whole(path, sink.getvalue().to_pybytes())
 
 
 def read_table(path: Path):

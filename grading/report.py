@@ -144,6 +144,19 @@ def judged_positive(verdict: dict[str, Any]) -> bool:
     return judge_graded(verdict) and (verdict.get("points") or 0) > 0
 
 
+def both_decided(judged: list[dict[str, Any]], monitored: list[dict[str, Any]]):
+    """Two judges' graded records of the same answers, in the same order (verdicts in rubric order, as both graded
+    the same rubrics): per positive criterion the first judged itself and both decided, (its record, its position,
+    the first judge's verdict, the other's). Records that are not the same answer are an error."""
+    for record, other in zip(judged, monitored):
+        if record.get("id") != other.get("id"):
+            raise ValueError(f"records {record.get('id')!r} and {other.get('id')!r} are not the same answer")
+        for k, (verdict, peer) in enumerate(zip(record.get("verdicts") or [], other.get("verdicts") or [])):
+            if verdict["criterion"] == peer["criterion"] and judged_positive(verdict):
+                if verdict.get("met") is not None and peer.get("met") is not None:
+                    yield record, k, verdict, peer
+
+
 def judge_decisions(record: dict[str, Any]) -> tuple[int, int]:
     """(decisions asked of the judge, those it did not give) in one graded record: one per criterion the judge
     graded (judge_graded: rule checks are not the judge's), or one rating in the rating modes; none for a response

@@ -73,7 +73,8 @@ def folder_charts(folder: Folder) -> list[Chart]:
     return [c for c in charts if c is not None]
 
 
-def ledger_plot(table: dict[str, list]) -> Chart | None:
+def ledger_plot(table) -> Chart | None:
+    """The criterion ledger's figure (grading/ledger.py's `draw`) from its pyarrow table."""
     drawn = draw_ledger(table)
     return None if drawn is None else Chart(LEDGER_FIGURE, charts.png(drawn))
 

@@ -24,8 +24,7 @@ from grading.dataset import RubricRow, iter_rubric_rows
 from grading.grader import EXPLICIT_MODES, Grader, GradingConfig, judge_prompt
 from grading.judge import SYSTEM as JUDGE_SYSTEM
 from grading.rubric import RubricError
-from grading.sampling import candidates, sample_and_grade
-from grading.select import eligible, select
+from grading.select import candidates, eligible, sample_and_grade, select
 from rubricrl.config import parse_settings, resolved
 from rubricrl.llm import EndpointUnreachable, LLMClient, LLMError
 from rubricrl.llm.reasoning import split_reasoning

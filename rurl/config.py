@@ -310,10 +310,22 @@ class RurlConfig:
         return RubricDropout(self.rubric_dropout, self.rubric_dropout_min) if self.rubric_dropout else None
 
 
-def check_with_trl(rurl: RurlConfig, grpo: "GRPOConfig", reward_funcs: list[str] = (), mode: str | None = None) -> None:
-    """The rurl settings that depend on GRPOConfig's (and on the reward functions and the grading mode), checked once
-    all are parsed (before the dry run prints)."""
+def check_with_trl(
+    rurl: RurlConfig,
+    grpo: "GRPOConfig",
+    reward_funcs: list[str] = (),
+    mode: str | None = None,
+    verdict_format: str | None = None,
+) -> None:
+    """The rurl settings that depend on GRPOConfig's (and on the reward functions and the grading mode and verdict
+    format), checked once all are parsed (before the dry run prints)."""
     from grading.grader import EXPLICIT_MODES
+
+    if rurl.ledger_reask and (verdict_format == "probability" or (mode is not None and mode not in EXPLICIT_MODES)):
+        raise ConfigError(
+            f"rurl.ledger_reask asks verdicts again afresh: grading.mode {mode} with verdict_format {verdict_format} "
+            "has no fresh verdict to ask (probability reads one deterministic reply; a rating mode has no verdicts)"
+        )
 
     if rurl.criterion_advantage != "none" and mode is not None and mode not in EXPLICIT_MODES:
         raise ConfigError(

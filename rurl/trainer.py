@@ -175,9 +175,10 @@ class RubricGRPOTrainer(GRPOTrainer):
         """The batch's criterion-level advantages (kept for `_trl_scored`) and, whatever the mode, the share of flat
         (group, criterion) pairs and of groups with all-zero advantages, from every process's verdicts in row order."""
         rows = [row for part in gather_object([self.failure_monitor.take_rows()]) for row in part]
-        answers = [answer for part in gather_object([self.failure_monitor.take_ledger()]) for answer in part if answer]
+        answers = [answer for part in gather_object([self.failure_monitor.take_ledger()]) for answer in part]
         if self.run_ledger is not None and self.accelerator.is_main_process:
-            counted = self.run_ledger.add(answers, self.state.global_step, self.state.max_steps)
+            size = self.num_generations if len(answers) == rewards.size(0) else None  # else by query (never expected)
+            counted = self.run_ledger.add(answers, self.state.global_step, self.state.max_steps, size)
             for name, value in counted.items():
                 metrics[name].append(value)
         self._criterion_advantages = self.criterion_flat = None
@@ -276,6 +277,7 @@ class RubricGRPOTrainer(GRPOTrainer):
                 replace(
                     seen[0],
                     rows=[],
+                    ledger=[],  # the ledger counts each completion's first grading
                     completions=0,
                     flagged=0,
                     noted=0,

@@ -15,8 +15,7 @@ from typing import Any
 
 from grading.grader import Grader
 from grading.rubric import rubric_from_items
-from grading.sampling import candidates, sample_and_grade
-from grading.select import select
+from grading.select import candidates, sample_and_grade, select
 from rubricrl.llm import LLMClient
 from rubricrl.llm.reasoning import answer_of
 from rubricrl.prompts import format_conversation, load_prompt

@@ -3,6 +3,7 @@ bias says and the gold judge only what the rules say, read from rubricrl's own j
 trains two kinds of run against them and writes its figures, the dropout run asking the judge fewer verdicts."""
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from experiments.hacking_lab import (
 )
 from experiments.lab_judge import Bias, LabJudge, request_parts, rules_of
 from grading.grader import GradeItem, Grader, GradingConfig
+from grading.ledger import Ledger
 from grading.rubric import rubric_from_items
 from rubricrl.llm import LLMClient, Role
 from tests.helpers import run, tiny_policy
@@ -75,6 +77,8 @@ def test_a_short_lab_run_writes_its_figures_and_dropout_asks_fewer_verdicts(tmp_
         assert figures["gold_best_step"] in (0, 2)
         counts = json.loads((tmp_path / "lab" / kind / "seed-0" / "lab_judge.json").read_text())
         assert 0 <= counts["overclaimed"] <= counts["judge_credited"] <= counts["biased_calls"]
+        assert sum(counts["broken"].values()) == counts["overclaimed"]
+        assert set(figures["ledger_overclaimed"]) <= {c["criterion"] for c in LAB_RUBRIC}  # the run's ledger, read
         assert json.loads((tmp_path / "lab" / kind / "seed-0" / "lab_run.json").read_text())["policy"] == policy
     # 8 criteria a completion; dropout 0.5 leaves out 4 of them
     assert runs["dropout-0.5"][0]["judge_calls_per_step"] == pytest.approx(
@@ -139,6 +143,14 @@ def test_the_lab_judge_counts_overclaim_as_the_monitor_does():
         monitored = graded_records(judge, "gold", answers, items)
     found = overclaim(judged, monitored)
     assert (judge.overclaimed, judge.credited) == (found["overclaimed"], found["judge_credited"]) == (3, 6)
+    # per criterion too: the criterion ledger's overclaims are those the bias broke
+    assert judge.broken == {"Writes no comma.": 2, "Answers in at most 10 words.": 1}
+    ledger = Ledger()
+    ledger.add_monitor(judged, monitored)
+    table, summed = ledger.table(), Counter()
+    for text, count in zip(table["criterion"], table["overclaimed"]):
+        summed[text] += count
+    assert +summed == judge.broken
 
 
 def fake_run(out: Path, steps: int, lab_run: dict | None = None) -> None:
@@ -234,6 +246,7 @@ def test_a_run_made_with_other_settings_is_trained_anew(tmp_path, monkeypatch, c
         "judge_credited": 0,
         "overclaimed": 0,
         "overclaim": None,
+        "broken": {},
     }
     assert main(argv) == 0 and trained == [1e-3]  # now read back
 

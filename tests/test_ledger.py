@@ -207,3 +207,47 @@ def test_graded_records_make_a_ledger_only_where_a_query_has_several_answers():
     assert answer_from_record(records[2]).scored is False
     table = ledger_of_records(records).table()
     assert table["groups"] == [1, 1] and table["flat_groups"] == [1, 0] and table["carries"] == ["nothing", "signal"]
+
+
+def test_re_asks_that_cannot_be_tested_leave_a_criterion_carrying_signal():
+    """Re-asked 20 times, but always where the first verdict was met: nothing to compare the unmet ones with, so
+    neither consistent nor noise."""
+    rubric = (LedgerCriterion("Varies.", 5), LedgerCriterion("Other.", 5))
+    answers = [
+        LedgerAnswer("q", rubric, (float(i % 2), 1.0), "dd", reasks=((0, True, i % 3 == 0),) if i % 2 else ())
+        for i in range(40)
+    ]
+    ledger = Ledger()
+    ledger.add(answers)
+    row = by_text(assess(ledger.arrow()), "q")["Varies."]
+    assert row["reasked"] == 20 and row["judge_consistent"] is None and row["carries"] == "signal"
+
+
+def test_a_query_drawn_twice_in_one_batch_is_two_groups_where_the_batch_says_its_group_size():
+    """A GRPO batch groups consecutive rows: a query whose two groups each agree among themselves, but not with each
+    other, is flat in both; read by query id alone it would be one group that varies."""
+    rubric = (LedgerCriterion("A.", 1),)
+    answers = [LedgerAnswer("q", rubric, (1.0,), "d")] * 4 + [None] + [LedgerAnswer("q", rubric, (0.0,), "d")] * 3
+    by_rows, by_query = Ledger(), Ledger()
+    by_rows.add(answers, group_size=4)
+    by_query.add(answers)
+    assert (by_rows.table()["groups"], by_rows.table()["flat_groups"]) == ([2], [2])
+    assert (by_query.table()["groups"], by_query.table()["flat_groups"]) == ([1], [0])
+
+
+def test_a_criterion_flat_among_its_decided_verdicts_carries_nothing_beside_an_undecided_one():
+    """Another criterion left undecided in one answer changes no one's share: every answer is scored over the
+    points decided in the group, an undecided verdict at its criterion's mean."""
+    rubric = (LedgerCriterion("Always.", 5), LedgerCriterion("Varies.", 5))
+    answers = [
+        LedgerAnswer("q", rubric, (1.0, 1.0), "dd"),
+        LedgerAnswer("q", rubric, (1.0, None), "du"),
+        LedgerAnswer("q", rubric, (1.0, 0.0), "dd"),
+        LedgerAnswer("q", rubric, (None, 0.0), "fd"),
+    ]
+    ledger = Ledger()
+    ledger.add(answers)
+    rows = by_text(ledger.table(), "q")
+    assert rows["Always."]["carries"] == "nothing" and rows["Always."]["signal"] == 0.0
+    assert rows["Varies."]["rubric_signal_share"] == pytest.approx(1.0)
+    assert (rows["Varies."]["undecided"], rows["Always."]["failed"]) == (1, 1)

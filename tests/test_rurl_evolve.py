@@ -337,6 +337,11 @@ def test_same_step_criteria_grade_the_group_they_were_written_from_in_a_one_epoc
     assert history[0]["evolve/refused_exploitable"] == 1.0 and history[0]["evolve/waiting"] == 0.0
     # the probe preflight ran first (this judge meets every original criterion: every probe earns it all, a warning)
     assert summary["probe_preflight"]["rows"] == 2 and summary["probe_preflight"]["best_paid_share"] == 1.0
+    # the criterion ledger counts each completion's first grading once, the regraded group not again
+    from grading.ledger import read_table
+
+    ledger = read_table(out / "ledger.parquet").to_pydict()
+    assert sorted(ledger["query_id"]) == ["q0", "q1"] and ledger["graded"] == [4, 4]
 
 
 def test_same_step_waits_at_most_the_deadline_and_grades_a_late_group_without_new_criteria(monkeypatch, capsys):

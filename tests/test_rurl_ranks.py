@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from grading.ledger import read_table
 from tests.fault_server import FaultServer
 from tests.helpers import group_gone, tiny_policy, tiny_rurl_train
 
@@ -132,6 +133,10 @@ def test_processes_pool_kept_groups_when_one_process_has_only_flat_ones(tmp_path
         assert entry["frac_reward_zero_std"] == 0.5 and entry["no_update"] == 0.0
     flat = json.loads((out / "checkpoint-1" / "rurl_state.json").read_text())["flat"]
     assert flat == ["q0"]
+    # the criterion ledger counts both processes' groups once: 2 steps x 4 completions of each query
+    ledger = read_table(out / "ledger.parquet").to_pydict()
+    assert sorted(set(ledger["query_id"])) == ["q0", "q1"] and ledger["graded"] == [8] * 10
+    assert {c for q, c in zip(ledger["query_id"], ledger["carries"]) if q == "q0"} == {"nothing"}
 
 
 def test_one_step_ahead_every_process_follows_the_same_schedule(tmp_path, quiet_env):
@@ -175,6 +180,8 @@ def test_one_step_ahead_every_process_follows_the_same_schedule(tmp_path, quiet_
     assert steps[0]["async/staleness"] == 0.0 and steps[1]["async/staleness"] in (0.0, 0.5, 1.0)
     assert all(entry["dynamic_sampling/groups_generated"] >= 2 for entry in steps)
     assert "one step ahead:" in errs[0] + errs[1]
+    ledger = read_table(out / "ledger.parquet").to_pydict()  # dropout's left-out criteria counted, never graded
+    assert sum(ledger["dropped"]) > 0 and all(g + d > 0 for g, d in zip(ledger["graded"], ledger["dropped"]))
 
 
 def test_the_failure_guard_stops_every_process_at_the_same_step(tmp_path, quiet_env):

@@ -24,6 +24,7 @@ training step: the batch is unscored and `on_batch` carries the one-line reason,
 checkpoint (rurl/watch/guards.py).
 """
 
+import asyncio
 import functools
 import hashlib
 import json
@@ -34,9 +35,10 @@ from urllib.parse import urlsplit
 from grading.asking import ask_afresh
 from grading.batch import BatchStats, as_conversation, grade_batch
 from grading.grader import Grader
-from grading.ledger import answer_of_graded
+from grading.ledger import ABSENT, LedgerAnswer, LedgerCriterion, verdict_state
 from grading.rubric import rubric_from_items
 from rubricrl.aio import gather_or_cancel
+from rubricrl.llm import EndpointUnreachable
 from rubricrl.llm.calls import tallying_requests
 from rubricrl.llm.reasoning import as_written, split_reasoning
 from rurl.reward.dropout import RubricDropout
@@ -86,8 +88,7 @@ async def rubric_reward(
     response template's parsing cannot hide where the reasoning ended. With `dropout`, each query's rubric loses the
     criteria its mask drops at the step this batch trains at: `trains_at`, given by a schedule that grades a batch
     before the step that trains it (rurl/schedule/one_step_ahead.py), else `trainer_state.global_step`. `grade_after` is
-    awaited before the first judge call (the same schedule: a batch's grading waits for the one before it). `reask`:
-    the share of verdicts asked again afresh for the criterion ledger (`BatchStats.ledger`: `ledger_answers`)."""
+    awaited before the first judge call (the same schedule). `reask`: the criterion ledger's (`ledger_answers`)."""
     if not len(prompts) == len(completions) == len(rubrics):
         raise ValueError(f"{len(prompts)} prompts, {len(completions)} completions, {len(rubrics)} rubrics")
     if rubric_for is not None and id is not None:  # rubrics evolving during the run (rurl/evolving/evolution.py)
@@ -126,7 +127,8 @@ async def rubric_reward(
             on_batch(stats)
         return batch.scores
     stats.dropped_verdicts = dropped["judge_verdicts"] if dropping else None
-    stats.ledger = await ledger_answers(grader, batch, whole, parsed if dropping else None, prompts, texts, id, reask)
+    kept = parsed if dropping else None
+    stats.ledger = await ledger_answers(grader, batch, whole, kept, prompts, texts, id, (reask, deadline))
     if on_batch is not None:
         on_batch(stats)
     if log_metric is not None:
@@ -160,16 +162,17 @@ async def ledger_answers(
     prompts: list,
     texts: list[str],
     ids: list | None,
-    reask: float,
+    reask: tuple[float, float | None],
 ) -> list:
     """Per completion, its verdicts against its query's whole rubric for the criterion ledger (None: not judged);
-    `kept`: each rubric as rubric dropout left it; `reask`: the share of verdicts asked again afresh."""
+    `kept`: each rubric as rubric dropout left it; `reask`: (the share of verdicts asked again afresh, the seconds
+    they may take: the reward's deadline)."""
     query_ids = [str(i) for i in ids] if ids is not None else [str(prompt) for prompt in prompts]
-    reasked = await asked_afresh(grader, batch, kept or whole, prompts, texts, query_ids, reask) if reask > 0 else {}
+    reasked = await asked_afresh(grader, batch, kept or whole, prompts, texts, query_ids, *reask) if reask[0] else {}
     return [
         None
         if g is None
-        else answer_of_graded(
+        else ledger_answer(
             query_ids[i],
             whole[i],
             g,
@@ -181,11 +184,38 @@ async def ledger_answers(
     ]
 
 
+def ledger_answer(
+    query_id: str,
+    rubric,
+    graded,
+    scored: bool,
+    kept=None,
+    reasks: tuple[tuple[str, bool, bool], ...] = (),
+) -> LedgerAnswer | None:
+    """An answer graded in training (grading/grader.py's `Graded`; None: not judged before the deadline, nothing to
+    count) as the criterion ledger reads it (grading/ledger.py): against its query's whole `rubric`, of which the
+    criteria not in `kept` (rubric dropout's rubric) were left out. `reasks`: (criterion text, first verdict, verdict
+    asked again)."""
+    if graded is None:
+        return None
+    criteria = tuple(LedgerCriterion(c.text, c.points, c.tags, c.rule is not None) for c in rubric.criteria)
+    by_text = {v.criterion: v for v in graded.verdicts}
+    found = [by_text.get(c.text) for c in rubric.criteria]
+    states = "".join(ABSENT if v is None else verdict_state(v.met, v.source, v.explanation) for v in found)
+    credits = [None if v is None or v.credit is None else float(v.credit) for v in found]
+    left = set() if kept is None else {c.text for c in rubric.criteria} - {c.text for c in kept.criteria}
+    dropped = frozenset(k for k, criterion in enumerate(rubric.criteria) if criterion.text in left)
+    position = {criterion.text: k for k, criterion in enumerate(rubric.criteria)}
+    again = tuple((position[text], first, second) for text, first, second in reasks if text in position)
+    return LedgerAnswer(query_id, criteria, tuple(credits), states, scored, dropped, again)
+
+
 async def asked_afresh(grader: Grader, batch, rubrics: list, prompts: list, texts: list[str],
-                       query_ids: list[str], share: float) -> dict[int, tuple]:  # fmt: skip
+                       query_ids: list[str], share: float, deadline: float | None) -> dict[int, tuple]:  # fmt: skip
     """Per completion (its index), the verdicts asked again afresh: (criterion text, first verdict, verdict asked
     again), for a `share` of the decided judge verdicts, drawn by a hash of the query, the criterion and the answer
-    (the same on a rerun). Their calls are counted in the batch's (`batch.stats`)."""
+    (the same on a rerun). Their calls are counted in the batch's (`batch.stats`). They are a measurement, never the
+    reward's: a judge gone, or re-asks unanswered within `deadline` seconds, leave them out."""
     config, graded = grader.config, batch.graded
     chosen = [
         (i, criterion, bool(verdict.met))
@@ -201,11 +231,15 @@ async def asked_afresh(grader: Grader, batch, rubrics: list, prompts: list, text
     answers = [
         split_reasoning(t, config.reasoning_delimiters, starts_open=config.reasoning_starts_open).answer for t in texts
     ]
+    asking = gather_or_cancel(
+        ask_afresh(grader.client, config, grader.prompt, as_conversation(prompts[i]), answers[i] or "", criterion)
+        for i, criterion, _ in chosen
+    )
     with tallying_requests() as tally:
-        again = await gather_or_cancel(
-            ask_afresh(grader.client, config, grader.prompt, as_conversation(prompts[i]), answers[i] or "", criterion)
-            for i, criterion, _ in chosen
-        )
+        try:
+            again = await asyncio.wait_for(asking, deadline)
+        except (EndpointUnreachable, TimeoutError):
+            again = [None] * len(chosen)
     batch.stats.judge_calls += tally.answered
     batch.stats.failed_requests += tally.failed
     out: dict[int, list] = {}

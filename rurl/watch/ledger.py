@@ -5,10 +5,10 @@ folder (a killed run keeps what its last checkpoint had), then written with the 
 - moved: a criterion's pass rate in the last fifth of the steps against the first (a two-sided two-proportion
   z-test among the criteria decided at least MOVED_MIN_DECIDED times in each, Benjamini-Hochberg at MOVED_FDR);
 - judge_consistent: where verdicts were asked again afresh (rurl.ledger_reask), whether the second verdict follows the
-  first: P(again met | first met) against P(again met | first unmet), the same test, among criteria re-asked at least
+  first: P(again met | first met) above P(again met | first unmet), the same test one-sided, among criteria re-asked at least
   REASK_MIN_PAIRS times with both first verdicts seen, at the same false discovery rate. A criterion that moved the
-  reward (`carries` "signal") whose re-asks the test cannot tell from chance is marked "noise": the judge answers it
-  at random, or too few re-asks were made to show otherwise (its counts say which)."""
+  reward (`carries` "signal"), tested, whose re-asks the test cannot tell from chance is marked "noise": the judge
+  answers it at random, or too few re-asks were made to show otherwise (its counts say which)."""
 
 import sys
 from pathlib import Path
@@ -49,12 +49,14 @@ def assess(table):
     first_was_met = met_met + met_unmet
     checked = np.nonzero((reasked >= REASK_MIN_PAIRS) & (first_was_met > 0) & (reasked - first_was_met > 0))[0]
     consistency = np.full(table.num_rows, np.nan)
-    for i in checked:
-        consistency[i] = two_proportions(met_met[i], first_was_met[i], unmet_met[i], reasked[i] - first_was_met[i])
+    for i in checked:  # one-sided: re-asks that go against the first verdicts are no consistency
+        first_unmet = reasked[i] - first_was_met[i]
+        p = two_proportions(met_met[i], first_was_met[i], unmet_met[i], first_unmet) / 2
+        consistency[i] = p if met_met[i] / first_was_met[i] > unmet_met[i] / first_unmet else 1 - p
     agreeing = bh_threshold(consistency[checked], MOVED_FDR)
     consistent = consistency <= agreeing
     carries = np.array(table.column("carries").to_pylist(), dtype=object)
-    noise = (carries == "signal") & (reasked >= REASK_MIN_PAIRS) & ~consistent
+    noise = (carries == "signal") & ~np.isnan(consistency) & ~consistent
     carries[noise] = "noise"
     added = {
         "moved": pa.array(moved, pa.float64(), mask=np.isnan(moved)),
@@ -79,13 +81,13 @@ class RunLedger:
         self.ledger = Ledger()
         self.output_dir = output_dir
 
-    def add(self, answers: list, step: int, planned_steps: int) -> dict[str, float]:
-        """Count a generation batch's answers (every process's) at `step` of `planned_steps`; the batch's headline
-        figures, for the logs."""
+    def add(self, answers: list, step: int, planned_steps: int, group_size: int | None = None) -> dict[str, float]:
+        """Count a generation batch's answers (every process's, in row order; None: not judged) at `step` of
+        `planned_steps`, `group_size` consecutive answers a group; the batch's headline figures, for the logs."""
         self.ledger.planned_steps = self.ledger.planned_steps or planned_steps
-        batch = self.ledger.add(answers, step)
-        reasked = sum(len(answer.reasks) for answer in answers)
-        agreed = sum(first == again for answer in answers for _, first, again in answer.reasks)
+        batch = self.ledger.add(answers, step, group_size)
+        asked = [pair for answer in answers if answer is not None for pair in answer.reasks]
+        reasked, agreed = len(asked), sum(first == again for _, first, again in asked)
         metrics = {"ledger/criteria": float(len(self.ledger))}
         if batch["group_verdicts"]:
             metrics["ledger/flat_verdict_share"] = batch["flat_verdicts"] / batch["group_verdicts"]
@@ -124,7 +126,7 @@ class RunLedger:
         return figures
 
 
-def log_table(wandb_run, table: dict[str, list], figures: dict[str, Any]) -> None:
+def log_table(wandb_run, table, figures: dict[str, Any]) -> None:
     """The headline figures in the run's summary, and the ledger as a wandb table (its readable columns)."""
     import wandb
 

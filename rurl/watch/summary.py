@@ -105,10 +105,10 @@ def summary_text(summary: dict[str, Any], output_dir: Path) -> str:
         f"completions graded, {rate:.1%} unscored ({judge['timed_out']} past the deadline), "
         f"{judge['failed_verdicts']} of {judge['verdicts']} verdicts failed",
     ]
-    if summary.get("ledger"):
+    if summary.get("ledger"):  # first: which criteria carried the signal, and what the flat ones cost
         from grading.ledger import headline_lines
 
-        lines += ["  " + line for line in headline_lines(summary["ledger"])]
+        lines[1:1] = ["  " + line for line in headline_lines(summary["ledger"])]
     if summary["hardest_criteria"]:
         lines.append("  hardest criteria: " + "; ".join(_criterion(row) for row in summary["hardest_criteria"]))
         lines.append("  easiest criteria: " + "; ".join(_criterion(row) for row in summary["easiest_criteria"]))
