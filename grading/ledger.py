@@ -278,8 +278,8 @@ class Ledger:
         return self.arrow().to_pydict()
 
     def _ends(self) -> tuple[int | None, int | None]:
-        """The first window and the latest one holding verdicts (None without windows, or before any)."""
-        if not self.planned_steps or not len(self):
+        """The first window and the latest one holding verdicts (None where none does: no steps were counted)."""
+        if not len(self):
             return None, None
         filled = np.nonzero(self.window_decided[: len(self)].sum(axis=0))[0]
         return (None, None) if not len(filled) else (0, int(filled[-1]))

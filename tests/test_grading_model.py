@@ -96,6 +96,7 @@ def test_grade_writes_the_criterion_ledger_where_a_query_has_several_answers(
     from grading.ledger import read_table
 
     folder, chosen = ideal_subset
+    chosen = chosen[:1]  # the example with the fewest criteria
     responses = tmp_path / "responses.jsonl"
     with responses.open("w") as out:
         for row in chosen:
@@ -104,7 +105,8 @@ def test_grade_writes_the_criterion_ledger_where_a_query_has_several_answers(
                 out.write(json.dumps({"id": row["prompt_id"], "response": answer}) + "\n")
     output = tmp_path / "graded.jsonl"
     flags = ["--rubrics", str(folder / "rubrics.jsonl"), "--responses", str(responses), "--output", str(output)]
-    assert main(["grade", *flags, *llm_flags(local_server), "--max-failure-rate", "1"]) == 0
+    flags += ["--verdict-format", "verdict_only", "--max-failure-rate", "1"]
+    assert main(["grade", *flags, *llm_flags(local_server)]) == 0
     table = read_table(tmp_path / "graded.ledger.parquet").to_pydict()
     expected = [(row["prompt_id"], k, c["criterion"]) for row in chosen for k, c in enumerate(row["rubrics"])]
     assert sorted(zip(table["query_id"], table["position"], table["criterion"])) == sorted(expected)

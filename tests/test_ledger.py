@@ -251,3 +251,43 @@ def test_a_criterion_flat_among_its_decided_verdicts_carries_nothing_beside_an_u
     assert rows["Always."]["carries"] == "nothing" and rows["Always."]["signal"] == 0.0
     assert rows["Varies."]["rubric_signal_share"] == pytest.approx(1.0)
     assert (rows["Varies."]["undecided"], rows["Always."]["failed"]) == (1, 1)
+
+
+def test_a_verdict_is_asked_afresh_at_a_sample_no_grading_used_and_per_criterion_in_the_batched_mode():
+    """The sample after `samples` and every `reask_undecided` round (a tie-breaker takes one more), so the re-ask is
+    never the grading's own answer read back; under `batched` the per-criterion prompt asks it."""
+    from grading.asking import ask_afresh
+    from grading.grader import GradingConfig, judge_prompt
+    from grading.rubric import Criterion
+    from tests.helpers import run
+
+    asked = []
+
+    class Recording:  # records what would be sent; the answer it gives back is not under test
+        async def chat(self, role, messages, *, n, schema, schema_name):
+            asked.append((n, messages[-1]["content"]))
+            return type("Result", (), {"parsed": [{"criteria_met": True}] * n})()
+
+    criterion = Criterion("Names the capital.", 3)
+    for config in (GradingConfig(samples=3, reask_undecided=2), GradingConfig(mode="batched")):
+        again = run(
+            ask_afresh(Recording(), config, judge_prompt(config), [{"role": "user", "content": "Q?"}], "A.", criterion)
+        )
+        assert again is True
+    (n_first, first), (n_second, second) = asked
+    assert n_first == 3 + 2 + 1 and n_second == 1 + 0 + 1  # samples 0..5 and 0..1: the last one is new
+    assert "Names the capital." in first and "Names the capital." in second  # one criterion asked, in both modes
+
+
+def test_a_run_ledger_saved_at_a_checkpoint_is_loaded_back_whole(tmp_path):
+    from rurl.watch.ledger import RunLedger
+
+    saved = RunLedger(tmp_path / "run")
+    rng = random.Random(0)
+    saved.add([planted(rng, "q0", rng.random() < 0.5, True) for _ in range(8)], step=0, planned_steps=10)
+    saved.save(tmp_path / "run" / "checkpoint-1")
+    assert (tmp_path / "run" / "ledger.parquet").is_file()  # the run folder's copy, with the run's tests
+    assert "moved_p" in read_table(tmp_path / "run" / "ledger.parquet").column_names
+    loaded = RunLedger(tmp_path / "resumed")
+    loaded.load(tmp_path / "run" / "checkpoint-1")
+    assert loaded.ledger.table() == {**saved.ledger.table()}

@@ -94,7 +94,7 @@ def test_the_reward_hands_the_ledger_each_answer_against_its_whole_rubric_and_it
                 completions=["Paris.", "100 °C at sea level.", "Lyon, I think.", "Around 50 C."],
                 rubrics=rubrics,
                 id=["france", "water", "france", "water"],
-                grader=Grader(client, GradingConfig()),
+                grader=Grader(client, GradingConfig(verdict_format="verdict_only")),  # a few tokens a verdict
                 dropout=RubricDropout(0.5),
                 reask=1.0,
                 on_batch=seen.append,

@@ -180,8 +180,10 @@ def test_one_step_ahead_every_process_follows_the_same_schedule(tmp_path, quiet_
     assert steps[0]["async/staleness"] == 0.0 and steps[1]["async/staleness"] in (0.0, 0.5, 1.0)
     assert all(entry["dynamic_sampling/groups_generated"] >= 2 for entry in steps)
     assert "one step ahead:" in errs[0] + errs[1]
-    ledger = read_table(out / "ledger.parquet").to_pydict()  # dropout's left-out criteria counted, never graded
-    assert sum(ledger["dropped"]) > 0 and all(g + d > 0 for g, d in zip(ledger["graded"], ledger["dropped"]))
+    # the ledger: a group's completions share its mask, so each criterion is graded or dropped for all 4 of them
+    ledger = read_table(out / "ledger.parquet").to_pydict()
+    assert sum(ledger["dropped"]) > 0 and all(d % 4 == 0 for d in ledger["dropped"])
+    assert all(g + d > 0 and (g + d) % 4 == 0 for g, d in zip(ledger["graded"], ledger["dropped"]))
 
 
 def test_the_failure_guard_stops_every_process_at_the_same_step(tmp_path, quiet_env):
