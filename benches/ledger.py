@@ -11,11 +11,12 @@ group, 40 steps; each answer has a quality drawn uniformly):
 - follows: met when the answer's quality is above the middle, the judge erring 5% of the time (asked again, it errs
   afresh);
 - learned: follows the answer with a bar that falls over the run (its pass rate rises from about 20% to 80%).
-Printed per role: the share of its criteria the ledger says carried signal, carried nothing, or were judged at random
-(re-asks at `--reask`, and without re-asks), its mean share of its rubric's signal, and how often the first/last-fifth
-test says it moved. The false-signal rate: of the criteria whose verdicts do not follow the answer (coin, near-flat),
-the share reported as carrying signal; without re-asks the ledger cannot tell them (the limit it states); with them,
-it should be near the test's level. The moved test's rate on roles that do not move is its false alarms.
+Printed per role: the share of its criteria the ledger says carried signal (and of those, the ones whose re-asks
+could not be tested: too few with both first verdicts seen), carried nothing, or were judged at random (re-asks at
+`--reask`, and without re-asks), its mean share of its rubric's signal, and how often the first/last-fifth test says
+it moved. The false-signal rate: of the criteria whose verdicts do not follow the answer (coin, near-flat), the share
+reported as carrying signal; without re-asks the ledger cannot tell them (the limit it states); with them, a tested
+one should be near the test's level. The moved test's rate on roles that do not move is its false alarms.
 
 Cost: a ledger filled with `--size` queries of 30 criteria (RubricHub: 110k queries, about 30 criteria each), then
 steps of 64 queries x 8 answers: the seconds a step adds (counting a batch, and building its answers from graded
@@ -80,13 +81,15 @@ def planted_run(seed: int, reask: float, queries: int = 16, group: int = 8, step
 
 
 def roles_table(runs: int, reask: float) -> dict[str, dict[str, float]]:
-    counts = {role: {"signal": 0, "nothing": 0, "noise": 0, "moved": 0, "tested": 0, "share": []} for role in ROLES}
+    counts = {role: {"signal": 0, "untested": 0, "nothing": 0, "noise": 0, "moved": 0, "tested": 0, "share": []}
+              for role in ROLES}  # fmt: skip
     for seed in range(runs):
         table = planted_run(seed, reask)
         for i, text in enumerate(table["criterion"]):
             role = text.removeprefix("The ").removesuffix(" criterion.")
             row = counts[role]
             row[table["carries"][i] or "nothing"] += 1
+            row["untested"] += table["carries"][i] == "signal" and reask > 0 and table["judge_consistent"][i] is None
             row["share"].append(table["rubric_signal_share"][i] or 0.0)
             if table["moved_significant"][i] is not None:
                 row["tested"] += 1
@@ -97,6 +100,7 @@ def roles_table(runs: int, reask: float) -> dict[str, dict[str, float]]:
         out[role] = {
             "criteria": total,
             "signal": row["signal"] / total,
+            "untested": row["untested"] / total,
             "nothing": row["nothing"] / total,
             "noise": row["noise"] / total,
             "mean_share": statistics.fmean(row["share"]),
@@ -181,13 +185,16 @@ def main() -> None:
         table = roles_table(args.runs, reask)
         results[f"reask {reask:g}"] = table
         print(f"\nplanted roles, {args.runs} runs, re-asks {reask:.0%} of verdicts")
-        print(f"{'role':<10} {'signal':>7} {'nothing':>8} {'noise':>6} {'mean share':>11} {'moved (tested)':>15}")
+        print(f"{'role':<10} {'signal':>7} {'(untested)':>10} {'nothing':>8} {'noise':>6} {'mean share':>11} "
+              f"{'moved (tested)':>15}")  # fmt: skip
         for role, row in table.items():
             moved = "-" if row["moved"] is None else f"{row['moved']:.1%} ({row['moved_tested']})"
-            print(f"{role:<10} {row['signal']:>7.1%} {row['nothing']:>8.1%} {row['noise']:>6.1%} "
-                  f"{row['mean_share']:>11.3f} {moved:>15}")  # fmt: skip
-        false = statistics.fmean(table[role]["signal"] for role in NO_ANSWER_SIGNAL)
-        print(f"false signal (coin, near-flat reported as carrying signal): {false:.1%}")
+            print(f"{role:<10} {row['signal']:>7.1%} {row['untested']:>10.1%} {row['nothing']:>8.1%} "
+                  f"{row['noise']:>6.1%} {row['mean_share']:>11.3f} {moved:>15}")  # fmt: skip
+        for role in NO_ANSWER_SIGNAL:
+            print(f"false signal ({role} reported as carrying signal): {table[role]['signal']:.1%} "
+                  f"(of the {role} criteria, {table[role]['untested']:.1%} untested by the re-asks and "
+                  f"{table[role]['signal'] - table[role]['untested']:.1%} tested)")  # fmt: skip
         print(f"power (follows, learned reported as carrying signal): "
               f"{statistics.fmean(table[r]['signal'] for r in ('follows', 'learned')):.1%}")  # fmt: skip
     figures = cost(args.size)
