@@ -121,6 +121,11 @@ class Ledger:
         self.window_met, self.window_decided = grown(self.window_met), grown(self.window_decided)
         self.capacity = capacity
 
+    def flat_criteria(self) -> tuple[int, int]:
+        """(criteria flat in every group they were graded in, criteria graded in groups) so far: a step's look."""
+        groups, flat = (self.counts[: len(self), self._column[name]] for name in ("groups", "flat_groups"))
+        return int(((groups > 0) & (flat == groups)).sum()), int((groups > 0).sum())
+
     def window(self, step: int | None) -> int | None:
         if step is None or not self.planned_steps:
             return None

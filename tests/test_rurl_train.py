@@ -164,6 +164,7 @@ def test_the_ledger_counts_every_graded_group_and_a_resumed_run_goes_on_from_its
     assert all(row["graded"] == row["decided"] and row["graded"] % GENERATIONS == 0 for row in rows)
     history = [entry for entry in trainer.state.log_history if "ledger/flat_verdict_share" in entry]
     assert len(history) == 2 and all(0 < entry["ledger/flat_verdict_share"] < 1 for entry in history)
+    assert history[-1]["ledger/no_signal_criteria"] == sum(row["carries"] == "nothing" for row in rows) >= 10
     first = read_table(tmp_path / "checkpoint-1" / "ledger.parquet").to_pydict()
     last = read_table(tmp_path / "ledger.parquet").to_pydict()  # the run folder's, as the last checkpoint left it
     assert sum(first["graded"]) < sum(last["graded"]) == sum(table["graded"])

@@ -88,7 +88,10 @@ class RunLedger:
         batch = self.ledger.add(answers, step, group_size)
         asked = [pair for answer in answers if answer is not None for pair in answer.reasks]
         reasked, agreed = len(asked), sum(first == again for _, first, again in asked)
-        metrics = {"ledger/criteria": float(len(self.ledger))}
+        nothing, in_groups = self.ledger.flat_criteria()
+        metrics = {"ledger/criteria": float(len(self.ledger)), "ledger/no_signal_criteria": float(nothing)}
+        if in_groups:
+            metrics["ledger/no_signal_share"] = nothing / in_groups
         if batch["group_verdicts"]:
             metrics["ledger/flat_verdict_share"] = batch["flat_verdicts"] / batch["group_verdicts"]
         if reasked:
