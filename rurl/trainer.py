@@ -28,7 +28,7 @@ from rurl.reward.extra import unscored_rows
 from rurl.schedule.dynamic_sampling import DynamicSampler, DynamicSampling
 from rurl.schedule.one_step_ahead import AheadSchedule
 from rurl.schedule.update_gate import UpdateGate
-from rurl.watch.ledger import RunLedger
+from rurl.watch.ledger import SO_FAR, RunLedger
 
 TRL_RANGE = ((1, 16), (1, 17))
 """TRL versions [from, to) whose private GRPOTrainer methods this subclass was checked against."""
@@ -180,6 +180,8 @@ class RubricGRPOTrainer(GRPOTrainer):
             size = self.num_generations if len(answers) == rewards.size(0) else None  # else by query (never expected)
             counted = self.run_ledger.add(answers, self.state.global_step, self.state.max_steps, size)
             for name, value in counted.items():
+                if name in SO_FAR:  # the run so far: the step's last round says it
+                    metrics[name].clear()
                 metrics[name].append(value)
         self._criterion_advantages = self.criterion_flat = None
         if len(rows) != rewards.size(0):  # not every row's verdicts came with this batch (never expected)

@@ -20,6 +20,8 @@ from rurl.watch.summary import MOVED_FDR, MOVED_MIN_DECIDED
 
 FILE = "ledger.parquet"
 PLOT = "ledger.png"
+SO_FAR = ("ledger/criteria", "ledger/no_signal_criteria", "ledger/no_signal_share")
+"""The per-step figures that count the whole run so far: a step logs its last value, not the mean of its rounds."""
 WANDB_ROWS = 10_000
 """The most asked criteria that go to wandb's table (all of them are in ledger.parquet)."""
 REASK_MIN_PAIRS = 10
