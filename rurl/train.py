@@ -75,9 +75,8 @@ def run_train(args) -> int:
     with clock.phase("settings"):
         settings = parse_settings(args, command=COMMAND, trl_defaults=trl_defaults())
         train_args, rurl, grading, llm, grpo, model = settings
-        check_with_trl(
-            rurl, grpo, train_args.reward_funcs, grading.mode, grading.verdict_format
-        )  # before the dry run: what the run refuses
+        # before the dry run: what the run refuses
+        check_with_trl(rurl, grpo, train_args.reward_funcs, grading.mode, grading.verdict_format)
         dropout_for_schedule(args, rurl, grpo)
         check_judge_wait(rurl, grpo, grading)
         extra_rewards = extra_reward_funcs(train_args.reward_funcs)

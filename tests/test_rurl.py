@@ -260,6 +260,8 @@ def test_a_run_without_vllm_imports_trls_trainer_without_it():
         (["--evolve", "true", "--evolve_deadline", "1000"], "rurl.evolve_deadline 1000 s is more than half of"),
         (["--evolve_max_share", "0"], "--evolve-max-share must be within (0, 1], got 0.0"),
         (["--evolve", "true", "--mode", "implicit"], "rurl.evolve: grading.mode implicit decides no criterion"),
+        (["--ledger_reask", "1.5"], "--ledger-reask must be within [0, 1] (a share of the judge verdicts), got 1.5"),
+        (["--ledger_reask", "0.1", "--verdict-format", "probability"], "rurl.ledger_reask asks verdicts again afresh"),
     ],
 )
 def test_bad_settings_are_one_line_errors(args, message, tmp_path, capsys, no_model_load):
