@@ -469,32 +469,38 @@ def _short_row(row: dict[str, Any]) -> str:
 
 
 def draw(table):
-    """Signal share against pass rate, one point per criterion graded in groups, those whose text the monitor found
-    overclaimed marked (a run's monitor grades the held-out queries: their criteria mark the training queries' that
-    share their text). The figure, or None: no matplotlib, or nothing to draw. `table`: a ledger's pyarrow table."""
+    """Signal share against pass rate, one point per criterion graded in groups; where the monitor judged its text
+    (a run's monitor grades the held-out queries, whose criteria may share a text with the training queries'), the
+    point's colour is that text's overclaim. The figure, or None: no matplotlib, or nothing to draw."""
     from rubricrl import charts
 
     texts = table.column("criterion").to_pylist()
-    overclaimed = {text for text, count in zip(texts, table.column("overclaimed").to_pylist()) if count}
+    over, credited = Counter(), Counter()  # per text, over the queries the monitor judged
+    for text, count, of in zip(
+        texts, table.column("overclaimed").to_pylist(), table.column("judge_credited").to_pylist()
+    ):
+        over[text], credited[text] = over[text] + count, credited[text] + of
+    pooled = {text: over[text] / of for text, of in credited.items() if of}
     rates, shares = table.column("pass_rate").to_pylist(), table.column("rubric_signal_share").to_pylist()
-    points = [
-        (rate, share, text in overclaimed)
-        for rate, share, text in zip(rates, shares, texts)
-        if rate is not None and share is not None
-    ]
+    points = [(x, y, text) for x, y, text in zip(rates, shares, texts) if x is not None and y is not None]
     if not charts.available() or not points:
         return None
     drawn, axis = charts.figure(6.4, 4.0)
-    plain, marked = ([(x, y) for x, y, over in points if bool(over) == kind] for kind in (False, True))
+    plain = [(x, y) for x, y, text in points if text not in pooled]
+    judged = [(x, y, pooled[text]) for x, y, text in points if text in pooled][:: max(1, len(points) // 20_000)]
     charts.scatter(axis, [x for x, _ in plain], [y for _, y in plain], "criterion", limit=20_000, s=8, alpha=0.5)
-    if marked:
-        charts.scatter(axis, [x for x, _ in marked], [y for _, y in marked], "overclaimed (monitor)", limit=20_000,
-                       s=14, color="tab:red", marker="x")  # fmt: skip
+    if judged:
+        shown = axis.scatter([x for x, _, _ in judged], [y for _, y, _ in judged], c=[r for _, _, r in judged],
+                             cmap="Reds", vmin=0, vmax=1, s=16, edgecolors="grey", linewidths=0.3,
+                             label="criterion the monitor judged")  # fmt: skip
+        drawn.colorbar(shown, ax=axis, label="overclaim of its text (monitor)")
     axis.set_xlabel("pass rate")
     axis.set_ylabel("share of its rubric's signal")
     axis.axhline(0, color="grey", linewidth=0.5)
     axis.grid(alpha=0.3)
-    charts.legend_above(axis, ["criterion", "overclaimed (monitor)"] if marked else ["criterion"])
+    charts.legend_above(
+        axis, [*(["criterion"] if plain else []), *(["criterion the monitor judged"] if judged else [])]
+    )
     return drawn
 
 
