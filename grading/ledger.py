@@ -311,8 +311,8 @@ class Ledger:
             ledger.counts[:n, j] = columns[name].to_numpy()
         ledger.sums[:n, 0], ledger.sums[:n, 1] = columns["met"].to_numpy(), columns["signal"].to_numpy()
         if n:
-            ledger.window_met[:n] = _unfixed(columns["window_met"], np.float64)
-            ledger.window_decided[:n] = _unfixed(columns["window_decided"], np.int64)
+            for name, windows in (("window_met", ledger.window_met), ("window_decided", ledger.window_decided)):
+                windows[:n] = np.asarray(columns[name].combine_chunks().flatten()).reshape(-1, FIFTHS)
         return ledger
 
 
@@ -323,11 +323,6 @@ def _ratio(part: np.ndarray, whole: np.ndarray):
     part, whole = np.asarray(part, dtype=np.float64), np.asarray(whole, dtype=np.float64)
     out = np.divide(part, whole, out=np.zeros(part.shape), where=whole != 0)
     return pa.array(out, pa.float64(), mask=whole == 0)
-
-
-def _unfixed(column, dtype) -> np.ndarray:
-    flat = column.combine_chunks().flatten().to_numpy(zero_copy_only=False)
-    return np.asarray(flat, dtype=dtype).reshape(-1, FIFTHS)
 
 
 TOP = 5
@@ -448,6 +443,11 @@ def headline_lines(figures: dict[str, Any]) -> list[str]:
             )
             + (f" (+{len(figures['tags']) - TOP} more tags in the table)" if len(figures["tags"]) > TOP else "")
         )
+    moved = [row for row in figures.get("tags_moved") or () if row["significant"]]  # a run's (rurl/watch/ledger.py)
+    if moved:
+        lines.append("  tags that moved (first -> last fifth, two-proportion z-test, FDR 5%): " + "; ".join(
+            f"{row['tag']} {pct(row['first_pass_rate'])} of {row['first_decided']} -> {pct(row['last_pass_rate'])} of "
+            f"{row['last_decided']} (p = {row['p']:.2g})" for row in moved[:TOP]))  # fmt: skip
     if figures["overclaimed"]:
         lines.append(
             "  most overclaimed (credited by the judge, rejected by the monitor): "

@@ -73,13 +73,15 @@ def collect(path: Path, label: str, max_examples: int) -> Folder:
 
 
 def read_ledger(folder: Folder) -> None:
-    """The folder's criterion ledger (ledger.parquet), where it has one: its headline and table."""
+    """The folder's criterion ledger (ledger.parquet), where it has one: its headline (a run's with the tags that
+    moved) and table."""
     from grading.ledger import headline, read_table
+    from rurl.watch.ledger import run_headline
 
     path = folder.path / "ledger.parquet"
     if path.is_file():
         folder.ledger_table = read_table(path)
-        folder.ledger = headline(folder.ledger_table)
+        folder.ledger = (run_headline if folder.kind == "rurl" else headline)(folder.ledger_table)
 
 
 # --- eval -----------------------------------------------------------------------------------------------------------

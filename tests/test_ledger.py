@@ -291,3 +291,28 @@ def test_a_run_ledger_saved_at_a_checkpoint_is_loaded_back_whole(tmp_path):
     loaded = RunLedger(tmp_path / "resumed")
     loaded.load(tmp_path / "run" / "checkpoint-1")
     assert loaded.ledger.table() == {**saved.ledger.table()}
+
+
+def test_a_tag_whose_criteria_moved_is_found_where_each_query_is_drawn_once():
+    """One epoch of a large set: every query drawn at one step only, so no criterion of its own reaches the moved
+    test; its tags pool them, and the tag whose criteria the policy learned moved, the steady one did not."""
+    from rurl.watch.ledger import run_headline, tag_moves
+
+    rng = random.Random(0)
+    rubric = (LedgerCriterion("Learned.", 5, ("axis:learned",)), LedgerCriterion("Steady.", 5, ("axis:steady",)))
+    ledger = Ledger(planned_steps=20)
+    for step in range(20):
+        answers = [
+            LedgerAnswer(
+                f"q{step}-{q}", rubric, (float(rng.random() < 0.2 + 0.6 * step / 19), float(rng.random() < 0.5)), "dd"
+            )
+            for q in range(4)
+            for _ in range(8)
+        ]
+        ledger.add(answers, step, group_size=8)
+    table = assess(ledger.arrow())
+    assert not any(table.column("moved_significant").to_pylist())  # no row has both fifths
+    moves = {row["tag"]: row for row in tag_moves(table)}
+    assert moves["axis:learned"]["significant"] and moves["axis:learned"]["first_decided"] == 128
+    assert not moves["axis:steady"]["significant"]
+    assert "tags that moved" in "\n".join(headline_lines(run_headline(table)))

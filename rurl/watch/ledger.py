@@ -76,6 +76,37 @@ def assess(table):
     return table.set_column(table.column_names.index("carries"), "carries", pa.array(carries.tolist(), pa.string()))
 
 
+def tag_moves(table) -> list[dict[str, Any]]:
+    """Per tag, the pass rate of its criteria pooled over the first and the last fifth of the steps, tested as a
+    criterion's move is (two-proportion z-test where each fifth holds at least MOVED_MIN_DECIDED decided verdicts,
+    Benjamini-Hochberg at MOVED_FDR over the tags tested), the significant ones first. Where each query is drawn too
+    rarely for its own criteria to be tested (one epoch of a large set), its tags still are."""
+    pooled: dict[str, list[float]] = {}
+    columns = [
+        table.column(name).to_pylist() for name in ("tags", "first_met", "first_decided", "last_met", "last_decided")
+    ]
+    for tags, *counts in zip(*columns):
+        for tag in tags or ():
+            entry = pooled.setdefault(tag, [0.0, 0, 0.0, 0])
+            for k, value in enumerate(counts):
+                entry[k] += value
+    rows = []
+    for tag, (first_met, first, last_met, last) in pooled.items():
+        if min(first, last) >= MOVED_MIN_DECIDED:
+            p = two_proportions(round(first_met), first, round(last_met), last)
+            rows.append({"tag": tag, "first_pass_rate": first_met / first, "first_decided": first,
+                         "last_pass_rate": last_met / last, "last_decided": last, "p": p})  # fmt: skip
+    threshold = bh_threshold([row["p"] for row in rows], MOVED_FDR)
+    for row in rows:
+        row["significant"] = row["p"] <= threshold
+    return sorted(rows, key=lambda row: (not row["significant"], row["p"], row["tag"]))
+
+
+def run_headline(table) -> dict[str, Any]:
+    """A run's headline: grading/ledger.py's, with the tags whose pass rate moved (`tag_moves`)."""
+    return {**headline(table), "tags_moved": tag_moves(table)}
+
+
 class RunLedger:
     """The ledger of one `rurl train` run (main process)."""
 
@@ -125,7 +156,7 @@ class RunLedger:
         table = self.table()
         write_table(table, self.output_dir / FILE)
         plot(table, self.output_dir / PLOT)
-        figures = headline(table)
+        figures = run_headline(table)
         if wandb_run is not None:
             log_table(wandb_run, table, figures)
         return figures
