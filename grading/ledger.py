@@ -30,17 +30,20 @@ from typing import Any
 
 import numpy as np
 
+from grading.report import both_decided
+
 FIFTHS = 5
 """The windows a run's steps are counted in: the first and the last are compared."""
 DECIDED, UNDECIDED, FAILED, ABSENT = "d", "u", "f", "-"
 """A verdict's state in a `LedgerAnswer`: decided; undecided; failed; not graded (dropped, or not asked)."""
 COUNTS = tuple(
     "graded dropped decided undecided failed judge_verdicts groups flat_groups group_verdicts flat_verdicts reasked "
-    "reask_agreed reask_met_met reask_met_unmet reask_unmet_met monitor_decided judge_credited monitor_credited "
+    "reask_met_met reask_met_unmet reask_unmet_met monitor_decided judge_credited monitor_credited "
     "overclaimed underclaimed".split()
 )
 """The integer counts of a row. `group_verdicts`: its judge verdicts in groups counted for flatness;
-`flat_verdicts`: those in flat groups. `reask_*`: (first verdict, verdict asked again) met/unmet."""
+`flat_verdicts`: those in flat groups. `reask_*`: (first verdict, verdict asked again) met/unmet, the re-asks
+where both were unmet being the rest of `reasked`."""
 SUMS = ("met", "signal")
 
 
@@ -169,7 +172,6 @@ class Ledger:
             for k, first, again in answer.reasks:
                 if k < size:
                     self.counts[rows[k], c["reasked"]] += 1
-                    self.counts[rows[k], c["reask_agreed"]] += first == again
                     if first or again:  # unmet-unmet is what is left of reasked
                         name = "reask_" + ("met" if first else "unmet") + "_" + ("met" if again else "unmet")
                         self.counts[rows[k], c[name]] += 1
@@ -197,10 +199,11 @@ class Ledger:
         counted = verdicts >= 2
         flat = counted & (high == low)
         spent = (graded[scored].sum(axis=0)) * judged
+        in_groups, in_flat = np.where(counted, spent, 0), np.where(flat, spent, 0)
         np.add.at(self.counts[:, c["groups"]], rows, counted)
         np.add.at(self.counts[:, c["flat_groups"]], rows, flat)
-        np.add.at(self.counts[:, c["group_verdicts"]], rows, np.where(counted, spent, 0))
-        np.add.at(self.counts[:, c["flat_verdicts"]], rows, np.where(flat, spent, 0))
+        np.add.at(self.counts[:, c["group_verdicts"]], rows, in_groups)
+        np.add.at(self.counts[:, c["flat_verdicts"]], rows, in_flat)
         # each answer scored over the positive points decided in the group, an undecided verdict counting as its
         # criterion's mean there: a criterion flat among its decided verdicts carries exactly 0
         points = np.array([criterion.points for criterion in rubric], dtype=np.float64)
@@ -213,13 +216,11 @@ class Ledger:
         part = ((weighted - weighted.mean(axis=0)) * deviation[:, None]).sum(axis=0)
         np.add.at(self.sums[:, 1], rows, part)
         self.query_ss[query_id] = self.query_ss.get(query_id, 0.0) + float((deviation**2).sum())
-        return int(np.where(counted, spent, 0).sum()), int(np.where(flat, spent, 0).sum())
+        return int(in_groups.sum()), int(in_flat.sum())
 
     def add_monitor(self, judged: list[dict[str, Any]], monitored: list[dict[str, Any]]) -> None:
         """Count a training judge's graded records against a monitor's of the same answers: over- and underclaim
         per criterion (grading/report.py's `both_decided`, as checks/overclaim.py counts them)."""
-        from grading.report import both_decided
-
         c = self._column
         for record, k, verdict, peer in both_decided(judged, monitored):
             index = self.row(str(record.get("id")), k, criterion_of(verdict))
@@ -261,7 +262,9 @@ class Ledger:
             "rubric_signal_share": _ratio(signal, query_ss),
             "signal_share": _ratio(signal, np.full(n, total_ss)),
             "carries": pa.array(carries.tolist(), pa.string()),
-            "self_agreement": _ratio(counts["reask_agreed"], counts["reasked"]),
+            "self_agreement": _ratio(
+                counts["reasked"] - counts["reask_met_unmet"] - counts["reask_unmet_met"], counts["reasked"]
+            ),
             "overclaim": _ratio(counts["overclaimed"], counts["judge_credited"]),
             "underclaim": _ratio(counts["underclaimed"], counts["monitor_credited"]),
         }

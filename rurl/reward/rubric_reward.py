@@ -228,9 +228,10 @@ async def asked_afresh(grader: Grader, batch, rubrics: list, prompts: list, text
     ]
     if not chosen:
         return {}
-    answers = [
-        split_reasoning(t, config.reasoning_delimiters, starts_open=config.reasoning_starts_open).answer for t in texts
-    ]
+    answers = {  # as the judge saw them: without their reasoning
+        i: split_reasoning(texts[i], config.reasoning_delimiters, starts_open=config.reasoning_starts_open).answer
+        for i in {i for i, _, _ in chosen}
+    }
     asking = gather_or_cancel(
         ask_afresh(grader.client, config, grader.prompt, as_conversation(prompts[i]), answers[i] or "", criterion)
         for i, criterion, _ in chosen

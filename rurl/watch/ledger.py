@@ -16,7 +16,7 @@ from typing import Any
 
 from checks.evidence import bh_threshold, two_proportions
 from grading.ledger import Ledger, headline, plot, read_table, write_table
-from rurl.watch.summary import MOVED_FDR, MOVED_MIN_DECIDED
+from rurl.watch.summary import MOVED_FDR, MOVED_MIN_DECIDED, window_moves
 
 FILE = "ledger.parquet"
 PLOT = "ledger.png"
@@ -43,9 +43,10 @@ def assess(table):
     last_met, last_decided = numbers("last_met"), numbers("last_decided")
     tested = np.nonzero(np.minimum(first_decided, last_decided) >= MOVED_MIN_DECIDED)[0]
     moved_p = np.full(table.num_rows, np.nan)
-    for i in tested:
-        moved_p[i] = two_proportions(round(first_met[i]), first_decided[i], round(last_met[i]), last_decided[i])
-    threshold = bh_threshold(moved_p[tested], MOVED_FDR)
+    p_values, threshold = window_moves(
+        list(zip(first_met[tested], first_decided[tested], last_met[tested], last_decided[tested]))
+    )
+    moved_p[tested] = p_values
     met_met, met_unmet, unmet_met = numbers("reask_met_met"), numbers("reask_met_unmet"), numbers("reask_unmet_met")
     reasked = numbers("reasked")
     first_was_met = met_met + met_unmet
@@ -90,15 +91,13 @@ def tag_moves(table) -> list[dict[str, Any]]:
             entry = pooled.setdefault(tag, [0.0, 0, 0.0, 0])
             for k, value in enumerate(counts):
                 entry[k] += value
-    rows = []
-    for tag, (first_met, first, last_met, last) in pooled.items():
-        if min(first, last) >= MOVED_MIN_DECIDED:
-            p = two_proportions(round(first_met), first, round(last_met), last)
-            rows.append({"tag": tag, "first_pass_rate": first_met / first, "first_decided": first,
-                         "last_pass_rate": last_met / last, "last_decided": last, "p": p})  # fmt: skip
-    threshold = bh_threshold([row["p"] for row in rows], MOVED_FDR)
-    for row in rows:
-        row["significant"] = row["p"] <= threshold
+    p_values, threshold = window_moves(list(pooled.values()))
+    rows = [
+        {"tag": tag, "first_pass_rate": first_met / first, "first_decided": first, "last_pass_rate": last_met / last,
+         "last_decided": last, "p": p, "significant": p <= threshold}
+        for (tag, (first_met, first, last_met, last)), p in zip(pooled.items(), p_values)
+        if p is not None
+    ]  # fmt: skip
     return sorted(rows, key=lambda row: (not row["significant"], row["p"], row["tag"]))
 
 

@@ -23,21 +23,32 @@ MOVED_FDR = 0.05
 """The false discovery rate of the criteria named as moved (Benjamini-Hochberg over those tested)."""
 
 
+def window_moves(
+    windows: list[tuple[float, int, float, int]], min_decided: int = MOVED_MIN_DECIDED
+) -> tuple[list[float | None], float]:
+    """The one test behind a move between a run's first and latest windows (a criterion's in criteria.json and the
+    ledger, a tag's): per (met, decided) in the first window and in the latest, the two-sided two-proportion z-test's
+    p-value where each holds at least `min_decided` decided verdicts (else None), and the Benjamini-Hochberg
+    threshold at MOVED_FDR over those tested."""
+    from checks.evidence import bh_threshold, two_proportions
+
+    p_values = [
+        two_proportions(round(first_met), first, round(last_met), last) if min(first, last) >= min_decided else None
+        for first_met, first, last_met, last in windows
+    ]
+    return p_values, bh_threshold([p for p in p_values if p is not None], MOVED_FDR)
+
+
 def moved_most(
     criteria: list[dict[str, Any]], shown: int = 10, min_decided: int = MOVED_MIN_DECIDED
 ) -> list[dict[str, Any]]:
     """The criteria whose pass rate moved most between the run's first and latest windows, among those decided at
-    least `min_decided` times in each whose move is significant: a two-sided two-proportion z-test (pooled), held to
-    a false discovery rate of MOVED_FDR over the criteria tested. Each row gains its `p` and `threshold`. The two
-    windows hold different queries: a move is a change in what the policy's answers earn, not in one answer."""
-    from checks.evidence import bh_threshold, two_proportions
-
-    tested = [
-        {**row, "p": two_proportions(*_counts(row, "first"), *_counts(row, "last"))}
-        for row in criteria
-        if row.get("moved") is not None and min(row["first_decided"], row["last_decided"]) >= min_decided
-    ]
-    threshold = bh_threshold([row["p"] for row in tested], MOVED_FDR)
+    least `min_decided` times in each whose move is significant (`window_moves`). Each row gains its `p` and
+    `threshold`. The two windows hold different queries: a move is a change in what the policy's answers earn, not in
+    one answer."""
+    candidates = [row for row in criteria if row.get("moved") is not None]
+    p_values, threshold = window_moves([(*_counts(r, "first"), *_counts(r, "last")) for r in candidates], min_decided)
+    tested = [{**row, "p": p} for row, p in zip(candidates, p_values) if p is not None]
     moved = [{**row, "threshold": threshold} for row in tested if row["moved"] and row["p"] <= threshold]
     return sorted(moved, key=lambda row: (-abs(row["moved"]), row["criterion"]))[:shown]
 
