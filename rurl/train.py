@@ -230,7 +230,7 @@ def train(
     grader = Grader(client, grading)
     monitor = FailureMonitor(rurl.failure_window, rurl.criteria_window)
     evolution = RubricEvolution(rurl, grading, client, data) if rurl.evolve else None
-    reward = run_reward(grader, rurl, grpo, monitor, evolution, tokenizer)
+    reward = run_reward(grader, rurl, grpo, evolution, tokenizer)
     data_info = {
         "source": data.source,
         "train_rows": len(data.train),
@@ -305,10 +305,10 @@ def train(
     return 0
 
 
-def run_reward(grader: Grader, rurl: RurlConfig, grpo: "GRPOConfig", monitor, evolution=None, tokenizer=None):
-    """The run's rubric reward (rurl/reward/rubric_reward.py): DAPO's overlong penalty and rubric dropout as configured, its
-    batches' counts to the failure guard (`monitor`), rubrics from `evolution` when they evolve, completions read and
-    measured with the policy's `tokenizer`."""
+def run_reward(grader: Grader, rurl: RurlConfig, grpo: "GRPOConfig", evolution=None, tokenizer=None):
+    """The run's rubric reward (rurl/reward/rubric_reward.py): DAPO's overlong penalty and rubric dropout as configured,
+    rubrics from `evolution` when they evolve, completions read and measured with the policy's `tokenizer`. The trainer
+    reads each batch's statistics from its result."""
     overlong = (
         Overlong(grpo.max_completion_length, rurl.overlong_buffer, rurl.overlong_penalty)
         if rurl.overlong_buffer
@@ -325,7 +325,6 @@ def run_reward(grader: Grader, rurl: RurlConfig, grpo: "GRPOConfig", monitor, ev
     return make_rubric_reward(
         grader,
         overlong=overlong,
-        on_batch=monitor.record,
         deadline=rurl.judge_deadline,
         rubric_for=evolution.rubric_for if evolution else None,
         dropout=rurl.dropout,

@@ -9,6 +9,7 @@ shape). Multimodal batches are refused.
 """
 
 import asyncio
+import inspect
 import json
 import math
 import sys
@@ -25,6 +26,7 @@ from checks.audit import group_saturation
 from rurl.reward.criterion_advantage import advantages as criterion_advantages
 from rurl.reward.criterion_advantage import criterion_scores, flat_groups, scaling
 from rurl.reward.extra import unscored_rows
+from rurl.reward.rubric_reward import Rewards
 from rurl.schedule.dynamic_sampling import DynamicSampler, DynamicSampling
 from rurl.schedule.one_step_ahead import AheadSchedule
 from rurl.schedule.update_gate import UpdateGate
@@ -88,6 +90,10 @@ class RubricGRPOTrainer(GRPOTrainer):
             if not async_steps
             else AheadSchedule(self, self._trl_scored, None if self.sampler is None else self.sampler.batch)
         )
+        self._graded: list = []  # the batch statistics the reward calls returned since the last _calculate_rewards
+        self.reward_funcs = [
+            returning_stats(f, self._graded) if inspect.iscoroutinefunction(f) else f for f in self.reward_funcs
+        ]
         self.update_gate = UpdateGate(self)
         self.add_callback(self.update_gate)
         self._criteria_before: list[dict[str, Any]] = []  # the criteria table of the run resumed from
@@ -139,10 +145,19 @@ class RubricGRPOTrainer(GRPOTrainer):
         if self.ahead is not None and self.ahead.phase == "start":  # the grading starts: nothing to count yet
             return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         raw = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        graded = self._graded[:]  # this call's, returned by the rubric reward (rurl/reward/rubric_reward.py Rewards)
+        self._graded.clear()
         rewards = unscored_rows(raw.clone())
         self.last_rewards = rewards
         if self.failure_monitor is not None:  # every process is here, once per generation batch
-            parts = gather_object([self.failure_monitor.take_answers()])  # this batch's, from every process
+            for stats in graded:
+                self.failure_monitor.record(stats)
+            mine = (
+                [a for stats in graded for a in stats.answers],
+                {text for stats in graded for text in stats.penalties},
+                [stats.error for stats in graded if stats.error],
+            )
+            parts = gather_object([mine])  # this batch's, from every process
             answers = [a for part, _, _ in parts for a in part]
             penalties = {text for _, texts, _ in parts for text in texts}
             errors = [error for _, _, part in parts for error in part]
@@ -168,14 +183,17 @@ class RubricGRPOTrainer(GRPOTrainer):
                     metrics["rubric/saturated_criteria"].append(saturated / counted)
                     metrics["rubric/dead_criteria"].append(dead / counted)
                     metrics["rubric/untriggered_penalties"].append(untriggered / counted)
-                self._criterion_step(rewards, metrics)
+                self._criterion_step(rewards, metrics, graded)
         return rewards
 
-    def _criterion_step(self, rewards: torch.Tensor, metrics) -> None:
+    def _criterion_step(self, rewards: torch.Tensor, metrics, graded: list) -> None:
         """The batch's criterion-level advantages (kept for `_trl_scored`) and, whatever the mode, the share of flat
-        (group, criterion) pairs and of groups with all-zero advantages, from every process's verdicts in row order."""
-        rows = [row for part in gather_object([self.failure_monitor.take_rows()]) for row in part]
-        answers = [answer for part in gather_object([self.failure_monitor.take_ledger()]) for answer in part]
+        (group, criterion) pairs and of groups with all-zero advantages, from every process's verdicts in row order
+        (`graded`: this process's batch statistics); the criterion ledger counts the batch."""
+        mine = ([row for stats in graded for row in stats.rows], [a for stats in graded for a in stats.ledger])
+        parts = gather_object([mine])
+        rows = [row for part, _ in parts for row in part]
+        answers = [answer for _, part in parts for answer in part]
         if self.run_ledger is not None and self.accelerator.is_main_process:
             size = self.num_generations if len(answers) == rewards.size(0) else None  # else by query (never expected)
             counted = self.run_ledger.add(answers, self.state.global_step, self.state.max_steps, size)
@@ -266,10 +284,10 @@ class RubricGRPOTrainer(GRPOTrainer):
                 completions=[completions[i] for i in mine],
                 completion_ids=[completion_ids_list[i] for i in mine],
                 trainer_state=self.state,
-                on_batch=seen.append,
                 **{key: [inputs[i][key] for i in mine] for key in columns},
             )
             values = asyncio.run_coroutine_threadsafe(call, self.async_loop).result()
+            seen = [values.stats] if isinstance(values, Rewards) else []
             scored = [torch.nan if v is None else v for v in values]
             column[mine] = torch.tensor(scored, dtype=column.dtype, device=column.device)
         if self.failure_monitor is not None and seen:  # what the first count could not see: new failures, new criteria
@@ -392,6 +410,22 @@ class RubricGRPOTrainer(GRPOTrainer):
             return values
         tensor = torch.tensor(values, dtype=torch.float64, device=self.accelerator.device)
         return self.accelerator.reduce(tensor, reduction="sum").tolist()
+
+
+def returning_stats(function, into: list):
+    """`function` (an async reward function, as TRL calls it) with the batch statistics its result carries (the rubric
+    reward's `Rewards.stats`) appended to `into`, call by call. Wrapped outside the one-step-ahead schedule, it sees
+    each batch's real result when the batch is collected, in training order, never the zeros of its start."""
+
+    async def reward(**kwargs: Any) -> list:
+        result = await function(**kwargs)
+        if isinstance(result, Rewards):
+            into.append(result.stats)
+        return result
+
+    reward.__name__ = function.__name__
+    reward.inner = getattr(function, "inner", function)  # the function itself: for calls outside the schedule
+    return reward
 
 
 def criterion_row(text: str, windows: dict[str, list[int] | None]) -> dict[str, Any]:

@@ -91,7 +91,7 @@ def reward(server, step: int | None, dropout: RubricDropout | None, trains_at: i
     async def go():
         role = Role(base_url=server.base_url, model="judge", temperature=0.0)
         async with LLMClient({"judge": role}) as client:
-            return await rubric_reward(
+            rewards = await rubric_reward(
                 prompts=["Q1"] * 4 + ["Q2"] * 2,
                 completions=[f"Answer {i}." for i in range(6)],
                 rubrics=[ITEMS] * 6,
@@ -101,8 +101,9 @@ def reward(server, step: int | None, dropout: RubricDropout | None, trains_at: i
                 trains_at=trains_at,
                 id=["q1"] * 4 + ["q2"] * 2,
                 log_metric=metrics.__setitem__,
-                on_batch=lambda stats: metrics.__setitem__("dropped_verdicts", stats.dropped_verdicts),
             )
+            metrics["dropped_verdicts"] = rewards.stats.dropped_verdicts
+            return rewards
 
     metrics: dict[str, float] = {}
     return run(go()), metrics

@@ -31,7 +31,6 @@ def test_the_training_reward_is_the_grading_calls_score_less_the_overlong_penalt
     async def both(server):
         async with LLMClient({"judge": Role(base_url=server.base_url, model="judge", temperature=0.0)}) as client:
             grader = Grader(client, GradingConfig())
-            found = []
             rewards = await rubric_reward(
                 prompts=PROMPTS,
                 completions=ANSWERS,
@@ -39,7 +38,6 @@ def test_the_training_reward_is_the_grading_calls_score_less_the_overlong_penalt
                 grader=grader,
                 completion_ids=IDS,
                 overlong=overlong,
-                on_batch=found.append,
                 id=["q1"] * 3 + ["q2"] * 3,
             )
             batch = await grade_batch(
@@ -49,7 +47,7 @@ def test_the_training_reward_is_the_grading_calls_score_less_the_overlong_penalt
                 [rubric_from_items(ITEMS, "test")] * 6,
                 groups=["q1"] * 3 + ["q2"] * 3,
             )
-            return rewards, found[0], batch
+            return rewards, rewards.stats, batch
 
     with FaultServer(reply=verdict) as server:
         rewards, stats, batch = run(both(server))

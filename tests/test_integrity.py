@@ -214,11 +214,10 @@ def rule_only_reward(answer: str, integrity_judge: bool):
 
     nowhere = Role(base_url="http://no-judge.invalid/v1", model="none", api_key_env="RUBRICRL_TEST_UNSET_KEY")
     grader = Grader(LLMClient({"judge": nowhere}, cache=None), GradingConfig(integrity_judge=integrity_judge))
-    seen = []
-    reward = make_rubric_reward(grader, on_batch=seen.append)
+    reward = make_rubric_reward(grader)
     prompt = [{"role": "user", "content": "How do I treat a cold?"}]
     rewards = asyncio.run(reward(prompts=[prompt], completions=[answer], rubrics=[RULE_RUBRIC]))
-    return rewards, seen[0]
+    return list(rewards), rewards.stats
 
 
 def test_a_rule_only_run_keeps_a_noted_answer_a_note_and_a_judge_it_cannot_ask_stops_it_with_a_reason(monkeypatch):

@@ -85,7 +85,6 @@ def test_the_reward_hands_the_ledger_each_answer_against_its_whole_rubric_and_it
 
     rubrics = [rubric + [{"criterion": "Is polite.", "points": 1, "tags": None}] for rubric in RUBRICS] * 2
     role = Role(base_url=local_server.base_url, model=local_server.model, temperature=1.0, max_tokens=200)
-    seen = []
 
     async def go():
         async with LLMClient({"judge": role}, cache=ResponseCache(tmp_path / "cache")) as client:
@@ -97,11 +96,11 @@ def test_the_reward_hands_the_ledger_each_answer_against_its_whole_rubric_and_it
                 grader=Grader(client, GradingConfig(verdict_format="verdict_only")),  # a few tokens a verdict
                 dropout=RubricDropout(0.5),
                 reask=1.0,
-                on_batch=seen.append,
             )
 
     first, again = run(go()), run(go())
     assert first == again
+    seen = [first.stats, again.stats]
     answers = seen[0].ledger
     assert [a.query_id for a in answers] == ["france", "water", "france", "water"]
     for answer, rubric in zip(answers, rubrics):
@@ -291,7 +290,6 @@ def test_completions_unjudged_at_the_deadline_get_no_score_and_are_counted():
     then are None (counted as timed out and unscored), the others keep their scores, and their calls are gone."""
     import time
 
-    batches = []
     with FaultServer(reply=_slow_judge) as judge:
         role = Role(base_url=judge.base_url, model="scripted-judge", temperature=0.0)
 
@@ -303,7 +301,6 @@ def test_completions_unjudged_at_the_deadline_get_no_score_and_are_counted():
                     completions=["Paris is the capital.", "SLOW: it boils at 100 C."],
                     rubrics=RUBRICS,
                     grader=Grader(client, GradingConfig()),
-                    on_batch=batches.append,
                     deadline=1.0,
                 )
                 left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
@@ -312,7 +309,7 @@ def test_completions_unjudged_at_the_deadline_get_no_score_and_are_counted():
         rewards, seconds, left = run(go())
     assert rewards[0] == 1.0 and rewards[1] is None
     assert seconds < 10 and not left  # back at the deadline, not after the judge's 30 s; no call left running
-    (stats,) = batches
+    stats = rewards.stats
     assert (stats.timed_out, stats.unscored, stats.completions) == (1, 1, 2)
     assert stats.metrics()["rubric/timed_out_rate"] == 0.5
 
@@ -337,7 +334,6 @@ def test_a_judge_found_unreachable_cancels_the_rest_of_its_batch():
             return "not a verdict"
         return _slow_judge(body)
 
-    batches = []
     with FaultServer(reply=going_down) as judge:
         # sampled, so that a DOWN criterion answered "not a verdict" is asked again, into the closed server, whatever
         # the order its requests arrived in (greedy, all three could be answered before the server closed, and the
@@ -352,11 +348,10 @@ def test_a_judge_found_unreachable_cancels_the_rest_of_its_batch():
                     completions=["SLOW: Paris.", "SLOW: 100 C.", "Paris.", "SLOW: 90 C."],
                     rubrics=[*RUBRICS, MIXED, RUBRICS[1]],
                     grader=Grader(client, GradingConfig()),
-                    on_batch=batches.append,
                 )
                 left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
                 return rewards, time.monotonic() - started, left
 
         rewards, seconds, left = run(go())
-    assert rewards == [None] * 4 and batches[0].unscored == 4
+    assert rewards == [None] * 4 and rewards.stats.unscored == 4
     assert seconds < 20 and not left

@@ -82,13 +82,13 @@ def test_a_policy_drifting_toward_grader_talk_raises_the_note_rate_alarm():
 
     async def batch(base_url: str, talk: int) -> None:
         async with LLMClient({"judge": Role(base_url=base_url, model="judge", temperature=0.0)}) as client:
-            await rubric_reward(
+            rewards = await rubric_reward(
                 prompts=["Q?"] * 8,
                 completions=[TALK] * talk + ["Drink water."] * (8 - talk),
                 rubrics=[rubric] * 8,
                 grader=Grader(client, GradingConfig()),
-                on_batch=monitor.record,
             )
+            monitor.record(rewards.stats)  # as the trainer does with what the reward returns
 
     from transformers import TrainerControl
 

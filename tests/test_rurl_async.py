@@ -69,9 +69,7 @@ def trainer_on(tmp_path, judge: FaultServer, prompts: list[str], async_steps: in
     }
     trainer = RubricGRPOTrainer(
         model=policy or str(tiny_policy()),
-        reward_funcs=[
-            make_rubric_reward(grader, **options, **({} if monitor is None else {"on_batch": monitor.record}))
-        ],
+        reward_funcs=[make_rubric_reward(grader, **options)],
         args=GRPOConfig(**config),
         train_dataset=Dataset.from_list(rows),
         peft_config=None if full else lora or LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),

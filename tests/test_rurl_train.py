@@ -80,7 +80,7 @@ def rubric_trainer(
     failures = FailureMonitor(window=5) if monitor else None
     trainer = RubricGRPOTrainer(
         model=str(tiny_policy()),
-        reward_funcs=[make_rubric_reward(grader, on_batch=failures.record if failures else None)],
+        reward_funcs=[make_rubric_reward(grader)],
         args=config,
         train_dataset=dataset,
         peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),

@@ -17,11 +17,12 @@ completion whose reasoning never closed gets the floor without a judge call.
 Per batch it logs failure, unscored and integrity rates, judge latency and calls, pass rates (overall, per tag and
 category), reasoning and answer lengths, the reward-length correlation, and each completion's verdicts.
 
-Each process grades its own completions; `on_batch` hands the batch's statistics (grading/batch.py's `BatchStats`,
-with its verdict rows) to rurl/watch/guards.py, which sums the counts over the processes. A per-batch deadline bounds a
-step's wait for its judge. A setting the judge cannot be asked with (a missing API key, say) does not raise out of a
-training step: the batch is unscored and `on_batch` carries the one-line reason, which stops the run with a
-checkpoint (rurl/watch/guards.py).
+Each process grades its own completions. The rewards come back as `Rewards`: the list TRL reads, carrying the
+batch's statistics (`stats`: grading/batch.py's `BatchStats`, with each completion's verdict rows and ledger answers),
+which the trainer (rurl/trainer.py) takes from the call's result and sums over the processes. A per-batch deadline
+bounds a step's wait for its judge. A setting the judge cannot be asked with (a missing API key, say) does not raise
+out of a training step: the batch is unscored and `stats.error` carries the one-line reason, which stops the run with
+a checkpoint (rurl/watch/guards.py).
 """
 
 import asyncio
@@ -46,11 +47,20 @@ from rurl.reward.overlong import Overlong
 
 
 def make_rubric_reward(grader: Grader, **options: Any) -> Callable:
-    """The reward bound to its grader; `options` are rubric_reward's keyword options (overlong, on_batch, deadline,
-    count_tokens)."""
+    """The reward bound to its grader; `options` are rubric_reward's keyword options (overlong, deadline, count_tokens,
+    ...)."""
     reward = functools.partial(rubric_reward, grader=grader, **options)
     reward.__name__ = "rubric_reward"  # TRL names metrics after the function
     return reward
+
+
+class Rewards(list):
+    """One reward per completion (None: unscored), the list TRL reads, and the batch's statistics (`stats`), which
+    TRL ignores and the trainer reads."""
+
+    def __init__(self, rewards: list[float | None], stats: BatchStats):
+        super().__init__(rewards)
+        self.stats = stats
 
 
 async def rubric_reward(
@@ -64,7 +74,6 @@ async def rubric_reward(
     reference_answer: list | None = None,
     completion_ids: list | None = None,
     overlong: Overlong | None = None,
-    on_batch: Callable[[BatchStats], None] | None = None,
     deadline: float | None = None,
     count_tokens: Callable[[str], int] | None = None,
     decode: Callable[[list], list[str]] | None = None,
@@ -76,12 +85,11 @@ async def rubric_reward(
     reask: float = 0.0,
     id: list | None = None,  # noqa: A002 - TRL passes each dataset column under its own name
     **kwargs: Any,
-) -> list[float | None]:
+) -> Rewards:
     """One reward per completion: the rubric score of `completions[i]` for `prompts[i]` against `rubrics[i]`, minus
     DAPO's soft overlong penalty when `overlong` is given (on the token count, `completion_ids`; an unscored
     completion stays None). `rubric_for(id, rubric)` gives the rubric a query's completions are graded against now
-    (evolving rubrics). `on_batch` receives the batch's statistics (the judge-failure guard reads them). With
-    `deadline` (seconds), completions still unjudged that long after the call are None (counted as timed out): the
+    (evolving rubrics). The result carries the batch's statistics (`Rewards.stats`). With `deadline` (seconds), completions still unjudged that long after the call are None (counted as timed out): the
     other processes of a run wait for this one at the next collective, and a hung judge must not reach the process
     group's timeout. `count_tokens` (the policy's tokenizer) measures reasoning and answer lengths in tokens;
     `decode` (its batch_decode) reads each completion from `completion_ids` as TRL decodes unparsed ones, so that a
@@ -122,15 +130,11 @@ async def rubric_reward(
         grade_after=grade_after,
     )
     stats = batch.stats
-    if batch.graded is None:  # nothing could be asked: the guard reads why
-        if on_batch is not None:
-            on_batch(stats)
-        return batch.scores
+    if batch.graded is None:  # nothing could be asked: the guard reads why (stats.error)
+        return Rewards(batch.scores, stats)
     stats.dropped_verdicts = dropped["judge_verdicts"] if dropping else None
     kept = parsed if dropping else None
     stats.ledger = await ledger_answers(grader, batch, whole, kept, prompts, texts, id, (reask, deadline))
-    if on_batch is not None:
-        on_batch(stats)
     if log_metric is not None:
         for name, value in {**stats.metrics(), **endpoint_metrics(grader.client)}.items():
             log_metric(name, value)
@@ -151,7 +155,7 @@ async def rubric_reward(
             ],
         )
         log_extra("rubric_flag", [(g.integrity_flag or "") if g else "" for g in batch.graded])
-    return batch.scores
+    return Rewards(batch.scores, stats)
 
 
 async def ledger_answers(

@@ -19,8 +19,9 @@ advantages in one call:
 - **collect**: when the batch trains, the same call runs again, replayed: generation and log-probabilities are
   handed back as they were computed, the wrapped reward awaits its task, and TRL computes advantages, metrics and
   tables from the real rewards, as in a synchronous step. Whatever the reward function reported while it ran in the
-  background (TRL's `log_metric` and `log_extra`, the rubric reward's `on_batch` counts) is replayed then, so the
-  failure guard, the alarms and the completions table see each batch whole, in training order.
+  background (TRL's `log_metric` and `log_extra`) is replayed then, and the call's result (with the rubric reward's
+  batch statistics, which the trainer reads) returned, so the failure guard, the alarms and the completions table
+  see each batch whole, in training order.
 
 The ratio at staleness 0 is 1: the schedule runs with dropout off (TRL's `disable_dropout`; `rurl train` sets it),
 and positions after a sequence's end hold 0, as the loss's own do. Each batch's grading starts once the batch before
@@ -53,7 +54,7 @@ from rurl.schedule.sampled_logps import SampledLogps
 SCHEDULED = ("grade_after", "trains_at")
 """What the schedule tells a reward function that takes them (rurl/reward/rubric_reward.py): what to await before its first judge
 call, and the optimizer step its batch trains at."""
-REPORTS = ("log_metric", "log_extra", "on_batch")
+REPORTS = ("log_metric", "log_extra")
 """The callbacks a reward function reports through while it runs: recorded in the background, replayed at collect."""
 
 
@@ -346,9 +347,8 @@ class AheadSchedule:
         pending = self.current
         if self.phase == "start":
             reports: list[tuple[str, tuple]] = []
-            keywords = getattr(function, "keywords", {})  # a functools.partial's own: on_batch
             for name in REPORTS:
-                if kwargs.get(name) is not None or keywords.get(name) is not None:
+                if kwargs.get(name) is not None:
                     kwargs[name] = functools.partial(_record, reports, name)
             if _takes(function, SCHEDULED):  # the rubric reward: its turn at the judge, and the step it trains at
                 kwargs.update(grade_after=self._turn(pending), trains_at=pending.trains_at)  # (dropout's masks)
@@ -361,10 +361,8 @@ class AheadSchedule:
             return [0.0] * len(kwargs["prompts"])
         if self.phase == "collect":
             result = await pending.tasks[index]
-            keywords = getattr(function, "keywords", {})
             for name, args in pending.reports[index]:
-                target = kwargs.get(name) or keywords.get(name)
-                target(*args)
+                kwargs[name](*args)
             return result
         return await function(**kwargs)
 

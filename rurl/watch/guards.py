@@ -32,9 +32,9 @@ COUNTS = (
 class FailureMonitor:
     """The unscored and failed-verdict shares of the last `window` generation batches, over all processes.
 
-    `record` (the reward's on_batch) adds this process's counts to a pending batch; `sync(reduce)` sums the pending
-    counts over the processes (`reduce`: a list of numbers -> their sums over the processes) and appends them to the
-    window. One process: reduce is the identity."""
+    `record` (the trainer, with the statistics each rubric reward call returned) adds this process's counts to a
+    pending batch; `sync(reduce)` sums the pending counts over the processes (`reduce`: a list of numbers -> their
+    sums over the processes) and appends them to the window. One process: reduce is the identity."""
 
     def __init__(self, window: int, criteria_window: int = 10):
         self.batches: deque[dict[str, int]] = deque(maxlen=window)
@@ -51,16 +51,6 @@ class FailureMonitor:
         """The summed counts of the run's first `criteria_window` batches; `recent` holds the latest ones."""
         self.recent: deque[dict[str, int]] = deque(maxlen=criteria_window)
         self.synced = 0
-        self.answers: list[tuple[str, dict[str, bool]]] = []
-        """This process's judged completions since the last sync (grading/batch.py BatchStats.answers)."""
-        self.penalties: set[str] = set()
-        """The penalty criteria (texts) among those completions' verdicts (BatchStats.penalties)."""
-        self.errors: list[str] = []
-        """Why a reward call since the last sync could ask nothing (BatchStats.error): the trainer stops on it."""
-        self.rows: list = []
-        """This process's completions' verdicts since the last take, in order (BatchStats.rows)."""
-        self.ledger: list = []
-        """This process's completions against their whole rubrics since the last take, in order (BatchStats.ledger)."""
         self._pending = dict.fromkeys(COUNTS, 0)
         self._pending_criteria: dict[str, list[int]] = defaultdict(lambda: [0, 0])
         self.dropout = False
@@ -75,12 +65,6 @@ class FailureMonitor:
             for counts in (self.criteria[text], self._pending_criteria[text]):
                 counts[0] += met
                 counts[1] += total
-        self.answers += stats.answers
-        self.rows += stats.rows
-        self.ledger += stats.ledger
-        self.penalties |= stats.penalties
-        if stats.error:
-            self.errors.append(stats.error)
 
     def sync(self, reduce: Callable[[list[float]], list[float]] = lambda values: values) -> None:
         summed = dict(zip(COUNTS, (int(v) for v in reduce([float(self._pending[n]) for n in COUNTS]))))
@@ -117,23 +101,6 @@ class FailureMonitor:
         self.first_counts = {**dict.fromkeys(COUNTS, 0), **state["first_counts"]}  # counts added since: 0
         self.synced = int(state["synced"])
         self.recent.extend(state["recent"])
-
-    def take_rows(self) -> list:
-        """The completions' verdicts (BatchStats.rows) since the last take, in order; starts anew."""
-        taken, self.rows = self.rows, []
-        return taken
-
-    def take_ledger(self) -> list:
-        """The completions' ledger answers (BatchStats.ledger) since the last take, in order; starts anew."""
-        taken, self.ledger = self.ledger, []
-        return taken
-
-    def take_answers(self) -> tuple[list[tuple[str, dict[str, bool]]], set[str], list[str]]:
-        """The judged completions since the last take, the penalties among their criteria, and the errors that left
-        a batch unasked; all start anew."""
-        taken = self.answers, self.penalties, self.errors
-        self.answers, self.penalties, self.errors = [], set(), []
-        return taken
 
     def windows(self) -> dict[str, dict[str, list[int]]]:
         """This process's per-criterion [met, decided] over the first and the latest `criteria_window` batches."""
