@@ -85,7 +85,7 @@ def rurl_argv(model_dir: Path, out: Path, judge_url: str, steps: int, flags: lis
 
 def resolved(argv: list[str]) -> dict:
     """`rurl train ARGV`'s resolved settings, as its --dry_run prints them (ours and TRL's), in this process."""
-    from rubricrl.cli import main
+    from commands.main import main
 
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):

@@ -65,7 +65,7 @@ def time_trl_blocks() -> None:
 
 
 def command(argv: list[str]) -> dict:
-    from rubricrl.cli import main
+    from commands.main import main
 
     transformers.trainer.DEFAULT_CALLBACKS.append(StepClock)  # every Trainer the command builds gets one
     return measured(main(argv))

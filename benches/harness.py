@@ -16,7 +16,7 @@ from rubricrl.serving.discovery import free_port
 ROOT = Path(__file__).resolve().parents[1]
 RUN = """
 import resource, sys
-from rubricrl.cli import main
+from commands.main import main
 code = main(sys.argv[1:])
 io = dict(line.split(": ") for line in open("/proc/self/io").read().splitlines())
 print("WCHAR", io["write_bytes"], "RSS_KB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)

@@ -55,7 +55,7 @@ def start_service(rubrics: Path, base_url: str, args, home: str) -> tuple[subpro
         [
             sys.executable,
             "-m",
-            "rubricrl.cli",
+            "commands",
             "reward",
             "serve",
             "--rubrics",

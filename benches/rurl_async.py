@@ -57,7 +57,7 @@ SKIPPED = 2  # steps left out of the steady figure
 STAMPED = """
 import json, os, sys, time
 import rurl.train
-from rubricrl.cli import main
+from commands.main import main
 
 stamps = []
 build = rurl.train.build_trainer

@@ -25,7 +25,7 @@ LIMIT = 1.1
 
 
 def run(out: Path, judge: str, steps: int, evolver: str | None, apply: str = "") -> tuple[list[float], dict, dict]:
-    argv = [sys.executable, "-m", "rubricrl.cli", "rurl", "train", "--config", "configs/rurl/tiny-cpu.yaml"]
+    argv = [sys.executable, "-m", "commands", "rurl", "train", "--config", "configs/rurl/tiny-cpu.yaml"]
     argv += ["--output_dir", str(out), "--max_steps", str(steps), "--eval_size", "0", "--save_strategy", "no"]
     argv += ["--base-url", judge, "--model", "canned", "--no-cache", "--no-preflight", "--report_to", "none"]
     argv += ["--dynamic_sampling", "false", "--merge_adapter", "false"]

@@ -2,7 +2,7 @@
 
     python -m benches.startup [--repeats 7] [--baseline 205bd48 49cd6da]
 
-Each command runs --repeats times in a fresh process (`python -m rubricrl.cli`, bytecode already compiled, the
+Each command runs --repeats times in a fresh process (`python -m commands`, bytecode already compiled, the
 canned endpoint answering at once); printed: the median wall time, its ratio to the 1-second limit for `--help`, and
 the peak RSS. --baseline REV runs commit REV's code (a git worktree) in the same venv, interleaved with this tree's
 runs, so that both see the same machine at the same moments. tests/test_startup.py holds the rule behind the figures:
@@ -26,10 +26,10 @@ HELP_LIMIT = 1.0  # seconds: the project's rule for `--help`
 
 
 def timed(argv: list[str], root: Path, env: dict) -> tuple[float, float]:
-    """One `python -m rubricrl.cli ARGV` from `root`: (wall seconds, peak RSS in MiB) of that process alone."""
+    """One `python -m commands ARGV` from `root`: (wall seconds, peak RSS in MiB) of that process alone."""
     started = time.perf_counter()
     process = subprocess.Popen(
-        [sys.executable, "-m", "rubricrl.cli", *argv],
+        [sys.executable, "-m", "commands", *argv],
         cwd=root,
         env=env,
         stdout=subprocess.DEVNULL,

@@ -21,7 +21,7 @@ from unittest import mock
 
 import yaml
 
-from rubricrl.cli import main as rubricrl
+from commands.main import main as rubricrl
 
 
 def resolved_settings(flags: list[str]) -> dict[str, Any]:
@@ -67,7 +67,7 @@ def judge_server(settings: dict[str, Any], needed: bool, command: str) -> Iterat
 def run_rubricrl(argv: list[str], launcher: str | None = None, env: dict[str, str] | None = None) -> int:
     """`rubricrl ARGV` in this process, or as its own under `launcher` (e.g. `accelerate launch ...`)."""
     if launcher:
-        command = [*shlex.split(launcher), "-m", "rubricrl.cli", *argv]
+        command = [*shlex.split(launcher), "-m", "commands", *argv]
         return subprocess.run(command, env={**os.environ, **(env or {})}).returncode
     try:
         with mock.patch.dict(os.environ, env or {}):

@@ -34,7 +34,7 @@ def saturating_rubrics(path: Path) -> Path:
 
 
 def run(out: Path, rubrics: Path, apply: str, vet: bool = True) -> dict:
-    argv = [sys.executable, "-m", "rubricrl.cli", "rurl", "train", "--config", "configs/rurl/tiny-cpu.yaml"]
+    argv = [sys.executable, "-m", "commands", "rurl", "train", "--config", "configs/rurl/tiny-cpu.yaml"]
     argv += ["--rubrics", str(rubrics), "--output_dir", str(out), "--num_train_epochs", "1", "--max_steps", "-1"]
     argv += ["--evolve", "true", "--evolve_apply", apply, "--dynamic_sampling", "false", "--eval_size", "2"]
     argv += ["--evolve_vet", str(vet).lower()]

@@ -349,8 +349,8 @@ def write_plot(figures: dict[str, list[dict]], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from commands.main import main as rubricrl
     from reports.distinguish import verdict
-    from rubricrl.cli import main as rubricrl
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=list(KINDS))

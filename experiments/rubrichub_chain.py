@@ -51,7 +51,7 @@ class Chain:
         """One `rubricrl` command in a process of its own: a training stage's GPU memory (its colocated vLLM
         included) is free again before the next stage starts a server."""
         started = time.monotonic()
-        code = subprocess.run([sys.executable, "-m", "rubricrl.cli", *argv], check=False).returncode
+        code = subprocess.run([sys.executable, "-m", "commands", *argv], check=False).returncode
         if code:
             raise SystemExit(f"{name} failed (exit {code}): rubricrl {shlex.join(argv)}")
         self.times[name] = round(time.monotonic() - started, 1)

@@ -67,7 +67,7 @@ def main() -> int:
 
 
 def train(out: Path, steps: int, async_steps: int, seed: int) -> int:
-    from rubricrl.cli import main as rubricrl
+    from commands.main import main as rubricrl
 
     return rubricrl(
         tiny_train_argv(

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import rurl.watch.evaluate  # installed (`pip install -e`): torchrun runs this file as a script, from any folder
-from rubricrl.cli import main
+from commands.main import main
 
 
 def record_answers(out: Path) -> None:

@@ -14,8 +14,8 @@ from benches.audit_power import null_rates
 from checks.audit import group_saturation
 from checks.audit_input import Buckets
 from checks.evidence import at_least_share, bh_threshold, same_verdicts, sign_permutation
+from commands.main import main
 from grading.dataset import load_rubric_rows
-from rubricrl.cli import main
 from synthesis.output import OutputFolder, final_line, final_schema
 
 pytestmark = pytest.mark.pure

@@ -13,8 +13,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from rubricrl.cli import build_parser, main
-from rubricrl.cli_help import all_commands
+from commands.help import all_commands
+from commands.main import build_parser, main
 from tests.fault_server import FaultServer, schema_reply
 from tests.helpers import hub_offline
 
@@ -55,7 +55,7 @@ def test_synth_help_says_what_runs_without_a_config_and_lists_the_presets(capsys
 
 RUN = """
 import sys
-from rubricrl.cli import main
+from commands.main import main
 sys.exit(main(["synth", "--input", sys.argv[1], "--output-dir", sys.argv[2], "--base-url", sys.argv[3],
                "--model", "fake"]))
 """

@@ -248,7 +248,7 @@ def test_a_run_trains_on_the_advantages_its_verdicts_give(mode, async_steps, tmp
 def test_criterion_advantages_refuse_what_they_would_leave_out(flags, message, tmp_path, capsys):
     from pathlib import Path
 
-    from rubricrl.cli import main
+    from commands.main import main
 
     config = Path(__file__).resolve().parents[1] / "configs" / "rurl" / "tiny-cpu.yaml"
     assert (

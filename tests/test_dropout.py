@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from commands.main import main
 from grading.grader import Grader, GradingConfig
 from grading.rubric import rubric_from_items
-from rubricrl.cli import main
 from rubricrl.llm import LLMClient, Role
 from rurl.reward.dropout import RubricDropout
 from rurl.reward.rubric_reward import rubric_reward

@@ -51,7 +51,7 @@ say(f"rank {rank} model {base_model(model)}")
 def prepare(home, *args, **kwargs):
     env = {**os.environ, "RUBRICRL_HOME": str(home)}
     return subprocess.Popen(
-        [sys.executable, "-m", "rubricrl.cli", "model", "prepare", *args],
+        [sys.executable, "-m", "commands", "model", "prepare", *args],
         env=env,
         cwd=ROOT,
         stdout=subprocess.PIPE,

@@ -76,7 +76,7 @@ def test_sixteen_concurrent_calls_all_answer(roles):
 
 
 def test_cli_chat_against_the_running_server(local_server, tmp_path, capsys):
-    from rubricrl.cli import main
+    from commands.main import main
 
     schema = tmp_path / "schema.json"
     schema.write_text(json.dumps(ANSWER_SCHEMA))

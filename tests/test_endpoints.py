@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rubricrl.cli import main
+from commands.main import main
 from rubricrl.config import ConfigError
 from rubricrl.llm import EndpointUnreachable, LLMClient, LLMError, LLMSettings, Role, open_llm, resolve_roles
 from rubricrl.llm import endpoints as endpoints_module

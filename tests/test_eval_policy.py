@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rubricrl.cli import main
+from commands.main import main
 from rubricrl.serving.discovery import free_port
 from tests.fault_server import FaultServer, schema_reply
 from tests.helpers import group_gone, tiny_policy
@@ -125,7 +125,7 @@ def test_ctrl_c_mid_run_stops_the_policy_server(tiny, home, rubrics, tmp_path):
     release = threading.Event()
     with FaultServer(reply=lambda body: release.wait(120) and schema_reply(body)) as judge:  # grading hangs
         command = subprocess.Popen(
-            [sys.executable, "-m", "rubricrl.cli", *eval_argv(rubrics, tmp_path / "eval", str(tiny), judge.base_url)],
+            [sys.executable, "-m", "commands", *eval_argv(rubrics, tmp_path / "eval", str(tiny), judge.base_url)],
             cwd=ROOT,
             stderr=subprocess.PIPE,
             text=True,

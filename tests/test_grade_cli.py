@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from commands.main import main
 from grading.report import format_report
-from rubricrl.cli import main
 from tests.fault_server import Fault, FaultServer, schema_reply
 
 RUBRICS = [

@@ -280,7 +280,7 @@ def test_a_judge_prompt_with_other_placeholders_is_refused_at_construction(tmp_p
 
 
 def test_eval_counts_an_undecided_penalty_as_simple_evals_does_unless_told_otherwise(tmp_path, capsys):
-    from rubricrl.cli import main
+    from commands.main import main
 
     verdicts = [
         {"criterion": "Advises rest.", "points": 10, "tags": [], "met": True, "explanation": "", "source": "judge"},
@@ -326,7 +326,7 @@ def test_eval_counts_an_undecided_penalty_as_simple_evals_does_unless_told_other
 
 
 def test_eval_of_a_graded_file_counts_an_undecided_criterion_as_the_flag_says(tmp_path):
-    from rubricrl.cli import main
+    from commands.main import main
 
     verdicts = [
         {"criterion": c, "points": p, "tags": [], "met": m, "explanation": "", "source": "judge"}
@@ -344,7 +344,7 @@ def test_eval_of_a_graded_file_counts_an_undecided_criterion_as_the_flag_says(tm
 
 
 def test_eval_reports_simple_evals_length_adjusted_score_on_the_answer_alone(tmp_path):
-    from rubricrl.cli import main
+    from commands.main import main
 
     def record(i, response):
         verdicts = [
@@ -483,7 +483,7 @@ def test_an_answer_without_the_logprobs_asked_for_is_not_cached(fault_server, ca
 
 
 def test_an_endpoint_without_logprobs_stops_grading_with_one_line(fault_server, tmp_path, capsys):
-    from rubricrl.cli import main
+    from commands.main import main
 
     fault_server.reply = "Yes"  # a server that ignores `logprobs`
     ITEMS = [{"criterion": c.text, "points": c.points, "tags": list(c.tags)} for c in RUBRIC.criteria]

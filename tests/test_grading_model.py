@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from rubricrl.cli import main
+from commands.main import main
 from tests.helpers import HEALTHBENCH_SAMPLE as SAMPLE
 from tests.helpers import count_posts
 

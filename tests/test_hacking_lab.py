@@ -208,7 +208,7 @@ def test_a_finished_run_is_read_back_only_when_made_with_the_same_settings(tmp_p
 
 
 def test_a_run_made_with_other_settings_is_trained_anew(tmp_path, monkeypatch, capsys):
-    import rubricrl.cli
+    import commands.main
 
     trained = []
 
@@ -219,7 +219,7 @@ def test_a_run_made_with_other_settings_is_trained_anew(tmp_path, monkeypatch, c
         fake_run(out, 3)
         return 0
 
-    monkeypatch.setattr(rubricrl.cli, "main", fake_train)
+    monkeypatch.setattr(commands.main, "main", fake_train)
     lab = tmp_path / "lab"
     rubrics = write_training_rubrics(lab)
     out = lab / "none" / "seed-0"

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from commands.main import main
 from grading.dataset import load_rubric_rows
 from grading.healthbench_files import FILES, MANIFEST
-from rubricrl.cli import main
 
 pytestmark = pytest.mark.pure
 

@@ -14,8 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from commands.main import main
 from grading.dataset import iter_rubric_rows
-from rubricrl.cli import main
 from rubricrl.records import RecordFileError, iter_rows
 from rubricrl.records.hub import describe_input
 from rurl.config import RurlConfig
@@ -269,7 +269,7 @@ def test_a_hub_id_offline_and_not_cached_is_one_line_exit_2(tmp_path):
         [
             sys.executable,
             "-c",
-            "import sys; from rubricrl.cli import main; sys.exit(main(sys.argv[1:]))",
+            "import sys; from commands.main import main; sys.exit(main(sys.argv[1:]))",
             "grade",
             "--rubrics",
             "nobody/no-such-rubrics:test",

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rubricrl.cli import main
+from commands.main import main
 from tests.fault_server import FaultServer, schema_reply
 from tests.helpers import tiny_policy
 

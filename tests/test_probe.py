@@ -9,9 +9,9 @@ import re
 import pytest
 
 from checks.probes import POLITE_NONANSWER, probes_for
+from commands.main import main
 from grading.dataset import RubricRow
 from grading.rubric import rubric_from_items
-from rubricrl.cli import main
 from tests.fault_server import FaultServer
 
 ROWS = [

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from rubricrl.cli import main
+from commands.main import main
 from tests.fault_server import FaultServer, schema_reply
 
 

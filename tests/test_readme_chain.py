@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rubricrl.cli import main
+from commands.main import main
 from tests.fault_server import FaultServer
 from tests.helpers import tiny_policy
 from tests.test_presets import varied_reply

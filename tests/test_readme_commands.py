@@ -26,10 +26,10 @@ def readme_commands() -> list[list[str]]:
 
 
 def help_examples() -> list[list[str]]:
-    """Every example the commands' `--help` prints (rubricrl/cli_help.py), continuation lines joined."""
+    """Every example the commands' `--help` prints (commands/help.py), continuation lines joined."""
     import shlex
 
-    from rubricrl.cli_help import EXAMPLES
+    from commands.help import EXAMPLES
 
     lines = [line for examples in EXAMPLES.values() for line in "\n".join(examples).replace("\\\n", " ").splitlines()]
     return [shlex.split(line, comments=True)[1:] for line in lines if line.startswith("rubricrl ")]
@@ -41,7 +41,7 @@ def test_every_readme_and_help_example_parses_as_written():
     import dataclasses
     import importlib
 
-    from rubricrl.cli import build_parser
+    from commands.main import build_parser
 
     commands = readme_commands()
     assert any(argv[:2] == ["rurl", "train"] for argv in commands) and any(argv[0] == "synth" for argv in commands)

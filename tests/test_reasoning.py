@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from commands.main import main
 from grading.grader import Grader, GradingConfig
 from grading.rubric import rubric_from_items
-from rubricrl.cli import main
 from rubricrl.llm import LLMClient, Role
 from rubricrl.llm.reasoning import ReasoningNeverClosed, split_reasoning
 from rurl.reward.rubric_reward import rubric_reward

@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from commands.main import main
 from grading.cli import EvalArgs
 from grading.grader import Graded, GradingConfig
 from grading.judge import Verdict
@@ -17,7 +18,6 @@ from grading.report import build_report
 from grading.rubric import Criterion
 from grading.scores import explicit_score
 from reports.html import TEMPLATE
-from rubricrl.cli import main
 from rubricrl.config import resolved, write_resolved
 from rubricrl.llm import LLMSettings
 from rubricrl.runs.jsonl import write_jsonl

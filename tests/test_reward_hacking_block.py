@@ -3,7 +3,7 @@
 bash runs the block with the programs it starts replaced by functions that write down their command lines (vllm,
 curl, accelerate, torchrun, rubricrl), so every server, run, seed, folder and the report's folders are the block's
 own. Then at tiny scale: the two judges are canned servers in place of the vLLM servers the block starts, the
-baseline and the first defence at the first seed train in-process (`rubricrl.cli.main` in place of `accelerate
+baseline and the first defence at the first seed train in-process (`commands.main.main` in place of `accelerate
 launch`) with tests/test_presets.py's CPU-size overrides, and the block's report compares them."""
 
 import re
@@ -16,8 +16,8 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
+from commands.main import build_parser, main
 from reports.cli import default_labels
-from rubricrl.cli import build_parser, main
 from tests.fault_server import FaultServer
 from tests.helpers import tiny_policy
 from tests.test_presets import HEALTHBENCH, RURL_SIZE, flags, varied_reply
@@ -115,7 +115,7 @@ def test_the_paper_scale_study_runs_as_written(tmp_path, monkeypatch, tiny):
     runs = []
     for i in launches:
         argv = commands[i][1]
-        assert argv[argv.index("-m") + 1] == "rubricrl.cli"
+        assert argv[argv.index("-m") + 1] == "commands"
         assert not set(value(argv, "--gpu_ids", "").split(",")) & (judge_gpus | monitor_gpus)
         train = argv[argv.index("-m") + 2 :]
         assert train[:2] == ["rurl", "train"] and value(train, "--config") == PRESET

@@ -20,11 +20,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from commands.main import main
 from engines.openrlhf_query import split_response
 from engines.service import RewardService, serve
 from grading.dataset import load_rubric_rows
 from grading.grader import Grader, GradingConfig
-from rubricrl.cli import main
 from rubricrl.llm import LLMClient, Role
 from rubricrl.serving.discovery import free_port
 from tests.fault_server import FaultServer
@@ -130,7 +130,7 @@ def service(judge, rubrics, tmp_path_factory):
         [
             sys.executable,
             "-m",
-            "rubricrl.cli",
+            "commands",
             "reward",
             "serve",
             "--rubrics",

@@ -118,7 +118,7 @@ def test_a_role_no_command_reads_is_an_error_naming_it_while_a_role_a_config_nam
     """A config shared by commands may set roles the running one does not read; `writer` (no command reads it: a
     typo for rubric_writer would leave that role on its defaults) is a one-line error, from the file or a flag,
     before any call. A name the config gives in synthesis.rubric_roles or ruft.candidates is a role."""
-    from rubricrl.cli import main
+    from commands.main import main
 
     rubrics, responses = tmp_path / "rubrics.jsonl", tmp_path / "responses.jsonl"
     rubrics.write_text('{"id": "a", "question": "q", "rubrics": [{"criterion": "c", "points": 1}]}\n')
@@ -142,8 +142,8 @@ def test_a_role_no_command_reads_is_an_error_naming_it_while_a_role_a_config_nam
 
 
 def test_every_command_that_calls_a_model_lists_its_roles_in_its_help():
-    from rubricrl.cli import build_parser
-    from rubricrl.cli_help import ROLES, all_commands
+    from commands.help import ROLES, all_commands
+    from commands.main import build_parser
     from rubricrl.llm.roles import ROLE_NAMES
 
     helps = {name: command.format_help() for name, command in all_commands(build_parser())}

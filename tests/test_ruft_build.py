@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from commands.main import main
 from grading.select import Candidate, select
-from rubricrl.cli import main
 from rubricrl.llm import ResponseCache
 from tests.fault_server import FaultServer
 
@@ -300,7 +300,7 @@ def test_bad_input_is_one_line_before_any_call(tmp_path, home, capsys, extra, co
 
 KILLED_RUN = """
 import sys
-from rubricrl.cli import main
+from commands.main import main
 main(["ruft", "build", "--rubrics", sys.argv[1], "--output-dir", sys.argv[2], "--base-url", sys.argv[3],
       "--model", "fake", "--threshold", "0.5", "--candidates", "policy=4", "--concurrency", "4", "--self_judging"])
 """

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rubricrl.cli import build_parser, main
+from commands.main import build_parser, main
 from rubricrl.config import parse_settings
 from tests.helpers import SECRET, tiny_policy
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from commands.main import main
 from grading.batch import batch_stats
 from grading.grader import Grader, GradingConfig
 from grading.judge import Verdict
 from grading.rubric import rubric_from_items
-from rubricrl.cli import main
 from rubricrl.config import ConfigError
 from rubricrl.llm import LLMClient, Role
 from rurl.config import RurlConfig

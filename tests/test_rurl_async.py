@@ -454,7 +454,7 @@ def test_the_failure_guard_stops_one_step_ahead_and_cancels_the_next_batchs_grad
     import re
     import threading
 
-    from rubricrl.cli import main
+    from commands.main import main
 
     first, held, late, lock, ended = set(), [], [], threading.Lock(), threading.Event()
 
@@ -519,7 +519,7 @@ def test_a_rule_only_run_one_step_ahead_asks_no_judge(tmp_path, quiet_env, capsy
     """Every criterion a rule check (the learning check's rubrics): `rurl train` starts no judge and turns the
     integrity judge off, said once, so that an answer the integrity check notes stays a note instead of a call to
     the placeholder judge; the written config says so, and two steps one step ahead train."""
-    from rubricrl.cli import main
+    from commands.main import main
 
     out = tmp_path / "run"
     rules = Path(__file__).resolve().parents[1] / "experiments" / "data" / "rurl_rules.jsonl"

@@ -9,8 +9,8 @@ import threading
 
 import pytest
 
+from commands.main import main
 from grading.dataset import load_rubric_rows
-from rubricrl.cli import main
 from rurl.config import RurlConfig
 from rurl.data import load_rurl_data
 from rurl.evolving.evolve_outputs import step_metrics

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rubricrl.cli import main
+from commands.main import main
 from tests.fault_server import FaultServer
 from tests.helpers import tiny_rurl_train
 

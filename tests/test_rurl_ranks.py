@@ -64,7 +64,7 @@ def launch(tmp_path: Path, judge: FaultServer, prompts: list[str], *flags: str) 
         "--redirects",
         "3",
         "-m",
-        "rubricrl.cli",
+        "commands",
         *tiny_rurl_train(out, "--rubrics", str(data), judge_url=judge.base_url),
         "--eval_size",
         "0",

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from commands.main import main
 from grading.grader import Grader, GradingConfig
 from grading.ledger import read_table
-from rubricrl.cli import main
 from rubricrl.llm import LLMClient, Role
 from rurl.reward.rubric_reward import make_rubric_reward
 from tests.fault_server import FaultServer

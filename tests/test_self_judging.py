@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from rubricrl.cli import build_parser
+from commands.main import build_parser
 from rubricrl.config import ConfigError, parse_settings
 from rubricrl.llm.self_judging import check_judge_apart
 from rubricrl.serving.discovery import LOCAL_SERVER_ENV

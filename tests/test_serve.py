@@ -29,7 +29,7 @@ def home(tmp_path):
 def rubricrl(*args, home, **kwargs):
     env = {**os.environ, "RUBRICRL_HOME": str(home)}
     env.pop(LOCAL_SERVER_ENV, None)  # these tests start and stop servers: none of the suite's may be reused
-    return subprocess.Popen([sys.executable, "-m", "rubricrl.cli", *args], env=env, cwd=ROOT, text=True, **kwargs)
+    return subprocess.Popen([sys.executable, "-m", "commands", *args], env=env, cwd=ROOT, text=True, **kwargs)
 
 
 def group_members(pgid: int) -> list[str]:
@@ -142,7 +142,7 @@ def test_a_port_in_use_is_one_line_and_starts_nothing(home, capsys, monkeypatch)
     """`serve --port` on a port something else holds: one line naming it and what holds it, exit 1, no vLLM."""
     import socket
 
-    from rubricrl.cli import main
+    from commands.main import main
 
     monkeypatch.setenv("RUBRICRL_HOME", str(home))
     with socket.socket() as taken:

@@ -8,7 +8,7 @@ import shutil
 import pyarrow.parquet as pq
 import pytest
 
-from rubricrl.cli import main
+from commands.main import main
 from rubricrl.config import ConfigError
 from rubricrl.runs.shards import Shard, parse_shard, shard_of
 from tests.fault_server import FaultServer, schema_reply

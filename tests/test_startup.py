@@ -20,8 +20,8 @@ TRAINING_STACK = ("torch", "transformers", "peft", "trl", "vllm", "accelerate", 
 # `sys.modules` only grows, so the first command that brings a module in is the one named.
 HELP_OF_EVERY_COMMAND = """
 import contextlib, io, json, sys
-from rubricrl.cli import build_parser, main
-from rubricrl.cli_help import all_commands
+from commands.main import build_parser, main
+from commands.help import all_commands
 
 stack = json.loads(sys.argv[1])
 names = [""] + [name for name, _ in all_commands(build_parser())]
@@ -48,8 +48,8 @@ def help_of_every_command() -> list[dict]:
 
 
 def test_no_help_imports_the_training_stack_and_every_help_lists_its_flags():
-    from rubricrl.cli import build_parser
-    from rubricrl.cli_help import all_commands
+    from commands.help import all_commands
+    from commands.main import build_parser
 
     seen = help_of_every_command()
     parsers = {"": build_parser(), **dict(all_commands(build_parser()))}

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from rubricrl.cli import main
+from commands.main import main
 from rubricrl.llm import ResponseCache
 from synthesis.output import final_schema
 from tests.fault_server import FaultServer, schema_reply
@@ -123,7 +123,7 @@ def test_failed_query_is_recorded_and_retried_on_the_next_run(tmp_path, home):
 
 KILLED_RUN = """
 import sys
-from rubricrl.cli import main
+from commands.main import main
 sys.exit(main(["synth", "--input", sys.argv[1], "--output-dir", sys.argv[2], "--base-url", sys.argv[3],
                "--model", "fake", "--concurrency", "8"]))
 """

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 RUN = """
 import json, sys
-from rubricrl.cli import main
+from commands.main import main
 code = main(sys.argv[2:])
 print("LOADED", json.dumps([m for m in json.loads(sys.argv[1]) if m in sys.modules]), file=sys.stderr)
 sys.exit(code)
