@@ -3,7 +3,7 @@ the stages in pipeline order (`synthesis/`, `ruft/`, `rurl/`), the reward for ot
 `reports/`, and the entry point on top (`commands/`), the one folder that knows every other. A module may import its
 own layer and those below, never one above (imports inside functions count too), and no two modules import each
 other, however indirectly. Read from the source with `ast`: nothing is imported to check it. And no module outgrows
-a read: 600 lines at most, which a module reaches only when it holds two ideas."""
+a read: 600 lines at most, which a module reaches only when it holds two ideas, and no function passes 100."""
 
 import ast
 from pathlib import Path
@@ -119,3 +119,20 @@ def test_no_module_is_over_600_lines():
         if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
     ]
     assert not long, f"split these by idea (at most {MAX_LINES} lines a module):\n" + "\n".join(long)
+
+
+MAX_FUNCTION_LINES = 100
+
+
+def test_no_function_is_over_100_lines():
+    """A function reads on one screen: past 100 lines it holds steps that want names of their own."""
+    folders = [*LAYERS, "experiments", "benches"]
+    long = [
+        f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {node.end_lineno - node.lineno + 1} lines"
+        for folder in folders
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path)))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+    assert not long, f"split these (at most {MAX_FUNCTION_LINES} lines a function):\n" + "\n".join(long)
