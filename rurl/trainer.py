@@ -9,7 +9,6 @@ shape). Multimodal batches are refused.
 """
 
 import asyncio
-import inspect
 import json
 import math
 import sys
@@ -21,6 +20,7 @@ from typing import Any
 import torch
 from accelerate.utils import gather_object
 from trl import GRPOTrainer
+from trl.trainer.utils import is_async_callable
 
 from checks.audit import group_saturation
 from rurl.reward.criterion_advantage import advantages as criterion_advantages
@@ -91,9 +91,7 @@ class RubricGRPOTrainer(GRPOTrainer):
             else AheadSchedule(self, self._trl_scored, None if self.sampler is None else self.sampler.batch)
         )
         self._graded: list = []  # the batch statistics the reward calls returned since the last _calculate_rewards
-        self.reward_funcs = [
-            returning_stats(f, self._graded) if inspect.iscoroutinefunction(f) else f for f in self.reward_funcs
-        ]
+        self.reward_funcs = [returning_stats(f, self._graded) if is_async_callable(f) else f for f in self.reward_funcs]
         self.update_gate = UpdateGate(self)
         self.add_callback(self.update_gate)
         self._criteria_before: list[dict[str, Any]] = []  # the criteria table of the run resumed from
@@ -144,9 +142,11 @@ class RubricGRPOTrainer(GRPOTrainer):
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         if self.ahead is not None and self.ahead.phase == "start":  # the grading starts: nothing to count yet
             return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        raw = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        graded = self._graded[:]  # this call's, returned by the rubric reward (rurl/reward/rubric_reward.py Rewards)
-        self._graded.clear()
+        try:
+            raw = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        finally:  # this call's, returned by the rubric reward (rurl/reward/rubric_reward.py Rewards); none left over
+            graded = self._graded[:]
+            self._graded.clear()
         rewards = unscored_rows(raw.clone())
         self.last_rewards = rewards
         if self.failure_monitor is not None:  # every process is here, once per generation batch
@@ -269,8 +269,8 @@ class RubricGRPOTrainer(GRPOTrainer):
     def _grade_again(self, changed: set[str], inputs, prompts, completions, completion_ids_list, raw):
         """Every process grades its completions of the `changed` queries again with the rubric reward (as TRL calls
         it, under the rubrics as they stand now; the response cache answers the criteria asked before), and the
-        rubric column is gathered anew. Returns (rewards per function, the regraded answers and penalties of every
-        process)."""
+        rubric column is gathered anew; a judge that could not be asked stops the run, as in a first grading. Returns
+        (rewards per function, the regraded answers and penalties of every process)."""
         local = len(prompts)
         rank = self.accelerator.process_index
         column = raw[rank * local : (rank + 1) * local, 0].clone()
@@ -296,8 +296,6 @@ class RubricGRPOTrainer(GRPOTrainer):
             self.failure_monitor.record(
                 replace(
                     seen[0],
-                    rows=[],
-                    ledger=[],  # the ledger counts each completion's first grading
                     completions=0,
                     flagged=0,
                     noted=0,
@@ -306,16 +304,19 @@ class RubricGRPOTrainer(GRPOTrainer):
                     failed_verdicts=0,
                     dropped_verdicts=None,
                     unscored=int((torch.isnan(column) & ~torch.isnan(before)).sum()),
-                    answers=[],
-                    penalties=set(),
                     criteria={t: c for t, c in seen[0].criteria.items() if t not in original},
                     pass_rates={},
                 )
             )
         again = raw.clone()
         again[:, 0] = self.accelerator.gather(column.to(raw.device))
-        parts = gather_object([([a for s in seen for a in s.answers], {t for s in seen for t in s.penalties})])
-        return again, [a for part, _ in parts for a in part], {t for _, texts in parts for t in texts}
+        found = ([a for s in seen for a in s.answers], {t for s in seen for t in s.penalties}, [s.error for s in seen])
+        parts = gather_object([found])
+        errors = [error for _, _, part in parts for error in part if error]
+        if errors and not self.judge_error:  # alike on every process (gathered): the run stops, as on a first grading's
+            self.judge_error = f"the rubric reward could not ask its judge: {errors[0]}"
+            self.stop_reason = self.stop_reason or self.judge_error
+        return again, [a for part, _, _ in parts for a in part], {t for _, texts, _ in parts for t in texts}
 
     def _generate_and_score_completions(self, inputs):
         if not self.model.training or (self.sampler is None and self.ahead is None):
@@ -423,7 +424,7 @@ def returning_stats(function, into: list):
             into.append(result.stats)
         return result
 
-    reward.__name__ = function.__name__
+    reward.__name__ = getattr(function, "__name__", type(function).__name__)
     reward.inner = getattr(function, "inner", function)  # the function itself: for calls outside the schedule
     return reward
 

@@ -89,9 +89,9 @@ async def rubric_reward(
     """One reward per completion: the rubric score of `completions[i]` for `prompts[i]` against `rubrics[i]`, minus
     DAPO's soft overlong penalty when `overlong` is given (on the token count, `completion_ids`; an unscored
     completion stays None). `rubric_for(id, rubric)` gives the rubric a query's completions are graded against now
-    (evolving rubrics). The result carries the batch's statistics (`Rewards.stats`). With `deadline` (seconds), completions still unjudged that long after the call are None (counted as timed out): the
-    other processes of a run wait for this one at the next collective, and a hung judge must not reach the process
-    group's timeout. `count_tokens` (the policy's tokenizer) measures reasoning and answer lengths in tokens;
+    (evolving rubrics). The result carries the batch's statistics (`Rewards.stats`). With `deadline` (seconds),
+    completions still unjudged that long after the call are None (counted as timed out): the other processes of a run
+    wait for this one at the next collective, and a hung judge must not reach the process group's timeout. `count_tokens` (the policy's tokenizer) measures reasoning and answer lengths in tokens;
     `decode` (its batch_decode) reads each completion from `completion_ids` as TRL decodes unparsed ones, so that a
     response template's parsing cannot hide where the reasoning ended. With `dropout`, each query's rubric loses the
     criteria its mask drops at the step this batch trains at: `trains_at`, given by a schedule that grades a batch

@@ -19,9 +19,9 @@ advantages in one call:
 - **collect**: when the batch trains, the same call runs again, replayed: generation and log-probabilities are
   handed back as they were computed, the wrapped reward awaits its task, and TRL computes advantages, metrics and
   tables from the real rewards, as in a synchronous step. Whatever the reward function reported while it ran in the
-  background (TRL's `log_metric` and `log_extra`) is replayed then, and the call's result (with the rubric reward's
-  batch statistics, which the trainer reads) returned, so the failure guard, the alarms and the completions table
-  see each batch whole, in training order.
+  background (TRL's `log_metric` and `log_extra`) is replayed then, and the call's result returned (with the rubric
+  reward's batch statistics, which the trainer takes from it: rurl/trainer.py), so the failure guard, the alarms
+  and the completions table see each batch whole, in training order.
 
 The ratio at staleness 0 is 1: the schedule runs with dropout off (TRL's `disable_dropout`; `rurl train` sets it),
 and positions after a sequence's end hold 0, as the loss's own do. Each batch's grading starts once the batch before
