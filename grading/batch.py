@@ -1,15 +1,17 @@
-"""One batch of answers graded against their rubrics: the pure grading call that RuRL's reward (rurl/reward/rubric_reward.py) and the
-reward service (engines/service.py) make. In: each answer's conversation, its text as the policy wrote it (reasoning
-included: the grader keeps it from the judge) and its rubric; out: each answer's grade and score, its verdict rows,
-and the batch's statistics (`BatchStats`: failure, unscored and integrity counts, judge calls and latency, pass
-rates overall, per tag and category, reasoning and answer lengths, the reward-length correlation).
+"""One batch of answers graded against their rubrics: the pure grading call that RuRL's reward
+(rurl/reward/rubric_reward.py), the reward service (engines/service.py) and `grade`/`eval` (grading/cli.py) make.
+In: each answer's conversation, its text as the policy wrote it (reasoning included: the grader keeps it from the
+judge) and its rubric; out: each answer's grade and score, its verdict rows, and the batch's statistics
+(`BatchStats`: failure, unscored and integrity counts, judge calls and latency, pass rates overall, per tag and
+category, reasoning and answer lengths, the reward-length correlation).
 
 A completion that could not be graded scores None, never 0 (a penalty left undecided too, unless
 `undecided_penalty` counts it: grading/scores.py). With a deadline (seconds), completions still unjudged that long
 after the call score None (counted as timed out). The judge calls, failed requests and latency a batch counts are its
 own requests' (rubricrl/llm/calls.py), even while another batch is graded on the same client. A judge whose server is
 down scores nothing; a setting the judge cannot be asked with (a missing API key, say) does not raise: nothing is
-scored and `BatchStats.error` carries the one-line reason.
+scored, `BatchStats.error` carries the one-line reason and `GradedBatch.unasked` the error itself (`grade` and
+`eval` raise it).
 """
 
 import json
@@ -31,11 +33,12 @@ from rubricrl.llm.reasoning import split_reasoning
 class GradedBatch:
     """A graded batch: per answer its grade (None: not judged before the deadline) and its score (None: unscored;
     any penalty already taken off), and the batch's statistics with its verdict rows. `graded` is None when nothing
-    could be asked (the judge's server down, or `stats.error`)."""
+    could be asked (the judge's server down, or `stats.error`); `unasked` is then why (the error raised)."""
 
     graded: "list[Graded | None] | None"
     scores: list[float | None]
     stats: "BatchStats"
+    unasked: Exception | None = None
 
 
 async def grade_batch(
@@ -51,12 +54,14 @@ async def grade_batch(
     penalties: list[float] | None = None,
     count_tokens: Callable[[str], int] | None = None,
     grade_after: Callable[[], Awaitable[None]] | None = None,
+    progress: str | None = None,
 ) -> GradedBatch:
     """Grade `texts[i]`, the answer to `conversations[i]`, against `rubrics[i]`. `groups` names each answer's group
     (answers to one query: default its conversation), `lengths` each answer's length (default its characters) and
     `penalties` what is taken off its score (an unscored answer stays None); `count_tokens` measures reasoning and
     answer lengths (default characters). `grade_after` is awaited before the first judge call (a schedule that
-    starts a batch while an earlier one is still graded: two batches never compete for the judge's concurrency)."""
+    starts a batch while an earlier one is still graded: two batches never compete for the judge's concurrency).
+    With `progress` (and no deadline), a progress bar so described."""
     if not len(conversations) == len(texts) == len(rubrics):
         raise ValueError(f"{len(conversations)} conversations, {len(texts)} answers, {len(rubrics)} rubrics")
     config = grader.config
@@ -75,14 +80,17 @@ async def grade_batch(
     if grade_after is not None:
         await grade_after()
     started = time.monotonic()
-    error = None
+    error = unasked = None
     with tallying_requests() as tally:  # this batch's requests, whatever else the client sends meanwhile
         try:  # one per completion, in the items' order; None: not judged before the deadline
-            graded = await (grader.grade_many(items) if deadline is None else grader.grade_within(items, deadline))
-        except EndpointUnreachable:  # the judge's server is down: nothing scored (the batch's other calls cancelled)
-            graded = None
+            whole = deadline is None
+            graded = await (
+                grader.grade_many(items, progress=progress) if whole else grader.grade_within(items, deadline)
+            )
+        except EndpointUnreachable as down:  # the judge's server is down: nothing scored (the batch's other calls
+            graded, unasked = None, down  # cancelled)
         except UserError as problem:  # a setting the judge cannot be asked with
-            graded, error = None, str(problem)
+            graded, error, unasked = None, str(problem), problem
     if graded is None:
         asked = sum(sum(c.rule is None for c in rubric.criteria) or 1 for rubric in rubrics)  # the judge's share
         stats = BatchStats(
@@ -98,7 +106,7 @@ async def grade_batch(
             error=error,
             rows=[None] * len(items),
         )
-        return GradedBatch(None, [None] * len(items), stats)
+        return GradedBatch(None, [None] * len(items), stats, unasked)
     seconds = time.monotonic() - started
     scores = [None if g is None else g.reward for g in graded]
     if penalties is not None:

@@ -13,8 +13,9 @@ from typing import Literal
 
 from tqdm.asyncio import tqdm_asyncio
 
+from grading.batch import grade_batch
 from grading.dataset import RubricRow, check_references, load_responses, load_rubric_rows
-from grading.grader import GradeItem, Grader, GradingConfig
+from grading.grader import Grader, GradingConfig
 from grading.report import build_report, first_judge_error, format_report, provenance, with_score_alias
 from grading.rubric import RubricError
 from grading.scores import UndecidedCriterion, UndecidedPenalty
@@ -327,9 +328,20 @@ def failure_status(report: dict, records: list[dict], config: GradingConfig) -> 
 
 
 async def grade_pairs(grader: Grader, rows: dict[str, RubricRow], pairs: list[tuple[str, str]]) -> list[dict]:
-    """Graded records for (id, response) pairs, in input order (identical pairs graded once)."""
-    items = [GradeItem(rows[i].conversation, response, rows[i].rubric, rows[i].reference) for i, response in pairs]
-    graded = await grader.grade_many(items, progress="grading")
+    """Graded records for (id, response) pairs, in input order (identical pairs graded once), graded as every path
+    grades a batch (grading/batch.py); a judge that could not be asked at all is an error."""
+    chosen = [rows[i] for i, _ in pairs]
+    batch = await grade_batch(
+        grader,
+        [row.conversation for row in chosen],
+        [response for _, response in pairs],
+        [row.rubric for row in chosen],
+        references=[row.reference for row in chosen],
+        progress="grading",
+    )
+    if batch.unasked is not None:  # the judge's server down, or a setting it cannot be asked with
+        raise batch.unasked
+    graded = batch.graded
     return [
         g.to_record(rows[row_id].rubric.example_tags, id=row_id, response=response, judge=grader.metadata)
         for (row_id, response), g in zip(pairs, graded)
