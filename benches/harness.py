@@ -15,8 +15,11 @@ from rubricrl.serving.discovery import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = """
-import resource, sys
-from commands.main import main
+import os, resource, sys
+if os.path.exists("commands/main.py"):  # the tree run from (cwd) holds the entry point
+    from commands.main import main
+else:  # a baseline from before the entry point moved to commands/
+    from rubricrl.cli import main
 code = main(sys.argv[1:])
 io = dict(line.split(": ") for line in open("/proc/self/io").read().splitlines())
 print("WCHAR", io["write_bytes"], "RSS_KB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)

@@ -27,9 +27,10 @@ HELP_LIMIT = 1.0  # seconds: the project's rule for `--help`
 
 def timed(argv: list[str], root: Path, env: dict) -> tuple[float, float]:
     """One `python -m commands ARGV` from `root`: (wall seconds, peak RSS in MiB) of that process alone."""
+    entry = "commands" if (root / "commands" / "__main__.py").exists() else "rubricrl.cli"  # a baseline before it
     started = time.perf_counter()
     process = subprocess.Popen(
-        [sys.executable, "-m", "commands", *argv],
+        [sys.executable, "-m", entry, *argv],
         cwd=root,
         env=env,
         stdout=subprocess.DEVNULL,

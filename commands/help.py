@@ -1,6 +1,6 @@
 """What `rubricrl COMMAND --help` says beyond the flags, by command name (`ruft build`): an example or two
-(EXAMPLES), the preset configs (PRESETS), the roles it reads (ROLES), and what a rerun does after Ctrl-C or SIGTERM (ON_INTERRUPT, which main
-prints). commands/main.py attaches them to every command `all_commands` finds."""
+(EXAMPLES), the preset configs (PRESETS), the roles it reads (ROLES), and what a rerun does after Ctrl-C or SIGTERM
+(ON_INTERRUPT, which main prints). commands/main.py attaches them to every command `all_commands` finds."""
 
 import argparse
 import itertools

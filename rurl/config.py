@@ -138,9 +138,9 @@ class RurlConfig:
     run ends, exiting non-zero with the line. Every process takes the same decision at the same step."""
     rubric_dropout: float = 0.0
     """Rubric dropout (arXiv 2608.11669): the share of each rubric's positive criteria left out of the reward at a
-    step, one mask per prompt group drawn from its id and the step (rurl/reward/dropout.py); never penalties nor criteria
-    tagged `protected`; the reward normalized over the kept ones, whose verdicts alone are asked of the judge; the
-    full rubric at evaluation. 0: off, so that a run is what its config says; the presets rubrichub-dapo, dapo,
+    step, one mask per prompt group drawn from its id and the step (rurl/reward/dropout.py); never penalties nor
+    criteria tagged `protected`; the reward normalized over the kept ones, whose verdicts alone are asked of the judge;
+    the full rubric at evaluation. 0: off, so that a run is what its config says; the presets rubrichub-dapo, dapo,
     ruscarl and rler set 0.3 (rar-grpo, hacking-gpu and tiny-cpu 0), with the reason
     (docs/reward-hacking.md#what-to-turn-on)."""
     criterion_advantage: Literal["none", "decoupled", "discriminating"] = "none"
@@ -154,8 +154,8 @@ class RurlConfig:
     """Positive criteria a rubric keeps at least under rubric_dropout (a rubric with fewer is refused when the data
     loads: dropout could never leave it enough)."""
     evolve: bool = False
-    """Rubrics that evolve under the policy (RLER, DR Tulu; rurl/evolving/evolution.py): the `evolver` role writes new criteria
-    for a query from its group of answers and its current rubric. The original criteria are never removed."""
+    """Rubrics that evolve under the policy (RLER, DR Tulu; rurl/evolving/evolution.py): the `evolver` role writes new
+    criteria for a query from its group of answers and its current rubric. The original criteria are never removed."""
     evolve_apply: Literal["same_step", "next_draw"] = "same_step"
     """same_step (DR Tulu's training code): a group's new criteria grade that same group before its advantages are
     computed, the step waiting for the calls (at most evolve_deadline); the only mode in which a one-epoch run's
@@ -195,8 +195,8 @@ class RurlConfig:
     """same_step: seconds a step waits for its evolve calls (the probing of what they wrote included); a group whose
     call is not back by then is graded without new criteria (counted in `timed_out`), its call cancelled."""
     evolve_vet: bool = True
-    """Probe each new positive criterion before it is admitted (rurl/evolving/vetting.py): `rubricrl probe`'s kinds that need
-    no generation, probe_per_kind texts each, graded as training grades; one that a kind earns more often than
+    """Probe each new positive criterion before it is admitted (rurl/evolving/vetting.py): `rubricrl probe`'s kinds that
+    need no generation, probe_per_kind texts each, graded as training grades; one that a kind earns more often than
     probe_tolerance allows is refused, with its test in evolve_steps.jsonl. False admits criteria unprobed."""
     evolve_probe_calls: int = 256
     """Judge calls a step's probing of new criteria spends at most: a criterion past it waits, unadmitted, and is

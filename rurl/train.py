@@ -11,9 +11,9 @@ In order, everything a user can get wrong checked before the policy loads:
 3. the policy's tokenizer: whether its chat template opens the reasoning in the prompt;
 4. the judge (`grading.judge_role`, the local server when it names no endpoint), reachable, and one preflight call;
 5. `train`: config.yaml, the wandb run, RubricGRPOTrainer (rurl/trainer.py) with the rubric reward
-   (rurl/reward/rubric_reward.py), the judge-failure guard and the in-training evaluation; the model saved (LoRA merged),
-   then criteria.json, log_history.json, reward.png and manifest.json (last; rurl/outputs.py), with the seconds each
-   phase took. docs/outputs.md lists the folder.
+   (rurl/reward/rubric_reward.py), the judge-failure guard and the in-training evaluation; the model saved (LoRA
+   merged), then criteria.json, log_history.json, reward.png and manifest.json (last; rurl/outputs.py), with the seconds
+   each phase took. docs/outputs.md lists the folder.
    `--resume_from_checkpoint true` goes on from the latest complete checkpoint; replayed judge calls come from the
    response cache.
 """

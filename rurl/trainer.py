@@ -1,7 +1,8 @@
 """GRPOTrainer where TRL must be overridden: dynamic sampling around the generation of a batch
-(rurl/schedule/dynamic_sampling.py), the next batch generated while this one is graded (rurl/schedule/one_step_ahead.py), the
-judge-failure counts summed over processes where the rewards are computed, no weight update from a step without any
-learning signal (rurl/schedule/update_gate.py), and the run's own state saved with each checkpoint's weights.
+(rurl/schedule/dynamic_sampling.py), the next batch generated while this one is graded
+(rurl/schedule/one_step_ahead.py), the judge-failure counts summed over processes where the rewards are computed, no
+weight update from a step without any learning signal (rurl/schedule/update_gate.py), and the run's own state saved with
+each checkpoint's weights.
 
 The overridden methods are private: TRL_RANGE pins the versions this was read against (1.16.0, grpo_trainer.py),
 the trainer refuses others, and tests/test_rurl.py fails when their contract changes (the output keys, the rewards'
@@ -241,8 +242,8 @@ class RubricGRPOTrainer(GRPOTrainer):
         return output
 
     def _evolve(self, batch, rewards, answers, penalties):
-        """The evolution round of a scored batch (rurl/evolving/evolution.py); with evolve_apply same_step, the groups whose
-        rubric changed are graded again, on every process, before TRL computes their advantages. `batch` is what
+        """The evolution round of a scored batch (rurl/evolving/evolution.py); with evolve_apply same_step, the groups
+        whose rubric changed are graded again, on every process, before TRL computes their advantages. `batch` is what
         _calculate_rewards was given, and TRL's rewards per function. Returns (rewards, answers, penalties) as they
         stand after the round."""
         inputs, _, _, completion_ids, _ = batch

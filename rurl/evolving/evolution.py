@@ -3,8 +3,8 @@ allenai/open-instruct `open_instruct/rubrics/`).
 
 Every `evolve_every` steps, for the groups of each generation batch (the flat ones, or all), the `evolver` role
 writes new criteria from the query, its current rubric and the group's answers as the judge saw them, with a prompt
-for the group's situation (rurl/evolving/evolve_choice.py). The main process runs the calls on the reward's event loop (at
-most `evolve_concurrency` at once, `evolve_max_calls` per step) and hands every result to all processes in one
+for the group's situation (rurl/evolving/evolve_choice.py). The main process runs the calls on the reward's event loop
+(at most `evolve_concurrency` at once, `evolve_max_calls` per step) and hands every result to all processes in one
 broadcast; every process adds them alike (rurl/evolving/rubric_buffer.py validates, caps and retires). Then:
 
 - `same_step` (DR Tulu's training code): the step waits for its calls (at most `evolve_deadline`; a late call is
@@ -13,9 +13,9 @@ broadcast; every process adds them alike (rurl/evolving/rubric_buffer.py validat
 - `next_draw` (open-instruct's RubricManager): the calls run while training goes on; at each step's end the
   finished ones join the rubric, which grades the query's next draws.
 
-Before a new positive criterion joins, the main process probes it on its row (`evolve_vet`, rurl/evolving/vetting.py, inside
-the call): a criterion that answers with no substance earn more often than chance allows is refused with its test,
-and one past the step's probe budget waits for a later round, never admitted unprobed.
+Before a new positive criterion joins, the main process probes it on its row (`evolve_vet`, rurl/evolving/vetting.py,
+inside the call): a criterion that answers with no substance earn more often than chance allows is refused with its
+test, and one past the step's probe budget waits for a later round, never admitted unprobed.
 
 A failed or malformed call adds nothing and is counted; the client caches every call, so a resumed run asks nothing
 twice that it asked before, and the calls in flight at a checkpoint are asked again after a resume.
@@ -237,7 +237,8 @@ class RubricEvolution(TrainerCallback):
         return call
 
     async def _vetted(self, call: Call, current: list[dict], criteria: list[dict]) -> list[dict] | None:
-        """On the reward's event loop: each written criterion's probe decision (rurl/evolving/vetting.py); None unvetted."""
+        """On the reward's event loop: each written criterion's probe decision (rurl/evolving/vetting.py); None
+        unvetted."""
         if self.vetting is None:
             return None
         return await self.vetting.vet(call.query, current, criteria, call.step)

@@ -1,5 +1,5 @@
-"""What rubric evolution (rurl/evolving/evolution.py) reports: the lines of evolve_steps.jsonl, each step's `evolve/*` metrics,
-and at the end the evolved rubric dataset, the whole buffer, the wandb table and the summary's counts."""
+"""What rubric evolution (rurl/evolving/evolution.py) reports: the lines of evolve_steps.jsonl, each step's `evolve/*`
+metrics, and at the end the evolved rubric dataset, the whole buffer, the wandb table and the summary's counts."""
 
 import json
 import statistics

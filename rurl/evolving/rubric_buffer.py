@@ -1,5 +1,5 @@
-"""Per query, the rubric a RuRL run grades against while it evolves its rubrics (rurl/evolving/evolution.py): the original
-criteria (never removed), the active evolved ones, and the retired ones (kept for the record).
+"""Per query, the rubric a RuRL run grades against while it evolves its rubrics (rurl/evolving/evolution.py): the
+original criteria (never removed), the active evolved ones, and the retired ones (kept for the record).
 
 Pure and deterministic: every process holds one, changed only by the same calls in the same order (new criteria
 broadcast from the main process; verdicts gathered from all processes), so every process grades a completion alike.

@@ -1,4 +1,5 @@
-"""DAPO's soft overlong punishment, applied by the rubric reward (rurl/reward/rubric_reward.py) on a completion's token count."""
+"""DAPO's soft overlong punishment, applied by the rubric reward (rurl/reward/rubric_reward.py) on a completion's token
+count."""
 
 from dataclasses import dataclass
 

@@ -11,8 +11,8 @@ Each row carries its rubric in the `rubrics` column (TRL repeats it per generati
 grading/batch.py's `grade_batch`. A completion that could not be graded gets `None` (TRL: NaN, out of the advantage),
 never 0, and counts in `rubric/judge_failure_rate`. DAPO's soft overlong penalty (rurl/reward/overlong.py) is applied
 here, on the whole completion as DAPO does, not as a second reward function: TRL's nansum would make a None beside a
-number a scored completion. Rubric dropout (rurl/reward/dropout.py) leaves each query's dropped criteria out of its rubric
-before grading. The reasoning (`reasoning_delimiters`, or TRL's `reasoning_content`) never reaches the judge; a
+number a scored completion. Rubric dropout (rurl/reward/dropout.py) leaves each query's dropped criteria out of its
+rubric before grading. The reasoning (`reasoning_delimiters`, or TRL's `reasoning_content`) never reaches the judge; a
 completion whose reasoning never closed gets the floor without a judge call.
 Per batch it logs failure, unscored and integrity rates, judge latency and calls, pass rates (overall, per tag and
 category), reasoning and answer lengths, the reward-length correlation, and each completion's verdicts.
@@ -91,12 +91,13 @@ async def rubric_reward(
     completion stays None). `rubric_for(id, rubric)` gives the rubric a query's completions are graded against now
     (evolving rubrics). The result carries the batch's statistics (`Rewards.stats`). With `deadline` (seconds),
     completions still unjudged that long after the call are None (counted as timed out): the other processes of a run
-    wait for this one at the next collective, and a hung judge must not reach the process group's timeout. `count_tokens` (the policy's tokenizer) measures reasoning and answer lengths in tokens;
-    `decode` (its batch_decode) reads each completion from `completion_ids` as TRL decodes unparsed ones, so that a
-    response template's parsing cannot hide where the reasoning ended. With `dropout`, each query's rubric loses the
-    criteria its mask drops at the step this batch trains at: `trains_at`, given by a schedule that grades a batch
-    before the step that trains it (rurl/schedule/one_step_ahead.py), else `trainer_state.global_step`. `grade_after` is
-    awaited before the first judge call (the same schedule). `reask`: the criterion ledger's (`ledger_answers`)."""
+    wait for this one at the next collective, and a hung judge must not reach the process group's timeout.
+    `count_tokens` (the policy's tokenizer) measures reasoning and answer lengths in tokens; `decode` (its batch_decode)
+    reads each completion from `completion_ids` as TRL decodes unparsed ones, so that a response template's parsing
+    cannot hide where the reasoning ended. With `dropout`, each query's rubric loses the criteria its mask drops at the
+    step this batch trains at: `trains_at`, given by a schedule that grades a batch before the step that trains it
+    (rurl/schedule/one_step_ahead.py), else `trainer_state.global_step`. `grade_after` is awaited before the first judge
+    call (the same schedule). `reask`: the criterion ledger's (`ledger_answers`)."""
     if not len(prompts) == len(completions) == len(rubrics):
         raise ValueError(f"{len(prompts)} prompts, {len(completions)} completions, {len(rubrics)} rubrics")
     if rubric_for is not None and id is not None:  # rubrics evolving during the run (rurl/evolving/evolution.py)

@@ -162,8 +162,8 @@ class DynamicSampler:
     def _group_spread(self) -> torch.Tensor:
         """Per group of the last scored batch (all processes): True when its reward std is above the threshold.
         The reward is TRL's: the weighted sum of the reward functions, NaN where every one returned None. Under
-        criterion-level advantages (rurl/reward/criterion_advantage.py), True when the advantages it trains on are not all
-        zero: a group whose rewards tie may still differ criterion by criterion, and one that differs only by a
+        criterion-level advantages (rurl/reward/criterion_advantage.py), True when the advantages it trains on are not
+        all zero: a group whose rewards tie may still differ criterion by criterion, and one that differs only by a
         vetoed completion is not flat."""
         flat = getattr(self.trainer, "criterion_flat", None)
         if flat is not None:

@@ -1,6 +1,6 @@
-"""The groups of a generation batch that dynamic sampling keeps (rurl/schedule/dynamic_sampling.py), as plain data: which keys of
-TRL's `_generate_and_score_completions` output are cut by row and how they are padded, a group cut out of a batch,
-trimmed of its padding to be sent to another process, and which kept groups each process trains on. No trainer
+"""The groups of a generation batch that dynamic sampling keeps (rurl/schedule/dynamic_sampling.py), as plain data:
+which keys of TRL's `_generate_and_score_completions` output are cut by row and how they are padded, a group cut out of
+a batch, trimmed of its padding to be sent to another process, and which kept groups each process trains on. No trainer
 state: every process computes the same from the same inputs."""
 
 import itertools

@@ -14,8 +14,8 @@ advantages in one call:
   event loop) is wrapped (`deferred`): the call starts as a task and TRL gets zeros meanwhile; the metrics and tables
   TRL writes from those zeros go to scratch containers and are dropped, except the generation's own (lengths,
   tokens). Every log-probability TRL computes there is kept. Where TRL computed none of the generating weights'
-  own, they are read from generation's logits as it samples (transformers' `generate`: `rurl/schedule/sampled_logps.py`),
-  or computed by one more forward pass (other generation paths).
+  own, they are read from generation's logits as it samples (transformers' `generate`:
+  `rurl/schedule/sampled_logps.py`), or computed by one more forward pass (other generation paths).
 - **collect**: when the batch trains, the same call runs again, replayed: generation and log-probabilities are
   handed back as they were computed, the wrapped reward awaits its task, and TRL computes advantages, metrics and
   tables from the real rewards, as in a synchronous step. Whatever the reward function reported while it ran in the
@@ -25,10 +25,10 @@ advantages in one call:
 
 The ratio at staleness 0 is 1: the schedule runs with dropout off (TRL's `disable_dropout`; `rurl train` sets it),
 and positions after a sequence's end hold 0, as the loss's own do. Each batch's grading starts once the batch before
-it is graded (the reward's `grade_after`, rurl/reward/rubric_reward.py), so a step's `async/wait_s` is the wait for its own calls and the
-judge calls, failures and latency each batch logs are its own. `async/staleness` is logged per optimizer step, as
-the mean over its completions of the updates since their weights generated them (a batch joined by dynamic
-sampling's on-policy rounds: the share generated ahead, at its first update).
+it is graded (the reward's `grade_after`, rurl/reward/rubric_reward.py), so a step's `async/wait_s` is the wait for its
+own calls and the judge calls, failures and latency each batch logs are its own. `async/staleness` is logged per
+optimizer step, as the mean over its completions of the updates since their weights generated them (a batch joined by
+dynamic sampling's on-policy rounds: the share generated ahead, at its first update).
 
 The next generation batch is read one item ahead of the trainer's own loop (`fetch`, `peek`): the step trains the
 same prompts as a synchronous step would. Where no batch was generated ahead (the first step, the first after a
@@ -52,8 +52,8 @@ from transformers import TrainerCallback
 from rurl.schedule.sampled_logps import SampledLogps
 
 SCHEDULED = ("grade_after", "trains_at")
-"""What the schedule tells a reward function that takes them (rurl/reward/rubric_reward.py): what to await before its first judge
-call, and the optimizer step its batch trains at."""
+"""What the schedule tells a reward function that takes them (rurl/reward/rubric_reward.py): what to await before its
+first judge call, and the optimizer step its batch trains at."""
 REPORTS = ("log_metric", "log_extra")
 """The callbacks a reward function reports through while it runs: recorded in the background, replayed at collect."""
 
@@ -312,7 +312,8 @@ class AheadSchedule:
         """Whether the sampled tokens' log-probabilities can be read during generation: transformers' `generate`,
         one turn per prompt (vLLM's path has TRL compute them; continuous batching interleaves sequences), from a
         float32 policy without mixed precision. In bfloat16 a cached decode's arithmetic differs from the loss's
-        forward by up to 4e-3 per token, so the forward computes them there, as the loss will (rurl/schedule/sampled_logps.py)."""
+        forward by up to 4e-3 per token, so the forward computes them there, as the loss will
+        (rurl/schedule/sampled_logps.py)."""
         trainer = self.trainer
         args = trainer.args
         return not (

@@ -1,9 +1,9 @@
 """HealthBench-style evaluation of the policy during training: every `eval_every` steps (and at the end), the policy
 answers the held-out rows (greedy, up to max_completion_length tokens), the grader grades the answers against their
 rubrics, and grading.report builds the report (overall, per axis and theme, bootstrap std), logged as `eval/...` at
-the step and appended to output_dir/eval.jsonl (rurl/watch/eval_log.py); the graded answers (`grading.grader.Graded.to_record` plus `step`,
-the records `rubricrl eval` writes to graded.jsonl) are appended to output_dir/eval_answers.jsonl, where
-`rubricrl report` shows them.
+the step and appended to output_dir/eval.jsonl (rurl/watch/eval_log.py); the graded answers
+(`grading.grader.Graded.to_record` plus `step`, the records `rubricrl eval` writes to graded.jsonl) are appended to
+output_dir/eval_answers.jsonl, where `rubricrl report` shows them.
 
 Cost on N processes: each answers its share of the rows (1/N, padded so that every process runs the same number of
 generation calls: under ZeRO-3 or FSDP a generation is a collective), with the engine training uses (TRL's vLLM

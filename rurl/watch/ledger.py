@@ -5,9 +5,9 @@ folder (a killed run keeps what its last checkpoint had), then written with the 
 - moved: a criterion's pass rate in the last fifth of the steps against the first (a two-sided two-proportion
   z-test among the criteria decided at least MOVED_MIN_DECIDED times in each, Benjamini-Hochberg at MOVED_FDR);
 - judge_consistent: where verdicts were asked again afresh (rurl.ledger_reask), whether the second verdict follows the
-  first: P(again met | first met) above P(again met | first unmet), the same test one-sided, among criteria re-asked at least
-  REASK_MIN_PAIRS times with both first verdicts seen, at the same false discovery rate. A criterion that moved the
-  reward (`carries` "signal"), tested, whose re-asks the test cannot tell from chance is marked "noise": the judge
+  first: P(again met | first met) above P(again met | first unmet), the same test one-sided, among criteria re-asked at
+  least REASK_MIN_PAIRS times with both first verdicts seen, at the same false discovery rate. A criterion that moved
+  the reward (`carries` "signal"), tested, whose re-asks the test cannot tell from chance is marked "noise": the judge
   answers it at random, or too few re-asks were made to show otherwise (its counts say which)."""
 
 import sys
