@@ -83,12 +83,12 @@ async def grade_batch(
     error = unasked = None
     with tallying_requests() as tally:  # this batch's requests, whatever else the client sends meanwhile
         try:  # one per completion, in the items' order; None: not judged before the deadline
-            whole = deadline is None
-            graded = await (
-                grader.grade_many(items, progress=progress) if whole else grader.grade_within(items, deadline)
-            )
-        except EndpointUnreachable as down:  # the judge's server is down: nothing scored (the batch's other calls
-            graded, unasked = None, down  # cancelled)
+            if deadline is None:
+                graded = await grader.grade_many(items, progress=progress)
+            else:
+                graded = await grader.grade_within(items, deadline)
+        except EndpointUnreachable as down:  # the judge's server is down: nothing scored (its other calls cancelled)
+            graded, unasked = None, down
         except UserError as problem:  # a setting the judge cannot be asked with
             graded, error, unasked = None, str(problem), problem
     if graded is None:
