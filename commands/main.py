@@ -25,6 +25,7 @@ from rubricrl.runs.publish import add_command as add_publish_command
 from ruft.cli import add_commands as add_ruft_commands
 from rurl.cli import add_commands as add_rurl_commands
 from synthesis.cli import add_commands as add_synthesis_commands
+from synthesis.config import SynthesisConfig
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,8 +121,6 @@ def describe(parser: argparse.ArgumentParser) -> None:
 
 
 def _synth_defaults() -> str:
-    from synthesis.config import SynthesisConfig
-
     config = SynthesisConfig()
     budgets = ", ".join(f"{role} {n}" for role, n in config.cpu_max_tokens().items() if role in config.roles)
     return textwrap.fill(

@@ -153,18 +153,10 @@ class RubricGRPOTrainer(GRPOTrainer):
         if self.failure_monitor is not None:  # every process is here, once per generation batch
             for stats in graded:
                 self.failure_monitor.record(stats)
-            mine = (
-                [a for stats in graded for a in stats.answers],
-                {text for stats in graded for text in stats.penalties},
-                [stats.error for stats in graded if stats.error],
-            )
-            parts = gather_object([mine])  # this batch's, from every process
-            answers = [a for part, _, _ in parts for a in part]
-            penalties = {text for _, texts, _ in parts for text in texts}
-            errors = [error for _, _, part in parts for error in part]
-            if errors and self.model.training and not self.judge_error:  # alike on every process: it was gathered
-                self.judge_error = f"the rubric reward could not ask its judge: {errors[0]}"
-                self.stop_reason = self.stop_reason or self.judge_error
+            batch_of = self._gather_graded(graded)  # this batch's, from every process
+            answers, penalties = batch_of["answers"], set(batch_of["penalties"])
+            if self.model.training:
+                self._stop_on_judge_errors(batch_of["errors"])
             if self.evolution is not None and self.model.training:
                 batch = (inputs, prompts, completions, completion_ids_list, raw)
                 rewards, answers, penalties = self._evolve(batch, rewards, answers, penalties)
@@ -184,17 +176,30 @@ class RubricGRPOTrainer(GRPOTrainer):
                     metrics["rubric/saturated_criteria"].append(saturated / counted)
                     metrics["rubric/dead_criteria"].append(dead / counted)
                     metrics["rubric/untriggered_penalties"].append(untriggered / counted)
-                self._criterion_step(rewards, metrics, graded)
+                self._criterion_step(rewards, metrics, batch_of["rows"], batch_of["ledger"])
         return rewards
 
-    def _criterion_step(self, rewards: torch.Tensor, metrics, graded: list) -> None:
+    def _gather_graded(self, graded: list) -> dict[str, list]:
+        """What this process's rubric reward calls returned (`graded`: their batch statistics), gathered from every
+        process in row order: judged answers, penalty criteria, the errors that left a batch unasked, verdict rows
+        and ledger answers. A collective: every process calls it."""
+        names = ("answers", "penalties", "rows", "ledger")
+        mine = {name: [item for stats in graded for item in getattr(stats, name)] for name in names}
+        mine["errors"] = [stats.error for stats in graded if stats.error]
+        parts = gather_object([mine])
+        return {name: [item for part in parts for item in part[name]] for name in mine}
+
+    def _stop_on_judge_errors(self, errors: list[str]) -> None:
+        """Stop the run (with a checkpoint) on the first reason a reward call could not ask its judge; `errors` were
+        gathered, so every process decides alike."""
+        if errors and not self.judge_error:
+            self.judge_error = f"the rubric reward could not ask its judge: {errors[0]}"
+            self.stop_reason = self.stop_reason or self.judge_error
+
+    def _criterion_step(self, rewards: torch.Tensor, metrics, rows: list, answers: list) -> None:
         """The batch's criterion-level advantages (kept for `_trl_scored`) and, whatever the mode, the share of flat
         (group, criterion) pairs and of groups with all-zero advantages, from every process's verdicts in row order
-        (`graded`: this process's batch statistics); the criterion ledger counts the batch."""
-        mine = ([row for stats in graded for row in stats.rows], [a for stats in graded for a in stats.ledger])
-        parts = gather_object([mine])
-        rows = [row for part, _ in parts for row in part]
-        answers = [answer for _, part in parts for answer in part]
+        (`rows`); the criterion ledger counts the batch's `answers`."""
         if self.run_ledger is not None and self.accelerator.is_main_process:
             size = self.num_generations if len(answers) == rewards.size(0) else None  # else by query (never expected)
             counted = self.run_ledger.add(answers, self.state.global_step, self.state.max_steps, size)
@@ -311,13 +316,9 @@ class RubricGRPOTrainer(GRPOTrainer):
             )
         again = raw.clone()
         again[:, 0] = self.accelerator.gather(column.to(raw.device))
-        found = ([a for s in seen for a in s.answers], {t for s in seen for t in s.penalties}, [s.error for s in seen])
-        parts = gather_object([found])
-        errors = [error for _, _, part in parts for error in part if error]
-        if errors and not self.judge_error:  # alike on every process (gathered): the run stops, as on a first grading's
-            self.judge_error = f"the rubric reward could not ask its judge: {errors[0]}"
-            self.stop_reason = self.stop_reason or self.judge_error
-        return again, [a for part, _, _ in parts for a in part], {t for _, texts, _ in parts for t in texts}
+        regraded = self._gather_graded(seen)
+        self._stop_on_judge_errors(regraded["errors"])
+        return again, regraded["answers"], set(regraded["penalties"])
 
     def _generate_and_score_completions(self, inputs):
         if not self.model.training or (self.sampler is None and self.ahead is None):

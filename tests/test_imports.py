@@ -110,12 +110,15 @@ def test_the_cycle_check_finds_an_indirect_cycle():
 MAX_LINES = 600
 
 
+def python_files() -> list[Path]:
+    """Every Python file of the package folders, the experiments and the benchmarks."""
+    return [path for folder in [*LAYERS, "experiments", "benches"] for path in sorted((ROOT / folder).rglob("*.py"))]
+
+
 def test_no_module_is_over_600_lines():
-    folders = [*LAYERS, "experiments", "benches"]
     long = [
         f"{path.relative_to(ROOT)}: {lines} lines"
-        for folder in folders
-        for path in sorted((ROOT / folder).rglob("*.py"))
+        for path in python_files()
         if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
     ]
     assert not long, f"split these by idea (at most {MAX_LINES} lines a module):\n" + "\n".join(long)
@@ -126,11 +129,9 @@ MAX_FUNCTION_LINES = 100
 
 def test_no_function_is_over_100_lines():
     """A function reads on one screen: past 100 lines it holds steps that want names of their own."""
-    folders = [*LAYERS, "experiments", "benches"]
     long = [
         f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {node.end_lineno - node.lineno + 1} lines"
-        for folder in folders
-        for path in sorted((ROOT / folder).rglob("*.py"))
+        for path in python_files()
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path)))
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
         and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
